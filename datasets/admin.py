@@ -1,0 +1,186 @@
+"""Admin: tenants, keys, datasets, documents (upload, activate, re-index, status), chunks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from datasets.auth import api_key_create
+from datasets.ingestion.parse import DocumentParseError
+from datasets.models import ApiKey, Chunk, Dataset, Document, IndexVersion, Job, Tenant
+from datasets.services import document_delete, document_set_activation, document_upload
+from kbplatform.errors import ApiError
+
+
+@admin.register(Tenant)
+class TenantAdmin(admin.ModelAdmin[Tenant]):
+    list_display = ["slug", "name", "created_at"]
+    search_fields = ["slug", "name"]
+
+
+class ApiKeyForm(forms.ModelForm[ApiKey]):
+    class Meta:
+        model = ApiKey
+        fields = ["tenant", "name", "role", "datasets", "revoked"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        tenant = data.get("tenant")
+        foreign = [d for d in data.get("datasets", []) if tenant and d.tenant_id != tenant.pk]
+        if foreign:
+            raise forms.ValidationError("a key can only be scoped to its own tenant's datasets")
+        return data
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
+    form = ApiKeyForm
+    list_display = ["prefix", "tenant", "name", "role", "revoked", "created_at", "last_used_at"]
+    list_filter = ["role", "revoked", "tenant"]
+    list_select_related = ["tenant"]
+    filter_horizontal = ["datasets"]
+    readonly_fields = ["prefix", "created_at", "last_used_at"]
+
+    def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        key, plaintext = api_key_create(tenant=obj.tenant, role=obj.role, name=obj.name)
+        obj.pk, obj.prefix, obj.key_hash = key.pk, key.prefix, key.key_hash
+        obj._state.adding = False
+        messages.warning(request, f"New API key (shown once, store it now): {plaintext}")
+
+
+@admin.register(Dataset)
+class DatasetAdmin(admin.ModelAdmin[Dataset]):
+    list_display = ["name", "tenant", "kb_scope", "activated", "created_at"]
+    list_filter = ["activated", "tenant"]
+    list_select_related = ["tenant"]
+    search_fields = ["name", "tenant__slug"]
+
+
+class DocumentUploadForm(forms.ModelForm[Document]):
+    upload = forms.FileField(help_text="a markdown file (.md)")
+
+    class Meta:
+        model = Document
+        fields = ["dataset"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        upload = data.get("upload")
+        if upload is not None and data.get("dataset") is not None:
+            try:
+                self.outcome = document_upload(dataset=data["dataset"], file_name=upload.name,
+                                               raw=upload.read(),
+                                               max_bytes=settings.KB_MAX_UPLOAD_BYTES)
+            except (DocumentParseError, ApiError) as exc:
+                raise forms.ValidationError(str(exc)) from exc
+        return data
+
+
+@admin.register(Document)
+class DocumentAdmin(admin.ModelAdmin[Document]):
+    list_display = ["source_path", "title", "dataset", "category", "activated", "status",
+                    "chunk_count", "updated_at"]
+    list_filter = ["status", "activated", "deleted", "category", "dataset__tenant"]
+    list_select_related = ["dataset__tenant"]
+    search_fields = ["source_path", "title", "=doc_id"]
+    actions = ["activate", "deactivate", "reindex", "delete_documents"]
+    readonly_fields = ["doc_id", "dataset", "source_path", "file_name", "title", "domain",
+                       "keywords", "category", "business_key", "content_hash", "activated",
+                       "deleted", "status", "error", "chunk_count", "indexed_hash",
+                       "created_at", "updated_at", "source_text"]
+
+    def get_form(self, request: HttpRequest, obj: Document | None = None,
+                 change: bool = False, **kwargs: Any) -> Any:
+        if obj is None:
+            kwargs["form"] = DocumentUploadForm
+        return super().get_form(request, obj, change, **kwargs)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Document | None = None) -> Any:
+        return self.readonly_fields if obj else []
+
+    def get_fields(self, request: HttpRequest, obj: Document | None = None) -> Any:
+        return self.readonly_fields if obj else ["dataset", "upload"]
+
+    def save_model(self, request: HttpRequest, obj: Document, form: Any, change: bool) -> None:
+        if change:
+            return  # documents change through actions and uploads, never by editing fields
+        outcome = form.outcome
+        obj.pk = outcome.document.pk
+        obj._state.adding = False
+        messages.info(request, "indexing started" if outcome.changed else
+                      "the document is unchanged: nothing to index")
+
+    def get_actions(self, request: HttpRequest) -> Any:
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # deletion must also reach Milvus
+        return actions
+
+    @admin.action(description="Activate selected documents")
+    def activate(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
+        for document in queryset:
+            document_set_activation(document=document, activated=True)
+
+    @admin.action(description="Deactivate selected documents")
+    def deactivate(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
+        for document in queryset:
+            document_set_activation(document=document, activated=False)
+
+    @admin.action(description="Re-index selected documents")
+    def reindex(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
+        from datasets.tasks import index_document
+
+        for document in queryset.filter(deleted=False):
+            job = Job.objects.create(tenant=document.dataset.tenant, document=document,
+                                     kind=Job.Kind.INDEX_DOCUMENT, total=1)
+            Document.objects.filter(pk=document.pk).update(indexed_hash="")
+            index_document.delay(document.pk, job.pk)
+
+    @admin.action(description="Delete selected documents (and their chunks in Milvus)")
+    def delete_documents(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
+        for document in queryset.filter(deleted=False):
+            document_delete(document=document)
+
+
+@admin.register(Chunk)
+class ChunkAdmin(admin.ModelAdmin[Chunk]):
+    list_display = ["__str__", "document", "chunk_index", "breadcrumb"]
+    list_select_related = ["document"]
+    raw_id_fields = ["document"]
+    search_fields = ["=document__doc_id", "breadcrumb"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin[Job]):
+    list_display = ["id", "kind", "status", "done", "total", "tenant", "created_at", "updated_at"]
+    list_filter = ["kind", "status"]
+    readonly_fields = [f.name for f in Job._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+@admin.register(IndexVersion)
+class IndexVersionAdmin(admin.ModelAdmin[IndexVersion]):
+    list_display = ["collection_name", "embedder", "dimension", "chunk_size", "status",
+                    "created_at", "activated_at"]
+    readonly_fields = [f.name for f in IndexVersion._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False

@@ -1,0 +1,102 @@
+"""API keys: stored hashed, shown once, resolved to a tenant and the datasets it may read."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+from rest_framework import authentication, exceptions, permissions
+from rest_framework.request import Request
+
+from datasets.models import ApiKey, Dataset, Tenant
+
+KEY_PREFIX = "kb"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The authenticated principal of an API request (request.user)."""
+
+    api_key: ApiKey
+
+    @property
+    def tenant(self) -> Tenant:
+        return self.api_key.tenant
+
+    @property
+    def is_admin(self) -> bool:
+        return self.api_key.role == ApiKey.Role.ADMIN
+
+    @property
+    def is_authenticated(self) -> bool:
+        return True
+
+    def readable_dataset_ids(self) -> list[int]:
+        """Activated datasets of the key's tenant, narrowed to the key's scope if it has one."""
+        datasets = Dataset.objects.filter(tenant_id=self.api_key.tenant_id, activated=True)
+        scoped = list(self.api_key.datasets.values_list("pk", flat=True))
+        if scoped:
+            datasets = datasets.filter(pk__in=scoped)
+        return sorted(datasets.values_list("pk", flat=True))
+
+
+def hash_key(secret: str) -> str:
+    # The keys are 256-bit random: a plain SHA-256 is enough (no password stretching needed).
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def api_key_create(*, tenant: Tenant, role: str = ApiKey.Role.TOOL, name: str = "",
+                   datasets: Sequence[Dataset] = ()) -> tuple[ApiKey, str]:
+    """Returns the row and the plaintext key; the key is not stored and cannot be shown again."""
+    prefix = secrets.token_hex(6)
+    plaintext = f"{KEY_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
+    with transaction.atomic():
+        key = ApiKey.objects.create(tenant=tenant, role=role, name=name, prefix=prefix,
+                                    key_hash=hash_key(plaintext))
+        if datasets:
+            key.datasets.set(datasets)
+    return key, plaintext
+
+
+def api_key_resolve(plaintext: str) -> ApiKey | None:
+    parts = plaintext.split("_", 2)
+    if len(parts) != 3 or parts[0] != KEY_PREFIX:
+        return None
+    key = ApiKey.objects.select_related("tenant").filter(prefix=parts[1], revoked=False).first()
+    if key is None or not hmac.compare_digest(key.key_hash, hash_key(plaintext)):
+        return None
+    return key
+
+
+class ApiKeyAuthentication(authentication.BaseAuthentication):
+    """`Authorization: Bearer <key>` or `X-API-Key: <key>`."""
+
+    def authenticate(self, request: Request) -> tuple[Caller, ApiKey] | None:
+        header = request.headers.get("Authorization", "")
+        plaintext = header[7:].strip() if header.lower().startswith("bearer ") else ""
+        plaintext = plaintext or request.headers.get("X-API-Key", "").strip()
+        if not plaintext:
+            return None
+        key = api_key_resolve(plaintext)
+        if key is None:
+            raise exceptions.AuthenticationFailed("the API key is not valid or was revoked")
+        now = timezone.now()
+        if key.last_used_at is None or (now - key.last_used_at).total_seconds() > 60:
+            # At most one write a minute per key: this runs on every lookup.
+            ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+        return Caller(api_key=key), key
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="kbplatform"'
+
+
+class IsAdminKey(permissions.BasePermission):
+    message = "this operation needs an admin API key"
+
+    def has_permission(self, request: Request, view: object) -> bool:
+        return isinstance(request.user, Caller) and request.user.is_admin

@@ -1,0 +1,32 @@
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from datasets.auth import api_key_create
+from datasets.models import ApiKey, Dataset
+from datasets.services import tenant_get_or_create
+
+
+class Command(BaseCommand):
+    help = "Create an API key; the key is printed once, at the end of the last line."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--tenant", required=True, help="tenant slug (created if missing)")
+        parser.add_argument("--role", choices=[r.value for r in ApiKey.Role], default="tool")
+        parser.add_argument("--dataset", action="append", default=[],
+                            help="limit the key to this dataset (repeatable)")
+        parser.add_argument("--name", default="")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        tenant = tenant_get_or_create(slug=options["tenant"])
+        datasets = []
+        for name in options["dataset"]:
+            dataset = Dataset.objects.filter(tenant=tenant, name=name).first()
+            if dataset is None:
+                raise CommandError(f"tenant {tenant.slug!r} has no dataset {name!r}")
+            datasets.append(dataset)
+        key, plaintext = api_key_create(tenant=tenant, role=options["role"],
+                                        name=options["name"], datasets=datasets)
+        scope = ", ".join(d.name for d in datasets) or "all datasets"
+        self.stdout.write(f"created {key.role} key {key.prefix} for tenant {tenant.slug} ({scope})")
+        self.stdout.write("store it now, it is not shown again: " + plaintext)

@@ -1,0 +1,24 @@
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from datasets.rebuild import CONFIRM_WORD, rebuild_hybrid_knowledge
+
+
+class Command(BaseCommand):
+    help = ("Re-index every document into a new collection and switch the alias to it. "
+            "Lookups keep working meanwhile; a failure leaves the old index serving.")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--confirm", default="", help=f"must be {CONFIRM_WORD}")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["confirm"] != CONFIRM_WORD:
+            raise CommandError(f"a rebuild re-indexes everything: pass --confirm {CONFIRM_WORD}")
+
+        def progress(number: int, total: int, path: str) -> None:
+            self.stdout.write(f"[{number}/{total}] {path}")
+
+        version = rebuild_hybrid_knowledge(progress=progress)
+        self.stdout.write(f"rebuilt: {version.collection_name} now serves "
+                          f"({version.embedder}, {version.dimension}d)")

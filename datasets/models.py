@@ -1,0 +1,234 @@
+"""Tenants, API keys, datasets, documents and chunks."""
+
+from __future__ import annotations
+
+import secrets
+
+from django.core.validators import RegexValidator
+from django.db import models
+
+SLUG = RegexValidator(r"^[a-z0-9][a-z0-9_-]{0,62}$", "lowercase letters, digits, - and _")
+
+
+def new_doc_id() -> int:
+    # A stable, globally unique id that is part of every Milvus primary key of the document;
+    # 62 bits so that it fits a signed BIGINT. It travels as a string in JSON.
+    return secrets.randbits(62) | 1 << 61
+
+
+class Tenant(models.Model):
+    slug = models.CharField(max_length=63, unique=True, validators=[SLUG])
+    name = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Dataset(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="datasets")
+    name = models.CharField(max_length=100, validators=[SLUG])
+    description = models.TextField(blank=True)
+    kb_scope = models.CharField(max_length=100, blank=True)
+    activated = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tenant__slug", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="dataset_unique_name_per_tenant"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}/{self.name}"
+
+
+class ApiKey(models.Model):
+    class Role(models.TextChoices):
+        TOOL = "tool", "tool caller"
+        ADMIN = "admin", "admin"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100, blank=True)
+    prefix = models.CharField(max_length=16, unique=True, editable=False)
+    key_hash = models.CharField(max_length=64, editable=False)
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.TOOL)
+    datasets = models.ManyToManyField(
+        Dataset, blank=True, related_name="api_keys",
+        help_text="Leave empty to allow every dataset of the tenant.",
+    )
+    revoked = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["tenant__slug", "-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(role__in=["tool", "admin"]),
+                                   name="api_key_role_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}:{self.prefix}… ({self.role})"
+
+
+class Document(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        INDEXING = "indexing"
+        READY = "ready"
+        FAILED = "failed"
+
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="documents")
+    doc_id = models.BigIntegerField(unique=True, default=new_doc_id, editable=False)
+    source_path = models.CharField(max_length=500)
+    file_name = models.CharField(max_length=255)
+    title = models.CharField(max_length=500, blank=True)
+    business_key = models.CharField(max_length=200, blank=True)
+    domain = models.CharField(max_length=100, blank=True)
+    keywords = models.JSONField(default=list, blank=True)
+    category = models.CharField(max_length=100, blank=True)
+    source_text = models.TextField(help_text="The markdown as uploaded; rebuilds read it.")
+    content_hash = models.CharField(max_length=64)
+    activated = models.BooleanField(default=True)
+    deleted = models.BooleanField(default=False)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    error = models.TextField(blank=True)
+    chunk_count = models.PositiveIntegerField(default=0)
+    indexed_hash = models.CharField(max_length=64, blank=True,
+                                    help_text="content hash of what is in the vector store")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "api_document"
+        ordering = ["dataset_id", "source_path"]
+        constraints = [
+            models.UniqueConstraint(fields=["dataset", "source_path"],
+                                    name="document_unique_path_per_dataset"),
+            models.CheckConstraint(
+                condition=models.Q(status__in=["pending", "indexing", "ready", "failed"]),
+                name="document_status_valid"),
+        ]
+        indexes = [models.Index(fields=["dataset", "deleted", "activated"])]
+
+    def __str__(self) -> str:
+        return self.source_path
+
+    @property
+    def doc_key(self) -> str:
+        return str(self.doc_id)
+
+
+class Chunk(models.Model):
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks")
+    chunk_index = models.PositiveIntegerField()
+    content = models.TextField()
+    breadcrumb = models.CharField(max_length=1000, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["document_id", "chunk_index"]
+        constraints = [
+            models.UniqueConstraint(fields=["document", "chunk_index"], name="chunk_unique_index"),
+        ]
+
+    def __str__(self) -> str:
+        return self.evidence_key
+
+    @property
+    def evidence_key(self) -> str:
+        return evidence_key(self.document.doc_id, self.chunk_index)
+
+
+def evidence_key(doc_id: int | str, chunk_index: int) -> str:
+    return f"{doc_id}#chunk-{chunk_index}"
+
+
+class IndexVersion(models.Model):
+    """One Milvus collection and what its vectors mean: never mix two models in one search."""
+
+    class Status(models.TextChoices):
+        BUILDING = "building"
+        ACTIVE = "active"
+        RETIRED = "retired"
+        FAILED = "failed"
+
+    collection_name = models.CharField(max_length=100, unique=True)
+    embedder = models.CharField(max_length=200)
+    dimension = models.PositiveIntegerField()
+    chunk_size = models.PositiveIntegerField()
+    chunk_overlap = models.PositiveIntegerField()
+    splitter = models.CharField(max_length=50, default="markdown-heading-v1")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.BUILDING)
+    progress = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    activated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(status__in=["building", "active", "retired", "failed"]),
+                name="index_version_status_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.collection_name} ({self.embedder}, {self.dimension}d, {self.status})"
+
+
+class EmbeddingCache(models.Model):
+    """Vectors keyed by (model, text hash): rebuilds and re-imports don't pay for them again."""
+
+    model = models.CharField(max_length=200)
+    text_hash = models.CharField(max_length=64)
+    vector = models.BinaryField()  # float32 little-endian
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["model", "text_hash"], name="embedding_cache_key"),
+        ]
+
+
+class Job(models.Model):
+    """A background task people can follow: upload, import, rebuild (API and admin)."""
+
+    class Kind(models.TextChoices):
+        INDEX_DOCUMENT = "index_document"
+        IMPORT = "import"
+        REBUILD = "rebuild"
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, null=True, blank=True,
+                               related_name="jobs")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    document = models.ForeignKey(Document, on_delete=models.SET_NULL, null=True, blank=True,
+                                 related_name="jobs")
+    done = models.PositiveIntegerField(default=0)
+    total = models.PositiveIntegerField(default=0)
+    detail = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(status__in=["queued", "running", "succeeded", "failed"]),
+                name="job_status_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.pk} ({self.status})"

@@ -1,0 +1,54 @@
+"""One error shape for the whole API: {"code", "message", "extra"} with the real status."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+logger = logging.getLogger(__name__)
+
+
+class ApiError(exceptions.APIException):
+    """An error the client is meant to read; `code` is stable, `message` is for people."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_code = "bad_request"
+
+    def __init__(self, message: str, *, code: str | None = None, status_code: int | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
+        super().__init__(detail=message, code=code or self.default_code)
+        if status_code is not None:
+            self.status_code = status_code
+        self.code = code or self.default_code
+        self.extra = extra or {}
+
+
+class ServiceUnavailable(ApiError):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "unavailable"
+
+
+def error_body(code: str, message: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"code": code, "message": message, "extra": extra or {}}
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        # Unexpected: log with the traceback, never leak the exception text to the client.
+        logger.exception("unhandled error in %s", context.get("view"))
+        return Response(error_body("internal_error", "Internal server error."),
+                        status=status.HTTP_500_INTERNAL_SERVER_ERROR)
+    if isinstance(exc, ApiError):
+        response.data = error_body(exc.code, str(exc.detail), exc.extra)
+    elif isinstance(exc, exceptions.ValidationError):
+        response.data = error_body("invalid", "The request is not valid.", {"fields": exc.detail})
+    elif isinstance(exc, exceptions.APIException):
+        codes = exc.get_codes()
+        code = codes if isinstance(codes, str) else exc.default_code
+        response.data = error_body(str(code), str(exc.detail))
+    return response

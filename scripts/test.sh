@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One command for the whole suite: set up, lint, type-check, then the tests twice:
+#   1. integration: MariaDB, Redis, a Milvus Lite server and a real Celery worker;
+#   2. embedded defaults: SQLite, a Milvus Lite file and tasks in-process.
+# Needs MariaDB on 127.0.0.1:3306 (root, no password) and Redis on 127.0.0.1:6379.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh "mysql,dev"
+. .venv/bin/activate
+
+ruff check .
+mypy .
+
+run_pytest() {
+  # pytest exits 5 when it ran no test: that is a failure here, not a success.
+  set +e
+  python -m pytest "$@"
+  local code=$?
+  set -e
+  if [ "$code" -eq 5 ]; then echo "pytest ran no test" >&2; return 1; fi
+  return "$code"
+}
+
+echo "== integration: MariaDB + Redis + Milvus Lite server + Celery worker"
+DATABASE_URL="${TEST_DATABASE_URL:-mysql://root:@127.0.0.1:3306/test}" \
+REDIS_URL="${TEST_REDIS_URL:-redis://127.0.0.1:6379/13}" \
+CELERY_BROKER_URL="${TEST_BROKER_URL:-redis://127.0.0.1:6379/14}" \
+CELERY_TASK_ALWAYS_EAGER=false \
+MILVUS_URI="${TEST_MILVUS_URI:-http://127.0.0.1:19541}" \
+KB_EMBEDDER="${TEST_EMBEDDER:-use}" \
+  run_pytest -m "not embedded" "$@"
+
+echo "== embedded defaults: SQLite + Milvus Lite file + eager tasks"
+tmp="$(mktemp -d)"
+env -u REDIS_URL -u CELERY_BROKER_URL -u MILVUS_URI \
+  DATABASE_URL="sqlite:///$tmp/kb.sqlite3" KB_VAR_DIR="$tmp" \
+  KB_EMBEDDER="${TEST_EMBEDDER:-use}" \
+  run_pytest -m "embedded" "$@"
+rm -rf "$tmp"
