@@ -1,0 +1,231 @@
+"""Parse an uploaded markdown file into a typed document: checks, frontmatter, title."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+import yaml
+from frontmatter.default_handlers import YAMLHandler
+from markdown_it import MarkdownIt
+
+from datasets.ingestion.splitter import inline_text
+
+# Share of control characters above which decoded text is treated as binary;
+# a few ANSI colour escapes in a pasted log stay far below it.
+_MAX_CONTROL_SHARE = 0.05
+_ALLOWED_CONTROLS = frozenset("\t\n\r\f\v")
+_KEYWORD_SEPARATORS = re.compile(r"[,，、]")
+_LEADING_BLANK_LINES = re.compile(r"\A(?:[ \t]*\n)+")
+_KNOWN_FIELDS = frozenset({"title", "domain", "keywords", "category", "business_key"})
+_MD = MarkdownIt("commonmark")
+
+
+class DocumentParseError(ValueError):
+    """The uploaded file cannot be ingested; the message is shown to the API user."""
+
+
+@dataclass(frozen=True)
+class ParsedDocument:
+    title: str
+    body: str
+    domain: str
+    keywords: tuple[str, ...]
+    category: str
+    business_key: str
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def parse_markdown(raw: bytes, *, file_name: str, max_bytes: int) -> ParsedDocument:
+    """Validate and parse one markdown file; raise DocumentParseError on bad input."""
+    if max_bytes <= 0:
+        raise ValueError(f"max_bytes must be positive, got {max_bytes}")
+    text = _decode(raw, max_bytes=max_bytes)
+    metadata, body = _split_frontmatter(text)
+    body = _LEADING_BLANK_LINES.sub("", body).rstrip()
+    if not body.strip():
+        raise DocumentParseError("the document has frontmatter but no markdown body after it")
+
+    title = _text_field(metadata, "title").strip() or _first_h1(body) or _stem(file_name)
+    return ParsedDocument(
+        title=title,
+        body=body,
+        domain=_text_field(metadata, "domain").strip().lower(),
+        keywords=_keywords(metadata.get("keywords")),
+        category=_text_field(metadata, "category").strip().lower(),
+        business_key=_business_key(metadata.get("business_key")),
+        extra=_extra(metadata),
+    )
+
+
+def _decode(raw: bytes, *, max_bytes: int) -> str:
+    # Size first: it is cheap and protects every later step from huge inputs.
+    if len(raw) > max_bytes:
+        raise DocumentParseError(
+            f"the file is {len(raw):,} bytes; the limit is {max_bytes:,} bytes"
+        )
+    if not raw.strip():
+        raise DocumentParseError("the file is empty or contains only whitespace")
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise DocumentParseError("the file is UTF-16 encoded; save it as UTF-8")
+    # Before decoding, so that an image or a PDF is reported as binary, not as bad UTF-8.
+    nul = raw.find(b"\x00")
+    if nul != -1:
+        raise DocumentParseError(
+            f"the file looks binary (NUL byte at byte offset {nul}); "
+            "upload a UTF-8 markdown text file"
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise DocumentParseError(
+            f"the file is not valid UTF-8: invalid byte 0x{raw[exc.start]:02x} at byte offset "
+            f"{exc.start} (line {line}); save it as UTF-8 (it may be GBK or Latin-1)"
+        ) from None
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    controls = sum(
+        1 for ch in text if unicodedata.category(ch) == "Cc" and ch not in _ALLOWED_CONTROLS
+    )
+    if controls > _MAX_CONTROL_SHARE * len(text):
+        raise DocumentParseError(
+            f"the file looks binary: {controls} of its {len(text)} characters are control "
+            "characters"
+        )
+    if not text.strip():
+        raise DocumentParseError("the file is empty or contains only whitespace")
+    return text
+
+
+def _split_frontmatter(text: str) -> tuple[dict[str, Any], str]:
+    # python-frontmatter's YAMLHandler is used directly rather than frontmatter.loads():
+    # loads() silently drops a non-mapping frontmatter, raises TypeError on keys named
+    # `content`/`handler` or non-string keys, and treats a leading `{` line as JSON.
+    handler = YAMLHandler()
+    if not handler.detect(text):
+        return {}, text
+    try:
+        fm_text, body = handler.split(text)
+    except ValueError:
+        raise DocumentParseError(
+            "the frontmatter opened with '---' on line 1 is never closed by a '---' line"
+        ) from None
+    try:
+        loaded = handler.load(fm_text)
+    except yaml.YAMLError as exc:
+        raise DocumentParseError(f"malformed YAML frontmatter: {_yaml_problem(exc)}") from None
+    if loaded is None:
+        return {}, body
+    if not isinstance(loaded, dict):
+        raise DocumentParseError(
+            f"the frontmatter must be a YAML mapping (key: value lines), got a {_type_name(loaded)}"
+        )
+    bad_keys = [key for key in loaded if not isinstance(key, str)]
+    if bad_keys:
+        raise DocumentParseError(f"frontmatter keys must be text, got {bad_keys[0]!r}")
+    return loaded, body
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        # The split frontmatter starts with the rest of the opening '---' line, so the
+        # mark's 0-based line index equals the 1-based line number in the file minus one.
+        line = exc.problem_mark.line + 1
+        return f"{exc.problem or exc.context or 'syntax error'} (line {line} of the file)"
+    return str(exc)
+
+
+def _type_name(value: object) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, list):
+        return "list"
+    if isinstance(value, dict):
+        return "mapping"
+    if isinstance(value, dt.date):
+        return "date"
+    return type(value).__name__
+
+
+def _scalar_text(key: str, value: object) -> str:
+    """A frontmatter scalar as text; containers and booleans are rejected."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        # YAML 1.1 reads yes/no/on/off as booleans, so the author's text is lost: ask to quote.
+        raise DocumentParseError(
+            f"frontmatter field {key!r} must be text, got a boolean; quote the value"
+        )
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, dt.date):  # datetime is a subclass of date
+        return value.isoformat()
+    raise DocumentParseError(f"frontmatter field {key!r} must be text, got a {_type_name(value)}")
+
+
+def _text_field(metadata: dict[str, Any], key: str) -> str:
+    return _scalar_text(key, metadata.get(key))
+
+
+def _business_key(value: object) -> str:
+    if value is None:
+        return ""
+    # An identifier must survive exactly; YAML turns `0012` into 10 and `1:30` into 90.
+    if not isinstance(value, str):
+        raise DocumentParseError(
+            f"frontmatter field 'business_key' must be a quoted string, got a "
+            f"{_type_name(value)}; put the value in quotes so YAML keeps it exactly, "
+            'e.g. business_key: "0012"'
+        )
+    return value.strip()
+
+
+def _keywords(value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        items = _KEYWORD_SEPARATORS.split(value)
+    elif isinstance(value, list):
+        items = [_scalar_text("keywords", item) for item in value]
+    else:
+        raise DocumentParseError(
+            "frontmatter field 'keywords' must be a list or a comma-separated string, got a "
+            f"{_type_name(value)}"
+        )
+    cleaned = (item.strip() for item in items)
+    return tuple(dict.fromkeys(item for item in cleaned if item))
+
+
+def _extra(metadata: dict[str, Any]) -> dict[str, str]:
+    """Other scalar fields as text; lists, mappings and sets (e.g. a tool's `tags`) are dropped."""
+    extra: dict[str, str] = {}
+    for key, value in metadata.items():
+        if key in _KNOWN_FIELDS:
+            continue
+        if isinstance(value, bool):
+            extra[key] = "true" if value else "false"
+        elif value is None or isinstance(value, str | int | float | dt.date):
+            extra[key] = _scalar_text(key, value)
+    return extra
+
+
+def _first_h1(body: str) -> str:
+    tokens = _MD.parse(body)
+    for position, token in enumerate(tokens):
+        if token.type == "heading_open" and token.tag == "h1" and token.level == 0:
+            return inline_text(tokens[position + 1]).strip()
+    return ""
+
+
+def _stem(file_name: str) -> str:
+    # Browsers on Windows may send a full path with backslashes.
+    name = PurePosixPath(file_name.replace("\\", "/")).name
+    return PurePosixPath(name).stem or name or "untitled"

@@ -1,0 +1,146 @@
+"""Admin for RagConfig: validated by the converter, saved through the service, history read-only."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.http import HttpRequest
+from django.utils.html import format_html
+
+from retrieval import config as cfg
+from retrieval.models import RagConfig, RagConfigChange
+from retrieval.services import rag_config_update
+
+
+class RagConfigForm(forms.ModelForm):
+    # The JSON list column is edited as checkboxes; the converter says "choose at least one".
+    enabled_retrievers = forms.MultipleChoiceField(
+        choices=[(r, r) for r in cfg.RETRIEVERS], required=False,
+        widget=forms.CheckboxSelectMultiple)
+
+    class Meta:
+        model = RagConfig
+        fields = ["tenant", "dataset", *cfg.SETTING_NAMES]
+
+    def setting_values(self) -> dict[str, Any]:
+        values = {n: self.cleaned_data[n] for n in cfg.SETTING_NAMES if n in self.cleaned_data}
+        if values.get("metadata_filters") is None and "metadata_filters" in values:
+            values["metadata_filters"] = {}  # an emptied JSON box means "no filters"
+        return values
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if self.errors:  # cross-field rules on fields that failed to parse only confuse
+            return cleaned
+        tenant, dataset = cleaned.get("tenant"), cleaned.get("dataset")
+        if tenant is not None and dataset is not None and dataset.tenant_id != tenant.pk:
+            self.add_error("dataset", "This dataset belongs to another tenant.")
+        if tenant is not None and dataset is None and RagConfig.objects.filter(
+                tenant=tenant, dataset__isnull=True).exclude(pk=self.instance.pk).exists():
+            self.add_error("dataset", "This tenant already has a default config; edit that one.")
+        try:
+            cfg.RagConfigConverter.to_settings(self.setting_values())
+        except cfg.RagConfigError as exc:
+            for name, message in exc.errors.items():
+                self.add_error(name if name in self.fields else None, message)
+        return cleaned
+
+
+class RagConfigChangeInline(admin.TabularInline):
+    model = RagConfigChange
+    extra = 0
+    can_delete = False
+    ordering = ["-version"]
+    fields = ("version", "changed_by", "changed_at", "diff")
+    readonly_fields = ("version", "changed_by", "changed_at", "diff")
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="changed (before → after)")
+    def diff(self, change: RagConfigChange) -> str:
+        if change.before is None:
+            return "created"
+        return "; ".join(f"{name}: {json.dumps(old)} → {json.dumps(new)}"
+                         for name, (old, new) in change.changed_fields().items())
+
+
+@admin.register(RagConfig)
+class RagConfigAdmin(admin.ModelAdmin):
+    form = RagConfigForm
+    list_display = ["__str__", "tenant", "dataset", "search_mode", "retrieve_k", "return_n",
+                    "version", "updated_by", "updated_at"]
+    list_filter = ["search_mode"]
+    list_select_related = ["tenant", "dataset"]
+    search_fields = ["tenant__slug", "dataset__name"]
+    raw_id_fields = ["dataset"]
+    readonly_fields = ["version", "updated_by", "updated_at"]
+    inlines = [RagConfigChangeInline]
+    fieldsets = [
+        (None, {"fields": ["tenant", "dataset", "version", "updated_by", "updated_at"]}),
+        ("Retrieval", {"fields": ["search_mode", "rrf_k", "retrieve_k", "return_n",
+                                  "max_chunks_per_document", "kb_scope", "metadata_filters"]}),
+        ("Thresholds", {"fields": ["reference_threshold", "precise_threshold",
+                                   "max_l2_distance"]}),
+        ("Graph / agentic options (stored for later stages)", {
+            "classes": ["collapse"],
+            "fields": ["max_results", "min_score", "enable_query_transform",
+                       "query_transform_strategy", "enabled_retrievers",
+                       "retrieval_execution_mode", "enable_rerank", "rerank_top_n",
+                       "enable_quality_assessment", "quality_threshold", "enable_correction",
+                       "max_retry_count", "aggregation_strategy", "enable_fallback",
+                       "timeout_millis"]}),
+        ("Packing", {"fields": ["max_context_chars", "max_excerpt_chars"]}),
+    ]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        # A config's scope is its identity (and the history's subject): create another
+        # config instead of moving this one.
+        scope = ["tenant", "dataset"] if obj is not None else []
+        return [*scope, *self.readonly_fields]
+
+    def save_model(self, request: HttpRequest, obj: RagConfig, form: Any, change: bool) -> None:
+        # Through the service, so the admin gets the same locking, versioning and history
+        # as the API. `obj` already holds the new values in memory; the service reads the
+        # stored row for "before".
+        saved = rag_config_update(
+            config=obj if change else None, tenant=obj.tenant, dataset=obj.dataset,
+            values=form.setting_values(),
+            changed_by=request.user.get_username() if request.user.is_authenticated else "",
+        )
+        obj.pk = saved.pk
+        obj.refresh_from_db()
+
+
+@admin.register(RagConfigChange)
+class RagConfigChangeAdmin(admin.ModelAdmin):
+    list_display = ["config", "version", "changed_by", "changed_at"]
+    list_select_related = ["config__tenant", "config__dataset"]
+    search_fields = ["changed_by", "config__tenant__slug"]
+    fields = ("config", "version", "changed_by", "changed_at", "before_json", "after_json")
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="before")
+    def before_json(self, change: RagConfigChange) -> str:
+        return format_html("<pre>{}</pre>", json.dumps(change.before, indent=2,
+                                                       ensure_ascii=False))
+
+    @admin.display(description="after")
+    def after_json(self, change: RagConfigChange) -> str:
+        return format_html("<pre>{}</pre>", json.dumps(change.after, indent=2,
+                                                       ensure_ascii=False))

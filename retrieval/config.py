@@ -1,0 +1,274 @@
+"""RAG configuration: one typed, validated value object and the strict converter into it.
+
+Every path that turns stored or submitted values into settings (the admin form, the service,
+the selector) goes through `RagConfigConverter`, so a front-end "0"/"1" or a stray "yes please"
+is never read as a truthy boolean (seed 003 §3, RagConfigConverter).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
+from typing import Any
+
+FilterValue = str | tuple[str, ...]
+
+# Users may filter on these metadata keys only; tenant, dataset and activation filters are
+# always built on the server (seed 003 §7) and can never be set here.
+METADATA_FILTER_KEYS = frozenset({"category", "domain", "business_key", "file_name"})
+MAX_FILTER_VALUE_CHARS = 200
+MAX_FILTER_VALUES = 50
+
+QUERY_TRANSFORM_STRATEGIES = ("REWRITE", "EXPAND", "DECOMPOSE", "MULTI_QUERY")
+RETRIEVERS = ("VECTOR", "BM25", "HYBRID")
+EXECUTION_MODES = ("SIMPLE", "PARALLEL", "SEQUENTIAL", "HYBRID")
+AGGREGATION_STRATEGIES = ("MERGE", "RANK", "DEDUPLICATE")
+SEARCH_MODES = ("dense", "hybrid")
+
+
+@dataclass(frozen=True)
+class RagSettings:
+    """All RAG settings with the seeds' application.yml defaults."""
+
+    # Seed 003 (config-driven graph). max_results/min_score are stored and validated for the
+    # graph stages; lookup_knowledge sizes its search with retrieve_k/return_n and gates with
+    # reference/precise thresholds instead (seed 000 §6).
+    max_results: int = 3
+    min_score: float = 0.6
+    enable_query_transform: bool = False
+    query_transform_strategy: str = "REWRITE"
+    enabled_retrievers: tuple[str, ...] = ("VECTOR",)
+    retrieval_execution_mode: str = "SIMPLE"
+    enable_rerank: bool = False
+    rerank_top_n: int = 5
+    enable_quality_assessment: bool = False
+    quality_threshold: float = 0.7
+    enable_correction: bool = False
+    max_retry_count: int = 2
+    aggregation_strategy: str = "MERGE"
+    metadata_filters: Mapping[str, FilterValue] = field(
+        default_factory=lambda: MappingProxyType({}))
+    enable_fallback: bool = True
+    timeout_millis: int = 30000
+    # Seed 000 §6 (lookup_knowledge).
+    search_mode: str = "hybrid"
+    rrf_k: int = 60
+    retrieve_k: int = 20
+    return_n: int = 5
+    max_chunks_per_document: int = 2
+    reference_threshold: float = 0.35
+    precise_threshold: float = 0.6
+    max_l2_distance: float = 2.0  # unit vectors: squared L2 lies in [0, 4]
+    kb_scope: str = ""
+    # Context packing.
+    max_context_chars: int = 6000
+    max_excerpt_chars: int = 1500
+
+
+SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(RagSettings))
+
+
+class RagConfigError(ValueError):
+    """Invalid settings; `errors` maps a field name to a message a person can act on."""
+
+    def __init__(self, errors: Mapping[str, str]) -> None:
+        self.errors: dict[str, str] = dict(errors)
+        super().__init__("; ".join(f"{k}: {v}" for k, v in sorted(self.errors.items())))
+
+
+_BOOLS = {"enable_query_transform", "enable_rerank", "enable_quality_assessment",
+          "enable_correction", "enable_fallback"}
+_INTS: dict[str, tuple[int, int]] = {
+    "max_results": (1, 100), "rerank_top_n": (1, 200), "max_retry_count": (0, 10),
+    "timeout_millis": (100, 600_000), "rrf_k": (1, 16_384), "retrieve_k": (1, 200),
+    "return_n": (1, 50), "max_chunks_per_document": (1, 50),
+    "max_context_chars": (200, 100_000), "max_excerpt_chars": (200, 20_000),
+}
+_FLOATS: dict[str, tuple[float, float]] = {
+    "min_score": (0.0, 1.0), "quality_threshold": (0.0, 1.0),
+    "reference_threshold": (0.0, 1.0), "precise_threshold": (0.0, 1.0),
+    "max_l2_distance": (0.0, 4.0),
+}
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "query_transform_strategy": QUERY_TRANSFORM_STRATEGIES,
+    "retrieval_execution_mode": EXECUTION_MODES,
+    "aggregation_strategy": AGGREGATION_STRATEGIES,
+    "search_mode": SEARCH_MODES,
+}
+_TRUE, _FALSE = {"1", "true"}, {"0", "false"}
+_INT_RE = re.compile(r"[+-]?\d+")
+_FLOAT_RE = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+KB_SCOPE_MAX_CHARS = 100
+
+
+def _parse_bool(raw: object) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, int) and raw in (0, 1):
+        return raw == 1
+    if isinstance(raw, str):
+        text = raw.strip().lower()
+        if text in _TRUE or text in _FALSE:
+            return text in _TRUE
+    raise ValueError("must be true/false or 1/0")
+
+
+def _parse_int(raw: object, low: int, high: int) -> int:
+    if isinstance(raw, bool):  # bool is an int subclass; True is not 1 here
+        raise ValueError("must be an integer")
+    if isinstance(raw, str) and _INT_RE.fullmatch(raw.strip()):
+        raw = int(raw.strip())
+    if not isinstance(raw, int):
+        raise ValueError("must be an integer")
+    if not low <= raw <= high:
+        raise ValueError(f"must be between {low} and {high}")
+    return raw
+
+
+def _parse_float(name: str, raw: object, low: float, high: float) -> float:
+    if isinstance(raw, bool):
+        raise ValueError("must be a number")
+    if isinstance(raw, str) and _FLOAT_RE.fullmatch(raw.strip()):
+        raw = float(raw.strip())
+    if not isinstance(raw, int | float) or not math.isfinite(raw):
+        raise ValueError("must be a number")
+    value = float(raw)
+    if name == "max_l2_distance" and value <= 0:  # it is a divisor
+        raise ValueError(f"must be greater than 0 and at most {high}")
+    if not low <= value <= high:
+        raise ValueError(f"must be between {low} and {high}")
+    return value
+
+
+def _parse_choice(raw: object, choices: tuple[str, ...]) -> str:
+    if isinstance(raw, str):
+        for choice in choices:
+            if raw.strip().lower() == choice.lower():
+                return choice
+    raise ValueError(f"must be one of {', '.join(choices)}")
+
+
+def _parse_retrievers(raw: object) -> tuple[str, ...]:
+    # The database DTO may hold "VECTOR,BM25"; the admin and the API send a list.
+    items: object = raw.split(",") if isinstance(raw, str) else raw
+    if not isinstance(items, list | tuple):
+        raise ValueError("must be a list of retrievers")
+    chosen: list[str] = []
+    for item in items:
+        if isinstance(item, str) and not item.strip():
+            continue
+        value = _parse_choice(item, RETRIEVERS)
+        if value not in chosen:
+            chosen.append(value)
+    if not chosen:
+        raise ValueError(f"choose at least one of {', '.join(RETRIEVERS)}")
+    return tuple(chosen)
+
+
+def _filter_text(key: str, raw: object) -> str:
+    if not isinstance(raw, str) or not raw.strip():
+        raise ValueError(f"{key}: values must be non-empty strings")
+    if len(raw) > MAX_FILTER_VALUE_CHARS:
+        raise ValueError(f"{key}: a value may be at most {MAX_FILTER_VALUE_CHARS} characters")
+    return raw
+
+
+def _parse_filters(raw: object) -> Mapping[str, FilterValue]:
+    if not isinstance(raw, Mapping):
+        raise ValueError("must be an object of key → value or list of values")
+    parsed: dict[str, FilterValue] = {}
+    for key, value in raw.items():
+        if key not in METADATA_FILTER_KEYS:
+            allowed = ", ".join(sorted(METADATA_FILTER_KEYS))
+            raise ValueError(f"{key!r} is not a filterable key (allowed: {allowed})")
+        if isinstance(value, list | tuple):
+            if not value or len(value) > MAX_FILTER_VALUES:
+                raise ValueError(f"{key}: give between 1 and {MAX_FILTER_VALUES} values")
+            parsed[key] = tuple(_filter_text(key, item) for item in value)
+        else:
+            parsed[key] = _filter_text(key, value)
+    return MappingProxyType(parsed)
+
+
+def _parse_kb_scope(raw: object) -> str:
+    if not isinstance(raw, str):
+        raise ValueError("must be a string")
+    if len(raw.strip()) > KB_SCOPE_MAX_CHARS:
+        raise ValueError(f"may be at most {KB_SCOPE_MAX_CHARS} characters")
+    return raw.strip()
+
+
+def _parse(name: str, raw: object) -> object:
+    if name in _BOOLS:
+        return _parse_bool(raw)
+    if name in _INTS:
+        return _parse_int(raw, *_INTS[name])
+    if name in _FLOATS:
+        return _parse_float(name, raw, *_FLOATS[name])
+    if name in _CHOICES:
+        return _parse_choice(raw, _CHOICES[name])
+    if name == "enabled_retrievers":
+        return _parse_retrievers(raw)
+    if name == "metadata_filters":
+        return _parse_filters(raw)
+    return _parse_kb_scope(raw)
+
+
+def _cross_field_errors(s: RagSettings) -> dict[str, str]:
+    errors: dict[str, str] = {}
+    if s.enable_correction and not s.enable_quality_assessment:
+        errors["enable_correction"] = "requires enable_quality_assessment"
+    if s.reference_threshold > s.precise_threshold:
+        errors["reference_threshold"] = (
+            f"must not exceed precise_threshold ({s.precise_threshold})")
+    if s.retrieve_k < s.return_n:
+        errors["retrieve_k"] = f"must be at least return_n ({s.return_n})"
+    if s.enable_rerank and s.rerank_top_n > s.retrieve_k:
+        errors["rerank_top_n"] = f"must not exceed retrieve_k ({s.retrieve_k}) when rerank is on"
+    if s.max_excerpt_chars > s.max_context_chars:
+        errors["max_excerpt_chars"] = (
+            f"must not exceed max_context_chars ({s.max_context_chars})")
+    return errors
+
+
+class RagConfigConverter:
+    """Stored or submitted values ⇄ RagSettings. Stateless; both methods are classmethods."""
+
+    @classmethod
+    def to_settings(cls, values: Mapping[str, object], *,
+                    base: RagSettings | None = None) -> RagSettings:
+        """`values` override `base` (or the defaults); raises RagConfigError listing every error."""
+        errors: dict[str, str] = {}
+        parsed: dict[str, Any] = {}
+        for name, raw in values.items():
+            if name not in SETTING_NAMES:
+                errors[str(name)] = "unknown setting"
+                continue
+            try:
+                parsed[name] = _parse(name, raw)
+            except ValueError as exc:
+                errors[name] = str(exc)
+        if errors:
+            # Cross-field rules on half-parsed input would only add misleading messages.
+            raise RagConfigError(errors)
+        settings = replace(base or RagSettings(), **parsed)
+        errors = _cross_field_errors(settings)
+        if errors:
+            raise RagConfigError(errors)
+        return settings
+
+    @classmethod
+    def to_dict(cls, settings: RagSettings) -> dict[str, Any]:
+        """JSON-safe: tuples become lists, the filter mapping a plain dict."""
+        out: dict[str, Any] = {}
+        for name in SETTING_NAMES:
+            value = getattr(settings, name)
+            if name == "metadata_filters":
+                value = {k: list(v) if isinstance(v, tuple) else v for k, v in value.items()}
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[name] = value
+        return out

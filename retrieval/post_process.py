@@ -1,0 +1,171 @@
+"""Post-processing: one quality scale across modes, chunk identity, dedup, limits, relevance.
+
+Seed 000 §6.2 / §7: the order is the store's order (RRF order for hybrid) and is never changed
+here; L0 overlap only explains a hit (`hit_reasons`). Thresholds look at the gate quality,
+which prefers the absolute dense L2 distance over the rank, because a rank says nothing about
+whether the best hit is any good.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from retrieval.transform import contains_term, normalize_text
+from retrieval.types import (
+    PostProcessed,
+    QueryHints,
+    RelevanceLevel,
+    ScoredChunk,
+    SearchHit,
+    SearchMode,
+)
+
+
+class RetrievalScoreNormalizer:
+    """Raw scores → quality in [0, 1]."""
+
+    def __init__(self, max_l2_distance: float) -> None:
+        if not (math.isfinite(max_l2_distance) and max_l2_distance > 0):
+            raise ValueError("max_l2_distance must be a positive number")
+        self.max_l2_distance = max_l2_distance
+
+    def dense_quality(self, l2: float) -> float:
+        if math.isnan(l2):
+            return 0.0
+        return 1.0 - min(max(l2, 0.0), self.max_l2_distance) / self.max_l2_distance
+
+    def rank_quality(self, rank: int, n: int) -> float:
+        """Linear in this round's rank: 1 → 1.0 … n → 1/n. Fused RRF scores are not L2."""
+        if n < 1:
+            return 0.0
+        rank = min(max(rank, 1), n)
+        return (n - rank + 1) / n
+
+    def gate_quality(self, hit: SearchHit, *, mode: SearchMode, rank: int, n: int) -> float:
+        """Quality used against the thresholds: the hit's dense L2 when known, else its rank."""
+        if hit.dense_l2 is not None:
+            return self.dense_quality(hit.dense_l2)
+        if mode == "dense":  # a dense hit's score is its L2 distance
+            return self.dense_quality(hit.score)
+        return self.rank_quality(rank, n)
+
+
+def _text(metadata: dict[str, Any], key: str) -> str:
+    value = metadata.get(key)
+    return "" if value is None else str(value)
+
+
+def _chunk_index(metadata: dict[str, Any]) -> int | None:
+    value = metadata.get("chunkIndex")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def evidence_key_of(hit: SearchHit) -> str:
+    """docId#chunk-{chunkIndex}; fallback vector:{chunk_id}; fallback rank:{rank} (seed 000 §7)."""
+    doc_id = _text(hit.metadata, "docId").strip()
+    index = _chunk_index(hit.metadata)
+    if doc_id and index is not None:
+        return f"{doc_id}#chunk-{index}"
+    if hit.chunk_id:
+        return f"vector:{hit.chunk_id}"
+    return f"rank:{hit.rank}"
+
+
+def _hit_reasons(hit: SearchHit, hints: QueryHints) -> tuple[str, ...]:
+    meta = hit.metadata
+    text = normalize_text(" ".join((_text(meta, "title"), _text(meta, "breadcrumb"),
+                                    hit.content)))
+    reasons = [f"keyword:{k}" for k in hints.keywords if contains_term(text, k)]
+    domain = normalize_text(_text(meta, "domain")).strip()
+    reasons += [f"domain:{d}" for d in hints.domains if domain and normalize_text(d) == domain]
+    category = _text(meta, "category")
+    if hints.category_filter and category == hints.category_filter:
+        reasons.append(f"category:{category}")
+    return tuple(reasons)
+
+
+class KnowledgeEvidencePostProcessor:
+    """Search hits of one round → at most `return_n` relevant chunks, in the store's order."""
+
+    def __init__(self, return_n: int, max_chunks_per_document: int, reference_threshold: float,
+                 precise_threshold: float, *, max_l2_distance: float = 2.0) -> None:
+        if return_n < 1 or max_chunks_per_document < 1:
+            raise ValueError("return_n and max_chunks_per_document must be at least 1")
+        if not 0.0 <= reference_threshold <= precise_threshold <= 1.0:
+            raise ValueError("need 0 <= reference_threshold <= precise_threshold <= 1")
+        self.return_n = return_n
+        self.max_chunks_per_document = max_chunks_per_document
+        self.reference_threshold = reference_threshold
+        self.precise_threshold = precise_threshold
+        self.normalizer = RetrievalScoreNormalizer(max_l2_distance)
+
+    def process(self, hits: Sequence[SearchHit], mode: SearchMode,
+                hints: QueryHints) -> PostProcessed:
+        ordered = sorted(hits, key=lambda h: h.rank)  # stable: ties keep the store's order
+        candidates: list[ScoredChunk] = []
+        seen: set[str] = set()
+        for position, hit in enumerate(ordered, start=1):
+            key = evidence_key_of(hit)
+            if key in seen:  # the first (best-ranked) occurrence wins
+                continue
+            seen.add(key)
+            quality = self.normalizer.gate_quality(hit, mode=mode, rank=position,
+                                                   n=len(ordered))
+            candidates.append(self._scored(hit, key, quality, mode, hints))
+
+        top_quality = max((c.quality for c in candidates), default=0.0)
+        level = self._level(top_quality)
+        if level is RelevanceLevel.NONE:
+            # Nothing relevant: the answer is EMPTY, not the least bad junk.
+            return PostProcessed(chunks=(), relevance_level=level, top_quality=top_quality)
+
+        kept: list[ScoredChunk] = []
+        per_document: dict[str, int] = {}
+        for chunk in candidates:
+            # Below-reference chunks are dropped before the limits so they do not take the
+            # place of a relevant chunk further down, and never sit under a precise hit.
+            if chunk.quality < self.reference_threshold:
+                continue
+            document = chunk.doc_id or chunk.evidence_key
+            if per_document.get(document, 0) >= self.max_chunks_per_document:
+                continue
+            per_document[document] = per_document.get(document, 0) + 1
+            kept.append(chunk)
+            if len(kept) == self.return_n:
+                break
+        return PostProcessed(chunks=tuple(kept), relevance_level=level, top_quality=top_quality)
+
+    def _level(self, quality: float) -> RelevanceLevel:
+        if quality >= self.precise_threshold:
+            return RelevanceLevel.PRECISE
+        if quality >= self.reference_threshold:
+            return RelevanceLevel.REFERENCE
+        return RelevanceLevel.NONE
+
+    @staticmethod
+    def _scored(hit: SearchHit, key: str, quality: float, mode: SearchMode,
+                hints: QueryHints) -> ScoredChunk:
+        meta = hit.metadata
+        dense_l2 = hit.dense_l2 if hit.dense_l2 is not None else (
+            hit.score if mode == "dense" else None)
+        return ScoredChunk(
+            evidence_key=key,
+            doc_id=_text(meta, "docId").strip(),
+            chunk_index=_chunk_index(meta),
+            content=hit.content,
+            title=_text(meta, "title"),
+            breadcrumb=_text(meta, "breadcrumb"),
+            source=_text(meta, "source"),
+            category=_text(meta, "category"),
+            original_rank=hit.rank,
+            raw_score=hit.score,
+            quality=quality,
+            dense_l2=dense_l2,
+            hit_reasons=_hit_reasons(hit, hints),
+        )

@@ -1,0 +1,55 @@
+"""Writes of RagConfig: validated, versioned, with a change record."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from django.db import transaction
+
+from datasets.models import Dataset, Tenant
+from retrieval.config import RagConfigConverter, RagConfigError, RagSettings
+from retrieval.models import RagConfig, RagConfigChange
+
+
+def rag_config_update(*, config: RagConfig | None, tenant: Tenant, dataset: Dataset | None = None,
+                      values: Mapping[str, object], changed_by: str) -> RagConfig:
+    """Create or update the config of (tenant, dataset); `values` may be partial.
+
+    With `config=None` the existing row of (tenant, dataset) is updated, or one is created
+    from the built-in defaults. An unchanged result writes nothing and keeps the version.
+    Raises RagConfigError (field → message) on invalid values.
+    """
+    if dataset is not None and dataset.tenant_id != tenant.pk:
+        raise RagConfigError({"dataset": "belongs to another tenant"})
+    if config is not None and (config.tenant_id != tenant.pk
+                               or config.dataset_id != (dataset.pk if dataset else None)):
+        raise RagConfigError({"dataset": "does not match the config being edited"})
+
+    with transaction.atomic():
+        # Locking the tenant row serialises every config write of the tenant; this is what
+        # keeps "one default per tenant" (dataset IS NULL) without a partial unique index.
+        Tenant.objects.select_for_update().only("pk").get(pk=tenant.pk)
+        rows = RagConfig.objects.select_for_update()
+        current = (rows.filter(pk=config.pk) if config is not None
+                   else rows.filter(tenant=tenant, dataset=dataset)).first()
+        if config is not None and current is None:
+            raise RagConfig.DoesNotExist(f"RagConfig {config.pk} was deleted")
+
+        # The stored row, not the caller's in-memory object (the admin has already
+        # assigned the new values to it), is what "before" means.
+        base = current.to_settings() if current is not None else RagSettings()
+        settings = RagConfigConverter.to_settings(values, base=base)
+        before = RagConfigConverter.to_dict(base) if current is not None else None
+        after = RagConfigConverter.to_dict(settings)
+        if current is not None and before == after:
+            return current
+
+        row = current or RagConfig(tenant=tenant, dataset=dataset)
+        for name, value in after.items():
+            setattr(row, name, value)
+        row.version += 1
+        row.updated_by = changed_by
+        row.save()
+        RagConfigChange.objects.create(config=row, version=row.version, changed_by=changed_by,
+                                       before=before, after=after)
+    return row

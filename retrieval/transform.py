@@ -1,0 +1,107 @@
+"""L0 query understanding: domain / keyword hints and an optional category filter.
+
+L0 comes from document frontmatter. It is a hint for the search (seed 000 §8), never evidence:
+nothing here returns document text, and a document matching by keyword is not a result.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from types import MappingProxyType
+
+from retrieval.types import QueryHints
+
+# A one-character term ("a", "库") would match nearly every query.
+MIN_TERM_CHARS = 2
+
+
+def normalize_text(text: str) -> str:
+    # NFKC folds full-width forms (Ｒｅｄｉｓ) that Chinese input methods produce.
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+@lru_cache(maxsize=4096)
+def _term_pattern(term: str) -> re.Pattern[str]:
+    # Latin/digit edges need a word boundary so "go" does not match "google" and "java" does
+    # not match "javascript"; CJK has no spaces between words, so there a substring is used.
+    head = r"(?<![0-9a-z_])" if re.match(r"[0-9a-z_]", term) else ""
+    tail = r"(?![0-9a-z_])" if re.search(r"[0-9a-z_]$", term) else ""
+    return re.compile(head + re.escape(term) + tail)
+
+
+def contains_term(text: str, term: str) -> bool:
+    """True when the normalized `term` (≥ 2 chars) occurs in the already normalized `text`."""
+    return len(term) >= MIN_TERM_CHARS and _term_pattern(term).search(text) is not None
+
+
+@dataclass(frozen=True)
+class L0Document:
+    """Frontmatter of one document (as in datasets.Document)."""
+
+    doc_id: str
+    title: str = ""
+    domain: str = ""
+    keywords: tuple[str, ...] = ()
+    category: str = ""
+
+
+@dataclass(frozen=True)
+class _Domain:
+    name: str
+    terms: frozenset[str]  # normalized: the domain name, titles and keywords
+    categories: frozenset[str]
+
+
+class L0Index:
+    """An immutable snapshot of the frontmatter of the visible documents."""
+
+    def __init__(self, documents: Iterable[L0Document]) -> None:
+        terms: dict[str, set[str]] = {}
+        categories: dict[str, set[str]] = {}
+        names: dict[str, str] = {}
+        keywords: set[str] = set()
+        for doc in documents:
+            doc_keywords = {normalize_text(k).strip() for k in doc.keywords}
+            keywords |= doc_keywords
+            domain = normalize_text(doc.domain).strip()
+            if not domain:
+                continue
+            names.setdefault(domain, doc.domain.strip())
+            terms.setdefault(domain, {domain}).update(
+                doc_keywords | {normalize_text(doc.title).strip()})
+            categories.setdefault(domain, set()).add(doc.category.strip())
+        self._domains: Mapping[str, _Domain] = MappingProxyType({
+            key: _Domain(names[key], frozenset(t for t in terms[key] if len(t) >= MIN_TERM_CHARS),
+                         frozenset(categories[key]))
+            for key in sorted(terms)
+        })
+        self._keywords = frozenset(k for k in keywords if len(k) >= MIN_TERM_CHARS)
+
+    def match(self, query: str) -> QueryHints:
+        text = normalize_text(query)
+        domains = [d for d in self._domains.values()
+                   if any(contains_term(text, term) for term in d.terms)]
+        keywords = sorted(k for k in self._keywords if contains_term(text, k))
+        category: str | None = None
+        # Filtering narrows recall, so only an unambiguous hint may do it: one domain whose
+        # documents all carry the same, non-empty category.
+        if len(domains) == 1 and len(domains[0].categories) == 1:
+            category = next(iter(domains[0].categories)) or None
+        return QueryHints(domains=tuple(sorted(d.name for d in domains)),
+                          keywords=tuple(keywords), category_filter=category)
+
+
+class KnowledgeQueryTransformer:
+    """query → QueryHints from the L0 index."""
+
+    def __init__(self, index: L0Index) -> None:
+        self._index = index
+
+    def transform(self, query: str) -> QueryHints:
+        if not query.strip():
+            return QueryHints()
+        return self._index.match(query)

@@ -1,0 +1,131 @@
+"""RagConfig: service writes, history, selector precedence, database constraints."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import IntegrityError, transaction
+
+from datasets.models import Dataset, Tenant
+from retrieval.config import RagConfigError, RagSettings
+from retrieval.models import RagConfig, RagConfigChange
+from retrieval.selectors import rag_config_for
+from retrieval.services import rag_config_update
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def tenant() -> Tenant:
+    return Tenant.objects.create(slug="acme")
+
+
+@pytest.fixture
+def dataset(tenant: Tenant) -> Dataset:
+    return Dataset.objects.create(tenant=tenant, name="runbooks")
+
+
+def test_create_then_update_bumps_version_and_records_history(tenant: Tenant) -> None:
+    config = rag_config_update(config=None, tenant=tenant, values={"return_n": "3"},
+                               changed_by="alice")
+    assert (config.version, config.return_n, config.updated_by) == (1, 3, "alice")
+    first = RagConfigChange.objects.get(config=config)
+    assert first.before is None and first.after["return_n"] == 3
+
+    config = rag_config_update(config=config, tenant=tenant,
+                               values={"enable_rerank": "1", "rerank_top_n": 10},
+                               changed_by="bob")
+    config.refresh_from_db()
+    assert (config.version, config.enable_rerank, config.rerank_top_n) == (2, True, 10)
+    change = RagConfigChange.objects.get(config=config, version=2)
+    assert change.changed_by == "bob"
+    assert change.changed_fields() == {"enable_rerank": (False, True), "rerank_top_n": (5, 10)}
+
+
+def test_config_none_updates_the_existing_default_instead_of_a_second_one(
+        tenant: Tenant) -> None:
+    rag_config_update(config=None, tenant=tenant, values={"return_n": 3}, changed_by="a")
+    rag_config_update(config=None, tenant=tenant, values={"return_n": 4}, changed_by="b")
+    assert RagConfig.objects.filter(tenant=tenant, dataset__isnull=True).count() == 1
+    assert RagConfig.objects.get(tenant=tenant).version == 2
+
+
+def test_unchanged_values_do_not_bump_the_version(tenant: Tenant) -> None:
+    config = rag_config_update(config=None, tenant=tenant, values={}, changed_by="a")
+    again = rag_config_update(config=config, tenant=tenant, values={"return_n": "5"},
+                              changed_by="b")
+    assert again.version == 1 and RagConfigChange.objects.count() == 1
+
+
+def test_invalid_values_write_nothing(tenant: Tenant) -> None:
+    with pytest.raises(RagConfigError) as info:
+        rag_config_update(config=None, tenant=tenant,
+                          values={"enable_fallback": "yes please", "return_n": 0},
+                          changed_by="a")
+    assert set(info.value.errors) == {"enable_fallback", "return_n"}
+    assert not RagConfig.objects.exists() and not RagConfigChange.objects.exists()
+
+
+def test_dataset_of_another_tenant_is_rejected(tenant: Tenant) -> None:
+    other = Dataset.objects.create(tenant=Tenant.objects.create(slug="other"), name="x")
+    with pytest.raises(RagConfigError) as info:
+        rag_config_update(config=None, tenant=tenant, dataset=other, values={},
+                          changed_by="a")
+    assert "dataset" in info.value.errors
+
+
+def test_selector_precedence(tenant: Tenant, dataset: Dataset) -> None:
+    other = Dataset.objects.create(tenant=tenant, name="faq")
+    assert rag_config_for(tenant_id=tenant.pk, dataset_ids=[dataset.pk]) == (RagSettings(), None)
+
+    rag_config_update(config=None, tenant=tenant, values={"return_n": 3}, changed_by="a")
+    rag_config_update(config=None, tenant=tenant, dataset=dataset,
+                      values={"return_n": 4, "search_mode": "dense"}, changed_by="a")
+    rag_config_update(config=None, tenant=tenant, dataset=dataset, values={"return_n": 2},
+                      changed_by="a")
+
+    settings, version = rag_config_for(tenant_id=tenant.pk, dataset_ids=[dataset.pk])
+    assert (settings.return_n, settings.search_mode, version) == (2, "dense", 2)
+    # several datasets, or one without an override: the tenant default
+    settings, version = rag_config_for(tenant_id=tenant.pk, dataset_ids=[dataset.pk, other.pk])
+    assert (settings.return_n, settings.search_mode, version) == (3, "hybrid", 1)
+    assert rag_config_for(tenant_id=tenant.pk, dataset_ids=[other.pk])[0].return_n == 3
+    assert rag_config_for(tenant_id=tenant.pk, dataset_ids=[])[0].return_n == 3
+
+
+def test_selector_ignores_other_tenants(tenant: Tenant) -> None:
+    other = Tenant.objects.create(slug="other")
+    rag_config_update(config=None, tenant=other, values={"return_n": 3}, changed_by="a")
+    assert rag_config_for(tenant_id=tenant.pk, dataset_ids=[]) == (RagSettings(), None)
+
+
+def test_model_defaults_match_the_settings_defaults(tenant: Tenant) -> None:
+    assert RagConfig(tenant=tenant).to_settings() == RagSettings()
+
+
+def test_a_hand_edited_row_is_rejected_not_half_trusted(tenant: Tenant) -> None:
+    RagConfig.objects.create(tenant=tenant, enable_correction=True)
+    with pytest.raises(RagConfigError):
+        rag_config_for(tenant_id=tenant.pk, dataset_ids=[])
+
+
+@pytest.mark.parametrize("values", [{"retrieve_k": 3, "return_n": 5}, {"rrf_k": 0},
+                                    {"reference_threshold": 1.5},
+                                    {"reference_threshold": 0.7, "precise_threshold": 0.6}])
+def test_database_check_constraints(tenant: Tenant, values: dict[str, object]) -> None:
+    with pytest.raises(IntegrityError), transaction.atomic():
+        RagConfig.objects.create(tenant=tenant, **values)
+
+
+def test_one_override_per_dataset_in_the_database(tenant: Tenant, dataset: Dataset) -> None:
+    RagConfig.objects.create(tenant=tenant, dataset=dataset)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        RagConfig.objects.create(tenant=tenant, dataset=dataset)
+
+
+def test_deleting_the_dataset_removes_its_override_and_history(
+        tenant: Tenant, dataset: Dataset) -> None:
+    config = rag_config_update(config=None, tenant=tenant, dataset=dataset, values={},
+                               changed_by="a")
+    dataset.delete()
+    assert not RagConfig.objects.filter(pk=config.pk).exists()
+    assert not RagConfigChange.objects.exists()
