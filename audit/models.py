@@ -1,0 +1,75 @@
+"""ToolInvocation: one row per tool call, for people to replay what the agent saw (seed 000 §9.1).
+
+The agent never reads this table. It keeps how an answer was made, not what it said: the query
+is a keyed hash and a length unless KB_AUDIT_STORE_RAW_QUERY is on, and excerpts are never kept.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from datasets.models import ApiKey, Tenant
+from retrieval.types import EvidenceStatus, RelevanceLevel
+
+# "" = the call failed before a LookupResult existed.
+EVIDENCE_STATUSES = ["", *(s.value for s in EvidenceStatus)]
+RELEVANCE_LEVELS = ["", *(r.value for r in RelevanceLevel)]
+
+
+class Outcome(models.TextChoices):
+    OK = "ok", "ok (READY)"
+    EMPTY = "empty", "empty (EMPTY)"
+    UNAVAILABLE = "unavailable", "unavailable (a backend failed)"
+    INVALID = "invalid", "invalid request (4xx)"
+    UNAUTHENTICATED = "unauthenticated", "unauthenticated (401)"
+    FORBIDDEN = "forbidden", "forbidden (403)"
+    ERROR = "error", "internal error (5xx)"
+
+
+class ToolInvocation(models.Model):
+    created_at = models.DateTimeField(default=timezone.now)
+    tool_call_id = models.CharField(max_length=128, blank=True)
+    session_id = models.CharField(max_length=128, blank=True)
+    # A tenant's audit goes with the tenant; a deleted key leaves its history behind.
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, null=True, blank=True,
+                               related_name="tool_invocations")
+    api_key = models.ForeignKey(ApiKey, on_delete=models.SET_NULL, null=True, blank=True,
+                                related_name="tool_invocations")
+    tool_name = models.CharField(max_length=64, default="lookup_knowledge")
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    evidence_status = models.CharField(max_length=16, blank=True)
+    relevance_level = models.CharField(max_length=16, blank=True)
+    returned_count = models.PositiveIntegerField(default=0)
+    latency_ms = models.FloatField()
+    config_version = models.PositiveIntegerField(null=True, blank=True)
+    query_hash = models.CharField(max_length=64, blank=True)
+    query_length = models.PositiveIntegerField(null=True, blank=True)
+    query_text = models.TextField(blank=True, help_text="Only with KB_AUDIT_STORE_RAW_QUERY.")
+    error = models.CharField(max_length=200, blank=True)
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        db_table = "tool_invocation"
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["created_at"], name="tool_inv_created"),
+            models.Index(fields=["tenant", "session_id", "created_at"],
+                         name="tool_inv_tenant_session"),
+            models.Index(fields=["tool_call_id"], name="tool_inv_call"),
+            models.Index(fields=["session_id"], name="tool_inv_session"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(outcome__in=Outcome.values),
+                                   name="tool_invocation_outcome_valid"),
+            models.CheckConstraint(condition=Q(evidence_status__in=EVIDENCE_STATUSES),
+                                   name="tool_invocation_evidence_status_valid"),
+            models.CheckConstraint(condition=Q(relevance_level__in=RELEVANCE_LEVELS),
+                                   name="tool_invocation_relevance_level_valid"),
+            models.CheckConstraint(condition=Q(latency_ms__gte=0),
+                                   name="tool_invocation_latency_non_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} {self.tool_call_id or '#' + str(self.pk)} ({self.outcome})"

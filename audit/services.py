@@ -1,0 +1,127 @@
+"""Writes of the audit: one ToolInvocation row per tool call, and its retention."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django.utils.crypto import salted_hmac
+from rest_framework import exceptions
+
+from audit.models import Outcome, ToolInvocation
+from datasets.models import ApiKey
+from retrieval.project import RagResultProjector, trace_details
+from retrieval.types import EvidenceStatus, LookupResult
+
+logger = logging.getLogger(__name__)
+
+IDENT_MAX = 128  # tool_call_id / session_id column width
+OUTCOME_OF_STATUS = {
+    EvidenceStatus.READY: Outcome.OK,
+    EvidenceStatus.EMPTY: Outcome.EMPTY,
+    EvidenceStatus.UNAVAILABLE: Outcome.UNAVAILABLE,
+}
+
+
+def query_fingerprint(query: str) -> str:
+    # Keyed with SECRET_KEY: a plain SHA-256 of a short question is one dictionary lookup
+    # away from the question itself. Equal queries still share a hash, so repeats group.
+    return salted_hmac("kbplatform.audit.query", query, algorithm="sha256").hexdigest()
+
+
+def invocation_record(*, api_key: ApiKey | None, latency_ms: float,
+                      result: LookupResult | None = None, payload: Mapping[str, Any] | None = None,
+                      error: Exception | None = None) -> None:
+    """Write the audit row of one tool call. Never raises: the audit must not break a lookup."""
+    try:
+        row = _invocation_row(api_key=api_key, latency_ms=latency_ms, result=result,
+                              payload=payload, error=error)
+        # A savepoint: a failed insert must not poison a transaction the caller may hold.
+        with transaction.atomic():
+            row.save(force_insert=True)
+    except Exception:
+        logger.exception("audit: could not record tool call %r",
+                         getattr(result, "tool_call_id", ""))
+
+
+def _invocation_row(*, api_key: ApiKey | None, latency_ms: float, result: LookupResult | None,
+                    payload: Mapping[str, Any] | None, error: Exception | None) -> ToolInvocation:
+    row = ToolInvocation(
+        api_key=api_key,
+        tenant_id=api_key.tenant_id if api_key else result.filters.tenant_id if result else None,
+        latency_ms=round(latency_ms, 3) if math.isfinite(latency_ms) and latency_ms > 0 else 0.0)
+    query: object = None
+    if result is not None:
+        seen = RagResultProjector().project(result)  # what the agent saw, not the internals
+        row.tool_call_id = result.tool_call_id[:IDENT_MAX]
+        row.session_id = result.session_id[:IDENT_MAX]
+        row.outcome = OUTCOME_OF_STATUS[result.evidence_status]
+        row.evidence_status = result.evidence_status.value
+        row.relevance_level = seen["relevance_level"]
+        row.returned_count = seen["returned_count"]
+        row.config_version = result.config_version
+        row.error = result.error[:200]
+        row.details = {"retrievalDetails": trace_details(result)}
+        query = result.query
+    else:
+        body = payload if isinstance(payload, Mapping) else {}
+        row.tool_call_id = _ident(body.get("tool_call_id"))
+        row.session_id = _ident(body.get("session_id"))
+        row.outcome = _outcome(error)
+        row.error = type(error).__name__ if error is not None else ""
+        row.details = {"retrievalDetails": None, "failure": _failure(error)}
+        query = body.get("query")
+    if isinstance(query, str):
+        row.query_hash = query_fingerprint(query)
+        row.query_length = len(query)
+        if settings.KB_AUDIT_STORE_RAW_QUERY:
+            row.query_text = query[:settings.KB_MAX_QUERY_CHARS]
+    return row
+
+
+def _ident(value: object) -> str:
+    # Ids of a rejected body are kept only when they could be ids at all.
+    return value if isinstance(value, str) and len(value) <= IDENT_MAX else ""
+
+
+def _status(error: Exception | None) -> int:
+    return error.status_code if isinstance(error, exceptions.APIException) else 500
+
+
+def _outcome(error: Exception | None) -> Outcome:
+    status = _status(error)
+    if status == 401 or isinstance(error, (exceptions.NotAuthenticated,
+                                           exceptions.AuthenticationFailed)):
+        return Outcome.UNAUTHENTICATED
+    if status == 403:
+        return Outcome.FORBIDDEN
+    if status == 503:
+        return Outcome.UNAVAILABLE
+    return Outcome.INVALID if 400 <= status < 500 else Outcome.ERROR
+
+
+def _failure(error: Exception | None) -> dict[str, Any]:
+    # Codes, never messages: an exception's text may quote the query or a backend's internals.
+    codes = error.get_codes() if isinstance(error, exceptions.APIException) else None
+    return {"type": type(error).__name__ if error is not None else None,
+            "status": _status(error), "codes": codes}
+
+
+def tool_invocations_prune(*, older_than_days: int, batch_size: int = 1000) -> int:
+    """Delete rows older than `older_than_days`, one short transaction per batch; the count."""
+    cutoff = timezone.now() - timedelta(days=older_than_days)
+    deleted = 0
+    while True:
+        ids = list(ToolInvocation.objects.filter(created_at__lt=cutoff).order_by()
+                   .values_list("pk", flat=True)[:batch_size])
+        if not ids:
+            return deleted
+        with transaction.atomic():
+            count, _ = ToolInvocation.objects.filter(pk__in=ids).delete()
+        deleted += count
