@@ -12,7 +12,7 @@ def job_update(job: Job | None, *, status: str | None = None, done: int | None =
                detail: dict[str, Any] | None = None) -> None:
     if job is None:
         return
-    fields = {"status": status, "done": done, "total": total, "error": error}
+    fields: dict[str, Any] = {"status": status, "done": done, "total": total, "error": error}
     changes = {key: value for key, value in fields.items() if value is not None}
     if detail:
         changes["detail"] = {**job.detail, **detail}

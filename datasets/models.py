@@ -39,7 +39,8 @@ class Dataset(models.Model):
     class Meta:
         ordering = ["tenant__slug", "name"]
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "name"], name="dataset_unique_name_per_tenant"),
+            models.UniqueConstraint(fields=["tenant", "name"],
+                                    name="dataset_unique_name_per_tenant"),
         ]
 
     def __str__(self) -> str:
@@ -193,6 +194,9 @@ class EmbeddingCache(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["model", "text_hash"], name="embedding_cache_key"),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.model}:{self.text_hash[:12]}"
 
 
 class Job(models.Model):

@@ -15,7 +15,7 @@ logger = logging.getLogger(__name__)
 class ApiError(exceptions.APIException):
     """An error the client is meant to read; `code` is stable, `message` is for people."""
 
-    status_code = status.HTTP_400_BAD_REQUEST
+    status_code: int = status.HTTP_400_BAD_REQUEST
     default_code = "bad_request"
 
     def __init__(self, message: str, *, code: str | None = None, status_code: int | None = None,

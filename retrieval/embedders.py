@@ -128,9 +128,10 @@ class OpenAIEmbedder:
     def _embed(self, batch: list[str]) -> list[list[float]]:
         import openai
 
-        kwargs = {"dimensions": self._requested_dimensions} if self._requested_dimensions else {}
         try:
-            response = self._client.embeddings.create(model=self._model, input=batch, **kwargs)
+            response = self._client.embeddings.create(
+                model=self._model, input=batch,
+                dimensions=self._requested_dimensions or openai.omit)
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
             raise EmbeddingAuthError(
                 f"the embedding endpoint refused the credentials (HTTP {exc.status_code})"
