@@ -99,7 +99,7 @@ class Document(models.Model):
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     error = models.TextField(blank=True)
     chunk_count = models.PositiveIntegerField(default=0)
-    indexed_hash = models.CharField(max_length=64, blank=True,
+    indexed_hash = models.CharField(max_length=200, blank=True,
                                     help_text="content hash of what is in the vector store")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -142,7 +142,8 @@ def document_index(*, document: Document, collection: str | None = None,
     """Chunk, embed (cached), upsert to Milvus, then replace the DB chunks. Returns chunks."""
     # A rebuild names its new collection; everything else writes to the serving index.
     target = collection or active_index_version().collection_name
-    marker = f"{document.content_hash}:{target}"
+    # Hashed: "{sha256}:{collection}" does not fit the 64-character column (MariaDB refuses it).
+    marker = hashlib.sha256(f"{document.content_hash}:{target}".encode()).hexdigest()
     if not force and document.indexed_hash == marker and document.status == Document.Status.READY:
         return document.chunk_count  # unchanged: no embedding work at all
     Document.objects.filter(pk=document.pk).update(status=Document.Status.INDEXING, error="")

@@ -161,5 +161,10 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("KB_LOG_LEVEL", "INFO")},
-    "loggers": {name: {"level": "WARNING"} for name in ("jieba", "milvus_lite", "faiss")},
+    "loggers": {
+        **{name: {"level": "WARNING"} for name in ("jieba", "milvus_lite", "faiss")},
+        # pymilvus logs every failed RPC with a traceback, expected ones too (an alias that
+        # does not exist yet); the store logs the failures that matter itself.
+        "pymilvus.decorators": {"level": "CRITICAL"},
+    },
 }

@@ -59,7 +59,7 @@ class Migration(migrations.Migration):
                 ('status', models.CharField(choices=[('pending', 'Pending'), ('indexing', 'Indexing'), ('ready', 'Ready'), ('failed', 'Failed')], default='pending', max_length=10)),
                 ('error', models.TextField(blank=True)),
                 ('chunk_count', models.PositiveIntegerField(default=0)),
-                ('indexed_hash', models.CharField(blank=True, help_text='content hash of what is in the vector store', max_length=64)),
+                ('indexed_hash', models.CharField(blank=True, help_text='content hash of what is in the vector store', max_length=200)),
                 ('created_at', models.DateTimeField(auto_now_add=True)),
                 ('updated_at', models.DateTimeField(auto_now=True)),
                 ('dataset', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='documents', to='datasets.dataset')),
