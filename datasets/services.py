@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 
 from datasets.index_versions import active_index_version
 from datasets.ingestion.parse import ParsedDocument, parse_markdown
-from datasets.ingestion.pipeline import build_chunks
+from datasets.ingestion.pipeline import ChunkDraft, build_chunks
 from datasets.jobs import job_update
 from datasets.models import Chunk, Dataset, Document, Job, Tenant, evidence_key
 from kbplatform.errors import ApiError
-from retrieval.embedders import get_embedder
-from retrieval.store import ChunkRow, get_store
+from retrieval.embedders import Embedder, get_embedder
+from retrieval.store import ChunkRow, MilvusHybridKnowledgeStore, get_store
 
 logger = logging.getLogger(__name__)
 
@@ -120,8 +121,8 @@ def _fill(document: Document, parsed: ParsedDocument, *, name: str, text: str,
     document.error = ""
 
 
-def chunk_rows(document: Document, parsed: ParsedDocument, vectors: list[list[float]],
-               drafts: list) -> list[ChunkRow]:
+def chunk_rows(document: Document, vectors: list[list[float]],
+               drafts: list[ChunkDraft]) -> list[ChunkRow]:
     dataset = document.dataset
     rows = []
     for draft, vector in zip(drafts, vectors, strict=True):
@@ -137,37 +138,60 @@ def chunk_rows(document: Document, parsed: ParsedDocument, vectors: list[list[fl
     return rows
 
 
+def index_marker(document: Document, collection: str) -> str:
+    # Hashed: "{sha256}:{collection}" does not fit the 64-character column (MariaDB refuses it).
+    return hashlib.sha256(f"{document.content_hash}:{collection}".encode()).hexdigest()
+
+
 def document_index(*, document: Document, collection: str | None = None,
                    force: bool = False) -> int:
     """Chunk, embed (cached), upsert to Milvus, then replace the DB chunks. Returns chunks."""
     # A rebuild names its new collection; everything else writes to the serving index.
     target = collection or active_index_version().collection_name
-    # Hashed: "{sha256}:{collection}" does not fit the 64-character column (MariaDB refuses it).
-    marker = hashlib.sha256(f"{document.content_hash}:{target}".encode()).hexdigest()
-    if not force and document.indexed_hash == marker and document.status == Document.Status.READY:
+    if not force and document.indexed_hash == index_marker(document, target) \
+            and document.status == Document.Status.READY:
         return document.chunk_count  # unchanged: no embedding work at all
-    Document.objects.filter(pk=document.pk).update(status=Document.Status.INDEXING, error="")
-    parsed = parse_markdown(document.source_text.encode("utf-8"), file_name=document.file_name,
-                            max_bytes=len(document.source_text.encode("utf-8")) + 1)
-    drafts = build_chunks(parsed)
-    vectors = get_embedder().embed_documents([d.search_text for d in drafts])
-    rows = chunk_rows(document, parsed, vectors, drafts)
-    store = get_store()
-    store.upsert(rows, collection=target)
+    return documents_index(documents=[document], collection=target, store=get_store(),
+                           embedder=get_embedder())[document.pk]
+
+
+def documents_index(*, documents: Sequence[Document], collection: str,
+                    store: MilvusHybridKnowledgeStore, embedder: Embedder) -> dict[int, int]:
+    """Index several documents with one embedding call, one upsert and one flush."""
+    Document.objects.filter(pk__in=[d.pk for d in documents]).update(
+        status=Document.Status.INDEXING, error="")
+    drafts = {}
+    for document in documents:
+        raw = document.source_text.encode("utf-8")
+        drafts[document.pk] = build_chunks(
+            parse_markdown(raw, file_name=document.file_name, max_bytes=len(raw) + 1))
+    texts = [d.search_text for pk in drafts for d in drafts[pk]]
+    vectors = iter(embedder.embed_documents(texts))
+    rows = [row for document in documents
+            for row in chunk_rows(document, [next(vectors) for _ in drafts[document.pk]],
+                                  drafts[document.pk])]
+    store.upsert(rows, collection=collection)
     # Old chunks beyond the new count would be orphans: delete all but the new ids.
-    store.delete_document(document.doc_id, keep=[row.id for row in rows], collection=target)
+    store.delete_documents([d.doc_id for d in documents], keep=[row.id for row in rows],
+                           collection=collection)
     with transaction.atomic():
-        Chunk.objects.filter(document=document).delete()
+        Chunk.objects.filter(document__in=documents).delete()
         Chunk.objects.bulk_create([
             Chunk(document=document, chunk_index=d.index, content=d.content,
                   breadcrumb=d.breadcrumb[:1000], metadata={"search_chars": len(d.search_text)})
-            for d in drafts])
-        Document.objects.filter(pk=document.pk).update(
-            status=Document.Status.READY, chunk_count=len(drafts), indexed_hash=marker, error="")
-    current = Document.objects.values_list("activated", flat=True).get(pk=document.pk)
-    if current != document.activated:  # toggled while we were embedding
-        store.set_document_activation(document.doc_id, current, collection=target)
-    return len(drafts)
+            for document in documents for d in drafts[document.pk]])
+        for document in documents:
+            Document.objects.filter(pk=document.pk).update(
+                status=Document.Status.READY, chunk_count=len(drafts[document.pk]),
+                indexed_hash=index_marker(document, collection), error="")
+    toggled = Document.objects.filter(pk__in=[d.pk for d in documents]).values_list(
+        "pk", "activated")
+    wanted = {d.pk: d.activated for d in documents}
+    for pk, activated in toggled:
+        if activated != wanted[pk]:  # toggled while we were embedding
+            doc_id = next(d.doc_id for d in documents if d.pk == pk)
+            store.set_document_activation(doc_id, activated, collection=collection)
+    return {pk: len(chunks) for pk, chunks in drafts.items()}
 
 
 def document_mark_failed(*, document_id: int, error: str) -> None:

@@ -39,14 +39,16 @@ def lookup_scope(*, caller: Caller, requested: Sequence[int] | None) -> SearchFi
 
 def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = "",
                      session_id: str = "", mode: SearchMode | None = None,
-                     overrides: dict[str, Any] | None = None) -> LookupResult:
-    """Run one lookup. `overrides` (evaluation only) replace config values for this call."""
+                     overrides: dict[str, Any] | None = None,
+                     search: VectorSearchService | None = None) -> LookupResult:
+    """Run one lookup. `overrides` and `search` (evaluation only) replace the config values
+    and the serving index for this call."""
     settings, version = rag_config_for(tenant_id=filters.tenant_id,
                                        dataset_ids=filters.dataset_ids)
     if overrides:
         settings = RagConfigConverter.to_settings(overrides, base=settings)
     tool = LookupKnowledgeTool(
-        search=VectorSearchService(port=get_store(), embedder=get_embedder()),
+        search=search or VectorSearchService(port=get_store(), embedder=get_embedder()),
         l0_index=lambda: l0_index_for(tenant_id=filters.tenant_id,
                                       dataset_ids=filters.dataset_ids),
         settings=settings, config_version=version, mode=mode)

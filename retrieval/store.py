@@ -210,8 +210,12 @@ class MilvusHybridKnowledgeStore:
 
     def delete_document(self, doc_id: int, *, keep: Iterable[str] = (),
                         collection: str | None = None) -> None:
-        """Delete a document's chunks by the scalar doc_id (not a JSON filter), except `keep`."""
-        expr = f"doc_id == {int(doc_id)}"
+        self.delete_documents([doc_id], keep=keep, collection=collection)
+
+    def delete_documents(self, doc_ids: Sequence[int], *, keep: Iterable[str] = (),
+                         collection: str | None = None) -> None:
+        """Delete documents' chunks by the scalar doc_id (not a JSON filter), except `keep`."""
+        expr = f"doc_id in [{', '.join(str(int(d)) for d in doc_ids)}]"
         kept = list(keep)
         if kept:
             expr += f" and not (id in [{', '.join(quote(k) for k in kept)}])"
@@ -240,17 +244,18 @@ class MilvusHybridKnowledgeStore:
 
     # --- search (the KnowledgeSearchPort) ---------------------------------------------------
 
-    def search(self, request: SearchRequest) -> list[SearchHit]:
+    def search(self, request: SearchRequest, *, collection: str | None = None) -> list[SearchHit]:
         expr = filter_expression(request.filters)
         client = self.client()
+        name = collection or self.alias
         output = [*_OUTPUT, "vector"] if request.mode == "hybrid" else _OUTPUT
         if request.mode == "dense":
-            raw = self._call("search", client.search, self.alias, data=[request.query_vector],
+            raw = self._call("search", client.search, name, data=[request.query_vector],
                              anns_field="vector", filter=expr, limit=request.limit,
                              output_fields=output,
                              search_params={"metric_type": "L2", "params": {"nprobe": 16}})
         elif request.mode == "bm25":
-            raw = self._call("search", client.search, self.alias, data=[request.query_text],
+            raw = self._call("search", client.search, name, data=[request.query_text],
                              anns_field="sparse_vector", filter=expr, limit=request.limit,
                              output_fields=output, search_params={"metric_type": "BM25"})
         else:
@@ -260,7 +265,7 @@ class MilvusHybridKnowledgeStore:
             sparse = AnnSearchRequest(data=[request.query_text], anns_field="sparse_vector",
                                       param={"metric_type": "BM25"}, limit=request.limit,
                                       expr=expr)
-            raw = self._call("hybrid_search", client.hybrid_search, self.alias,
+            raw = self._call("hybrid_search", client.hybrid_search, name,
                              [dense, sparse], RRFRanker(request.rrf_k), limit=request.limit,
                              output_fields=output)
         query = np.asarray(request.query_vector, dtype=np.float32) if request.query_vector else None
@@ -280,6 +285,17 @@ class MilvusHybridKnowledgeStore:
                          metadata=dict(entity.get("metadata") or {}), rank=rank,
                          score=abs(distance) if request.mode == "bm25" else distance,
                          dense_l2=dense_l2)
+
+
+class CollectionSearch:
+    """The search port on one named collection (an evaluation index), not the serving alias."""
+
+    def __init__(self, store: MilvusHybridKnowledgeStore, collection: str) -> None:
+        self.store = store
+        self.collection = collection
+
+    def search(self, request: SearchRequest) -> list[SearchHit]:
+        return self.store.search(request, collection=self.collection)
 
 
 _stores: dict[int, MilvusHybridKnowledgeStore] = {}
