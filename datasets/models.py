@@ -34,6 +34,9 @@ class Dataset(models.Model):
     description = models.TextField(blank=True)
     kb_scope = models.CharField(max_length=100, blank=True)
     activated = models.BooleanField(default=True)
+    evaluation = models.BooleanField(
+        default=False, help_text="Loaded by `manage.py evaluate` into its own collection; "
+                                 "never part of the serving index or a rebuild.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import datetime
 
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -27,7 +28,13 @@ CONFIRM_WORD = "REBUILD"
 
 
 def _live_documents() -> QuerySet[Document]:
-    return Document.objects.filter(deleted=False).select_related("dataset").order_by("pk")
+    return (Document.objects.filter(deleted=False, dataset__evaluation=False)
+            .select_related("dataset").order_by("pk"))
+
+
+def _changed_since(started: datetime) -> QuerySet[Document]:
+    return Document.objects.filter(updated_at__gte=started, dataset__evaluation=False) \
+        .select_related("dataset")
 
 
 def rebuild_hybrid_knowledge(*, job: Job | None = None,
@@ -49,7 +56,7 @@ def rebuild_hybrid_knowledge(*, job: Job | None = None,
             if progress:
                 progress(number, len(documents), document.source_path)
         # Documents changed while we were copying: bring them over before the switch.
-        for document in Document.objects.filter(updated_at__gte=started).select_related("dataset"):
+        for document in _changed_since(started):
             if document.deleted:
                 store.delete_document(document.doc_id, collection=version.collection_name)
             else:

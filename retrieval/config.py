@@ -84,7 +84,7 @@ _BOOLS = {"enable_query_transform", "enable_rerank", "enable_quality_assessment"
 _INTS: dict[str, tuple[int, int]] = {
     "max_results": (1, 100), "rerank_top_n": (1, 200), "max_retry_count": (0, 10),
     "timeout_millis": (100, 600_000), "rrf_k": (1, 16_384), "retrieve_k": (1, 200),
-    "return_n": (1, 50), "max_chunks_per_document": (1, 50),
+    "return_n": (1, 200), "max_chunks_per_document": (1, 50),
     "max_context_chars": (200, 100_000), "max_excerpt_chars": (200, 20_000),
 }
 _FLOATS: dict[str, tuple[float, float]] = {
