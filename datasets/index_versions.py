@@ -7,6 +7,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from datasets.models import IndexVersion
+from retrieval.analysis import VERSION as ANALYSIS_VERSION
 from retrieval.embedders import Embedder, get_embedder
 from retrieval.store import MilvusHybridKnowledgeStore, get_store
 
@@ -15,9 +16,13 @@ class IndexMismatch(Exception):
     """The configured embedder or splitter differs from the serving index: rebuild first."""
 
 
+SPLITTER = f"markdown-heading-v1/{ANALYSIS_VERSION}"
+
+
 def wanted_spec(embedder: Embedder) -> dict[str, object]:
     return {"embedder": embedder.name, "dimension": embedder.dimension,
-            "chunk_size": settings.KB_CHUNK_SIZE, "chunk_overlap": settings.KB_CHUNK_OVERLAP}
+            "chunk_size": settings.KB_CHUNK_SIZE, "chunk_overlap": settings.KB_CHUNK_OVERLAP,
+            "splitter": SPLITTER}
 
 
 def matches(version: IndexVersion, spec: dict[str, object]) -> bool:
@@ -63,9 +68,10 @@ def active_index_version(*, create: bool = True) -> IndexVersion:
     if not matches(version, spec):
         raise IndexMismatch(
             f"the serving index {version.collection_name} was built with {version.embedder} "
-            f"({version.dimension}d, chunks {version.chunk_size}/{version.chunk_overlap}) but "
-            f"the configuration asks for {spec['embedder']} ({spec['dimension']}d, chunks "
-            f"{spec['chunk_size']}/{spec['chunk_overlap']}): run "
+            f"({version.dimension}d, chunks {version.chunk_size}/{version.chunk_overlap}, "
+            f"{version.splitter}) but the configuration asks for {spec['embedder']} "
+            f"({spec['dimension']}d, chunks {spec['chunk_size']}/{spec['chunk_overlap']}, "
+            f"{spec['splitter']}): run "
             "`python manage.py rebuild_hybrid_knowledge --confirm REBUILD`"
         )
     return version

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from django.db import IntegrityError, transaction
 
 from datasets.index_versions import active_index_version
-from datasets.ingestion.parse import ParsedDocument, parse_markdown
+from datasets.ingestion.parse import DocumentParseError, ParsedDocument, parse_markdown
 from datasets.ingestion.pipeline import ChunkDraft, build_chunks
 from datasets.jobs import job_update
 from datasets.models import Chunk, Dataset, Document, Job, Tenant, evidence_key
@@ -26,6 +26,12 @@ MARKDOWN_SUFFIXES = (".md", ".markdown")
 class DuplicateName(ApiError):
     status_code = 409
     default_code = "duplicate"
+
+
+class InvalidDocument(ApiError):
+    """The upload is not ingestible markdown (encoding, binary, frontmatter...): a 400."""
+
+    default_code = "invalid_document"
 
 
 @dataclass(frozen=True)
@@ -73,7 +79,11 @@ def document_store(*, dataset: Dataset, file_name: str, raw: bytes, max_bytes: i
     """
     name = check_file_name(file_name.rsplit("/", 1)[-1])
     path = source_path or name
-    parsed = parse_markdown(raw, file_name=name, max_bytes=max_bytes)
+    try:
+        parsed = parse_markdown(raw, file_name=name, max_bytes=max_bytes)
+    except DocumentParseError as exc:
+        # A ValueError would reach the client as a 500; the message is written for the user.
+        raise InvalidDocument(str(exc)) from exc
     digest = content_hash(raw)
     with transaction.atomic():
         document = (Document.objects.select_for_update()

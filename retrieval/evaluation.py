@@ -9,6 +9,7 @@ counts for its document, once, at its best rank.
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 import re
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from datasets.index_versions import SPLITTER
 from datasets.models import Dataset, Document
 from datasets.services import document_store, documents_index, index_marker, tenant_get_or_create
 from retrieval.embedders import Embedder, get_embedder
@@ -110,8 +112,10 @@ class EvalIndex:
 
 
 def _collection_name(suite: str, embedder: Embedder) -> str:
+    """One collection per suite and index spec: a changed splitter or analyzer starts afresh."""
     slug = re.sub(r"[^a-z0-9]+", "_", embedder.name.lower()).strip("_")
-    return f"eval_{suite}_{slug}_{settings.KB_CHUNK_SIZE}"[:200]
+    spec = f"{SPLITTER}/{settings.KB_CHUNK_SIZE}/{settings.KB_CHUNK_OVERLAP}"
+    return f"eval_{suite}_{slug}_{hashlib.sha256(spec.encode()).hexdigest()[:8]}"[:200]
 
 
 def _markdown(title: str, text: str) -> bytes:

@@ -20,6 +20,7 @@ from django.conf import settings
 from pymilvus import AnnSearchRequest, DataType, Function, FunctionType, MilvusClient, RRFRanker
 from pymilvus.exceptions import MilvusException
 
+from retrieval.analysis import bm25_text
 from retrieval.types import SearchFilters, SearchHit, SearchRequest
 
 logger = logging.getLogger(__name__)
@@ -200,7 +201,7 @@ class MilvusHybridKnowledgeStore:
         if not rows:
             return
         data = [row.__dict__ | {"content": row.content[:MAX_CONTENT],
-                                "search_text": row.search_text[:MAX_SEARCH_TEXT]}
+                                "search_text": bm25_text(row.search_text[:MAX_SEARCH_TEXT])}
                 for row in rows]
         name = collection or self.alias
         with self._write_lock:
@@ -255,14 +256,15 @@ class MilvusHybridKnowledgeStore:
                              output_fields=output,
                              search_params={"metric_type": "L2", "params": {"nprobe": 16}})
         elif request.mode == "bm25":
-            raw = self._call("search", client.search, name, data=[request.query_text],
+            raw = self._call("search", client.search, name, data=[bm25_text(request.query_text)],
                              anns_field="sparse_vector", filter=expr, limit=request.limit,
                              output_fields=output, search_params={"metric_type": "BM25"})
         else:
             dense = AnnSearchRequest(data=[request.query_vector], anns_field="vector",
                                      param={"metric_type": "L2", "params": {"nprobe": 16}},
                                      limit=request.limit, expr=expr)
-            sparse = AnnSearchRequest(data=[request.query_text], anns_field="sparse_vector",
+            sparse = AnnSearchRequest(data=[bm25_text(request.query_text)],
+                                      anns_field="sparse_vector",
                                       param={"metric_type": "BM25"}, limit=request.limit,
                                       expr=expr)
             raw = self._call("hybrid_search", client.hybrid_search, name,
