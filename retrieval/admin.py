@@ -84,7 +84,8 @@ class RagConfigAdmin(admin.ModelAdmin):
     inlines = [RagConfigChangeInline]
     fieldsets = [
         (None, {"fields": ["tenant", "dataset", "version", "updated_by", "updated_at"]}),
-        ("Retrieval", {"fields": ["search_mode", "rrf_k", "retrieve_k", "return_n",
+        ("Retrieval", {"fields": ["search_mode", "rrf_k", "dense_weight", "bm25_weight",
+                                  "retrieve_k", "return_n",
                                   "max_chunks_per_document", "kb_scope", "metadata_filters"]}),
         ("Thresholds", {"fields": ["reference_threshold", "precise_threshold",
                                    "max_l2_distance"]}),

@@ -56,6 +56,10 @@ class RagSettings:
     # Seed 000 §6 (lookup_knowledge).
     search_mode: str = "hybrid"
     rrf_k: int = 60
+    # Weighted RRF: each path's 1/(rrf_k + rank) is multiplied by its weight. A weak embedder
+    # drags plain RRF below BM25 alone (docs/benchmarks.md), so the weights are tunable.
+    dense_weight: float = 1.0
+    bm25_weight: float = 1.0
     retrieve_k: int = 20
     return_n: int = 5
     max_chunks_per_document: int = 2
@@ -90,7 +94,7 @@ _INTS: dict[str, tuple[int, int]] = {
 _FLOATS: dict[str, tuple[float, float]] = {
     "min_score": (0.0, 1.0), "quality_threshold": (0.0, 1.0),
     "reference_threshold": (0.0, 1.0), "precise_threshold": (0.0, 1.0),
-    "max_l2_distance": (0.0, 4.0),
+    "max_l2_distance": (0.0, 4.0), "dense_weight": (0.0, 1.0), "bm25_weight": (0.0, 1.0),
 }
 _CHOICES: dict[str, tuple[str, ...]] = {
     "query_transform_strategy": QUERY_TRANSFORM_STRATEGIES,
@@ -226,6 +230,8 @@ def _cross_field_errors(s: RagSettings) -> dict[str, str]:
             f"must not exceed precise_threshold ({s.precise_threshold})")
     if s.retrieve_k < s.return_n:
         errors["retrieve_k"] = f"must be at least return_n ({s.return_n})"
+    if s.dense_weight == 0 and s.bm25_weight == 0:
+        errors["dense_weight"] = "dense_weight and bm25_weight cannot both be 0"
     if s.enable_rerank and s.rerank_top_n > s.retrieve_k:
         errors["rerank_top_n"] = f"must not exceed retrieve_k ({s.retrieve_k}) when rerank is on"
     if s.max_excerpt_chars > s.max_context_chars:

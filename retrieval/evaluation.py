@@ -169,6 +169,7 @@ class EvalReport:
     embedder: str
     queries: int
     metrics: dict[str, float] = field(default_factory=dict)
+    config: dict[str, object] = field(default_factory=dict)
     latency_ms: dict[str, float] = field(default_factory=dict)
     index: dict[str, object] = field(default_factory=dict)
 
@@ -176,7 +177,8 @@ class EvalReport:
         return {"suite": self.suite, "mode": self.mode, "embedder": self.embedder,
                 "queries": self.queries, **self.metrics,
                 "latency_p50_ms": self.latency_ms.get("p50"),
-                "latency_p95_ms": self.latency_ms.get("p95"), "index": self.index}
+                "latency_p95_ms": self.latency_ms.get("p95"), "config": self.config,
+                "index": self.index}
 
 
 def ranked_documents(result: LookupResult, source_of_doc: dict[str, str]) -> list[str]:
@@ -192,12 +194,14 @@ def ranked_documents(result: LookupResult, source_of_doc: dict[str, str]) -> lis
 
 
 def evaluate(*, suite: Suite, index: EvalIndex, embedder: Embedder, mode: SearchMode,
-             depth: int, max_queries: int | None, progress: Progress) -> EvalReport:
+             depth: int, max_queries: int | None, progress: Progress,
+             overrides: dict[str, object] | None = None) -> EvalReport:
     search = VectorSearchService(port=CollectionSearch(get_store(), index.collection),
                                  embedder=embedder)
     # Deeper lists than the agent's, and no relevance gate: ranking is what is measured.
-    overrides = {"retrieve_k": depth, "return_n": depth, "max_chunks_per_document": 1,
-                 "reference_threshold": 0.0, "precise_threshold": 0.0}
+    overrides = {**(overrides or {}), "retrieve_k": depth, "return_n": depth,
+                 "max_chunks_per_document": 1, "reference_threshold": 0.0,
+                 "precise_threshold": 0.0}
     judged = [q for q in suite.queries if q in suite.qrels][:max_queries]
     sums = {"ndcg@10": 0.0, "recall@10": 0.0, "recall@100": 0.0, "mrr@10": 0.0}
     latencies: list[float] = []
@@ -223,6 +227,7 @@ def evaluate(*, suite: Suite, index: EvalIndex, embedder: Embedder, mode: Search
         metrics={name: round(total / count, 4) for name, total in sums.items()},
         latency_ms={"p50": round(statistics.median(latencies), 1) if latencies else 0.0,
                     "p95": round(percentile(latencies, 0.95), 1)},
+        config={key: value for key, value in overrides.items()},
         index={"collection": index.collection, "documents": len(suite.corpus),
                "indexed_now": index.indexed_documents, "load_seconds": round(index.seconds, 1)})
 

@@ -120,11 +120,19 @@ class LookupKnowledgeTool:
                               QueryHints(), request.filters,
                               RetryDecision(ran=False, reason="no readable dataset"), _Clock())
 
+    def unavailable_result(self, request: LookupRequest, *, error: str) -> LookupResult:
+        """UNAVAILABLE before any stage ran: what was needed to search is broken."""
+        return self._assemble(request, request.tool_call_id or f"call_{uuid.uuid4().hex}",
+                              EvidenceStatus.UNAVAILABLE, RelevanceLevel.NONE, EMPTY_PACK,
+                              QueryHints(), request.filters,
+                              RetryDecision(ran=False, reason="not searched"), _Clock(),
+                              error=error)
+
     def _retrieve(self, query: QueryVector, filters: SearchFilters, hints: QueryHints,
                   clock: _Clock, stage: str) -> PostProcessed:
         with clock.stage(stage):
-            hits = self.search.search(query, mode=self.mode, limit=self.settings.retrieve_k,
-                                      rrf_k=self.settings.rrf_k, filters=filters)
+            hits = self.search.search(query, mode=self.mode, settings=self.settings,
+                                      filters=filters)
         clock.record(stage, hits=tuple((h.chunk_id, round(h.score, 6)) for h in hits),
                      note=f"category={filters.category}")
         with clock.stage("post_process"):

@@ -66,6 +66,8 @@ class RagConfig(models.Model):
     search_mode = models.CharField(max_length=10, default=D.search_mode,
                                    choices=_choices(cfg.SEARCH_MODES))
     rrf_k = models.PositiveIntegerField(default=D.rrf_k)
+    dense_weight = models.FloatField(default=D.dense_weight)
+    bm25_weight = models.FloatField(default=D.bm25_weight)
     retrieve_k = models.PositiveIntegerField(default=D.retrieve_k)
     return_n = models.PositiveIntegerField(default=D.return_n)
     max_chunks_per_document = models.PositiveIntegerField(default=D.max_chunks_per_document)
@@ -88,6 +90,9 @@ class RagConfig(models.Model):
             models.UniqueConstraint(fields=["tenant", "dataset"],
                                     name="rag_config_unique_tenant_dataset"),
             _check(Q(rrf_k__gt=0), "rrf_k_positive", "rrf_k must be positive"),
+            _check(Q(dense_weight__gte=0, dense_weight__lte=1, bm25_weight__gte=0,
+                     bm25_weight__lte=1) & (Q(dense_weight__gt=0) | Q(bm25_weight__gt=0)),
+                   "hybrid_weights_valid", "weights lie in [0, 1] and are not both 0"),
             _check(Q(return_n__gt=0), "return_n_positive", "return_n must be positive"),
             _check(Q(retrieve_k__gte=F("return_n")), "retrieve_k_gte_return_n",
                    "retrieve_k must be at least return_n"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from retrieval.config import RagSettings
 from retrieval.embedders import Embedder
 from retrieval.types import KnowledgeSearchPort, SearchFilters, SearchHit, SearchMode, SearchRequest
 
@@ -23,8 +24,9 @@ class VectorSearchService:
         # BM25 alone needs no vector: don't pay for one.
         return QueryVector(query, None if mode == "bm25" else self.embedder.embed_query(query))
 
-    def search(self, query: QueryVector, *, mode: SearchMode, limit: int, rrf_k: int,
+    def search(self, query: QueryVector, *, mode: SearchMode, settings: RagSettings,
                filters: SearchFilters) -> list[SearchHit]:
-        return self.port.search(SearchRequest(query_text=query.text, query_vector=query.vector,
-                                              mode=mode, limit=limit, filters=filters,
-                                              rrf_k=rrf_k))
+        return self.port.search(SearchRequest(
+            query_text=query.text, query_vector=query.vector, mode=mode,
+            limit=settings.retrieve_k, filters=filters, rrf_k=settings.rrf_k,
+            dense_weight=settings.dense_weight, bm25_weight=settings.bm25_weight))

@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
-from pymilvus import AnnSearchRequest, DataType, Function, FunctionType, MilvusClient, RRFRanker
+from pymilvus import DataType, Function, FunctionType, MilvusClient
 from pymilvus.exceptions import MilvusException
 
 from retrieval.analysis import bm25_text
+from retrieval.fusion import weighted_rrf
 from retrieval.types import SearchFilters, SearchHit, SearchRequest
 
 logger = logging.getLogger(__name__)
@@ -247,46 +248,57 @@ class MilvusHybridKnowledgeStore:
 
     def search(self, request: SearchRequest, *, collection: str | None = None) -> list[SearchHit]:
         expr = filter_expression(request.filters)
-        client = self.client()
         name = collection or self.alias
-        output = [*_OUTPUT, "vector"] if request.mode == "hybrid" else _OUTPUT
+        if request.mode == "hybrid":
+            return self._hybrid(name, expr, request)
         if request.mode == "dense":
-            raw = self._call("search", client.search, name, data=[request.query_vector],
-                             anns_field="vector", filter=expr, limit=request.limit,
-                             output_fields=output,
-                             search_params={"metric_type": "L2", "params": {"nprobe": 16}})
-        elif request.mode == "bm25":
-            raw = self._call("search", client.search, name, data=[bm25_text(request.query_text)],
-                             anns_field="sparse_vector", filter=expr, limit=request.limit,
-                             output_fields=output, search_params={"metric_type": "BM25"})
+            found = self._dense(name, expr, request)
         else:
-            dense = AnnSearchRequest(data=[request.query_vector], anns_field="vector",
-                                     param={"metric_type": "L2", "params": {"nprobe": 16}},
-                                     limit=request.limit, expr=expr)
-            sparse = AnnSearchRequest(data=[bm25_text(request.query_text)],
-                                      anns_field="sparse_vector",
-                                      param={"metric_type": "BM25"}, limit=request.limit,
-                                      expr=expr)
-            raw = self._call("hybrid_search", client.hybrid_search, name,
-                             [dense, sparse], RRFRanker(request.rrf_k), limit=request.limit,
-                             output_fields=output)
-        query = np.asarray(request.query_vector, dtype=np.float32) if request.query_vector else None
-        return [self._hit(item, rank, request, query) for rank, item in enumerate(raw[0], 1)]
+            found = self._bm25(name, expr, request)
+        return [SearchHit(chunk_id=str(item["id"]), content=str(item["entity"].get("content", "")),
+                          metadata=dict(item["entity"].get("metadata") or {}), rank=rank,
+                          score=abs(float(item["distance"])),  # BM25 distances are negative
+                          dense_l2=float(item["distance"]) if request.mode == "dense" else None)
+                for rank, item in enumerate(found, 1)]
 
-    @staticmethod
-    def _hit(item: dict[str, Any], rank: int, request: SearchRequest,
-             query: np.ndarray | None) -> SearchHit:
-        entity = item.get("entity", {})
-        distance = float(item["distance"])
-        dense_l2: float | None = distance if request.mode == "dense" else None
-        vector = entity.get("vector")
-        if query is not None and vector is not None:
-            # Milvus reports squared L2; compute it the same way for the fused hits.
-            dense_l2 = float(np.sum((np.asarray(vector, dtype=np.float32) - query) ** 2))
-        return SearchHit(chunk_id=str(item["id"]), content=str(entity.get("content", "")),
-                         metadata=dict(entity.get("metadata") or {}), rank=rank,
-                         score=abs(distance) if request.mode == "bm25" else distance,
-                         dense_l2=dense_l2)
+    def _dense(self, name: str, expr: str, request: SearchRequest) -> list[dict[str, Any]]:
+        return list(self._call(
+            "search", self.client().search, name, data=[request.query_vector],
+            anns_field="vector", filter=expr, limit=request.limit, output_fields=_OUTPUT,
+            search_params={"metric_type": "L2", "params": {"nprobe": 16}})[0])
+
+    def _bm25(self, name: str, expr: str, request: SearchRequest,
+              output: Sequence[str] = tuple(_OUTPUT)) -> list[dict[str, Any]]:
+        return list(self._call(
+            "search", self.client().search, name, data=[bm25_text(request.query_text)],
+            anns_field="sparse_vector", filter=expr, limit=request.limit,
+            output_fields=list(output), search_params={"metric_type": "BM25"})[0])
+
+    def _hybrid(self, name: str, expr: str, request: SearchRequest) -> list[SearchHit]:
+        """Dense ANN and BM25 as two searches, fused here with weighted RRF.
+
+        Two plain searches cost about what one `hybrid_search` does on Milvus Lite, and the
+        fusion can then weight a weak embedder down (RRFRanker has no weights).
+        """
+        dense = self._dense(name, expr, request)
+        sparse = self._bm25(name, expr, request, output=[*_OUTPUT, "vector"])
+        items = {str(item["id"]): item for item in [*sparse, *dense]}
+        query = np.asarray(request.query_vector, dtype=np.float32)
+        fused = weighted_rrf([str(i["id"]) for i in dense], [str(i["id"]) for i in sparse],
+                             k=request.rrf_k, dense_weight=request.dense_weight,
+                             bm25_weight=request.bm25_weight, limit=request.limit)
+        hits = []
+        for rank, candidate in enumerate(fused, 1):
+            entity = items[candidate.id].get("entity", {})
+            if candidate.dense_rank is not None:
+                dense_l2 = float(dense[candidate.dense_rank - 1]["distance"])
+            else:  # found by BM25 only: measure it the way Milvus does (squared L2)
+                vector = np.asarray(entity["vector"], dtype=np.float32)
+                dense_l2 = float(np.sum((vector - query) ** 2))
+            hits.append(SearchHit(chunk_id=candidate.id, content=str(entity.get("content", "")),
+                                  metadata=dict(entity.get("metadata") or {}), rank=rank,
+                                  score=candidate.score, dense_l2=dense_l2))
+        return hits
 
 
 class CollectionSearch:

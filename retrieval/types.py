@@ -38,6 +38,8 @@ class SearchRequest:
     limit: int
     filters: SearchFilters
     rrf_k: int = 60
+    dense_weight: float = 1.0
+    bm25_weight: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from retrieval.config import RagConfigConverter, RagConfigError
 from retrieval.evaluation import (
     SuiteError,
     embedder_for,
@@ -24,6 +25,9 @@ class Command(BaseCommand):
         parser.add_argument("--queries", type=int, help="only the first N judged queries")
         parser.add_argument("--depth", type=int, default=100,
                             help="retrieve-k and return-n for this run (default 100)")
+        parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                            help="override a RagConfig field for this run, e.g. "
+                                 "dense_weight=0.5 (repeatable)")
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -39,13 +43,23 @@ class Command(BaseCommand):
         def progress(message: str) -> None:
             self.stderr.write(f"[{suite.name}] {message}")
 
+        overrides = {}
+        for item in options["set"]:
+            field, sep, value = item.partition("=")
+            if not sep:
+                raise CommandError(f"--set {item!r}: use FIELD=VALUE")
+            overrides[field.strip()] = value.strip()
+        try:
+            RagConfigConverter.to_settings(overrides)
+        except RagConfigError as exc:
+            raise CommandError(f"--set: {exc}") from exc
         embedder = embedder_for(options["embedder"])
         progress(f"{len(suite.corpus)} documents, {len(suite.qrels)} judged queries, "
                  f"embedder {embedder.name}")
         index = eval_index_load(suite=suite, embedder=embedder, progress=progress)
         report = evaluate(suite=suite, index=index, embedder=embedder, mode=options["mode"],
                           depth=options["depth"], max_queries=options["queries"],
-                          progress=progress)
+                          overrides=overrides, progress=progress)
         if options["json"]:
             self.stdout.write(json.dumps(report.as_json(), ensure_ascii=False))
             return
