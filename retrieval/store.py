@@ -157,8 +157,11 @@ class MilvusHybridKnowledgeStore:
         index.add_index("sparse_vector", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
         for field in ("tenant_id", "dataset_id", "doc_id", "activated", "category"):
             index.add_index(field, index_type="INVERTED")
-        self._call("create_collection", client.create_collection, name, schema=schema,
-                   index_params=index)
+        self._call("create_collection", client.create_collection, name, schema=schema)
+        # sync=False: pymilvus would poll index state with an RPC Milvus Lite lacks
+        # (AllocTimestamp), retrying for seconds per index.
+        self._call("create_index", client.create_index, name, index, sync=False)
+        self._call("load_collection", client.load_collection, name)
 
     def collections(self) -> list[str]:
         return list(self._call("list_collections", self.client().list_collections))
