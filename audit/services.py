@@ -42,9 +42,12 @@ def invocation_record(*, api_key: ApiKey | None, latency_ms: float,
     try:
         row = _invocation_row(api_key=api_key, latency_ms=latency_ms, result=result,
                               payload=payload, error=error)
-        # A savepoint: a failed insert must not poison a transaction the caller may hold.
-        with transaction.atomic():
-            row.save(force_insert=True)
+        if transaction.get_connection().in_atomic_block:
+            # A savepoint: a failed insert must not poison the caller's transaction.
+            with transaction.atomic():
+                row.save(force_insert=True)
+        else:
+            row.save(force_insert=True)  # autocommit: one statement, no BEGIN/COMMIT trips
     except Exception:
         logger.exception("audit: could not record tool call %r",
                          getattr(result, "tool_call_id", ""))

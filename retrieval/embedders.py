@@ -145,7 +145,11 @@ class OpenAIEmbedder:
 
 
 class CachedEmbedder:
-    """Looks vectors up by (model, text hash) in the database before computing them."""
+    """Passages: looked up by (model, text hash) in the database before computing them, so
+    rebuilds and re-imports of unchanged text pay nothing. Queries: in Django's cache (Redis
+    in production), which keeps a database write off the lookup path."""
+
+    QUERY_TTL_SECONDS = 7 * 24 * 3600
 
     def __init__(self, inner: Embedder) -> None:
         self.inner = inner
@@ -156,32 +160,44 @@ class CachedEmbedder:
         return self.inner.dimension
 
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
-        return self._cached(texts, kind="passage")
-
-    def embed_query(self, text: str) -> list[float]:
-        return self._cached([text], kind="query")[0]
-
-    def _cached(self, texts: Sequence[str], *, kind: str) -> list[list[float]]:
         from datasets.models import EmbeddingCache
 
-        model_key = f"{self.name}:{kind}"
-        hashes = [hashlib.sha256(text.encode("utf-8")).hexdigest() for text in texts]
-        found = {row.text_hash: row.vector for row in EmbeddingCache.objects.filter(
+        model_key = f"{self.name}:passage"
+        hashes = [_text_hash(text) for text in texts]
+        found = {row.text_hash: bytes(row.vector) for row in EmbeddingCache.objects.filter(
             model=model_key, text_hash__in=set(hashes))}
-        missing = [i for i, h in enumerate(hashes) if h not in found]
-        fresh: dict[str, bytes] = {}
+        missing = list({h: i for i, h in enumerate(hashes) if h not in found}.values())
         if missing:
-            compute = self.inner.embed_query if kind == "query" else None
-            vectors = ([compute(texts[i]) for i in missing] if compute
-                       else self.inner.embed_documents([texts[i] for i in missing]))
-            for i, vector in zip(missing, vectors, strict=True):
-                fresh[hashes[i]] = np.asarray(vector, dtype="<f4").tobytes()
+            vectors = self.inner.embed_documents([texts[i] for i in missing])
+            fresh = {hashes[i]: _pack(v) for i, v in zip(missing, vectors, strict=True)}
             EmbeddingCache.objects.bulk_create(
                 [EmbeddingCache(model=model_key, text_hash=h, vector=v) for h, v in fresh.items()],
-                ignore_conflicts=True,
-            )
-        return [np.frombuffer(bytes(found.get(h) or fresh[h]), dtype="<f4").tolist()
-                for h in hashes]
+                ignore_conflicts=True)
+            found.update(fresh)
+        return [_unpack(found[h]) for h in hashes]
+
+    def embed_query(self, text: str) -> list[float]:
+        from django.core.cache import cache
+
+        key = f"kb:qvec:{self.name}:{_text_hash(text)}"
+        packed = cache.get(key)
+        if packed is None:
+            packed = _pack(self.inner.embed_query(text))
+            cache.set(key, packed, self.QUERY_TTL_SECONDS)
+        return _unpack(packed)
+
+
+def _text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _pack(vector: Sequence[float]) -> bytes:
+    return np.asarray(vector, dtype="<f4").tobytes()
+
+
+def _unpack(packed: bytes) -> list[float]:
+    vector: list[float] = np.frombuffer(packed, dtype="<f4").tolist()
+    return vector
 
 
 def build_embedder(kind: str | None = None) -> Embedder:

@@ -1,0 +1,53 @@
+"""Speed benchmarks: lookup latency against a raw-pymilvus floor, ingest rate against the
+embedder alone. Commands, not timed tests: `manage.py bench_lookup`, `manage.py bench_ingest`.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+WORDS_EN = ("redis memory eviction latency replica lag mysql slow query index deadlock jvm heap "
+            "gc pause thread dump kubernetes pod crashloop oomkilled node notready dns timeout "
+            "tls certificate disk inode io nginx gateway kafka consumer rabbitmq queue backlog "
+            "cpu load connection pool buffer cache partition leader vacuum bloat").split()
+WORDS_ZH = ("内存 延迟 主从 慢查询 索引 死锁 堆 停顿 线程 容器 节点 解析 证书 磁盘 网关 消费 "
+            "积压 负载 连接 缓存 分区 淘汰 超时 重启 告警 排查 处理 预防").split()
+
+
+def synthetic_text(rng: random.Random, words: int = 60) -> str:
+    """Mixed Chinese/English ops text with a Zipf-like word distribution."""
+    vocabulary = WORDS_EN + WORDS_ZH
+    weights = [1.0 / (rank + 1) for rank in range(len(vocabulary))]
+    return " ".join(rng.choices(vocabulary, weights=weights, k=words))
+
+
+def unit_vectors(rng: np.random.Generator, count: int, dimension: int) -> np.ndarray:
+    vectors = rng.standard_normal((count, dimension)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(round(q * len(ordered) + 0.5)) - 1))]
+
+
+@dataclass(frozen=True)
+class Timing:
+    p50: float
+    p95: float
+
+    @classmethod
+    def of(cls, samples: list[float]) -> Timing:
+        return cls(round(statistics.median(samples), 2), round(percentile(samples, 0.95), 2))
+
+
+def timed_ms(call: Callable[[int], object], argument: int) -> float:
+    started = time.perf_counter()
+    call(argument)
+    return (time.perf_counter() - started) * 1000
