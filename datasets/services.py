@@ -180,10 +180,7 @@ def documents_index(*, documents: Sequence[Document], collection: str,
     rows = [row for document in documents
             for row in chunk_rows(document, [next(vectors) for _ in drafts[document.pk]],
                                   drafts[document.pk])]
-    store.upsert(rows, collection=collection)
-    # Old chunks beyond the new count would be orphans: delete all but the new ids.
-    store.delete_documents([d.doc_id for d in documents], keep=[row.id for row in rows],
-                           collection=collection)
+    store.replace_documents([d.doc_id for d in documents], rows, collection=collection)
     with transaction.atomic():
         Chunk.objects.filter(document__in=documents).delete()
         Chunk.objects.bulk_create([
