@@ -55,6 +55,11 @@ class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
         obj._state.adding = False
         messages.warning(request, f"New API key (shown once, store it now): {plaintext}")
 
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        super().save_related(request, form, formsets, change)
+        key = form.instance
+        ApiKey.objects.filter(pk=key.pk).update(scoped=key.datasets.exists())
+
 
 @admin.register(Dataset)
 class DatasetAdmin(admin.ModelAdmin[Dataset]):

@@ -39,9 +39,8 @@ class Caller:
     def readable_dataset_ids(self) -> list[int]:
         """Activated datasets of the key's tenant, narrowed to the key's scope if it has one."""
         datasets = Dataset.objects.filter(tenant_id=self.api_key.tenant_id, activated=True)
-        scoped = list(self.api_key.datasets.values_list("pk", flat=True))
-        if scoped:
-            datasets = datasets.filter(pk__in=scoped)
+        if self.api_key.scoped:
+            datasets = datasets.filter(api_keys=self.api_key)
         return sorted(datasets.values_list("pk", flat=True))
 
 
@@ -57,7 +56,7 @@ def api_key_create(*, tenant: Tenant, role: str = ApiKey.Role.TOOL, name: str = 
     plaintext = f"{KEY_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
     with transaction.atomic():
         key = ApiKey.objects.create(tenant=tenant, role=role, name=name, prefix=prefix,
-                                    key_hash=hash_key(plaintext))
+                                    key_hash=hash_key(plaintext), scoped=bool(datasets))
         if datasets:
             key.datasets.set(datasets)
     return key, plaintext

@@ -64,6 +64,9 @@ class ApiKey(models.Model):
         Dataset, blank=True, related_name="api_keys",
         help_text="Leave empty to allow every dataset of the tenant.",
     )
+    # Set when the key was limited to some datasets: if they are all deleted later, the key
+    # reads nothing, instead of falling back to "every dataset".
+    scoped = models.BooleanField(default=False, editable=False)
     revoked = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)

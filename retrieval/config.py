@@ -65,7 +65,10 @@ class RagSettings:
     max_chunks_per_document: int = 2
     reference_threshold: float = 0.35
     precise_threshold: float = 0.6
-    max_l2_distance: float = 2.0  # unit vectors: squared L2 lies in [0, 4]
+    # The squared L2 at which dense quality reaches 0 (unit vectors: L2 lies in [0, 4]).
+    # None: the embedder's own calibration (embedders.py), measured on docs/benchmarks.md's
+    # in-domain and off-topic questions, so the thresholds mean the same for every model.
+    max_l2_distance: float | None = None
     kb_scope: str = ""
     # Context packing.
     max_context_chars: int = 6000
@@ -206,6 +209,8 @@ def _parse_kb_scope(raw: object) -> str:
 
 
 def _parse(name: str, raw: object) -> object:
+    if name == "max_l2_distance" and (raw is None or raw == ""):
+        return None  # use the embedder's calibration
     if name in _BOOLS:
         return _parse_bool(raw)
     if name in _INTS:

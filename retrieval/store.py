@@ -92,7 +92,12 @@ class MilvusHybridKnowledgeStore:
                                                 timeout=self.timeout)
                 except Exception as exc:  # pymilvus raises several unrelated types here
                     raise VectorStoreUnavailable(f"cannot connect to Milvus: {exc}") from exc
-                self._load_serving()
+                try:
+                    self._load_serving()
+                except VectorStoreUnavailable:
+                    # Searches retry the load and answer UNAVAILABLE; everything else (a
+                    # rebuild into a new collection, the recovery) must still get a client.
+                    logger.exception("the serving collection cannot be loaded")
             return self._client
 
     def _load_serving(self) -> None:

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.django_db
 def form_data(tenant: Tenant, **overrides: Any) -> dict[str, Any]:
     data: dict[str, Any] = RagConfigConverter.to_dict(RagSettings())
     data["metadata_filters"] = "{}"
+    data["max_l2_distance"] = ""  # empty: the embedder's calibration
     data.update({"tenant": tenant.pk, "dataset": "", **overrides})
     # unchecked checkboxes are absent from a POST
     return {k: v for k, v in data.items() if v is not False}

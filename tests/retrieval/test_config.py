@@ -31,7 +31,10 @@ def test_defaults_are_the_seed_values() -> None:
     assert (s.enable_fallback, s.timeout_millis) == (True, 30000)
     assert (s.search_mode, s.rrf_k, s.retrieve_k, s.return_n) == ("hybrid", 60, 20, 5)
     assert s.max_chunks_per_document == 2
-    assert (s.reference_threshold, s.precise_threshold, s.max_l2_distance) == (0.35, 0.6, 2.0)
+    assert (s.reference_threshold, s.precise_threshold) == (0.35, 0.6)
+    assert s.max_l2_distance is None  # the embedder's calibration
+    assert convert({"max_l2_distance": ""}).max_l2_distance is None
+    assert convert({"max_l2_distance": "0.5"}).max_l2_distance == 0.5
     assert (s.kb_scope, s.max_context_chars, s.max_excerpt_chars) == ("", 6000, 1500)
 
 

@@ -1,0 +1,253 @@
+"""Fixtures of the lookup_knowledge end-to-end tests: small runbooks imported for real.
+
+The runbooks are written so that the offline embedders separate them clearly: each test
+query is close to one document and far from the others, and the L0 terms (domain, title,
+keywords) of each document are chosen so that a test query hits exactly the domain it means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from datasets.importer import knowledge_import
+from datasets.models import ApiKey, Dataset, Document, Tenant
+
+if TYPE_CHECKING:
+    from rest_framework.response import _MonkeyPatchedResponse as TestResponse
+
+MakeKey = Callable[..., tuple[ApiKey, str]]
+
+ZEBRA = """---
+title: Zebra stripe patterns
+domain: zoology
+keywords: [zebra, stripes]
+category: zoology
+---
+# Zebra stripe patterns
+
+## Why zebras have stripes
+
+The black and white stripes of a zebra confuse biting flies and help the herd regulate
+body heat on the savanna.
+"""
+
+# Close to a question about zebra stripes, but in another domain and category, and without
+# any zoology term in its own title, domain or keywords.
+PHOTO = """---
+title: Photographing wildlife at dawn
+domain: photography
+keywords: [telephoto]
+category: photo
+---
+# Photographing wildlife at dawn
+
+## Black and white coats
+
+The black and white stripes of zebras are hard to expose: meter on the white stripes and
+underexpose by one stop at dawn.
+"""
+
+NGINX = """---
+title: Nginx 502 Bad Gateway
+domain: web
+keywords: [openresty, php-fpm]
+category: web
+---
+# Nginx 502 Bad Gateway
+
+## Symptoms
+
+Nginx answers 502 Bad Gateway when the upstream server refuses the connection or closes it
+early; the error log shows connect() failed (111: Connection refused) while connecting to
+upstream.
+
+## Fix
+
+Restart php-fpm or the upstream application, and check that proxy_pass points at the port
+the application really listens on.
+"""
+
+# Five sections, each one a chunk, all about the same thing: a question about it matches
+# every chunk, so only the per-document limit keeps the answer from being this one document.
+KAFKA = """---
+title: Kafka consumer lag
+domain: messaging
+keywords: [kafka, consumer lag]
+category: messaging
+---
+# Kafka consumer lag
+
+## Symptoms of Kafka consumer lag
+
+The Kafka consumer group lag keeps growing: consumers read messages slower than producers
+write them, and the lag of every partition rises.
+
+## Measuring Kafka consumer lag
+
+Run kafka-consumer-groups --describe --group orders to see the consumer lag of each
+partition of the Kafka consumer group.
+
+## Causes of Kafka consumer lag
+
+Kafka consumer lag grows when a consumer is slow, when the consumer group rebalances often,
+or when there are fewer consumers than partitions.
+
+## Fixing Kafka consumer lag
+
+Add consumers to the Kafka consumer group up to the number of partitions, and make each
+consumer process messages faster to bring the consumer lag down.
+
+## Alerting on Kafka consumer lag
+
+Alert when the Kafka consumer lag of a consumer group grows for ten minutes in a row.
+"""
+
+RUNBOOKS_A = {"zebra.md": ZEBRA, "photo.md": PHOTO, "nginx.md": NGINX, "kafka.md": KAFKA}
+
+# Tenant B: the same 502 topic in its own words (so tenant A's 502 question would match it),
+# and a topic tenant A has nothing about.
+NGINX_B = """---
+title: Globex edge proxy 502
+domain: web
+keywords: [openresty]
+category: web
+---
+# Globex edge proxy 502
+
+## Bad gateway on the Globex edge
+
+The Globex edge Nginx answers 502 Bad Gateway when its upstream refuses the connection;
+connect() failed (111: Connection refused) while connecting to upstream.
+"""
+
+COOLANT = """---
+title: Coolant pump vibration
+domain: plant
+keywords: [coolant pump]
+category: plant
+---
+# Coolant pump vibration
+
+## Diagnosing a vibrating coolant pump
+
+A coolant pump that vibrates usually has a worn bearing or cavitation at the impeller;
+check the suction pressure and the bearing temperature of the pump.
+"""
+
+RUNBOOKS_B = {"nginx-globex.md": NGINX_B, "coolant.md": COOLANT}
+
+CONTRACT_KEYS = {"evidence_status", "tool_call_id", "query", "evidence", "relevance_level",
+                 "truncated", "returned_count"}
+EVIDENCE_KEYS = {"document_id", "source", "title", "breadcrumb", "excerpt"}
+
+
+@dataclass(frozen=True)
+class Imported:
+    """One tenant's dataset as a test imported it: its documents by file stem."""
+
+    tenant: Tenant
+    dataset: Dataset
+    documents: dict[str, Document]
+
+    def stem_of(self, evidence_id: str) -> str | None:
+        doc_id = evidence_id.split("#chunk-", 1)[0]
+        return next((stem for stem, d in self.documents.items() if d.doc_key == doc_id), None)
+
+
+def write_runbooks(folder: Path, files: dict[str, str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return folder
+
+
+def import_runbooks(folder: Path, *, tenant: str, dataset: str,
+                    files: dict[str, str] | None = None) -> Imported:
+    if files is not None:
+        write_runbooks(folder, files)
+    summary = knowledge_import(root=folder, tenant_slug=tenant, dataset_name=dataset)
+    assert not summary.failed, summary.failed
+    data = Dataset.objects.select_related("tenant").get(tenant__slug=tenant, name=dataset)
+    documents = {Path(d.source_path).stem: d
+                 for d in Document.objects.filter(dataset=data, deleted=False)}
+    assert all(d.status == Document.Status.READY for d in documents.values())
+    return Imported(tenant=data.tenant, dataset=data, documents=documents)
+
+
+@pytest.fixture
+def acme(store: Any, db: None, tmp_path: Path) -> Imported:
+    """Tenant acme, dataset ops: zebra, photo, nginx, kafka."""
+    return import_runbooks(tmp_path / "acme-ops", tenant="acme", dataset="ops",
+                           files=RUNBOOKS_A)
+
+
+@pytest.fixture
+def globex(store: Any, db: None, tmp_path: Path) -> Imported:
+    """Tenant globex, dataset ops: its own 502 runbook and a coolant pump runbook."""
+    return import_runbooks(tmp_path / "globex-ops", tenant="globex", dataset="ops",
+                           files=RUNBOOKS_B)
+
+
+@pytest.fixture
+def acme_edge(acme: Imported, tmp_path: Path) -> Imported:
+    """A second dataset of tenant acme that also has a 502 runbook."""
+    return import_runbooks(tmp_path / "acme-edge", tenant="acme", dataset="edge",
+                           files={"edge-502.md": NGINX_B})
+
+
+def client_for(secret: str | None) -> APIClient:
+    client = APIClient()
+    if secret:
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    return client
+
+
+def lookup(client: APIClient, query: str, **body: Any) -> TestResponse:
+    return client.post("/api/tools/lookup_knowledge", {"query": query, **body}, format="json")
+
+
+def ready(response: TestResponse) -> dict[str, Any]:
+    """The body of a READY answer (asserting it is one)."""
+    assert response.status_code == 200, response.content
+    body: dict[str, Any] = response.json()
+    assert body["evidence_status"] == "READY", body
+    return body
+
+
+def evidence_ids(body: dict[str, Any]) -> list[str]:
+    return [item["document_id"] for item in body["evidence"]]
+
+
+def last_trace(admin: APIClient, session_id: str) -> dict[str, Any]:
+    """retrievalDetails of a session's latest call, as an operator reads it."""
+    response = admin.get(f"/api/diagnosis/{session_id}/trace")
+    assert response.status_code == 200, response.content
+    details: dict[str, Any] = response.json()["toolInvocations"][-1]["retrievalDetails"]
+    return details
+
+
+def _on_server() -> bool:
+    return settings.MILVUS_URI.startswith("http")
+
+
+# A core test runs in both suites: on the services (MariaDB, Redis, Milvus Lite server) and on
+# the embedded defaults (SQLite, DB cache, Milvus Lite file). Each suite selects its own copy.
+BOTH_RUNTIMES = pytest.mark.parametrize("runtime", [
+    pytest.param("services", marks=pytest.mark.integration, id="services"),
+    pytest.param("embedded", marks=pytest.mark.embedded, id="embedded"),
+], indirect=True)
+
+
+@pytest.fixture
+def runtime(request: pytest.FixtureRequest) -> Iterator[str]:
+    wanted = request.param
+    if (wanted == "services") != _on_server():
+        pytest.skip(f"this copy runs on the {wanted} runtime")
+    yield wanted

