@@ -3,6 +3,11 @@
 from django.db import migrations, models
 
 
+def mark_scoped(apps, schema_editor):
+    ApiKey = apps.get_model("datasets", "ApiKey")
+    ApiKey.objects.filter(datasets__isnull=False).update(scoped=True)
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -15,4 +20,5 @@ class Migration(migrations.Migration):
             name='scoped',
             field=models.BooleanField(default=False, editable=False),
         ),
+        migrations.RunPython(mark_scoped, migrations.RunPython.noop),
     ]
