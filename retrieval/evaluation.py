@@ -129,6 +129,8 @@ def eval_index_load(*, suite: Suite, embedder: Embedder, progress: Progress,
     store = store or get_store()
     started = time.perf_counter()
     collection = _collection_name(suite.name, embedder)
+    # A collection that is new (or was lost) holds nothing, whatever the rows say.
+    fresh = collection not in store.collections()
     store.create_collection(collection, embedder.dimension)
     tenant = tenant_get_or_create(slug=f"eval-{suite.name.replace('_', '-')}"[:63])
     dataset, _ = Dataset.objects.get_or_create(
@@ -143,7 +145,7 @@ def eval_index_load(*, suite: Suite, embedder: Embedder, progress: Progress,
             document = document_store(dataset=dataset, file_name="corpus.md", raw=raw,
                                       max_bytes=len(raw) + 1, source_path=doc_id,
                                       replace=True).document
-        if document.indexed_hash != index_marker(document, collection) \
+        if fresh or document.indexed_hash != index_marker(document, collection) \
                 or document.status != Document.Status.READY:
             stale.append(document)
         if number % 1000 == 0:
