@@ -30,6 +30,10 @@ MAX_CONTENT = 16_000
 MAX_SEARCH_TEXT = 20_000
 _OUTPUT = ["id", "content", "metadata"]
 RELEASED = 101  # "collection not loaded"
+# pymilvus pings idle channels every 10 s; the Milvus Lite server keeps gRPC's default policy
+# (no ping without a call more often than every 5 min) and answers with GOAWAY "too many
+# pings". pymilvus then finds its shared channel broken and the next connect fails.
+_GRPC = {"grpc.keepalive_permit_without_calls": 0}
 
 
 class VectorStoreUnavailable(Exception):
@@ -89,7 +93,7 @@ class MilvusHybridKnowledgeStore:
                     os.makedirs(os.path.dirname(os.path.abspath(self.uri)), exist_ok=True)
                 try:
                     self._client = MilvusClient(uri=self.uri, token=self._token,
-                                                timeout=self.timeout)
+                                                timeout=self.timeout, grpc_options=_GRPC)
                 except Exception as exc:  # pymilvus raises several unrelated types here
                     raise VectorStoreUnavailable(f"cannot connect to Milvus: {exc}") from exc
                 try:

@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 
+from retrieval.config import RagSettings
 from retrieval.services import rag_config_update
 from tests.retrieval.conftest import (
     Imported,
@@ -61,12 +62,13 @@ def test_dense_and_hybrid_search_modes_both_answer(acme: Imported, make_key: Mak
 
     stems, trace, scores = answer(f"s-{uuid.uuid4().hex}")
     assert stems == {"kafka"} and trace["mode"] == "hybrid"
-    rrf_k = 60
-    assert scores and max(scores) <= 2 / (rrf_k + 1)  # fused reciprocal-rank scores
+    defaults = RagSettings()
+    top_fused = (defaults.dense_weight + defaults.bm25_weight) / (defaults.rrf_k + 1)
+    assert scores and max(scores) <= top_fused  # fused reciprocal-rank scores
 
     rag_config_update(config=None, tenant=acme.tenant, values={"search_mode": "dense"},
                       changed_by="test")
     stems, trace, scores = answer(f"s-{uuid.uuid4().hex}")
     assert stems == {"kafka"} and trace["mode"] == "dense"
     # Dense scores are L2 distances (smaller is closer), nothing like a fused RRF score.
-    assert scores == sorted(scores) and min(scores) > 2 / (rrf_k + 1)
+    assert scores == sorted(scores) and min(scores) > top_fused
