@@ -70,6 +70,13 @@ def filter_expression(filters: SearchFilters) -> str:
     return expr
 
 
+def _entities(rows: Sequence[ChunkRow]) -> list[dict[str, Any]]:
+    """Rows as Milvus entities; BM25 reads the analysed text (retrieval/analysis.py)."""
+    return [row.__dict__ | {"content": row.content[:MAX_CONTENT],
+                            "search_text": bm25_text(row.search_text[:MAX_SEARCH_TEXT])}
+            for row in rows]
+
+
 class MilvusHybridKnowledgeStore:
     def __init__(self, *, uri: str, token: str = "", alias: str = "biz",
                  timeout: float = 10.0) -> None:
@@ -213,9 +220,7 @@ class MilvusHybridKnowledgeStore:
     def upsert(self, rows: Sequence[ChunkRow], *, collection: str | None = None) -> None:
         if not rows:
             return
-        data = [row.__dict__ | {"content": row.content[:MAX_CONTENT],
-                                "search_text": bm25_text(row.search_text[:MAX_SEARCH_TEXT])}
-                for row in rows]
+        data = _entities(rows)
         name = collection or self.alias
         with self._write_lock:
             self._call("upsert", self.client().upsert, name, data)
@@ -230,9 +235,7 @@ class MilvusHybridKnowledgeStore:
         deleted by primary key, so no orphan chunk stays searchable.
         """
         name = collection or self.alias
-        data = [row.__dict__ | {"content": row.content[:MAX_CONTENT],
-                                "search_text": bm25_text(row.search_text[:MAX_SEARCH_TEXT])}
-                for row in rows]
+        data = _entities(rows)
         ids = ", ".join(str(int(d)) for d in doc_ids)
         with self._write_lock:
             if data:
