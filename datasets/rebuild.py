@@ -43,7 +43,13 @@ def rebuild_hybrid_knowledge(*, job: Job | None = None,
     store = get_store()
     started = timezone.now()
     previous = IndexVersion.objects.filter(status=IndexVersion.Status.ACTIVE).first()
-    version = index_version_create(store=store, embedder=get_embedder())
+    try:
+        version = index_version_create(store=store, embedder=get_embedder())
+    except Exception:
+        IndexVersion.objects.filter(status=IndexVersion.Status.BUILDING,
+                                    created_at__gte=started).update(
+            status=IndexVersion.Status.FAILED, error="the collection could not be created")
+        raise
     documents = list(_live_documents())
     job_update(job, status=Job.Status.RUNNING, total=len(documents), done=0,
                detail={"collection": version.collection_name})

@@ -112,6 +112,8 @@ def eager_tasks() -> Iterator[None]:
     from kbplatform.celery import app
 
     before = app.conf.task_always_eager
-    app.conf.task_always_eager = True
+    # The app reads settings with the CELERY namespace: the key is CELERY_TASK_ALWAYS_EAGER.
+    app.conf.CELERY_TASK_ALWAYS_EAGER = True
+    assert app.conf.task_always_eager
     yield
-    app.conf.task_always_eager = before
+    app.conf.CELERY_TASK_ALWAYS_EAGER = before

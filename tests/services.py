@@ -43,7 +43,8 @@ class MilvusLiteServer:
             stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
         wait_for_port(self.host, self.port)
 
-    def stop(self, sig: int = signal.SIGTERM) -> None:
+    def stop(self, sig: int = signal.SIGINT) -> None:
+        """SIGINT: the server's only clean shutdown (SIGTERM ends it like SIGKILL)."""
         if self.process and self.process.poll() is None:
             self.process.send_signal(sig)
             try:

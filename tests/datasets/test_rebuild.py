@@ -1,0 +1,162 @@
+"""Full rebuild: a new collection, then the alias switches; the old index serves until then."""
+
+from __future__ import annotations
+
+import io
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from django.core.management import call_command
+
+from datasets.models import Document, EmbeddingCache, IndexVersion, Job
+from datasets.services import document_delete
+from retrieval.embedders import get_embedder
+from tests.datasets.builders import (
+    api_client,
+    lookup,
+    milvus_rows,
+    runbook,
+    top_doc_id,
+)
+
+pytestmark = pytest.mark.django_db
+
+REBUILD = "/api/knowledge/rebuild-hybrid"
+
+
+def test_rebuild_api_needs_confirm_and_an_admin_key(kb) -> None:
+    missing = kb.admin.post(REBUILD)
+    assert missing.status_code == 400
+    assert missing.json()["code"] == "confirmation_required"
+    assert "confirm=REBUILD" in missing.json()["message"]
+    assert kb.admin.post(f"{REBUILD}?confirm=rebuild").status_code == 400
+    assert kb.tool.post(f"{REBUILD}?confirm=REBUILD").status_code == 403
+    assert api_client("kb_x_y").post(f"{REBUILD}?confirm=REBUILD").status_code == 401
+    assert not Job.objects.exists()
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_rebuild_on_the_worker_switches_the_alias_while_lookups_keep_working(
+        celery_worker, store, kb, ingest) -> None:
+    topics = ["redis", "kafka", "nginx", "mysql", "kubelet", "coredns", "rabbitmq", "zookeeper"]
+    documents = {topic: ingest(kb.dataset, f"{topic}.md", runbook(topic)) for topic in topics}
+    old = store.alias_target()
+    chunks = store.count()
+
+    response = kb.admin.post(f"{REBUILD}?confirm=REBUILD")
+
+    assert response.status_code == 202, response.content
+    job_id = response.json()["job"]["id"]
+    assert response.json()["task_id"] == str(job_id)
+    during_rebuild = 0
+    while True:
+        before = kb.admin.get(f"/api/jobs/{job_id}").json()["status"]
+        if before in ("succeeded", "failed"):
+            break
+        answer = lookup(kb.tool, "redis dashboard restart")
+        assert answer["evidence_status"] == "READY", answer
+        assert top_doc_id(answer) == documents["redis"].doc_key
+        after = kb.admin.get(f"/api/jobs/{job_id}").json()["status"]
+        during_rebuild += before == after == "running"
+    job = kb.admin.get(f"/api/jobs/{job_id}").json()
+    assert job["status"] == "succeeded", job
+    assert job["done"] == job["total"] == len(topics)
+    assert during_rebuild > 0, "no lookup ran while the rebuild was running"
+
+    new = store.alias_target()
+    assert new != old and store.collections() == [new]
+    assert store.count() == chunks
+    assert IndexVersion.objects.get(collection_name=old).status == IndexVersion.Status.RETIRED
+    assert IndexVersion.objects.get(collection_name=new).status == IndexVersion.Status.ACTIVE
+    assert top_doc_id(lookup(kb.tool, "kafka dashboard restart")) == documents["kafka"].doc_key
+
+
+def test_a_failed_rebuild_leaves_the_old_index_serving(kb, store, ingest, eager_tasks) -> None:
+    redis = ingest(kb.dataset, "redis.md", runbook("redis"))
+    old = store.alias_target()
+    # A stored row the parser refuses (written before a stricter release, say).
+    Document.objects.create(dataset=kb.dataset, source_path="broken.md", file_name="broken.md",
+                            source_text="   ", content_hash="0" * 64,
+                            status=Document.Status.READY)
+
+    response = kb.admin.post(f"{REBUILD}?confirm=REBUILD")
+
+    assert response.status_code == 202
+    job = kb.admin.get(f"/api/jobs/{response.json()['job']['id']}").json()
+    assert job["status"] == "failed"
+    assert "DocumentParseError" in job["error"] and "empty" in job["error"]
+    assert store.alias_target() == old
+    assert store.collections() == [old]  # the half-built collection is gone
+    failed = IndexVersion.objects.exclude(collection_name=old).get()
+    assert failed.status == IndexVersion.Status.FAILED and "empty" in failed.error
+    assert IndexVersion.objects.get(collection_name=old).status == IndexVersion.Status.ACTIVE
+    answer = lookup(kb.tool, "redis dashboard restart")
+    assert answer["evidence_status"] == "READY"
+    assert top_doc_id(answer) == redis.doc_key
+
+
+def test_rebuild_reads_the_database_never_the_source_files(kb, store, tmp_path) -> None:
+    root = tmp_path / "kb"
+    root.mkdir()
+    for topic in ("redis", "kafka", "nginx"):
+        (root / f"{topic}.md").write_bytes(runbook(topic))
+    call_command("import_knowledge", str(root), "--tenant", kb.tenant.slug, "--dataset",
+                 kb.dataset.name, stdout=io.StringIO())
+    nginx = Document.objects.get(source_path="nginx.md")
+    document_delete(document=nginx)
+    # The folder moves away: a rebuild must not need it, nor write to it.
+    moved = Path(shutil.move(root, tmp_path / "elsewhere"))
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in moved.iterdir()}
+    old = store.alias_target()
+
+    version = _rebuild()
+
+    assert store.alias_target() == version.collection_name != old
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in moved.iterdir()} == before
+    assert not root.exists()
+    assert store.chunk_ids(nginx.doc_id) == []  # deleted documents are not carried over
+    assert store.count() == 4
+    for topic in ("redis", "kafka"):
+        document = Document.objects.get(source_path=f"{topic}.md")
+        assert len(store.chunk_ids(document.doc_id)) == 2
+        assert top_doc_id(lookup(kb.tool, f"{topic} dashboard restart")) == document.doc_key
+
+
+def test_rebuild_pays_no_embedding_for_unchanged_text(kb, store, ingest) -> None:
+    redis = ingest(kb.dataset, "redis.md", runbook("redis"))
+    marker = np.zeros(get_embedder().dimension, dtype="<f4")
+    marker[3] = 1.0
+    EmbeddingCache.objects.update(vector=marker.tobytes())
+
+    _rebuild()
+
+    vectors = [row["vector"] for row in milvus_rows(store, redis.doc_id, "vector")]
+    assert len(vectors) == 2
+    assert all(np.allclose(vector, marker) for vector in vectors)
+
+
+@pytest.mark.embedded
+def test_rebuild_command_on_the_embedded_defaults(kb, store, ingest) -> None:
+    redis = ingest(kb.dataset, "redis.md", runbook("redis"))
+    ingest(kb.dataset, "kafka.md", runbook("kafka"))
+    old = store.alias_target()
+    out = io.StringIO()
+
+    call_command("rebuild_hybrid_knowledge", "--confirm", "REBUILD", stdout=out)
+
+    new = store.alias_target()
+    assert out.getvalue().splitlines() == [
+        "[1/2] redis.md", "[2/2] kafka.md",
+        f"rebuilt: {new} now serves ({get_embedder().name}, {get_embedder().dimension}d)"]
+    assert new != old and store.collections() == [new]
+    assert store.count() == 4
+    assert top_doc_id(lookup(kb.tool, "redis dashboard restart")) == redis.doc_key
+
+
+def _rebuild() -> IndexVersion:
+    from datasets.rebuild import rebuild_hybrid_knowledge
+
+    return rebuild_hybrid_knowledge()

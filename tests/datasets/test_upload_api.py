@@ -1,0 +1,164 @@
+"""Uploading markdown through the API: bad input is a clear 4xx and leaves nothing written."""
+
+from __future__ import annotations
+
+import pytest
+
+from datasets.models import Chunk, Document, EmbeddingCache, Job
+from tests.datasets.builders import (
+    api_client,
+    lookup,
+    markdown,
+    md_file,
+    milvus_rows,
+    runbook,
+    top_doc_id,
+    upload,
+)
+
+pytestmark = pytest.mark.django_db
+
+PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10\x00\x00\x00\x10\x08\x06\x00\x00\x00"
+
+BAD_UPLOADS = [
+    # (file name, bytes, error code, words the user reads in the message)
+    ("gbk.md", "# 标题\n\n这是 GBK 编码的文本。\n".encode("gbk"), "invalid_document",
+     "not valid UTF-8"),
+    ("empty.md", b"", "invalid_document", "empty"),
+    ("blank.md", b" \n\n\t\n", "invalid_document", "empty"),
+    ("image.md", PNG, "invalid_document", "binary"),
+    ("utf16.md", "# Title\n\nText\n".encode("utf-16"), "invalid_document", "UTF-16"),
+    ("yaml.md", b"---\ntitle: [unclosed\n---\n# Body\n\nText.\n", "invalid_document",
+     "malformed YAML frontmatter"),
+    ("open.md", b"---\ntitle: never closed\n\n# Body\n\nText.\n", "invalid_document",
+     "never closed"),
+    ("list.md", b"---\n- a\n- b\n---\n# Body\n\nText.\n", "invalid_document", "YAML mapping"),
+    ("nobody.md", b"---\ntitle: Only frontmatter\n---\n\n", "invalid_document", "no markdown body"),
+    ("report.pdf", b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n", "unsupported_type", "not a markdown file"),
+]
+
+
+def _nothing_written(store) -> bool:  # type: ignore[no-untyped-def]
+    """No row in the database and not even a collection in Milvus."""
+    return not (Document.objects.exists() or Job.objects.exists() or Chunk.objects.exists()
+                or EmbeddingCache.objects.exists() or store.collections())
+
+
+@pytest.mark.parametrize(("name", "raw", "code", "words"), BAD_UPLOADS,
+                         ids=[case[0] for case in BAD_UPLOADS])
+def test_bad_upload_is_a_clear_4xx_and_writes_nothing(kb, store, name, raw, code,
+                                                      words) -> None:
+    response = upload(kb.admin, kb.dataset.pk, name, raw)
+
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert body["code"] == code
+    assert words in body["message"]
+    assert set(body) == {"code", "message", "extra"}
+    assert _nothing_written(store)
+    assert kb.admin.get(f"/api/datasets/{kb.dataset.pk}/documents").json()["documents"] == []
+
+
+def test_oversized_upload_is_413_and_writes_nothing(kb, store, settings) -> None:
+    settings.KB_MAX_UPLOAD_BYTES = 2_000
+    big = runbook("kafka", sections=40)
+    assert len(big) > 2_000
+
+    response = upload(kb.admin, kb.dataset.pk, "kafka.md", big)
+
+    assert response.status_code == 413, response.content
+    assert response.json()["code"] == "too_large"
+    assert "2000" in response.json()["message"]
+    assert _nothing_written(store)
+
+
+@pytest.fixture
+def existing(kb, ingest):  # type: ignore[no-untyped-def]
+    """A document that already serves, to prove a refused upload changes nothing of it."""
+    return ingest(kb.dataset, "redis.md", runbook("redis"))
+
+
+def _snapshot(store, document):  # type: ignore[no-untyped-def]
+    document.refresh_from_db()
+    return (document.content_hash, document.status, document.chunk_count,
+            list(Chunk.objects.filter(document=document).values_list("pk", "content")),
+            milvus_rows(store, document.doc_id, "content"), store.count())
+
+
+def test_duplicate_name_is_409_and_the_original_keeps_serving(kb, store, existing) -> None:
+    before = _snapshot(store, existing)
+
+    response = upload(kb.admin, kb.dataset.pk, "redis.md", runbook("postgres"))
+
+    assert response.status_code == 409, response.content
+    assert response.json()["code"] == "duplicate"
+    assert "redis.md" in response.json()["message"]
+    assert _snapshot(store, existing) == before
+    assert not Job.objects.exists()
+    answer = lookup(kb.tool, "redis dashboard restart")
+    assert answer["evidence_status"] == "READY"
+    assert top_doc_id(answer) == existing.doc_key
+
+
+def test_identical_reupload_is_200_unchanged_without_a_job(kb, store, existing) -> None:
+    EmbeddingCache.objects.all().delete()
+
+    response = upload(kb.admin, kb.dataset.pk, "redis.md", runbook("redis"))
+
+    assert response.status_code == 200, response.content
+    assert response.json()["changed"] is False and response.json()["job"] is None
+    assert response.json()["document"]["document_id"] == existing.doc_key
+    assert not Job.objects.exists()
+    assert not EmbeddingCache.objects.exists()  # nothing was embedded again
+
+
+def test_duplicate_dataset_name_is_409(kb) -> None:
+    response = kb.admin.post("/api/datasets", {"name": "ops"}, format="json")
+
+    assert response.status_code == 409, response.content
+    assert response.json()["code"] == "duplicate"
+    assert kb.admin.get("/api/datasets").json()["datasets"][0]["name"] == "ops"
+    assert len(kb.admin.get("/api/datasets").json()["datasets"]) == 1
+
+
+def test_upload_without_a_file_field_is_400(kb) -> None:
+    response = kb.admin.post(f"/api/datasets/{kb.dataset.pk}/documents", {"other": "x"},
+                             format="multipart")
+
+    assert response.status_code == 400
+    assert response.json()["code"] == "missing_file"
+
+
+def test_only_an_admin_key_of_the_tenant_may_upload(kb, make_key) -> None:
+    raw = runbook("redis")
+    assert upload(kb.tool, kb.dataset.pk, "a.md", raw).status_code == 403
+    assert upload(api_client("kb_nope_nope"), kb.dataset.pk, "a.md", raw).status_code == 401
+    _, stranger = make_key(tenant="other", role="admin")
+    response = upload(api_client(stranger), kb.dataset.pk, "a.md", raw)
+    assert response.status_code == 404  # another tenant's dataset does not exist for them
+    assert not Document.objects.exists() and not Job.objects.exists()
+
+
+@pytest.mark.embedded
+def test_upload_is_indexed_and_found_on_the_embedded_defaults(
+        kb, store, eager_tasks, django_capture_on_commit_callbacks) -> None:
+    raw = markdown("Kafka consumer lag", {
+        "Symptoms": "The consumer group lag grows and `kafka-consumer-groups.sh` shows "
+                    "partitions stuck on one member.",
+        "Fix": "Rebalance the group, then raise `max.poll.records` only after the slow "
+               "handler is fixed.",
+    }, category="messaging", keywords=["kafka", "consumer lag"])
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = kb.admin.post(f"/api/datasets/{kb.dataset.pk}/documents",
+                                 {"file": md_file("kafka.md", raw)}, format="multipart")
+
+    assert response.status_code == 202, response.content
+    job = kb.admin.get(f"/api/jobs/{response.json()['job']['id']}").json()
+    assert job["status"] == "succeeded", job
+    document = kb.admin.get(f"/api/documents/{response.json()['document']['document_id']}")
+    assert document.json()["status"] == "ready" and document.json()["chunk_count"] == 2
+    answer = lookup(kb.tool, "kafka consumer group lag")
+    assert answer["evidence_status"] == "READY"
+    assert top_doc_id(answer) == response.json()["document"]["document_id"]
+    assert answer["evidence"][0]["source"] == "kafka.md"

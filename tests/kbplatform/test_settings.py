@@ -1,0 +1,143 @@
+"""Settings come from the environment through small strict parsers; secrets also from files."""
+
+from __future__ import annotations
+
+import os
+import runpy
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+import kbplatform
+from kbplatform.env import env_bool, env_int, env_list, env_str
+
+SETTINGS_FILE = Path(kbplatform.__file__).parent / "settings.py"
+PREFIXES = ("DJANGO_", "KB_", "CELERY_", "MILVUS_", "REDIS_", "DATABASE_")
+
+
+@pytest.mark.parametrize("raw", ["1", "true", "TRUE", "yes", " on "])
+def test_env_bool_true(monkeypatch, raw) -> None:
+    monkeypatch.setenv("KB_FLAG", raw)
+    assert env_bool("KB_FLAG", False) is True
+
+
+@pytest.mark.parametrize("raw", ["0", "false", "No", "off", ""])
+def test_env_bool_false(monkeypatch, raw) -> None:
+    monkeypatch.setenv("KB_FLAG", raw)
+    assert env_bool("KB_FLAG", True) is False
+
+
+def test_env_bool_unset_is_the_default(monkeypatch) -> None:
+    monkeypatch.delenv("KB_FLAG", raising=False)
+    assert env_bool("KB_FLAG", True) is True
+    assert env_bool("KB_FLAG", False) is False
+
+
+@pytest.mark.parametrize("raw", ["yes please", "2", "enabled", "t"])
+def test_env_bool_refuses_anything_else(monkeypatch, raw) -> None:
+    monkeypatch.setenv("KB_FLAG", raw)
+    with pytest.raises(ImproperlyConfigured, match=f"KB_FLAG='{raw}' is not a boolean"):
+        env_bool("KB_FLAG", False)
+
+
+def test_env_int(monkeypatch) -> None:
+    monkeypatch.setenv("KB_N", "12")
+    assert env_int("KB_N", 3, minimum=1) == 12
+    monkeypatch.setenv("KB_N", " ")
+    assert env_int("KB_N", 3) == 3
+    monkeypatch.setenv("KB_N", "twelve")
+    with pytest.raises(ImproperlyConfigured, match="KB_N='twelve' is not an integer"):
+        env_int("KB_N", 3)
+    monkeypatch.setenv("KB_N", "0")
+    with pytest.raises(ImproperlyConfigured, match="KB_N=0 must be at least 1"):
+        env_int("KB_N", 3, minimum=1)
+
+
+def test_env_list(monkeypatch) -> None:
+    monkeypatch.setenv("KB_HOSTS", "kb.example.com, 10.0.0.5,, ")
+    assert env_list("KB_HOSTS", ["x"]) == ["kb.example.com", "10.0.0.5"]
+    monkeypatch.delenv("KB_HOSTS")
+    assert env_list("KB_HOSTS", ["x"]) == ["x"]
+
+
+def test_a_secret_is_read_from_the_file_named_by_NAME_FILE(monkeypatch, tmp_path) -> None:
+    secret = tmp_path / "key"
+    secret.write_text("s3cr3t-value\n")
+    monkeypatch.setenv("KB_TOKEN", "from-the-variable")
+    monkeypatch.setenv("KB_TOKEN_FILE", str(secret))
+
+    assert env_str("KB_TOKEN") == "s3cr3t-value"  # the file wins, without its newline
+
+
+def test_an_unreadable_secret_file_is_a_configuration_error(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("KB_TOKEN_FILE", str(tmp_path / "missing"))
+    with pytest.raises(ImproperlyConfigured, match="KB_TOKEN_FILE=.* cannot be read"):
+        env_str("KB_TOKEN")
+
+
+def _settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **env: str) -> dict[str, Any]:
+    """Execute kbplatform/settings.py afresh with exactly `env` for the project's variables."""
+    for name in list(os.environ):
+        if name.startswith(PREFIXES) and name != "DJANGO_SETTINGS_MODULE":
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("KB_VAR_DIR", str(tmp_path))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return runpy.run_path(str(SETTINGS_FILE), run_name="settings_under_test")
+
+
+def test_nothing_configured_means_the_embedded_demo(monkeypatch, tmp_path) -> None:
+    first = _settings(monkeypatch, tmp_path)
+    second = _settings(monkeypatch, tmp_path)
+
+    assert first["DATABASES"]["default"]["ENGINE"] == "django.db.backends.sqlite3"
+    assert first["DATABASES"]["default"]["NAME"] == str(tmp_path / "kbplatform.sqlite3")
+    assert first["MILVUS_URI"] == str(tmp_path / "milvus.db")
+    assert first["CELERY_TASK_ALWAYS_EAGER"] is True
+    assert first["CACHES"]["default"]["BACKEND"].endswith("DatabaseCache")
+    assert first["DEBUG"] is False
+    assert "*" not in first["ALLOWED_HOSTS"]
+    # A throwaway key per start, never one from the repository.
+    assert len(first["SECRET_KEY"]) >= 50 and first["SECRET_KEY"] != second["SECRET_KEY"]
+
+
+def test_production_settings_come_from_the_environment(monkeypatch, tmp_path) -> None:
+    key_file = tmp_path / "secret_key"
+    key_file.write_text("k" * 60 + "\n")
+
+    values = _settings(monkeypatch, tmp_path,
+                       DATABASE_URL="mysql://kb:pw@db.internal:3306/kb",
+                       REDIS_URL="redis://cache.internal:6379/0",
+                       MILVUS_URI="http://milvus.internal:19530",
+                       DJANGO_SECRET_KEY_FILE=str(key_file), KB_REQUIRE_SECRET_KEY="true",
+                       DJANGO_ALLOWED_HOSTS="kb.example.com", KB_MAX_UPLOAD_BYTES="1000")
+
+    database = values["DATABASES"]["default"]
+    assert database["ENGINE"] == "django.db.backends.mysql"
+    assert (database["HOST"], database["NAME"], database["USER"]) == ("db.internal", "kb", "kb")
+    assert database["OPTIONS"] == {"charset": "utf8mb4"}
+    assert values["CACHES"]["default"]["BACKEND"].endswith("RedisCache")
+    assert values["CELERY_BROKER_URL"] == "redis://cache.internal:6379/0"
+    assert values["CELERY_TASK_ALWAYS_EAGER"] is False
+    assert values["MILVUS_URI"] == "http://milvus.internal:19530"
+    assert values["SECRET_KEY"] == "k" * 60
+    assert values["ALLOWED_HOSTS"] == ["kb.example.com"]
+    assert values["KB_MAX_UPLOAD_BYTES"] == 1000
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"DJANGO_DEBUG": "yes please"}, "DJANGO_DEBUG='yes please' is not a boolean"),
+    ({"CELERY_TASK_ALWAYS_EAGER": "sometimes"}, "CELERY_TASK_ALWAYS_EAGER='sometimes'"),
+    ({"KB_REQUIRE_SECRET_KEY": "1"}, "DJANGO_SECRET_KEY is required"),
+    ({"DATABASE_URL": "postgres://kb@db/kb"}, "DATABASE_URL must be sqlite"),
+    ({"KB_MAX_UPLOAD_BYTES": "0"}, "KB_MAX_UPLOAD_BYTES=0 must be at least 1"),
+    ({"KB_CHUNK_SIZE": "big"}, "KB_CHUNK_SIZE='big' is not an integer"),
+    ({"DJANGO_SECRET_KEY_FILE": "/nonexistent/kb/secret"}, "DJANGO_SECRET_KEY_FILE="),
+], ids=["debug", "eager", "secret-required", "postgres", "upload-limit", "chunk-size",
+        "secret-file"])
+def test_a_bad_environment_stops_the_start_with_a_clear_message(monkeypatch, tmp_path, env,
+                                                                message) -> None:
+    with pytest.raises(ImproperlyConfigured, match=message.replace("(", r"\(")):
+        _settings(monkeypatch, tmp_path, **env)
