@@ -32,8 +32,10 @@ KB_EMBEDDER="${TEST_EMBEDDER:-use}" \
 
 echo "== embedded defaults: SQLite + Milvus Lite file + eager tasks"
 tmp="$(mktemp -d)"
-env -u REDIS_URL -u CELERY_BROKER_URL -u MILVUS_URI \
-  DATABASE_URL="sqlite:///$tmp/kb.sqlite3" KB_VAR_DIR="$tmp" \
-  KB_EMBEDDER="${TEST_EMBEDDER:-use}" \
+(
+  unset REDIS_URL CELERY_BROKER_URL MILVUS_URI CELERY_TASK_ALWAYS_EAGER
+  export DATABASE_URL="sqlite:///$tmp/kb.sqlite3" KB_VAR_DIR="$tmp"
+  export KB_EMBEDDER="${TEST_EMBEDDER:-use}"
   run_pytest -m "embedded" "$@"
+)
 rm -rf "$tmp"

@@ -75,8 +75,9 @@ class Command(BaseCommand):
             reset_store()
             try:
                 store = get_store()
-                self.fill(store, f"{alias}_data", size, share, tenant.pk, dataset.pk,
-                          embedder.dimension)
+                # One data collection per size and dimension: reused by the next run.
+                self.fill(store, f"{alias}_data_{embedder.dimension}d", size, share, tenant.pk,
+                          dataset.pk, embedder.dimension)
                 _, secret = api_key_create(tenant=tenant, name="bench", datasets=[dataset])
                 rng = random.Random(size)
                 texts = [synthetic_text(rng, 6) + f" q{rng.random()}" for _ in range(queries)]

@@ -1,0 +1,96 @@
+"""The quality and speed commands run end to end at a small size (CI proves they work; the
+figures themselves come from running them at full size, see docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from retrieval.evaluation import mrr_at, ndcg_at, recall_at
+
+CORPUS = [
+    ("d1", "Redis eviction", "When Redis reaches maxmemory it evicts keys by the policy."),
+    ("d2", "MySQL replication lag", "Seconds_Behind_Master grows when the SQL thread lags."),
+    ("d3", "JVM heap", "java.lang.OutOfMemoryError: Java heap space means the heap is full."),
+    ("d4", "磁盘满了", "No space left on device：用 df -h 和 du 找到占用最大的目录。"),
+    ("d5", "DNS", "NXDOMAIN answers mean the name does not exist in the zone."),
+]
+QUERIES = [("q1", "redis maxmemory eviction policy", "d1"),
+           ("q2", "replica lag Seconds_Behind_Master", "d2"),
+           ("q3", "磁盘空间满了怎么办", "d4")]
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> Path:
+    folder = tmp_path / "tiny"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("\n".join(
+        json.dumps({"_id": i, "title": t, "text": x}, ensure_ascii=False)
+        for i, t, x in CORPUS), encoding="utf-8")
+    (folder / "queries.jsonl").write_text("\n".join(
+        json.dumps({"_id": q, "text": t}, ensure_ascii=False) for q, t, _ in QUERIES),
+        encoding="utf-8")
+    (folder / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for q, _, d in QUERIES))
+    return folder
+
+
+def test_metrics_on_a_known_ranking() -> None:
+    relevant = {"a": 1, "c": 1}
+    assert mrr_at(["b", "a", "c"], relevant, 10) == 0.5
+    assert recall_at(["b", "a"], relevant, 10) == 0.5
+    assert ndcg_at(["a", "c"], relevant, 10) == 1.0
+    assert 0 < ndcg_at(["b", "a", "c"], relevant, 10) < 1
+
+
+@pytest.mark.integration
+@pytest.mark.django_db
+def test_evaluate_finds_the_right_documents_and_reuses_its_index(store: Any, suite: Path,
+                                                                 capsys: Any) -> None:
+    out = StringIO()
+    call_command("evaluate", "--suite", str(suite), "--json", "--depth", "10", stdout=out)
+    report = json.loads(out.getvalue())
+    assert report["queries"] == 3 and report["ndcg@10"] > 0.9 and report["recall@100"] == 1.0
+    assert report["index"]["indexed_now"] == len(CORPUS)
+    assert "queries 3/3" in capsys.readouterr().err  # progress
+
+    again = StringIO()
+    call_command("evaluate", "--suite", str(suite), "--json", "--depth", "10", stdout=again)
+    assert json.loads(again.getvalue())["index"]["indexed_now"] == 0  # nothing re-embedded
+
+
+@pytest.mark.django_db
+def test_evaluate_rejects_a_folder_that_is_not_a_suite(tmp_path: Path) -> None:
+    with pytest.raises(CommandError, match="corpus.jsonl is missing"):
+        call_command("evaluate", "--suite", str(tmp_path))
+
+
+@pytest.mark.integration
+@pytest.mark.django_db
+def test_bench_lookup_compares_the_rest_call_with_the_floor(store: Any) -> None:
+    out = StringIO()
+    call_command("bench_lookup", "--sizes", "300,600", "--queries", "5", "--json", stdout=out)
+    rows = json.loads(out.getvalue())["lookup"]
+    assert [row["chunks"] for row in rows] == [300, 600]
+    for row in rows:
+        assert row["rest_p50_ms"] > 0 and row["floor_p50_ms"] > 0
+        assert row["ratio_p50"] == round(row["rest_p50_ms"] / row["floor_p50_ms"], 2)
+    assert "p50_growth_vs_first" in rows[-1]
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)  # uploads enqueue their indexing on commit
+def test_bench_ingest_measures_the_platform_against_the_embedder(store: Any,
+                                                                eager_tasks: None) -> None:
+    out = StringIO()
+    call_command("bench_ingest", "--documents", "2", "--sections", "2", "--timeout", "120",
+                 "--json", stdout=out)
+    row = json.loads(out.getvalue())["ingest"]
+    assert row["chunks"] >= 4 and row["platform_chunks_per_s"] > 0
+    assert row["embedder_chunks_per_s"] > 0 and row["eager"] is True
