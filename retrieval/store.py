@@ -184,10 +184,12 @@ class MilvusHybridKnowledgeStore:
 
     def alias_target(self) -> str | None:
         client = self._client or self.client()
-        try:
-            return str(client.describe_alias(self.alias, timeout=self.timeout)["collection_name"])
-        except MilvusException:
+        # Ask before describing: describing a missing alias is an error pymilvus logs loudly.
+        aliases = self._call("list_aliases", client.list_aliases).get("aliases", [])
+        if self.alias not in aliases:
             return None
+        return str(self._call("describe_alias", client.describe_alias,
+                              self.alias)["collection_name"])
 
     def point_alias(self, collection: str) -> None:
         """Switch lookups to `collection` in one step; readers see the old or the new one."""
