@@ -9,7 +9,7 @@ import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
-from datasets.models import Dataset, Document, Tenant
+from datasets.models import Dataset, Document, Job, Tenant
 from tests.datasets.builders import api_client, found_doc_ids, lookup, markdown, runbook
 
 pytestmark = pytest.mark.django_db
@@ -101,6 +101,15 @@ def test_a_file_broken_after_import_leaves_the_indexed_version_serving(store, tm
     assert store.chunk_ids(document.doc_id) == ids
     _, secret = make_key(tenant="default")
     assert document.doc_key in found_doc_ids(lookup(api_client(secret), "redis dashboard"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_background_import_runs_as_a_job_with_progress(store, tmp_path, eager_tasks) -> None:
+    lines = _import(str(_folder(tmp_path / "kb")), "--background")
+    job = Job.objects.get()
+    assert lines == [f"import queued as job {job.pk}"]
+    assert (job.kind, job.status, job.done, job.total) == ("import", "succeeded", 2, 2)
+    assert Document.objects.filter(status=Document.Status.READY).count() == 2
 
 
 def test_a_missing_folder_is_a_command_error(tmp_path) -> None:

@@ -5,6 +5,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from datasets.importer import knowledge_import
+from datasets.models import Job
+from datasets.services import tenant_get_or_create
+from datasets.tasks import import_knowledge_task
 
 
 class Command(BaseCommand):
@@ -14,11 +17,22 @@ class Command(BaseCommand):
         parser.add_argument("path", nargs="?", default=str(settings.KB_KNOWLEDGE_DIR))
         parser.add_argument("--tenant", default="default")
         parser.add_argument("--dataset", default="knowledge-base")
+        parser.add_argument("--background", action="store_true",
+                            help="enqueue the import on the indexing queue and print the job "
+                                 "id (follow it with GET /api/jobs/ID or in the admin)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         root = Path(options["path"])
         if not root.is_dir():
             raise CommandError(f"{root} is not a directory")
+
+        if options["background"]:
+            job = Job.objects.create(tenant=tenant_get_or_create(slug=options["tenant"]),
+                                     kind=Job.Kind.IMPORT)
+            import_knowledge_task.delay(job.pk, str(root.resolve()), options["tenant"],
+                                        options["dataset"])
+            self.stdout.write(f"import queued as job {job.pk}")
+            return
 
         def progress(number: int, total: int, path: str, outcome: str) -> None:
             self.stdout.write(f"[{number}/{total}] {path}: {outcome}")
