@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from django.db.models import Count, Max
+from django.db.models import Count, Max, QuerySet
 
 from datasets.models import Document
 from retrieval.transform import L0Document, L0Index
@@ -19,7 +19,7 @@ _cache: dict[tuple[int, tuple[int, ...]], tuple[tuple[object, ...], L0Index]] = 
 _lock = threading.Lock()
 
 
-def _documents(tenant_id: int, dataset_ids: Sequence[int]):  # type: ignore[no-untyped-def]
+def _documents(tenant_id: int, dataset_ids: Sequence[int]) -> QuerySet[Document]:
     return Document.objects.filter(dataset__tenant_id=tenant_id, dataset_id__in=dataset_ids)
 
 
