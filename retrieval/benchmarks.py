@@ -4,6 +4,7 @@ embedder alone. Commands, not timed tests: `manage.py bench_lookup`, `manage.py 
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 import time
@@ -33,8 +34,11 @@ def unit_vectors(rng: np.random.Generator, count: int, dimension: int) -> np.nda
 
 
 def percentile(values: list[float], q: float) -> float:
+    """Nearest rank: the smallest value with at least q of the values at or below it."""
+    if not values:
+        return 0.0
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, int(round(q * len(ordered) + 0.5)) - 1))]
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,8 @@ class Timing:
 
     @classmethod
     def of(cls, samples: list[float]) -> Timing:
+        if not samples:
+            return cls(0.0, 0.0)
         return cls(round(statistics.median(samples), 2), round(percentile(samples, 0.95), 2))
 
 

@@ -13,7 +13,6 @@ import hashlib
 import json
 import math
 import re
-import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from django.conf import settings
 from datasets.index_versions import SPLITTER
 from datasets.models import Dataset, Document
 from datasets.services import document_store, documents_index, index_marker, tenant_get_or_create
+from retrieval.benchmarks import Timing
 from retrieval.embedders import Embedder, get_embedder
 from retrieval.lookup_service import lookup_knowledge
 from retrieval.search import VectorSearchService
@@ -91,13 +91,6 @@ def recall_at(ranking: list[str], relevant: dict[str, int], k: int) -> float:
 
 def mrr_at(ranking: list[str], relevant: dict[str, int], k: int) -> float:
     return next((1.0 / (i + 1) for i, doc in enumerate(ranking[:k]) if doc in relevant), 0.0)
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 # --- loading the corpus --------------------------------------------------------------------
@@ -224,11 +217,11 @@ def evaluate(*, suite: Suite, index: EvalIndex, embedder: Embedder, mode: Search
             progress(f"queries {number}/{len(judged)}: nDCG@10 so far "
                      f"{sums['ndcg@10'] / number:.4f}")
     count = max(len(judged), 1)
+    timing = Timing.of(latencies)
     return EvalReport(
         suite=suite.name, mode=mode, embedder=embedder.name, queries=len(judged),
         metrics={name: round(total / count, 4) for name, total in sums.items()},
-        latency_ms={"p50": round(statistics.median(latencies), 1) if latencies else 0.0,
-                    "p95": round(percentile(latencies, 0.95), 1)},
+        latency_ms={"p50": timing.p50, "p95": timing.p95},
         config={key: value for key, value in overrides.items()},
         index={"collection": index.collection, "documents": len(suite.corpus),
                "indexed_now": index.indexed_documents, "load_seconds": round(index.seconds, 1)})

@@ -81,7 +81,6 @@ class LookupKnowledgeTool:
 
     def run(self, request: LookupRequest) -> LookupResult:
         clock = _Clock()
-        tool_call_id = request.tool_call_id or f"call_{uuid.uuid4().hex}"
         hints = QueryHints()
         retry = RetryDecision(ran=False, reason="no category filter")
         filters = request.filters
@@ -107,24 +106,22 @@ class LookupKnowledgeTool:
             clock.record("pack", hits=tuple((i.chunk.evidence_key, len(i.excerpt))
                                             for i in pack.items))
         except (VectorStoreUnavailable, EmbeddingError) as exc:
-            return self._assemble(request, tool_call_id, EvidenceStatus.UNAVAILABLE,
+            return self._assemble(request, EvidenceStatus.UNAVAILABLE,
                                   RelevanceLevel.NONE, EMPTY_PACK, hints, filters, retry, clock,
                                   error=f"{type(exc).__name__}: {exc}")
         status = EvidenceStatus.READY if pack.items else EvidenceStatus.EMPTY
         level = result.relevance_level if pack.items else RelevanceLevel.NONE
-        return self._assemble(request, tool_call_id, status, level, pack, hints, filters, retry,
+        return self._assemble(request, status, level, pack, hints, filters, retry,
                               clock)
 
     def empty_result(self, request: LookupRequest) -> LookupResult:
-        return self._assemble(request, request.tool_call_id or f"call_{uuid.uuid4().hex}",
-                              EvidenceStatus.EMPTY, RelevanceLevel.NONE, EMPTY_PACK,
+        return self._assemble(request, EvidenceStatus.EMPTY, RelevanceLevel.NONE, EMPTY_PACK,
                               QueryHints(), request.filters,
                               RetryDecision(ran=False, reason="no readable dataset"), _Clock())
 
     def unavailable_result(self, request: LookupRequest, *, error: str) -> LookupResult:
         """UNAVAILABLE before any stage ran: what was needed to search is broken."""
-        return self._assemble(request, request.tool_call_id or f"call_{uuid.uuid4().hex}",
-                              EvidenceStatus.UNAVAILABLE, RelevanceLevel.NONE, EMPTY_PACK,
+        return self._assemble(request, EvidenceStatus.UNAVAILABLE, RelevanceLevel.NONE, EMPTY_PACK,
                               QueryHints(), request.filters,
                               RetryDecision(ran=False, reason="not searched"), _Clock(),
                               error=error)
@@ -149,12 +146,14 @@ class LookupKnowledgeTool:
                                                   f"reference {self.settings.reference_threshold}")
         return RetryDecision(ran=False, reason="the category-filtered search was good enough")
 
-    def _assemble(self, request: LookupRequest, tool_call_id: str, status: EvidenceStatus,
+    def _assemble(self, request: LookupRequest, status: EvidenceStatus,
                   level: RelevanceLevel, pack: ContextPack, hints: QueryHints,
                   filters: SearchFilters, retry: RetryDecision, clock: _Clock,
                   error: str = "") -> LookupResult:
         return LookupResult(
-            tool_call_id=tool_call_id, session_id=request.session_id, query=request.query,
+            # The agent's id when it sent one, else ours: the canonical record's key.
+            tool_call_id=request.tool_call_id or f"call_{uuid.uuid4().hex}",
+            session_id=request.session_id, query=request.query,
             evidence_status=status, relevance_level=level, pack=pack, hints=hints,
             filters=filters, mode=self.mode, retry=retry, traces=tuple(clock.traces),
             config=RagConfigConverter.to_dict(self.settings), config_version=self.config_version,

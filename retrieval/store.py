@@ -114,12 +114,8 @@ class MilvusHybridKnowledgeStore:
     def _load_serving(self) -> None:
         """Milvus Lite comes back with every collection released: load what lookups search."""
         target = self.alias_target()
-        if target:
-            self._call("load_collection", self.client_unlocked().load_collection, target)
-
-    def client_unlocked(self) -> MilvusClient:
-        assert self._client is not None
-        return self._client
+        if target and self._client is not None:
+            self._call("load_collection", self._client.load_collection, target)
 
     def close(self) -> None:
         with self._connect_lock:
