@@ -12,8 +12,23 @@ from typing import Any
 import yaml
 from frontmatter.default_handlers import YAMLHandler
 from markdown_it import MarkdownIt
+from markdown_it.rules_core import StateCore
+from markdown_it.token import Token
 
-from datasets.ingestion.splitter import inline_text
+from datasets.ingestion.limits import (
+    MAX_BUSINESS_KEY_CHARS,
+    MAX_CATEGORY_BYTES,
+    MAX_DOMAIN_CHARS,
+    MAX_FRONTMATTER_CHARS,
+    MAX_FRONTMATTER_TITLE_CHARS,
+    MAX_KEYWORD_CHARS,
+    MAX_KEYWORDS,
+    MAX_LINES,
+    MAX_MARKDOWN_TOKENS,
+    MAX_TITLE_CHARS,
+    shorten,
+)
+from datasets.ingestion.splitter import heading_text
 
 # Share of control characters above which decoded text is treated as binary;
 # a few ANSI colour escapes in a pasted log stay far below it.
@@ -22,11 +37,39 @@ _ALLOWED_CONTROLS = frozenset("\t\n\r\f\v")
 _KEYWORD_SEPARATORS = re.compile(r"[,，、]")
 _LEADING_BLANK_LINES = re.compile(r"\A(?:[ \t]*\n)+")
 _KNOWN_FIELDS = frozenset({"title", "domain", "keywords", "category", "business_key"})
-_MD = MarkdownIt("commonmark")
 
 
 class DocumentParseError(ValueError):
     """The uploaded file cannot be ingested; the message is shown to the API user."""
+
+
+class DocumentTooLarge(DocumentParseError):
+    """Within the upload limit, but with too many lines, markdown elements or chunks."""
+
+
+class _BoundedTokens(list[Token]):
+    """A token list that stops the parse once it holds MAX_MARKDOWN_TOKENS tokens."""
+
+    def append(self, token: Token) -> None:
+        if len(self) >= MAX_MARKDOWN_TOKENS:
+            raise DocumentTooLarge(
+                f"the document has more than {MAX_MARKDOWN_TOKENS:,} markdown elements "
+                "(headings, paragraphs, list items, table cells); split it into several files"
+            )
+        super().append(token)
+
+
+def _bound_tokens(state: StateCore) -> None:
+    state.tokens = _BoundedTokens()
+
+
+# The structure as the splitter reads it (tables, no inline pass), parsed once here to find
+# the title and to reject, while parsing, a file dense with tiny blocks: a block of a byte or
+# two costs hundreds of bytes of tokens (1.8 GB for 2 MB of "#" lines), so the upload limit
+# alone does not bound memory. The later parses of the same body (by the transformers and
+# the splitter) then stay within the bound too.
+_MD = MarkdownIt("commonmark").enable("table").disable("inline")
+_MD.core.ruler.before("block", "bound_tokens", _bound_tokens)
 
 
 @dataclass(frozen=True)
@@ -49,15 +92,25 @@ def parse_markdown(raw: bytes, *, file_name: str, max_bytes: int) -> ParsedDocum
     body = _LEADING_BLANK_LINES.sub("", body).rstrip()
     if not body.strip():
         raise DocumentParseError("the document has frontmatter but no markdown body after it")
-
-    title = _text_field(metadata, "title").strip() or _first_h1(body) or _stem(file_name)
+    # Frontmatter first: its checks are cheap, the markdown parse is not.
+    title = _bounded("title", _text_field(metadata, "title").strip(), MAX_FRONTMATTER_TITLE_CHARS)
+    domain = _bounded("domain", _text_field(metadata, "domain").strip().lower(), MAX_DOMAIN_CHARS)
+    keywords = _keywords(metadata.get("keywords"))
+    category = _category(_text_field(metadata, "category").strip().lower())
+    business_key = _bounded(
+        "business_key", _business_key(metadata.get("business_key")), MAX_BUSINESS_KEY_CHARS
+    )
+    tokens = _MD.parse(body)  # always: it is also the check on the number of blocks
+    # A title written in the frontmatter is kept whole (or rejected above); one derived from
+    # a heading or the file name is cut, as it was not written to be a title.
+    title = title or _first_h1(tokens) or shorten(_stem(file_name), MAX_TITLE_CHARS)
     return ParsedDocument(
         title=title,
         body=body,
-        domain=_text_field(metadata, "domain").strip().lower(),
-        keywords=_keywords(metadata.get("keywords")),
-        category=_text_field(metadata, "category").strip().lower(),
-        business_key=_business_key(metadata.get("business_key")),
+        domain=domain,
+        keywords=keywords,
+        category=category,
+        business_key=business_key,
         extra=_extra(metadata),
     )
 
@@ -98,6 +151,12 @@ def _decode(raw: bytes, *, max_bytes: int) -> str:
         )
     if not text.strip():
         raise DocumentParseError("the file is empty or contains only whitespace")
+    lines = text.count("\n") + 1
+    if lines > MAX_LINES:
+        raise DocumentTooLarge(
+            f"the file has {lines:,} lines; the limit is {MAX_LINES:,} lines: "
+            "split it into several files"
+        )
     return text
 
 
@@ -114,10 +173,21 @@ def _split_frontmatter(text: str) -> tuple[dict[str, Any], str]:
         raise DocumentParseError(
             "the frontmatter opened with '---' on line 1 is never closed by a '---' line"
         ) from None
+    if len(fm_text) > MAX_FRONTMATTER_CHARS:
+        raise DocumentParseError(
+            f"the frontmatter is {len(fm_text):,} characters long; the limit is "
+            f"{MAX_FRONTMATTER_CHARS:,} characters"
+        )
     try:
         loaded = handler.load(fm_text)
     except yaml.YAMLError as exc:
         raise DocumentParseError(f"malformed YAML frontmatter: {_yaml_problem(exc)}") from None
+    except ValueError:
+        # PyYAML converts unquoted numbers and dates itself and lets int() and date() fail.
+        raise DocumentParseError(
+            "malformed YAML frontmatter: a value is not a valid number or date (e.g. a number "
+            "of thousands of digits, or month 13); quote it to keep it as text"
+        ) from None
     if loaded is None:
         return {}, body
     if not isinstance(loaded, dict):
@@ -175,6 +245,28 @@ def _text_field(metadata: dict[str, Any], key: str) -> str:
     return _scalar_text(key, metadata.get(key))
 
 
+def _bounded(key: str, value: str, limit: int) -> str:
+    # Rejected, not cut: a cut identifier or filter value would silently stop matching.
+    if len(value) > limit:
+        raise DocumentParseError(
+            f"frontmatter field {key!r} is {len(value):,} characters long; "
+            f"the limit is {limit:,} characters"
+        )
+    return value
+
+
+def _category(value: str) -> str:
+    # The Milvus VARCHAR(100) column counts bytes: 40 Chinese characters are 120 bytes.
+    size = len(value.encode("utf-8"))
+    if size > MAX_CATEGORY_BYTES:
+        raise DocumentParseError(
+            f"frontmatter field 'category' is {size:,} bytes in UTF-8 ({len(value):,} "
+            f"characters); the limit is {MAX_CATEGORY_BYTES} bytes in UTF-8, e.g. "
+            f"{MAX_CATEGORY_BYTES // 3} Chinese characters"
+        )
+    return value
+
+
 def _business_key(value: object) -> str:
     if value is None:
         return ""
@@ -191,17 +283,35 @@ def _business_key(value: object) -> str:
 def _keywords(value: object) -> tuple[str, ...]:
     if value is None:
         return ()
+    items: list[Any]
     if isinstance(value, str):
         items = _KEYWORD_SEPARATORS.split(value)
     elif isinstance(value, list):
-        items = [_scalar_text("keywords", item) for item in value]
+        items = value
     else:
         raise DocumentParseError(
             "frontmatter field 'keywords' must be a list or a comma-separated string, got a "
             f"{_type_name(value)}"
         )
-    cleaned = (item.strip() for item in items)
-    return tuple(dict.fromkeys(item for item in cleaned if item))
+    keywords: dict[str, None] = {}  # ordered and without duplicates
+    for item in items:
+        # Checked item by item, before anything is kept: YAML aliases can repeat one huge
+        # string many times, and strip() copies it each time.
+        keyword = _scalar_text("keywords", item).strip()
+        if len(keyword) > MAX_KEYWORD_CHARS:
+            raise DocumentParseError(
+                f"a keyword in frontmatter field 'keywords' is {len(keyword):,} characters "
+                f"long; the limit is {MAX_KEYWORD_CHARS} characters per keyword (it starts "
+                f"{shorten(keyword[:40], 40, cut=True)!r})"
+            )
+        if keyword:
+            keywords[keyword] = None
+    if len(keywords) > MAX_KEYWORDS:
+        raise DocumentParseError(
+            f"frontmatter field 'keywords' has {len(keywords):,} keywords; "
+            f"the limit is {MAX_KEYWORDS} keywords"
+        )
+    return tuple(keywords)
 
 
 def _extra(metadata: dict[str, Any]) -> dict[str, str]:
@@ -217,11 +327,12 @@ def _extra(metadata: dict[str, Any]) -> dict[str, str]:
     return extra
 
 
-def _first_h1(body: str) -> str:
-    tokens = _MD.parse(body)
+def _first_h1(tokens: list[Token]) -> str:
+    """The plain text of the first top-level H1, cut to MAX_TITLE_CHARS."""
     for position, token in enumerate(tokens):
         if token.type == "heading_open" and token.tag == "h1" and token.level == 0:
-            return inline_text(tokens[position + 1]).strip()
+            # heading_text parses only a bounded prefix of a huge heading.
+            return heading_text(tokens[position + 1].content, MAX_TITLE_CHARS)
     return ""
 
 

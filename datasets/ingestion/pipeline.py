@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 
-from django.conf import settings
-
-from datasets.ingestion.parse import ParsedDocument
+from datasets.ingestion.limits import MAX_CHUNKS_PER_DOCUMENT, MAX_SEARCH_TEXT_CHARS, shorten
+from datasets.ingestion.parse import DocumentTooLarge, ParsedDocument
 from datasets.ingestion.splitter import MarkdownSplitter
 from datasets.ingestion.transformers import SecretRedactor, transform_document
+
+# Stateless: one instance serves every document.
+_REDACTOR = SecretRedactor()
 
 
 @dataclass(frozen=True)
@@ -17,24 +18,41 @@ class ChunkDraft:
     index: int
     content: str  # the raw chunk text an agent reads
     breadcrumb: str
-    search_text: str  # Title + Path + Content: the BM25 input and the embedding input
+    # Title + Path + Content: the BM25 input and the embedding input, ≤ MAX_SEARCH_TEXT_CHARS.
+    search_text: str
 
 
-@cache
-def _redactor() -> SecretRedactor | None:
-    return SecretRedactor() if settings.KB_REDACT_SECRETS else None
-
-
-def build_chunks(parsed: ParsedDocument) -> list[ChunkDraft]:
-    body = transform_document(parsed.body, redactor=_redactor())
-    splitter = MarkdownSplitter(chunk_size=settings.KB_CHUNK_SIZE,
-                                chunk_overlap=settings.KB_CHUNK_OVERLAP)
-    return [
-        ChunkDraft(index=segment.index, content=segment.content, breadcrumb=segment.breadcrumb,
-                   search_text=search_text(parsed.title, segment.breadcrumb, segment.content))
-        for segment in splitter.split(body)
-    ]
+def build_chunks(
+    parsed: ParsedDocument,
+    *,
+    chunk_size: int,
+    chunk_overlap: int,
+    redact: bool,
+    max_chunks: int = MAX_CHUNKS_PER_DOCUMENT,
+) -> list[ChunkDraft]:
+    """The chunks of one document; DocumentTooLarge when there would be over `max_chunks`."""
+    body = transform_document(parsed.body, redactor=_REDACTOR if redact else None)
+    splitter = MarkdownSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
+    drafts: list[ChunkDraft] = []
+    count = 0
+    for segment in splitter.iter_split(body):
+        count += 1
+        # Past the limit the segments are only counted, so the error can say by how much
+        # the document is over without holding (or building search texts for) all of them.
+        if count <= max_chunks:
+            drafts.append(ChunkDraft(
+                index=segment.index, content=segment.content, breadcrumb=segment.breadcrumb,
+                search_text=search_text(parsed.title, segment.breadcrumb, segment.content),
+            ))
+    if count > max_chunks:
+        raise DocumentTooLarge(
+            f"the document splits into {count:,} chunks; the limit is {max_chunks:,} per "
+            "document: split it into several files"
+        )
+    return drafts
 
 
 def search_text(title: str, breadcrumb: str, content: str) -> str:
-    return "\n".join(part for part in (title, breadcrumb, content) if part)
+    """Title + Path + Content, cut at the end to MAX_SEARCH_TEXT_CHARS."""
+    return shorten("\n".join(part for part in (title, breadcrumb, content) if part),
+                   MAX_SEARCH_TEXT_CHARS)

@@ -12,7 +12,16 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 from markdown_it.tree import SyntaxTreeNode
 
-# Blocks that are never cut: a half code block or half table misleads the agent reading it.
+from datasets.ingestion.limits import (
+    ELLIPSIS,
+    MAX_ATOMIC_FACTOR,
+    MAX_BREADCRUMB_CHARS,
+    MAX_HEADING_CHARS,
+    shorten,
+)
+
+# Blocks not cut below MAX_ATOMIC_FACTOR × chunk_size: a half code block or half table
+# misleads the agent reading it. Above it they are cut at lines into blocks that stay valid.
 _ATOMIC = frozenset({"fence", "code_block", "table"})
 # Blocks whose children are blocks: an oversized list is cut between its items.
 _CONTAINERS = frozenset({"bullet_list", "ordered_list", "list_item", "blockquote"})
@@ -20,6 +29,18 @@ _CONTAINERS = frozenset({"bullet_list", "ordered_list", "list_item", "blockquote
 # "redis.conf" or "3.14" is not a boundary; CJK punctuation needs nothing.
 _SENTENCE_END = re.compile(r"(?:[。！？；]|[.!?](?=\s))[\"'”’)）」』]*[ \t]*\n?|\n")
 _LEADING_BLANK_LINES = re.compile(r"\A(?:[ \t]*\n)+")
+_BREADCRUMB_SEPARATOR = " > "
+# Block structure only: the splitter reads spans, not inline markup, and without the inline
+# pass a big document holds no child token per word of emphasis or code. Headings, the one
+# place inline markup matters, are parsed on their own with _INLINE_PARSER.
+_BLOCK_PARSER = MarkdownIt("commonmark").enable("table").disable("inline")
+_INLINE_PARSER = MarkdownIt("commonmark")
+# Only this multiple of a heading's limit is inline-parsed: markup (links, code spans)
+# rarely quadruples a title, and a 1.5 MB heading must not be parsed whole to keep 200.
+_MARKUP_ALLOWANCE = 4
+# A fence's info string is a language tag and maybe attributes; a longer one is not
+# repeated on every piece of a cut block.
+_MAX_INFO_CHARS = 100
 
 
 @dataclass(frozen=True)
@@ -32,11 +53,16 @@ class Segment:
 
 @dataclass(frozen=True)
 class _Unit:
-    """A span of the source packed whole; `atomic` spans are never cut or overlapped into."""
+    """A span of the source packed whole; `atomic` spans are never cut or overlapped into.
+
+    `text` is set on the pieces of an oversized code block or table: re-fenced text that is
+    not in the source, packed as a piece of its own.
+    """
 
     start: int
     end: int
     atomic: bool
+    text: str | None = None
 
 
 def inline_text(token: Token) -> str:
@@ -50,6 +76,13 @@ def inline_text(token: Token) -> str:
     return "".join(parts).strip()
 
 
+def heading_text(markdown: str, limit: int) -> str:
+    """Plain text of a heading's inline markdown, cut to `limit` characters with "…"."""
+    prefix = markdown[: limit * _MARKUP_ALLOWANCE]
+    [inline] = _INLINE_PARSER.parseInline(prefix)
+    return shorten(inline_text(inline), limit, cut=len(prefix) < len(markdown))
+
+
 class MarkdownSplitter:
     """Split markdown into segments that never cross a heading.
 
@@ -59,10 +92,17 @@ class MarkdownSplitter:
     heading line; later pieces start with up to `chunk_overlap` characters of whole
     sentences or lines from the end of the previous piece.
 
-    Fenced/indented code blocks and tables are never cut: one longer than `chunk_size`
-    becomes its own oversized segment (with the heading if it opens its section). A heading
-    whose section has no blocks of its own (e.g. directly followed by a sub-heading) yields
-    no segment, so a document made only of headings yields [].
+    Fenced/indented code blocks and tables up to MAX_ATOMIC_FACTOR × `chunk_size` are never
+    cut: one longer than `chunk_size` becomes its own oversized segment (with the heading if
+    it opens its section). A longer one is cut at line ends into segments that are each a
+    valid block: a fence re-opened with its own fence line and closed, indented code
+    re-indented, a table with its header rows repeated; a single overlong line is hard-cut.
+    A heading whose section has no blocks of its own (e.g. directly followed by a
+    sub-heading) yields no segment, so a document made only of headings yields [].
+
+    Headings are cut to MAX_HEADING_CHARS (in breadcrumbs and in the heading line that opens
+    a segment) and breadcrumbs to MAX_BREADCRUMB_CHARS, so no segment grows with the length
+    of a heading.
     """
 
     def __init__(self, *, chunk_size: int = 800, chunk_overlap: int = 100) -> None:
@@ -74,75 +114,105 @@ class MarkdownSplitter:
             )
         self._size = chunk_size
         self._overlap = chunk_overlap
-        self._md = MarkdownIt("commonmark").enable("table")
+        self._max_atomic = MAX_ATOMIC_FACTOR * chunk_size
 
     def split(self, markdown: str) -> list[Segment]:
+        return list(self.iter_split(markdown))
+
+    def iter_split(self, markdown: str) -> Iterator[Segment]:
+        """The segments of split(), one at a time: a caller can count or stop early."""
         text = markdown.replace("\r\n", "\n").replace("\r", "\n")
         if not text.strip():
-            return []
+            return
         source = _Source(text)
-        root = SyntaxTreeNode(self._md.parse(text))
+        root = SyntaxTreeNode(_BLOCK_PARSER.parse(text))
         # In document order and disjoint (a table cannot hold a fence), as _inside requires.
         protected = [
             source.span(node.map) for node in root.walk() if node.type in _ATOMIC and node.map
         ]
-        segments: list[Segment] = []
+        index = 0
         path: list[tuple[int, str]] = []
         for heading, body in _sections(root.children):
-            head_span = None
+            lead = ""
             if heading is not None and heading.map is not None:
                 level = int(heading.tag[1])
                 while path and path[-1][0] >= level:
                     path.pop()
                 path.append((level, _heading_title(heading)))
-                head_span = source.span(heading.map)
+                span = source.span(heading.map)
+                lead = _heading_line(source.text, span, heading, level) + "\n\n"
             headings = tuple(title for _, title in path if title)
-            for content in self._split_section(source, head_span, body, protected):
-                segments.append(Segment(len(segments), content, " > ".join(headings), headings))
-        return segments
+            breadcrumb = _breadcrumb(headings)
+            for content in self._split_section(source, lead, body, protected):
+                yield Segment(index, content, breadcrumb, headings)
+                index += 1
 
     def _split_section(
         self,
         source: _Source,
-        head_span: tuple[int, int] | None,
+        lead: str,
         body: Sequence[SyntaxTreeNode],
         protected: Sequence[tuple[int, int]],
     ) -> list[str]:
+        """Pack a section's blocks into pieces; `lead` (its heading line) opens the first."""
         if not body:
             return []
-        # Leave room for the heading (and the blank lines after it) so the first piece fits.
-        head_len = source.span(body[0].map)[0] - head_span[0] if head_span and body[0].map else 0
-        max_unit = max(self._size - head_len, self._size // 2)
-        units = [unit for node in body for unit in self._units(source, node, max_unit)]
+        # Leave room for the heading so the first piece fits.
+        max_unit = max(self._size - len(lead), self._size // 2)
+        max_atomic = max(self._max_atomic - len(lead), self._max_atomic // 2)
+        units = [u for node in body for u in self._units(source, node, max_unit, max_atomic)]
         if not units:
             return []
         pieces: list[str] = []
-        start = head_span[0] if head_span else units[0].start
+        start = units[0].start
         first = 0
         while first < len(units):
             last = first
-            while last + 1 < len(units) and units[last + 1].end - start <= self._size:
-                last += 1
-            content = _LEADING_BLANK_LINES.sub("", source.text[start : units[last].end]).rstrip()
+            cut_block = units[first].text
+            if cut_block is not None:
+                content = lead + cut_block
+            else:
+                while (
+                    last + 1 < len(units)
+                    and units[last + 1].text is None
+                    and len(lead) + units[last + 1].end - start <= self._size
+                ):
+                    last += 1
+                content = lead + source.text[start : units[last].end]
+            content = _LEADING_BLANK_LINES.sub("", content).rstrip()
             if content:
                 pieces.append(content)
+            lead = ""
             if last + 1 < len(units):
-                start = self._overlap_start(
-                    source.text, units[first : last + 1], units[last + 1], protected
+                following = units[last + 1]
+                # No overlap into or out of the pieces of a cut block: they are not source spans.
+                start = (
+                    self._overlap_start(source.text, units[first : last + 1], following, protected)
+                    if cut_block is None and following.text is None
+                    else following.start
                 )
             first = last + 1
         return pieces
 
-    def _units(self, source: _Source, node: SyntaxTreeNode, max_unit: int) -> list[_Unit]:
+    def _units(
+        self, source: _Source, node: SyntaxTreeNode, max_unit: int, max_atomic: int
+    ) -> list[_Unit]:
         if node.map is None:
             return []
         start, end = source.span(node.map)
         if node.type in _ATOMIC:
-            return [_Unit(start, end, atomic=True)]
+            if end - start <= max_atomic:
+                return [_Unit(start, end, atomic=True)]
+            pieces = _cut_block(source.text, node, start, end, max_atomic)
+            return [_Unit(start, end, atomic=True, text=piece) for piece in pieces]
         if end - start <= max_unit:
             return [_Unit(start, end, atomic=False)] if end > start else []
         if node.type in _CONTAINERS:
-            units = [u for child in node.children for u in self._units(source, child, max_unit)]
+            units = [
+                unit
+                for child in node.children
+                for unit in self._units(source, child, max_unit, max_atomic)
+            ]
             if units:
                 return units
         return list(_sentence_units(source.text, start, end, max_unit))
@@ -180,9 +250,9 @@ class _Source:
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self._starts = [0]
-        for line in text.split("\n"):
-            self._starts.append(self._starts[-1] + len(line) + 1)
+        # Where each line starts, plus one past the end: the text is not copied into lines.
+        newlines = (match.end() for match in re.finditer("\n", text))
+        self._starts = [0, *newlines, len(text) + 1]
 
     def span(self, line_map: Sequence[int]) -> tuple[int, int]:
         begin, stop = line_map
@@ -198,9 +268,92 @@ def _inside(spans: Sequence[tuple[int, int]], position: int) -> bool:
     return i >= 0 and spans[i][0] < position < spans[i][1]
 
 
-def _heading_title(heading: SyntaxTreeNode) -> str:
+def _heading_markdown(heading: SyntaxTreeNode) -> str:
     inline = heading.children[0].token if heading.children else None
-    return inline_text(inline) if inline is not None else ""
+    return inline.content if inline is not None else ""
+
+
+def _heading_title(heading: SyntaxTreeNode) -> str:
+    return heading_text(_heading_markdown(heading), MAX_HEADING_CHARS)
+
+
+def _heading_line(text: str, span: tuple[int, int], heading: SyntaxTreeNode, level: int) -> str:
+    """The heading as written, or, when longer than MAX_HEADING_CHARS, rebuilt and cut."""
+    start, end = span
+    if end - start <= MAX_HEADING_CHARS:
+        return text[start:end]
+    # Rebuilt as an ATX heading from its plain text: a setext underline or markup cut in
+    # half would not survive a cut of the source line.
+    marks = "#" * level + " "
+    return marks + heading_text(_heading_markdown(heading), MAX_HEADING_CHARS - len(marks))
+
+
+def _breadcrumb(headings: Sequence[str]) -> str:
+    """The heading path; when too long, its first headings give way to "…"."""
+    path = _BREADCRUMB_SEPARATOR.join(headings)
+    if len(path) <= MAX_BREADCRUMB_CHARS:
+        return path
+    # The deepest headings say most about a chunk; the top one is usually the title, which
+    # the search text carries anyway.
+    for first in range(1, len(headings)):
+        path = _BREADCRUMB_SEPARATOR.join((ELLIPSIS, *headings[first:]))
+        if len(path) <= MAX_BREADCRUMB_CHARS:
+            return path
+    return shorten(headings[-1], MAX_BREADCRUMB_CHARS)
+
+
+def _cut_block(text: str, node: SyntaxTreeNode, start: int, end: int, limit: int) -> list[str]:
+    """An oversized code block or table as valid blocks of at most `limit` characters."""
+    token = node.token
+    if node.type == "fence" and token is not None:
+        info = token.info if len(token.info) <= _MAX_INFO_CHARS else ""
+        body = token.content
+        return _pack_lines(body, 0, len(body), limit,
+                           opener=f"{token.markup}{info}\n", closer=f"\n{token.markup}")
+    if node.type == "code_block" and token is not None:
+        # Re-indented from the de-indented content, so a piece cut from a list item's code
+        # (or a hard-cut line) is still indented code on its own.
+        body = token.content
+        return _pack_lines(body, 0, len(body), limit, indent="    ")
+    # A table: every piece repeats the header and delimiter rows, so it is still a table.
+    header_end = _line_end(text, _line_end(text, start, end) + 1, end)
+    if header_end - start >= limit // 2:
+        return _pack_lines(text, start, end, limit)  # a monstrous header is not repeated
+    return _pack_lines(text, header_end + 1, end, limit, opener=text[start:header_end] + "\n")
+
+
+def _line_end(text: str, start: int, end: int) -> int:
+    newline = text.find("\n", start, end)
+    return end if newline == -1 else newline
+
+
+def _pack_lines(
+    text: str, start: int, end: int, limit: int, *, opener: str = "", closer: str = "",
+    indent: str = "",
+) -> list[str]:
+    """The lines of text[start:end] packed into `opener + lines + closer` of ≤ limit chars."""
+    if len(opener) + len(closer) > limit // 2:
+        opener = closer = ""  # a monstrous fence line is not repeated
+    budget = limit - len(opener) - len(closer)
+    width = budget - len(indent)
+    pieces: list[str] = []
+    lines: list[str] = []
+    used = 0
+    position = start
+    while position < end:
+        line_end = _line_end(text, position, end)
+        # An overlong line is hard-cut: a piece must fit whatever the line.
+        for cut in range(position, max(line_end, position + 1), width):
+            fragment = indent + text[cut : min(cut + width, line_end)]
+            if lines and used + 1 + len(fragment) > budget:
+                pieces.append(opener + "\n".join(lines) + closer)
+                lines, used = [], 0
+            used += len(fragment) + (1 if lines else 0)
+            lines.append(fragment)
+        position = line_end + 1
+    if lines:
+        pieces.append(opener + "\n".join(lines) + closer)
+    return pieces
 
 
 def _sections(

@@ -9,7 +9,8 @@ from markdown_it import MarkdownIt
 
 REDACTED = "[REDACTED]"
 
-_MD = MarkdownIt("commonmark").enable("table")
+# Block structure only: normalisation needs where code blocks are, not inline markup.
+_MD = MarkdownIt("commonmark").enable("table").disable("inline")
 # NBSP, narrow NBSP and figure space become plain spaces; zero-width space, word joiner
 # and a stray BOM are removed. ZWJ/ZWNJ are kept: emoji sequences and some scripts need them.
 _SPACE_LIKE = str.maketrans({"\u00a0": " ", "\u202f": " ", "\u2007": " "})
