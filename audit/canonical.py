@@ -1,7 +1,11 @@
-"""Redis canonical invocation (seed 000 §2): the full LookupResult under its tool call id.
+"""Canonical invocations (seed 000 §2): what each tool call handed out as READY evidence.
 
-The evidence guard reads it back: only evidence an agent really received as READY in this
-invocation (or session) counts. Keys carry the tenant, so one tenant never reads another's.
+The evidence guard reads them back: only evidence an agent really received as READY in this
+invocation (or session) counts. Records live for KB_CANONICAL_TTL_SECONDS, in Redis when
+REDIS_URL is set and otherwise in a table of their own. Never in a cache that evicts: a record
+dropped early makes the guard deny evidence the agent did receive. Keys carry the tenant, so
+one tenant never reads another's; a record keeps ids and dataset ids, never excerpts, and the
+raw query only with KB_AUDIT_STORE_RAW_QUERY.
 """
 
 from __future__ import annotations
@@ -10,120 +14,184 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import asdict
-from typing import Any, ParamSpec, TypeVar
+from datetime import timedelta
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from django.conf import settings
 from django.core.cache import cache
 from django.db import DatabaseError
+from django.utils import timezone
 from redis.exceptions import RedisError
 
+from audit.models import CanonicalInvocation
+from audit.types import InvocationRecord, ReadyEvidence
 from kbplatform.errors import ServiceUnavailable
-from retrieval.types import EvidenceStatus, LookupResult
 
 logger = logging.getLogger(__name__)
 
 SESSION_LIMIT = 500  # tool calls remembered per session
-
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
 def _store_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """A down Redis (or DB cache) is a failed backend: 503, never a 500, and never evidence
+    """A down Redis (or database) is a failed backend: 503, never a 500, and never evidence
     handed out that the guard could not confirm afterwards."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
-        except (RedisError, DatabaseError) as exc:
+        except (RedisError, DatabaseError, OSError) as exc:
             logger.warning("canonical store: %s failed: %r", fn.__name__, exc)
             raise ServiceUnavailable("the canonical invocation store is unavailable") from exc
 
     return wrapper
 
 
-def _key(tenant_id: int, kind: str, ident: str) -> str:
-    return f"kb:{kind}:{tenant_id}:{ident}"
+def canonical_document(record: InvocationRecord) -> dict[str, Any]:
+    """The stored form: ids, status and version; the query only when raw queries are kept."""
+    document: dict[str, Any] = {
+        "tool_call_id": record.tool_call_id, "session_id": record.session_id,
+        "evidence_status": record.evidence_status, "config_version": record.config_version,
+        "ready": [[item.document_id, item.dataset_id] for item in record.ready],
+    }
+    if settings.KB_AUDIT_STORE_RAW_QUERY:
+        document["query"] = record.query
+    return document
 
 
-def canonical_record(result: LookupResult) -> dict[str, Any]:
-    record = asdict(result)
-    record["ready_document_ids"] = (
-        [item.chunk.evidence_key for item in result.pack.items]
-        if result.evidence_status == EvidenceStatus.READY else [])
-    return record
+def _ready_of(document: dict[str, Any] | None) -> list[ReadyEvidence]:
+    if not document:
+        return []
+    return [ReadyEvidence(str(doc), int(dataset)) for doc, dataset in document.get("ready", [])]
+
+
+class _Backend(Protocol):
+    def put(self, tenant_id: int, document: dict[str, Any], ttl: int) -> None: ...
+
+    def call(self, tenant_id: int, tool_call_id: str) -> dict[str, Any] | None: ...
+
+    def session(self, tenant_id: int, session_id: str) -> list[dict[str, Any]]: ...
+
+
+class _RedisBackend:
+    """Through Django's Redis cache: Redis evicts nothing that has a TTL under `noeviction`
+    or `volatile-*` policies sized for it (docs/operations.md)."""
+
+    @staticmethod
+    def _key(tenant_id: int, kind: str, ident: str) -> str:
+        return f"kb:{kind}:{tenant_id}:{ident}"
+
+    def put(self, tenant_id: int, document: dict[str, Any], ttl: int) -> None:
+        cache.set(self._key(tenant_id, "canonical", document["tool_call_id"]),
+                  json.dumps(document, ensure_ascii=False), ttl)
+        if document["session_id"]:
+            self._session_append(tenant_id, document["session_id"], ttl, document)
+
+    def _session_append(self, tenant_id: int, session_id: str, ttl: int,
+                        document: dict[str, Any]) -> None:
+        """Give the call its own slot of the session, without a read-modify-write of a list.
+
+        Agents make parallel tool calls: a shared list read and written back by each of them
+        loses calls. The slot number comes from an atomic counter (INCR) and is claimed with
+        `add`. The slot keeps what this call made READY, so a tool call id reused by another
+        session never lends that session's evidence to this one.
+        """
+        counter = self._key(tenant_id, "session-n", session_id)
+        for _ in range(32):
+            cache.add(counter, 0, ttl)
+            try:
+                slot = cache.incr(counter)
+            except ValueError:  # the counter expired between add and incr
+                continue
+            if cache.add(self._slot(tenant_id, session_id, slot), document, ttl):
+                cache.touch(counter, ttl)
+                return
+        logger.error("canonical: no free slot for call %r of session %r",
+                     document["tool_call_id"], session_id)
+
+    def _slot(self, tenant_id: int, session_id: str, slot: int) -> str:
+        return self._key(tenant_id, "session-call", f"{session_id}:{slot}")
+
+    def call(self, tenant_id: int, tool_call_id: str) -> dict[str, Any] | None:
+        raw = cache.get(self._key(tenant_id, "canonical", tool_call_id))
+        return json.loads(raw) if raw else None
+
+    def session(self, tenant_id: int, session_id: str) -> list[dict[str, Any]]:
+        last = int(cache.get(self._key(tenant_id, "session-n", session_id)) or 0)
+        keys = [self._slot(tenant_id, session_id, n)
+                for n in range(max(1, last - SESSION_LIMIT + 1), last + 1)]
+        found = cache.get_many(keys)
+        return [found[k] for k in keys if isinstance(found.get(k), dict)]
+
+
+class _TableBackend:
+    """One row per call: parallel calls insert, nothing is read and written back."""
+
+    def put(self, tenant_id: int, document: dict[str, Any], ttl: int) -> None:
+        now = timezone.now()
+        CanonicalInvocation.objects.create(
+            tenant_id=tenant_id, tool_call_id=document["tool_call_id"],
+            session_id=document["session_id"], record=document, created_at=now,
+            expires_at=now + timedelta(seconds=ttl))
+
+    @staticmethod
+    def _live(tenant_id: int) -> Any:
+        return CanonicalInvocation.objects.filter(tenant_id=tenant_id,
+                                                  expires_at__gt=timezone.now())
+
+    def call(self, tenant_id: int, tool_call_id: str) -> dict[str, Any] | None:
+        # A reused tool call id means its latest call, as a key overwritten in Redis does.
+        row = self._live(tenant_id).filter(tool_call_id=tool_call_id).order_by("-id").first()
+        return row.record if row else None
+
+    def session(self, tenant_id: int, session_id: str) -> list[dict[str, Any]]:
+        rows = (self._live(tenant_id).filter(session_id=session_id).order_by("-id")
+                .values_list("record", flat=True)[:SESSION_LIMIT])
+        return list(reversed(list(rows)))
+
+
+def _backend() -> _Backend:
+    return _RedisBackend() if settings.REDIS_URL else _TableBackend()
 
 
 @_store_errors
-def canonical_store(*, tenant_id: int, result: LookupResult) -> None:
-    ttl = settings.KB_CANONICAL_TTL_SECONDS
-    record = canonical_record(result)
-    cache.set(_key(tenant_id, "canonical", result.tool_call_id),
-              json.dumps(record, ensure_ascii=False, default=str), ttl)
-    if result.session_id:
-        _session_append(tenant_id, result.session_id, ttl, {
-            "tool_call_id": result.tool_call_id, "ready": record["ready_document_ids"]})
-
-
-def _session_append(tenant_id: int, session_id: str, ttl: int, entry: dict[str, Any]) -> None:
-    """Give the call its own slot of the session, without a read-modify-write of a list.
-
-    Agents make parallel tool calls: a shared list read and written back by each of them
-    loses calls. The slot number comes from an atomic counter (INCR on Redis) and is claimed
-    with `add`, which is atomic on every cache (the DB cache's incr is not). The slot keeps
-    what this call made READY, so a tool call id reused by another session (runs often
-    number their calls) never lends that session's evidence to this one.
-    """
-    counter = _key(tenant_id, "session-n", session_id)
-    for _ in range(32):
-        cache.add(counter, 0, ttl)
-        try:
-            slot = cache.incr(counter)
-        except ValueError:  # the counter expired between add and incr
-            continue
-        if cache.add(_slot_key(tenant_id, session_id, slot), entry, ttl):
-            cache.touch(counter, ttl)
-            return
-    logger.error("canonical: no free slot for call %r of session %r",
-                 entry["tool_call_id"], session_id)
-
-
-def _slot_key(tenant_id: int, session_id: str, slot: int) -> str:
-    return _key(tenant_id, "session-call", f"{session_id}:{slot}")
-
-
-def _session_entries(tenant_id: int, session_id: str) -> list[dict[str, Any]]:
-    last = int(cache.get(_key(tenant_id, "session-n", session_id)) or 0)
-    keys = [_slot_key(tenant_id, session_id, n)
-            for n in range(max(1, last - SESSION_LIMIT + 1), last + 1)]
-    found = cache.get_many(keys)
-    return [found[k] for k in keys if isinstance(found.get(k), dict)]
+def canonical_store(record: InvocationRecord) -> None:
+    _backend().put(record.tenant_id, canonical_document(record),
+                   settings.KB_CANONICAL_TTL_SECONDS)
 
 
 @_store_errors
 def canonical_get(*, tenant_id: int, tool_call_id: str) -> dict[str, Any] | None:
-    raw = cache.get(_key(tenant_id, "canonical", tool_call_id))
-    return json.loads(raw) if raw else None
+    return _backend().call(tenant_id, tool_call_id)
 
 
 @_store_errors
 def session_tool_calls(*, tenant_id: int, session_id: str) -> list[str]:
-    calls = (entry["tool_call_id"] for entry in _session_entries(tenant_id, session_id))
+    calls = (str(d["tool_call_id"]) for d in _backend().session(tenant_id, session_id))
     return list(dict.fromkeys(calls))
 
 
 @_store_errors
 def ready_evidence(*, tenant_id: int, document_ids: Iterable[str], tool_call_id: str = "",
-                   session_id: str = "") -> dict[str, bool]:
-    """For each asked document id: was it READY evidence of the invocation or session?"""
-    ready: set[str] = set()
-    if tool_call_id:
-        record = canonical_get(tenant_id=tenant_id, tool_call_id=tool_call_id)
-        ready.update(record["ready_document_ids"] if record else ())
-    else:
-        for entry in _session_entries(tenant_id, session_id):
-            ready.update(entry["ready"])
-    return {document_id: document_id in ready for document_id in document_ids}
+                   session_id: str = "") -> dict[str, int | None]:
+    """For each asked document id: the dataset it came from when it was READY evidence of
+    the invocation (or session), else None. Scope and liveness are the caller's to check."""
+    backend = _backend()
+    documents = ([backend.call(tenant_id, tool_call_id)] if tool_call_id
+                 else backend.session(tenant_id, session_id))
+    ready = {item.document_id: item.dataset_id for d in documents for item in _ready_of(d)}
+    return {document_id: ready.get(document_id) for document_id in document_ids}
+
+
+def canonical_prune() -> int:
+    """Delete expired table records (Redis expires its own); the count."""
+    deleted = 0
+    while True:
+        ids = list(CanonicalInvocation.objects.filter(expires_at__lte=timezone.now())
+                   .order_by().values_list("pk", flat=True)[:1000])
+        if not ids:
+            return deleted
+        deleted += CanonicalInvocation.objects.filter(pk__in=ids).delete()[0]

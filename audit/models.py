@@ -10,12 +10,12 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from audit import types
 from datasets.models import ApiKey, Tenant
-from retrieval.types import EvidenceStatus, RelevanceLevel
 
-# "" = the call failed before a LookupResult existed.
-EVIDENCE_STATUSES = ["", *(s.value for s in EvidenceStatus)]
-RELEVANCE_LEVELS = ["", *(r.value for r in RelevanceLevel)]
+# "" = the call failed before a result existed.
+EVIDENCE_STATUSES = ["", *types.EVIDENCE_STATUSES]
+RELEVANCE_LEVELS = ["", *types.RELEVANCE_LEVELS]
 
 
 class Outcome(models.TextChoices):
@@ -73,3 +73,31 @@ class ToolInvocation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool_name} {self.tool_call_id or '#' + str(self.pk)} ({self.outcome})"
+
+
+class CanonicalInvocation(models.Model):
+    """What one tool call handed out as READY evidence, kept for the evidence guard.
+
+    Used when there is no Redis. Unlike a cache, nothing is evicted before `expires_at`;
+    `prune_tool_invocations` deletes expired rows. The record never holds excerpts, and the
+    raw query only with KB_AUDIT_STORE_RAW_QUERY.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE,
+                               related_name="canonical_invocations")
+    tool_call_id = models.CharField(max_length=128)
+    session_id = models.CharField(max_length=128, blank=True)
+    record = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "canonical_invocation"
+        indexes = [
+            models.Index(fields=["tenant", "tool_call_id"], name="canonical_call"),
+            models.Index(fields=["tenant", "session_id"], name="canonical_session"),
+            models.Index(fields=["expires_at"], name="canonical_expires"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_call_id} ({self.tenant_id})"

@@ -15,18 +15,14 @@ from django.utils.crypto import salted_hmac
 from rest_framework import exceptions
 
 from audit.models import Outcome, ToolInvocation
+from audit.types import InvocationRecord
 from datasets.models import ApiKey
-from retrieval.project import RagResultProjector, trace_details
-from retrieval.types import EvidenceStatus, LookupResult
 
 logger = logging.getLogger(__name__)
 
 IDENT_MAX = 128  # tool_call_id / session_id column width
-OUTCOME_OF_STATUS = {
-    EvidenceStatus.READY: Outcome.OK,
-    EvidenceStatus.EMPTY: Outcome.EMPTY,
-    EvidenceStatus.UNAVAILABLE: Outcome.UNAVAILABLE,
-}
+OUTCOME_OF_STATUS = {"READY": Outcome.OK, "EMPTY": Outcome.EMPTY,
+                     "UNAVAILABLE": Outcome.UNAVAILABLE}
 
 
 def query_fingerprint(query: str) -> str:
@@ -36,7 +32,8 @@ def query_fingerprint(query: str) -> str:
 
 
 def invocation_record(*, api_key: ApiKey | None, latency_ms: float,
-                      result: LookupResult | None = None, payload: Mapping[str, Any] | None = None,
+                      result: InvocationRecord | None = None,
+                      payload: Mapping[str, Any] | None = None,
                       error: Exception | None = None) -> None:
     """Write the audit row of one tool call. Never raises: the audit must not break a lookup."""
     try:
@@ -53,24 +50,24 @@ def invocation_record(*, api_key: ApiKey | None, latency_ms: float,
                          getattr(result, "tool_call_id", ""))
 
 
-def _invocation_row(*, api_key: ApiKey | None, latency_ms: float, result: LookupResult | None,
-                    payload: Mapping[str, Any] | None, error: Exception | None) -> ToolInvocation:
+def _invocation_row(*, api_key: ApiKey | None, latency_ms: float,
+                    result: InvocationRecord | None, payload: Mapping[str, Any] | None,
+                    error: Exception | None) -> ToolInvocation:
     row = ToolInvocation(
         api_key=api_key,
-        tenant_id=api_key.tenant_id if api_key else result.filters.tenant_id if result else None,
+        tenant_id=api_key.tenant_id if api_key else result.tenant_id if result else None,
         latency_ms=round(latency_ms, 3) if math.isfinite(latency_ms) and latency_ms > 0 else 0.0)
     query: object = None
     if result is not None:
-        seen = RagResultProjector().project(result)  # what the agent saw, not the internals
         row.tool_call_id = result.tool_call_id[:IDENT_MAX]
         row.session_id = result.session_id[:IDENT_MAX]
         row.outcome = OUTCOME_OF_STATUS[result.evidence_status]
-        row.evidence_status = result.evidence_status.value
-        row.relevance_level = seen["relevance_level"]
-        row.returned_count = seen["returned_count"]
+        row.evidence_status = result.evidence_status
+        row.relevance_level = result.relevance_level
+        row.returned_count = result.returned_count
         row.config_version = result.config_version
         row.error = result.error[:200]
-        row.details = {"retrievalDetails": trace_details(result)}
+        row.details = {"retrievalDetails": result.details}
         query = result.query
     else:
         body = payload if isinstance(payload, Mapping) else {}

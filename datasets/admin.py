@@ -11,10 +11,21 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from datasets.auth import api_key_create
-from datasets.ingestion.parse import DocumentParseError
-from datasets.models import ApiKey, Chunk, Dataset, Document, IndexVersion, Job, Tenant
-from datasets.services import document_delete, document_set_activation, document_upload
+from datasets.ingestion.source import stored_source
+from datasets.models import ApiKey, Chunk, Dataset, Document, Job, Tenant
+from datasets.services import (
+    document_delete,
+    document_reindex,
+    document_set_activation,
+    document_store,
+    document_validate,
+)
 from kbplatform.errors import ApiError
+
+
+def datasets_with_tenants() -> QuerySet[Dataset]:
+    # Dataset.__str__ names its tenant: one query for the choices, not one per dataset.
+    return Dataset.objects.select_related("tenant")
 
 
 @admin.register(Tenant)
@@ -27,6 +38,10 @@ class ApiKeyForm(forms.ModelForm[ApiKey]):
     class Meta:
         model = ApiKey
         fields = ["tenant", "name", "role", "datasets", "revoked"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["datasets"].queryset = datasets_with_tenants()  # type: ignore[attr-defined]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -76,16 +91,27 @@ class DocumentUploadForm(forms.ModelForm[Document]):
         model = Document
         fields = ["dataset"]
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["dataset"].queryset = datasets_with_tenants()  # type: ignore[attr-defined]
+
     def clean(self) -> dict[str, Any]:
+        """Validate only: the row is written in save_model, after every check passed."""
         data = super().clean() or {}
-        upload = data.get("upload")
-        if upload is not None and data.get("dataset") is not None:
+        upload, dataset = data.get("upload"), data.get("dataset")
+        if upload is not None and dataset is not None:
+            raw = upload.read()
             try:
-                self.outcome = document_upload(dataset=data["dataset"], file_name=upload.name,
-                                               raw=upload.read(),
-                                               max_bytes=settings.KB_MAX_UPLOAD_BYTES)
-            except (DocumentParseError, ApiError) as exc:
-                raise forms.ValidationError(str(exc)) from exc
+                valid = document_validate(file_name=upload.name, raw=raw,
+                                          max_bytes=settings.KB_MAX_UPLOAD_BYTES)
+            except ApiError as exc:
+                raise forms.ValidationError(str(exc.detail)) from exc
+            taken = Document.objects.filter(dataset=dataset, source_path=valid.name,
+                                            deleted=False).exclude(content_hash=valid.digest)
+            if taken.exists():
+                raise forms.ValidationError(f"a document named {valid.name!r} already exists "
+                                            "in this dataset")
+            data["raw"] = raw
         return data
 
 
@@ -100,7 +126,13 @@ class DocumentAdmin(admin.ModelAdmin[Document]):
     readonly_fields = ["doc_id", "dataset", "source_path", "file_name", "title", "domain",
                        "keywords", "category", "business_key", "content_hash", "activated",
                        "deleted", "status", "error", "chunk_count", "indexed_hash",
-                       "created_at", "updated_at", "source_text"]
+                       "revision", "synced_revision", "created_at", "updated_at",
+                       "source_redacted"]
+
+    @admin.display(description="source (secrets redacted)")
+    def source_redacted(self, document: Document) -> str:
+        # New rows are stored redacted; this also covers rows stored before that.
+        return stored_source(document.source_text, redact=True)
 
     def get_form(self, request: HttpRequest, obj: Document | None = None,
                  change: bool = False, **kwargs: Any) -> Any:
@@ -117,10 +149,12 @@ class DocumentAdmin(admin.ModelAdmin[Document]):
     def save_model(self, request: HttpRequest, obj: Document, form: Any, change: bool) -> None:
         if change:
             return  # documents change through actions and uploads, never by editing fields
-        outcome = form.outcome
+        data = form.cleaned_data
+        outcome = document_store(dataset=data["dataset"], file_name=data["upload"].name,
+                                 raw=data["raw"], max_bytes=settings.KB_MAX_UPLOAD_BYTES)
         obj.pk = outcome.document.pk
         obj._state.adding = False
-        messages.info(request, "indexing started" if outcome.changed else
+        messages.info(request, "indexing started" if outcome.job else
                       "the document is unchanged: nothing to index")
 
     def get_actions(self, request: HttpRequest) -> Any:
@@ -138,15 +172,10 @@ class DocumentAdmin(admin.ModelAdmin[Document]):
         for document in queryset:
             document_set_activation(document=document, activated=False)
 
-    @admin.action(description="Re-index selected documents")
+    @admin.action(description="Re-index selected documents (failed or stuck ones too)")
     def reindex(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
-        from datasets.tasks import index_document
-
         for document in queryset.filter(deleted=False):
-            job = Job.objects.create(tenant=document.dataset.tenant, document=document,
-                                     kind=Job.Kind.INDEX_DOCUMENT, total=1)
-            Document.objects.filter(pk=document.pk).update(indexed_hash="")
-            index_document.delay(document.pk, job.pk)
+            document_reindex(document=document)
 
     @admin.action(description="Delete selected documents (and their chunks in Milvus)")
     def delete_documents(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
@@ -173,19 +202,12 @@ class ChunkAdmin(admin.ModelAdmin[Chunk]):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin[Job]):
-    list_display = ["id", "kind", "status", "done", "total", "tenant", "created_at", "updated_at"]
+    list_display = ["id", "kind", "status", "done", "total", "tenant", "dataset", "created_at",
+                    "updated_at"]
     list_filter = ["kind", "status"]
+    list_select_related = ["tenant", "dataset__tenant"]
+    raw_id_fields = ["document"]
     readonly_fields = [f.name for f in Job._meta.fields]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-
-@admin.register(IndexVersion)
-class IndexVersionAdmin(admin.ModelAdmin[IndexVersion]):
-    list_display = ["collection_name", "embedder", "dimension", "chunk_size", "status",
-                    "created_at", "activated_at"]
-    readonly_fields = [f.name for f in IndexVersion._meta.fields]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

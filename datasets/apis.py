@@ -1,143 +1,169 @@
-"""REST endpoints for datasets, documents, jobs and the rebuild. Thin: parse, call, serialize."""
+"""REST endpoints for datasets, documents and jobs. Thin: parse, call, serialize.
+
+Every endpoint goes through the key's scope (datasets/auth.py): what the key may not see
+answers exactly as what does not exist.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.conf import settings
+from drf_spectacular.utils import extend_schema, extend_schema_serializer, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from datasets.auth import Caller, IsAdminKey
-from datasets.models import Dataset, Document, Job
-from datasets.rebuild import CONFIRM_WORD
+from datasets.auth import IsAdminKey, caller
 from datasets.selectors import dataset_get, dataset_list, document_get, document_list, job_get
+from datasets.serializers import (
+    DatasetListOutput,
+    DatasetOutput,
+    DocumentListOutput,
+    DocumentOutput,
+    DocumentReindexOutput,
+    DocumentUploadOutput,
+    JobOutput,
+)
 from datasets.services import (
     dataset_create,
     document_delete,
+    document_reindex,
     document_set_activation,
-    document_upload,
+    document_store,
 )
 from kbplatform.errors import ApiError
+from kbplatform.openapi import errors, path_id
 
-
-def caller(request: Request) -> Caller:
-    assert isinstance(request.user, Caller)
-    return request.user
-
-
-class DatasetOutput(serializers.ModelSerializer[Dataset]):
-    class Meta:
-        model = Dataset
-        fields = ["id", "name", "description", "kb_scope", "activated", "created_at"]
-
-
-class DocumentOutput(serializers.ModelSerializer[Document]):
-    document_id = serializers.CharField(source="doc_key")
-    dataset_id = serializers.IntegerField()
-
-    class Meta:
-        model = Document
-        fields = ["document_id", "dataset_id", "source_path", "title", "domain", "keywords",
-                  "category", "activated", "status", "error", "chunk_count", "updated_at"]
-
-
-class JobOutput(serializers.ModelSerializer[Job]):
-    class Meta:
-        model = Job
-        fields = ["id", "kind", "status", "done", "total", "detail", "error", "created_at",
-                  "updated_at"]
+DATASET_ID = path_id("dataset_id", "The dataset's id (an integer, as returned by the listing).")
+DOC_ID = path_id("doc_id", "The document's `document_id`.")
 
 
 class DatasetListApi(APIView):
+    @extend_schema_serializer(component_name="DatasetCreate")
     class InputSerializer(serializers.Serializer[dict[str, Any]]):
         name = serializers.RegexField(r"^[a-z0-9][a-z0-9_-]{0,62}$", max_length=63)
         description = serializers.CharField(required=False, allow_blank=True, max_length=2000)
         kb_scope = serializers.CharField(required=False, allow_blank=True, max_length=100)
 
+    @extend_schema(operation_id="datasets_list", summary="The datasets this key may see",
+                   responses={200: DatasetListOutput, **errors(401, 503)})
     def get(self, request: Request) -> Response:
-        datasets = dataset_list(tenant_id=caller(request).tenant.pk)
-        return Response({"datasets": DatasetOutput(datasets, many=True).data})
+        return Response({"datasets": DatasetOutput(dataset_list(caller=caller(request)),
+                                                   many=True).data})
 
+    @extend_schema(operation_id="dataset_create", summary="Create a dataset",
+                   description="Needs an admin (or platform) key of the whole tenant.",
+                   request=InputSerializer,
+                   responses={201: DatasetOutput, **errors(
+                       400, 401, 403, 409, 415, 503,
+                       e409="The tenant has a dataset of that name.")})
     def post(self, request: Request) -> Response:
-        if not caller(request).is_admin:
-            raise ApiError("creating a dataset needs an admin API key", code="forbidden",
-                           status_code=403)
+        who = caller(request)
+        if not who.is_admin or who.is_scoped:
+            raise ApiError("creating a dataset needs an admin API key of the whole tenant",
+                           code="forbidden", status_code=403)
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        dataset = dataset_create(tenant=caller(request).tenant, **data.validated_data)
+        dataset = dataset_create(tenant=who.tenant, **data.validated_data)
         return Response(DatasetOutput(dataset).data, status=status.HTTP_201_CREATED)
 
 
 class DocumentListApi(APIView):
     parser_classes = [MultiPartParser, FormParser]
 
-    def get(self, request: Request, dataset_id: int) -> Response:
-        dataset = dataset_get(tenant_id=caller(request).tenant.pk, dataset_id=dataset_id)
+    @extend_schema(operation_id="documents_list", summary="The live documents of a dataset",
+                   parameters=[DATASET_ID],
+                   responses={200: DocumentListOutput, **errors(401, 404, 503)})
+    def get(self, request: Request, dataset_id: str) -> Response:
+        dataset = dataset_get(caller=caller(request), dataset_id=dataset_id)
         return Response({"documents": DocumentOutput(document_list(dataset=dataset),
                                                      many=True).data})
 
-    def post(self, request: Request, dataset_id: int) -> Response:
+    @extend_schema(
+        operation_id="document_upload", summary="Upload a markdown document",
+        description="Admin keys. The file is validated before anything is written, then "
+                    "indexed in the background: 202 with the job to follow. The same bytes "
+                    "again: 200 and no job when the document is indexed and unchanged.",
+        parameters=[DATASET_ID],
+        request={"multipart/form-data": inline_serializer(
+            "DocumentUpload", {"file": serializers.FileField(
+                help_text="The markdown file (.md or .markdown, UTF-8).")})},
+        responses={200: DocumentUploadOutput, 202: DocumentUploadOutput, **errors(
+            400, 401, 403, 404, 409, 413, 415, 503,
+            e400="No `file`, not a markdown name, not UTF-8, binary, empty, bad frontmatter.",
+            e409="The dataset has a document of that name with other content.")})
+    def post(self, request: Request, dataset_id: str) -> Response:
+        dataset = dataset_get(caller=caller(request), dataset_id=dataset_id)
         if not caller(request).is_admin:
             raise ApiError("uploading needs an admin API key", code="forbidden", status_code=403)
-        dataset = dataset_get(tenant_id=caller(request).tenant.pk, dataset_id=dataset_id)
         upload = request.FILES.get("file")
         if upload is None:
             raise ApiError("send the markdown as the multipart field 'file'", code="missing_file")
         if upload.size and upload.size > settings.KB_MAX_UPLOAD_BYTES:
             raise ApiError(f"the file has {upload.size} bytes; the limit is "
                            f"{settings.KB_MAX_UPLOAD_BYTES}", code="too_large", status_code=413)
-        outcome = document_upload(dataset=dataset, file_name=upload.name or "", raw=upload.read(),
-                                  max_bytes=settings.KB_MAX_UPLOAD_BYTES)
+        outcome = document_store(dataset=dataset, file_name=upload.name or "", raw=upload.read(),
+                                 max_bytes=settings.KB_MAX_UPLOAD_BYTES)
         body = {"document": DocumentOutput(outcome.document).data, "changed": outcome.changed,
                 "job": JobOutput(outcome.job).data if outcome.job else None}
-        return Response(body, status=status.HTTP_202_ACCEPTED if outcome.changed
+        return Response(body, status=status.HTTP_202_ACCEPTED if outcome.job
                         else status.HTTP_200_OK)
 
 
 class DocumentDetailApi(APIView):
     permission_classes = [IsAdminKey]
 
+    @extend_schema_serializer(component_name="DocumentActivation")
     class InputSerializer(serializers.Serializer[dict[str, Any]]):
         activated = serializers.BooleanField()
 
+    @extend_schema(operation_id="document_get", summary="One document", parameters=[DOC_ID],
+                   responses={200: DocumentOutput, **errors(401, 403, 404, 503)})
     def get(self, request: Request, doc_id: str) -> Response:
-        document = document_get(tenant_id=caller(request).tenant.pk, doc_id=doc_id)
-        return Response(DocumentOutput(document).data)
+        return Response(DocumentOutput(document_get(caller=caller(request), doc_id=doc_id)).data)
 
+    @extend_schema(operation_id="document_activate", summary="Activate or deactivate",
+                   parameters=[DOC_ID], request=InputSerializer,
+                   responses={200: DocumentOutput, **errors(400, 401, 403, 404, 415, 503)})
     def patch(self, request: Request, doc_id: str) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        document = document_get(tenant_id=caller(request).tenant.pk, doc_id=doc_id)
+        document = document_get(caller=caller(request), doc_id=doc_id)
         document = document_set_activation(document=document,
                                            activated=data.validated_data["activated"])
         return Response(DocumentOutput(document).data)
 
+    @extend_schema(operation_id="document_delete",
+                   summary="Delete: gone for lookups at once, its chunks leave the index",
+                   parameters=[DOC_ID], responses={204: None, **errors(401, 403, 404, 503)})
     def delete(self, request: Request, doc_id: str) -> Response:
-        document = document_get(tenant_id=caller(request).tenant.pk, doc_id=doc_id)
-        document_delete(document=document)
+        document_delete(document=document_get(caller=caller(request), doc_id=doc_id))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class JobDetailApi(APIView):
-    def get(self, request: Request, job_id: int) -> Response:
-        return Response(JobOutput(job_get(tenant_id=caller(request).tenant.pk,
-                                          job_id=job_id)).data)
+class DocumentReindexApi(APIView):
+    """Index a document again from its stored source: a failed or stuck one, or on demand."""
 
-
-class RebuildApi(APIView):
     permission_classes = [IsAdminKey]
 
-    def post(self, request: Request) -> Response:
-        from datasets.tasks import rebuild_task
-
-        if request.query_params.get("confirm") != CONFIRM_WORD:
-            raise ApiError(f"a rebuild re-indexes everything: add ?confirm={CONFIRM_WORD}",
-                           code="confirmation_required")
-        job = Job.objects.create(tenant=caller(request).tenant, kind=Job.Kind.REBUILD)
-        rebuild_task.delay(job.pk)
-        return Response({"job": JobOutput(job).data, "task_id": str(job.pk)},
+    @extend_schema(operation_id="document_reindex", summary="Index again from the stored source",
+                   parameters=[DOC_ID], request=None,
+                   responses={202: DocumentReindexOutput, **errors(401, 403, 404, 503)})
+    def post(self, request: Request, doc_id: str) -> Response:
+        document = document_get(caller=caller(request), doc_id=doc_id)
+        job = document_reindex(document=document)
+        document.refresh_from_db()
+        return Response({"document": DocumentOutput(document).data, "job": JobOutput(job).data},
                         status=status.HTTP_202_ACCEPTED)
+
+
+class JobDetailApi(APIView):
+    @extend_schema(operation_id="job_get",
+                   summary="Progress of an upload, import, rebuild, rollback or reconcile",
+                   parameters=[path_id("job_id", "The job's id.")],
+                   responses={200: JobOutput, **errors(401, 404, 503)})
+    def get(self, request: Request, job_id: str) -> Response:
+        return Response(JobOutput(job_get(caller=caller(request), job_id=job_id)).data)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
@@ -30,18 +31,37 @@ class Caller:
 
     @property
     def is_admin(self) -> bool:
-        return self.api_key.role == ApiKey.Role.ADMIN
+        return self.api_key.role in (ApiKey.Role.ADMIN, ApiKey.Role.PLATFORM)
+
+    @property
+    def is_platform(self) -> bool:
+        return self.api_key.role == ApiKey.Role.PLATFORM
+
+    @property
+    def is_scoped(self) -> bool:
+        return self.api_key.scoped
 
     @property
     def is_authenticated(self) -> bool:
         return True
 
-    def readable_dataset_ids(self) -> list[int]:
-        """Activated datasets of the key's tenant, narrowed to the key's scope if it has one."""
-        datasets = Dataset.objects.filter(tenant_id=self.api_key.tenant_id, activated=True)
+    def datasets(self) -> QuerySet[Dataset]:
+        """What this key may see at all: its tenant's datasets, narrowed to its scope; a tool
+        key sees activated datasets only. Everything else "does not exist" for it."""
+        datasets = Dataset.objects.filter(tenant_id=self.api_key.tenant_id)
         if self.api_key.scoped:
             datasets = datasets.filter(api_keys=self.api_key)
-        return sorted(datasets.values_list("pk", flat=True))
+        if not self.is_admin:
+            datasets = datasets.filter(activated=True)
+        return datasets
+
+    def readable_dataset_ids(self) -> list[int]:
+        """The datasets a lookup of this key searches: visible and activated."""
+        return sorted(self.datasets().filter(activated=True).values_list("pk", flat=True))
+
+    def writable_dataset_ids(self) -> list[int]:
+        """The datasets this key may change: visible ones, for admin keys only."""
+        return sorted(self.datasets().values_list("pk", flat=True)) if self.is_admin else []
 
 
 def hash_key(secret: str) -> str:
@@ -94,8 +114,21 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         return 'Bearer realm="kbplatform"'
 
 
+def caller(request: Request) -> Caller:
+    """The authenticated caller of an API view (every view requires one)."""
+    assert isinstance(request.user, Caller)
+    return request.user
+
+
 class IsAdminKey(permissions.BasePermission):
     message = "this operation needs an admin API key"
 
     def has_permission(self, request: Request, view: object) -> bool:
         return isinstance(request.user, Caller) and request.user.is_admin
+
+
+class IsPlatformKey(permissions.BasePermission):
+    message = "this operation is platform-wide: it needs a platform operator key"
+
+    def has_permission(self, request: Request, view: object) -> bool:
+        return isinstance(request.user, Caller) and request.user.is_platform

@@ -1,32 +1,38 @@
-"""Import a folder of markdown (the sample `knowledge_base/`) into one dataset."""
+"""Import a folder of markdown (the sample `knowledge_base/`) into one dataset.
+
+Files are validated and stored here; indexing runs on the indexing queue like every upload
+(in-process in the embedded mode), and `documents_wait` follows it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
 
-from datasets.ingestion.parse import DocumentParseError
 from datasets.jobs import job_update
-from datasets.models import Dataset, Job
-from datasets.services import (
-    document_index,
-    document_mark_failed,
-    document_store,
-    tenant_get_or_create,
-)
+from datasets.models import Dataset, Document, Job
+from datasets.services import document_store, tenant_get_or_create
 from kbplatform.errors import ApiError
 
 
 @dataclass
 class ImportSummary:
     found: int = 0
-    indexed: int = 0
+    queued: list[int] = field(default_factory=list)  # document pks to index
     unchanged: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
-    chunks: int = 0
+
+
+@dataclass(frozen=True)
+class IndexingState:
+    done: int  # indexed or failed
+    total: int
+    chunks: int
+    failed: list[tuple[str, str]]  # (source path, error)
 
 
 def markdown_files(root: Path) -> list[Path]:
@@ -40,7 +46,7 @@ def markdown_files(root: Path) -> list[Path]:
 def knowledge_import(*, root: Path, tenant_slug: str, dataset_name: str, job: Job | None = None,
                      progress: Callable[[int, int, str, str], None] | None = None,
                      ) -> ImportSummary:
-    """Store and index every markdown file under `root`; never modifies the files."""
+    """Store every markdown file under `root` and queue its indexing; never modifies files."""
     tenant = tenant_get_or_create(slug=tenant_slug)
     dataset, _ = Dataset.objects.get_or_create(tenant=tenant, name=dataset_name)
     files = markdown_files(root)
@@ -48,34 +54,51 @@ def knowledge_import(*, root: Path, tenant_slug: str, dataset_name: str, job: Jo
     job_update(job, status=Job.Status.RUNNING, total=len(files), done=0)
     for number, path in enumerate(files, 1):
         relative = path.relative_to(root).as_posix()
-        outcome_text = "unchanged"
-        document = None
         try:
             outcome = document_store(dataset=dataset, file_name=path.name, raw=path.read_bytes(),
                                      max_bytes=settings.KB_MAX_UPLOAD_BYTES,
                                      source_path=relative, replace=True)
-            document = outcome.document
-            before = document.indexed_hash
-            chunks = document_index(document=document)
-            document.refresh_from_db()
-            if outcome.changed or before != document.indexed_hash:
-                summary.indexed += 1
-                outcome_text = f"indexed ({chunks} chunks)"
-            else:
+        except ApiError as exc:
+            summary.failed.append((relative, str(exc.detail)))
+            outcome_text = f"FAILED: {exc.detail}"
+        else:
+            if outcome.job is None:
                 summary.unchanged += 1
-            summary.chunks += chunks
-        except (DocumentParseError, ApiError) as exc:
-            summary.failed.append((relative, str(exc)))
-            outcome_text = f"FAILED: {exc}"
-        except Exception as exc:
-            if document is not None:
-                document_mark_failed(document_id=document.pk, error=f"{type(exc).__name__}: {exc}")
-            raise
+                outcome_text = "unchanged"
+            else:
+                summary.queued.append(outcome.document.pk)
+                outcome_text = "queued"
         job_update(job, done=number)
         if progress:
             progress(number, len(files), relative, outcome_text)
     job_update(job, status=Job.Status.SUCCEEDED if not summary.failed else Job.Status.FAILED,
-               detail={"indexed": summary.indexed, "unchanged": summary.unchanged,
-                       "failed": summary.failed, "chunks": summary.chunks},
+               detail={"queued": len(summary.queued), "unchanged": summary.unchanged,
+                       "failed": summary.failed},
                error="; ".join(f"{p}: {e}" for p, e in summary.failed)[:2000] or None)
     return summary
+
+
+def indexing_state(document_ids: Sequence[int]) -> IndexingState:
+    rows = list(Document.objects.filter(pk__in=document_ids).values_list(
+        "source_path", "status", "chunk_count", "error"))
+    finished = [r for r in rows if r[1] in (Document.Status.READY, Document.Status.FAILED)]
+    return IndexingState(
+        done=len(finished), total=len(document_ids),
+        chunks=sum(r[2] for r in finished if r[1] == Document.Status.READY),
+        failed=[(r[0], r[3]) for r in finished if r[1] == Document.Status.FAILED])
+
+
+def documents_wait(document_ids: Sequence[int], *, timeout: float,
+                   progress: Callable[[IndexingState], None] | None = None,
+                   poll_seconds: float = 0.5) -> IndexingState:
+    """Follow the indexing of `document_ids` until each is ready or failed, or the timeout."""
+    deadline = time.monotonic() + timeout
+    seen = -1
+    while True:
+        state = indexing_state(document_ids)
+        if progress and state.done != seen:
+            progress(state)
+            seen = state.done
+        if state.done >= state.total or time.monotonic() >= deadline:
+            return state
+        time.sleep(poll_seconds)

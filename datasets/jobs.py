@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from datasets.models import Job
 
+logger = logging.getLogger(__name__)
+
+# What a job's owner reads when the cause is not theirs to fix; the exception itself goes to
+# `error_detail` (admin) and the log, never to a tenant.
+GENERIC_ERROR = "the job failed on the platform's side; the operators have the details"
+
 
 def job_update(job: Job | None, *, status: str | None = None, done: int | None = None,
                total: int | None = None, error: str | None = None,
-               detail: dict[str, Any] | None = None) -> None:
+               detail: dict[str, Any] | None = None, error_detail: str | None = None) -> None:
     if job is None:
         return
-    fields: dict[str, Any] = {"status": status, "done": done, "total": total, "error": error}
+    fields: dict[str, Any] = {"status": status, "done": done, "total": total, "error": error,
+                              "error_detail": error_detail}
     changes = {key: value for key, value in fields.items() if value is not None}
     if detail:
         changes["detail"] = {**job.detail, **detail}
@@ -21,3 +29,10 @@ def job_update(job: Job | None, *, status: str | None = None, done: int | None =
     if changes:
         # .update() and not .save(): a worker must not overwrite fields it did not change.
         Job.objects.filter(pk=job.pk).update(**changes)
+
+
+def job_fail(job: Job | None, exc: BaseException, *, public: str = GENERIC_ERROR) -> None:
+    """Failed, with `public` for the owner and the exception for operators."""
+    logger.error("job %s failed: %s: %s", job.pk if job else None, type(exc).__name__, exc)
+    job_update(job, status=Job.Status.FAILED, error=public[:2000],
+               error_detail=f"{type(exc).__name__}: {exc}"[:4000])

@@ -54,6 +54,9 @@ class ApiKey(models.Model):
     class Role(models.TextChoices):
         TOOL = "tool", "tool caller"
         ADMIN = "admin", "admin"
+        # A tenant admin who may also run platform-wide index operations (rebuild, rollback,
+        # reconcile): the platform's operators, not a tenant's.
+        PLATFORM = "platform", "platform operator"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
     name = models.CharField(max_length=100, blank=True)
@@ -74,7 +77,7 @@ class ApiKey(models.Model):
     class Meta:
         ordering = ["tenant__slug", "-created_at"]
         constraints = [
-            models.CheckConstraint(condition=models.Q(role__in=["tool", "admin"]),
+            models.CheckConstraint(condition=models.Q(role__in=["tool", "admin", "platform"]),
                                    name="api_key_role_valid"),
         ]
 
@@ -103,10 +106,16 @@ class Document(models.Model):
     activated = models.BooleanField(default=True)
     deleted = models.BooleanField(default=False)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
-    error = models.TextField(blank=True)
+    error = models.TextField(blank=True, help_text="Why indexing failed, as the uploader may read "
+                                                    "it; infrastructure details go to the logs.")
     chunk_count = models.PositiveIntegerField(default=0)
     indexed_hash = models.CharField(max_length=200, blank=True,
-                                    help_text="content hash of what is in the vector store")
+                                    help_text="content hash of what the serving index holds")
+    # Every change the vector store must follow (content, activation, deletion) bumps
+    # `revision`; the indexing worker records the revision it applied. Different means a sync
+    # is due: the worker's recovery finds those documents after a crash or a lost message.
+    revision = models.PositiveBigIntegerField(default=1)
+    synced_revision = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -124,6 +133,10 @@ class Document(models.Model):
 
     def __str__(self) -> str:
         return self.source_path
+
+    @property
+    def sync_pending(self) -> bool:
+        return self.synced_revision != self.revision
 
     @property
     def doc_key(self) -> str:
@@ -155,56 +168,6 @@ def evidence_key(doc_id: int | str, chunk_index: int) -> str:
     return f"{doc_id}#chunk-{chunk_index}"
 
 
-class IndexVersion(models.Model):
-    """One Milvus collection and what its vectors mean: never mix two models in one search."""
-
-    class Status(models.TextChoices):
-        BUILDING = "building"
-        ACTIVE = "active"
-        RETIRED = "retired"
-        FAILED = "failed"
-
-    collection_name = models.CharField(max_length=100, unique=True)
-    embedder = models.CharField(max_length=200)
-    dimension = models.PositiveIntegerField()
-    chunk_size = models.PositiveIntegerField()
-    chunk_overlap = models.PositiveIntegerField()
-    splitter = models.CharField(max_length=50, default="markdown-heading-v1")
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.BUILDING)
-    progress = models.JSONField(default=dict, blank=True)
-    error = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    activated_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at"]
-        constraints = [
-            models.CheckConstraint(
-                condition=models.Q(status__in=["building", "active", "retired", "failed"]),
-                name="index_version_status_valid"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.collection_name} ({self.embedder}, {self.dimension}d, {self.status})"
-
-
-class EmbeddingCache(models.Model):
-    """Vectors keyed by (model, text hash): rebuilds and re-imports don't pay for them again."""
-
-    model = models.CharField(max_length=200)
-    text_hash = models.CharField(max_length=64)
-    vector = models.BinaryField()  # float32 little-endian
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["model", "text_hash"], name="embedding_cache_key"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.model}:{self.text_hash[:12]}"
-
-
 class Job(models.Model):
     """A background task people can follow: upload, import, rebuild (API and admin)."""
 
@@ -212,6 +175,8 @@ class Job(models.Model):
         INDEX_DOCUMENT = "index_document"
         IMPORT = "import"
         REBUILD = "rebuild"
+        ROLLBACK = "rollback"
+        RECONCILE = "reconcile"
 
     class Status(models.TextChoices):
         QUEUED = "queued"
@@ -219,8 +184,12 @@ class Job(models.Model):
         SUCCEEDED = "succeeded"
         FAILED = "failed"
 
+    # No tenant: a platform job (rebuild, rollback, reconcile), for platform operators only.
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, null=True, blank=True,
                                related_name="jobs")
+    # A dataset-scoped key sees the jobs of its datasets only.
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, null=True, blank=True,
+                                related_name="jobs")
     kind = models.CharField(max_length=20, choices=Kind.choices)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
     document = models.ForeignKey(Document, on_delete=models.SET_NULL, null=True, blank=True,
@@ -228,7 +197,8 @@ class Job(models.Model):
     done = models.PositiveIntegerField(default=0)
     total = models.PositiveIntegerField(default=0)
     detail = models.JSONField(default=dict, blank=True)
-    error = models.TextField(blank=True)
+    error = models.TextField(blank=True, help_text="What the job's owner may read.")
+    error_detail = models.TextField(blank=True, help_text="The exception, for operators only.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -1,11 +1,20 @@
-"""Reads for datasets and documents, always scoped to the caller's tenant."""
+"""Reads for datasets, documents and jobs, always through the caller's scope.
+
+What a key may not see answers exactly as what does not exist: the same 404, the same words.
+"""
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from collections.abc import Collection, Sequence
 
+from django.db.models import Q, QuerySet
+
+from datasets.auth import Caller
 from datasets.models import Dataset, Document, Job
 from kbplatform.errors import ApiError
+
+# The widest id a BIGINT column holds: a larger one cannot exist (and would overflow a query).
+MAX_DB_ID = 2**63 - 1
 
 
 class NotFound(ApiError):
@@ -13,13 +22,25 @@ class NotFound(ApiError):
     default_code = "not_found"
 
 
-def dataset_list(*, tenant_id: int) -> QuerySet[Dataset]:
-    return Dataset.objects.filter(tenant_id=tenant_id).order_by("name")
+def db_id(value: int | str) -> int | None:
+    """An id from a URL or a body as the database could hold it, else None."""
+    text = str(value)
+    if not (text.isascii() and text.isdigit()) or len(text) > 19:  # "³".isdigit() is True
+        return None
+    number = int(text)
+    return number if 0 < number <= MAX_DB_ID else None
 
 
-def dataset_get(*, tenant_id: int, dataset_id: int) -> Dataset:
-    dataset = Dataset.objects.select_related("tenant").filter(
-        tenant_id=tenant_id, pk=dataset_id).first()
+def dataset_list(*, caller: Caller) -> QuerySet[Dataset]:
+    return caller.datasets().order_by("name")
+
+
+def dataset_get(*, caller: Caller, dataset_id: int | str) -> Dataset:
+    """A dataset the caller may see; otherwise 404."""
+    pk = db_id(dataset_id)
+    dataset = None
+    if pk is not None:
+        dataset = caller.datasets().select_related("tenant").filter(pk=pk).first()
     if dataset is None:
         raise NotFound(f"dataset {dataset_id} does not exist")
     return dataset
@@ -29,18 +50,40 @@ def document_list(*, dataset: Dataset) -> QuerySet[Document]:
     return Document.objects.filter(dataset=dataset, deleted=False).order_by("source_path")
 
 
-def document_get(*, tenant_id: int, doc_id: str) -> Document:
+def document_get(*, caller: Caller, doc_id: str) -> Document:
+    """A live document of a dataset the caller may change; otherwise 404."""
+    pk = db_id(doc_id)
     document = None
-    if doc_id.isdigit():
-        document = Document.objects.select_related("dataset").filter(
-            doc_id=int(doc_id), dataset__tenant_id=tenant_id, deleted=False).first()
+    if pk is not None:
+        document = Document.objects.select_related("dataset__tenant").filter(
+            doc_id=pk, dataset_id__in=caller.writable_dataset_ids(), deleted=False).first()
     if document is None:
         raise NotFound(f"document {doc_id} does not exist")
     return document
 
 
-def job_get(*, tenant_id: int, job_id: int) -> Job:
-    job = Job.objects.filter(pk=job_id, tenant_id=tenant_id).first()
+def job_get(*, caller: Caller, job_id: int | str) -> Job:
+    """A job of the caller's tenant and scope; platform jobs for platform keys only."""
+    pk = db_id(job_id)
+    job = None
+    if pk is not None:
+        mine = Q(tenant_id=caller.tenant.pk)
+        if caller.is_scoped:
+            mine &= Q(dataset_id__in=caller.datasets().values("pk"))
+        if caller.is_platform:
+            mine |= Q(tenant__isnull=True)
+        job = Job.objects.filter(mine, pk=pk).first()
     if job is None:
         raise NotFound(f"job {job_id} does not exist")
     return job
+
+
+def live_doc_ids(*, tenant_id: int, dataset_ids: Sequence[int],
+                 doc_ids: Collection[int]) -> set[int]:
+    """Of `doc_ids`, those a lookup may serve right now: live, activated, in an activated
+    dataset of the tenant. Lookups check every hit against this, whatever Milvus says."""
+    if not doc_ids:
+        return set()
+    return set(Document.objects.filter(
+        doc_id__in=list(doc_ids), dataset_id__in=list(dataset_ids), dataset__tenant_id=tenant_id,
+        dataset__activated=True, activated=True, deleted=False).values_list("doc_id", flat=True))

@@ -1,26 +1,41 @@
-"""Writes: tenants, datasets, documents and their index (seed 003 §1, seed 000 §10.1)."""
+"""Writes: tenants, datasets and documents (seed 003 §1, seed 000 §10.1).
+
+A document's row is the truth. Every change the vector store must follow (new content, a
+deletion, a re-index) bumps `Document.revision` and enqueues one idempotent task,
+`retrieval.tasks.sync_document`, on the single-writer indexing queue; the task makes Milvus
+match the row as it is when the task runs. Activation is the row alone: lookups filter on it.
+Lookups check the rows too, so a deactivated or deleted document is never served, whatever
+Milvus still holds.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
 
-from datasets.index_versions import active_index_version
-from datasets.ingestion.parse import DocumentParseError, ParsedDocument, parse_markdown
-from datasets.ingestion.pipeline import ChunkDraft, build_chunks
-from datasets.jobs import job_update
-from datasets.models import Chunk, Dataset, Document, Job, Tenant, evidence_key
+from datasets.ingestion.parse import (
+    DocumentParseError,
+    DocumentTooLarge,
+    ParsedDocument,
+    parse_markdown,
+)
+from datasets.ingestion.pipeline import build_chunks
+from datasets.ingestion.source import stored_source
+from datasets.models import Chunk, Dataset, Document, Job, Tenant
 from kbplatform.errors import ApiError
-from retrieval.embedders import Embedder, get_embedder
-from retrieval.store import ChunkRow, MilvusHybridKnowledgeStore, get_store
+from kbplatform.tasks import enqueue_on_commit
 
 logger = logging.getLogger(__name__)
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
+SYNC_TASK = "retrieval.tasks.sync_document"
 
 
 class DuplicateName(ApiError):
@@ -34,11 +49,26 @@ class InvalidDocument(ApiError):
     default_code = "invalid_document"
 
 
+class DocumentTooBig(ApiError):
+    """The upload is valid markdown but exceeds a size bound: a 413."""
+
+    status_code = 413
+    default_code = "too_large"
+
+
 @dataclass(frozen=True)
 class UploadOutcome:
     document: Document
-    job: Job | None  # None when the content did not change: nothing to index
-    changed: bool
+    job: Job | None  # None when nothing is to be done: the document is indexed and unchanged
+    changed: bool  # new content (False for an unchanged re-upload, retried or not)
+
+
+@dataclass(frozen=True)
+class Validated:
+    name: str
+    parsed: ParsedDocument
+    digest: str
+    source: str  # what is stored: the body's secrets redacted
 
 
 def tenant_get_or_create(*, slug: str) -> Tenant:
@@ -70,173 +100,133 @@ def check_file_name(file_name: str) -> str:
     return name
 
 
-def document_store(*, dataset: Dataset, file_name: str, raw: bytes, max_bytes: int,
-                   source_path: str | None = None, replace: bool = False) -> UploadOutcome:
-    """Validate everything first, then write the row (not the index).
+def document_validate(*, file_name: str, raw: bytes, max_bytes: int) -> Validated:
+    """Everything an upload must pass before a row is written; raises a 4xx ApiError.
 
-    Bad input raises before anything is written. A new version of an existing document
-    needs `replace=True` (the importer); an API upload of a taken name is a 409.
+    The chunk count is checked here too, so a document that could never be indexed is
+    refused at the door instead of failing later in the worker.
     """
     name = check_file_name(file_name.rsplit("/", 1)[-1])
-    path = source_path or name
     try:
         parsed = parse_markdown(raw, file_name=name, max_bytes=max_bytes)
+        build_chunks(parsed, chunk_size=settings.KB_CHUNK_SIZE,
+                     chunk_overlap=settings.KB_CHUNK_OVERLAP, redact=settings.KB_REDACT_SECRETS)
+    except DocumentTooLarge as exc:
+        raise DocumentTooBig(str(exc)) from exc
     except DocumentParseError as exc:
         # A ValueError would reach the client as a 500; the message is written for the user.
         raise InvalidDocument(str(exc)) from exc
-    digest = content_hash(raw)
+    source = stored_source(raw.decode("utf-8-sig"), redact=settings.KB_REDACT_SECRETS)
+    return Validated(name=name, parsed=parsed, digest=content_hash(raw), source=source)
+
+
+def document_store(*, dataset: Dataset, file_name: str, raw: bytes, max_bytes: int,
+                   source_path: str | None = None, replace: bool = False,
+                   queue: bool = True) -> UploadOutcome:
+    """Validate everything first, then write the row; the sync is enqueued on commit.
+
+    The same bytes again: nothing to do when the document is indexed and in sync, otherwise
+    the sync is retried (a document left `failed` or `indexing` by an outage or a dead
+    worker comes back this way, with its identity). New bytes for a taken name need
+    `replace=True` (the importer); an API upload of a taken name is a 409. `queue=False`
+    writes the row only (evaluation suites index into collections of their own).
+    """
+    valid = document_validate(file_name=file_name, raw=raw, max_bytes=max_bytes)
+    path = source_path or valid.name
     with transaction.atomic():
         document = (Document.objects.select_for_update()
                     .filter(dataset=dataset, source_path=path).first())
         if document and not document.deleted:
-            if document.content_hash == digest and document.status != Document.Status.FAILED:
-                return UploadOutcome(document=document, job=None, changed=False)
+            if document.content_hash == valid.digest:
+                if document.status == Document.Status.READY and not document.sync_pending:
+                    return UploadOutcome(document=document, job=None, changed=False)
+                _due(document, status=Document.Status.PENDING)
+                return UploadOutcome(document=document, job=_sync_job(document, queue),
+                                     changed=False)
             if not replace:
                 raise DuplicateName(f"a document named {path!r} already exists in this dataset")
-        document = document or Document(dataset=dataset, source_path=path)
-        _fill(document, parsed, name=name, text=raw.decode("utf-8-sig"), digest=digest)
-        document.save()
-    return UploadOutcome(document=document, job=None, changed=True)
+        if document is None:
+            document = Document(dataset=dataset, source_path=path)
+        elif document.deleted:  # the name is taken again: a live document, as a new one is
+            document.activated = True
+        _fill(document, valid)
+        _due(document, status=Document.Status.PENDING)
+        return UploadOutcome(document=document, job=_sync_job(document, queue), changed=True)
 
 
 def document_upload(*, dataset: Dataset, file_name: str, raw: bytes,
                     max_bytes: int) -> UploadOutcome:
-    """Store the document and index it in the background (202 + a job to follow)."""
-    from datasets.tasks import index_document
-
-    with transaction.atomic():
-        outcome = document_store(dataset=dataset, file_name=file_name, raw=raw,
-                                 max_bytes=max_bytes)
-        if not outcome.changed:
-            return outcome
-        document = outcome.document
-        job = Job.objects.create(tenant=dataset.tenant, kind=Job.Kind.INDEX_DOCUMENT,
-                                 document=document, total=1)
-        transaction.on_commit(lambda: index_document.delay(document.pk, job.pk))
-    return UploadOutcome(document=document, job=job, changed=True)
+    """Store the document; it is indexed in the background (202 + a job to follow)."""
+    return document_store(dataset=dataset, file_name=file_name, raw=raw, max_bytes=max_bytes)
 
 
-def _fill(document: Document, parsed: ParsedDocument, *, name: str, text: str,
-          digest: str) -> None:
-    document.file_name = name
+def _fill(document: Document, valid: Validated) -> None:
+    parsed = valid.parsed
+    document.file_name = valid.name
     document.title = parsed.title[:500]
     document.domain = parsed.domain[:100]
     document.category = parsed.category[:100]
     document.keywords = list(parsed.keywords)
     document.business_key = parsed.business_key[:200]
-    document.source_text = text
-    document.content_hash = digest
+    document.source_text = valid.source
+    document.content_hash = valid.digest
     document.deleted = False
-    document.status = Document.Status.PENDING
     document.error = ""
 
 
-def chunk_rows(document: Document, vectors: list[list[float]],
-               drafts: list[ChunkDraft]) -> list[ChunkRow]:
-    dataset = document.dataset
-    rows = []
-    for draft, vector in zip(drafts, vectors, strict=True):
-        key = evidence_key(document.doc_id, draft.index)
-        rows.append(ChunkRow(
-            id=key, tenant_id=dataset.tenant_id, dataset_id=dataset.pk, doc_id=document.doc_id,
-            activated=document.activated, category=document.category, content=draft.content,
-            search_text=draft.search_text, vector=vector,
-            metadata={"docId": str(document.doc_id), "chunkIndex": draft.index,
-                      "title": document.title, "breadcrumb": draft.breadcrumb,
-                      "source": document.source_path, "category": document.category,
-                      "kb_scope": dataset.kb_scope, "datasetId": str(dataset.pk)}))
-    return rows
+def _due(document: Document, **changes: object) -> None:
+    """Save the row with its next revision; the indexing worker will make Milvus follow."""
+    for name, value in changes.items():
+        setattr(document, name, value)
+    if document.pk:
+        document.revision += 1
+    document.save()
 
 
-def index_marker(document: Document, collection: str) -> str:
-    # Hashed: "{sha256}:{collection}" does not fit the 64-character column (MariaDB refuses it).
-    return hashlib.sha256(f"{document.content_hash}:{collection}".encode()).hexdigest()
-
-
-def document_index(*, document: Document, collection: str | None = None,
-                   force: bool = False) -> int:
-    """Chunk, embed (cached), upsert to Milvus, then replace the DB chunks. Returns chunks."""
-    # A rebuild names its new collection; everything else writes to the serving index.
-    target = collection or active_index_version().collection_name
-    if not force and document.indexed_hash == index_marker(document, target) \
-            and document.status == Document.Status.READY:
-        return document.chunk_count  # unchanged: no embedding work at all
-    return documents_index(documents=[document], collection=target, store=get_store(),
-                           embedder=get_embedder())[document.pk]
-
-
-def documents_index(*, documents: Sequence[Document], collection: str,
-                    store: MilvusHybridKnowledgeStore, embedder: Embedder) -> dict[int, int]:
-    """Index several documents with one embedding call, one upsert and one flush."""
-    Document.objects.filter(pk__in=[d.pk for d in documents]).update(
-        status=Document.Status.INDEXING, error="")
-    drafts = {}
-    for document in documents:
-        raw = document.source_text.encode("utf-8")
-        drafts[document.pk] = build_chunks(
-            parse_markdown(raw, file_name=document.file_name, max_bytes=len(raw) + 1))
-    texts = [d.search_text for pk in drafts for d in drafts[pk]]
-    vectors = iter(embedder.embed_documents(texts))
-    rows = [row for document in documents
-            for row in chunk_rows(document, [next(vectors) for _ in drafts[document.pk]],
-                                  drafts[document.pk])]
-    store.replace_documents([d.doc_id for d in documents], rows, collection=collection)
-    with transaction.atomic():
-        Chunk.objects.filter(document__in=documents).delete()
-        Chunk.objects.bulk_create([
-            Chunk(document=document, chunk_index=d.index, content=d.content,
-                  breadcrumb=d.breadcrumb[:1000], metadata={"search_chars": len(d.search_text)})
-            for document in documents for d in drafts[document.pk]])
-        for document in documents:
-            Document.objects.filter(pk=document.pk).update(
-                status=Document.Status.READY, chunk_count=len(drafts[document.pk]),
-                indexed_hash=index_marker(document, collection), error="")
-    toggled = Document.objects.filter(pk__in=[d.pk for d in documents]).values_list(
-        "pk", "activated")
-    wanted = {d.pk: d.activated for d in documents}
-    for pk, activated in toggled:
-        if activated != wanted[pk]:  # toggled while we were embedding
-            doc_id = next(d.doc_id for d in documents if d.pk == pk)
-            store.set_document_activation(doc_id, activated, collection=collection)
-    return {pk: len(chunks) for pk, chunks in drafts.items()}
-
-
-def document_mark_failed(*, document_id: int, error: str) -> None:
-    Document.objects.filter(pk=document_id).update(status=Document.Status.FAILED,
-                                                   error=error[:2000])
+def _sync_job(document: Document, queue: bool = True) -> Job | None:
+    if not queue:
+        return None
+    job = Job.objects.create(tenant_id=document.dataset.tenant_id, dataset=document.dataset,
+                             kind=Job.Kind.INDEX_DOCUMENT, document=document, total=1)
+    enqueue_on_commit(SYNC_TASK, document.pk, job.pk)
+    return job
 
 
 def document_set_activation(*, document: Document, activated: bool) -> Document:
-    """The DB row and the Milvus rows change together, or neither does."""
+    """Flip the row, and that is all: lookups exclude deactivated documents in their own
+    filter, so Milvus is not written (a rewritten row loses its BM25 ranking on Milvus Lite)."""
     with transaction.atomic():
         locked = Document.objects.select_for_update().get(pk=document.pk)
-        if locked.activated != activated:
+        if locked.activated != activated and not locked.deleted:
             locked.activated = activated
             locked.save(update_fields=["activated", "updated_at"])
-            if locked.chunk_count:
-                get_store().set_document_activation(locked.doc_id, activated)
     return locked
 
 
 def document_delete(*, document: Document) -> None:
+    """Gone for lookups at once; the worker removes its Milvus rows."""
     with transaction.atomic():
         locked = Document.objects.select_for_update().get(pk=document.pk)
-        get_store().delete_document(locked.doc_id)
+        if locked.deleted:
+            return
         Chunk.objects.filter(document=locked).delete()
-        locked.deleted = True
-        locked.activated = False
-        locked.chunk_count = 0
-        locked.indexed_hash = ""
-        locked.save()
+        _due(locked, deleted=True, activated=False, chunk_count=0, indexed_hash="")
+        enqueue_on_commit(SYNC_TASK, locked.pk, None)
 
 
-def run_index_job(*, document_id: int, job_id: int | None) -> None:
-    """What the worker does for one upload; failures are recorded, never lost silently."""
-    job = Job.objects.filter(pk=job_id).first() if job_id else None
-    document = Document.objects.select_related("dataset").get(pk=document_id)
-    if document.deleted:
-        job_update(job, status=Job.Status.SUCCEEDED, detail={"skipped": "deleted"})
-        return
-    job_update(job, status=Job.Status.RUNNING)
-    chunks = document_index(document=document)
-    job_update(job, status=Job.Status.SUCCEEDED, done=1, detail={"chunks": chunks})
+def document_reindex(*, document: Document) -> Job:
+    """Index again from the stored source, whatever state it is in (failed, stuck...)."""
+    with transaction.atomic():
+        locked = Document.objects.select_for_update().select_related("dataset").get(
+            pk=document.pk)
+        _due(locked, status=Document.Status.PENDING, indexed_hash="", error="")
+        job = _sync_job(locked)
+        assert job is not None
+        return job
+
+
+def documents_sync_due(*, older_than_seconds: float = 0) -> list[int]:
+    """Documents whose last change Milvus has not followed yet (the worker's recovery)."""
+    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+    return list(Document.objects.exclude(synced_revision=F("revision"))
+                .filter(updated_at__lte=cutoff).order_by("pk").values_list("pk", flat=True))

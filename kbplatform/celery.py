@@ -1,9 +1,39 @@
+import logging
 import os
+import threading
+from typing import Any
 
 from celery import Celery
+from celery.signals import worker_ready, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kbplatform.settings")
 
 app = Celery("kbplatform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+logger = logging.getLogger(__name__)
+_stop = threading.Event()
+
+
+@worker_ready.connect
+def _recover_periodically(**_: Any) -> None:
+    """A started worker picks up what a dead one left (retrieval/recovery.py), then keeps
+    looking: a change whose message was lost is applied within one interval."""
+    from django.conf import settings
+
+    def loop() -> None:
+        while True:
+            try:
+                app.signature("retrieval.tasks.recover_task").delay()
+            except Exception:
+                logger.exception("could not enqueue the recovery")
+            if _stop.wait(settings.KB_RECOVERY_INTERVAL_SECONDS):
+                return
+
+    threading.Thread(target=loop, name="kb-recovery", daemon=True).start()
+
+
+@worker_shutdown.connect
+def _stop_recovery(**_: Any) -> None:
+    _stop.set()

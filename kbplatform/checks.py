@@ -46,21 +46,11 @@ def check_configuration(app_configs: Any = None, **kwargs: Any) -> list[Error | 
     return problems
 
 
-@register(Tags.database, deploy=True)
-def check_services(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """`manage.py check --deploy`: Milvus answers and the index matches the embedder."""
-    from datasets.index_versions import IndexMismatch, active_index_version
-    from retrieval.store import VectorStoreUnavailable, get_store
-
-    try:
-        get_store().collections()
-    except VectorStoreUnavailable as exc:
-        return [Error(f"Milvus at {settings.MILVUS_URI} does not answer: {exc}",
-                      id="kbplatform.E007")]
-    try:
-        active_index_version(create=False)
-    except IndexMismatch as exc:
-        return [Error(str(exc), id="kbplatform.E008")]
-    except Exception as exc:  # the database may not be migrated yet
-        return [Error(f"cannot read the index version: {exc}", id="kbplatform.E009")]
+@register(Tags.security, deploy=True)
+def check_secret_key(app_configs: Any = None, **kwargs: Any) -> list[Error | Warning]:
+    """`check --deploy`: a production key comes from the environment, not from var/."""
+    if settings.KB_SECRET_KEY_GENERATED:
+        return [Warning(f"the secret key was generated in {settings.VAR_DIR / 'secret_key'} "
+                        "(the embedded defaults)", hint="set DJANGO_SECRET_KEY or "
+                        "DJANGO_SECRET_KEY_FILE for a deployment", id="kbplatform.W010")]
     return []

@@ -5,6 +5,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.db import DatabaseError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -37,6 +40,10 @@ def error_body(code: str, message: str, extra: dict[str, Any] | None = None) -> 
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, DatabaseError):
+        # A locked or unreachable database is a failed backend, like a down Milvus.
+        logger.warning("database error in %s: %r", context.get("view"), exc)
+        exc = ServiceUnavailable("the database is unavailable; try again shortly")
     response = drf_exception_handler(exc, context)
     if response is None:
         # Unexpected: log with the traceback, never leak the exception text to the client.
@@ -52,3 +59,21 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         code = codes if isinstance(codes, str) else exc.default_code
         response.data = error_body(str(code), str(exc.detail))
     return response
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """handler404: the error shape under /api/, Django's page elsewhere."""
+    if _is_api(request):
+        return JsonResponse(error_body("not_found", "No such endpoint."), status=404)
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """handler500: the error shape under /api/ (outside DRF's views), Django's page elsewhere."""
+    if _is_api(request):
+        return JsonResponse(error_body("internal_error", "Internal server error."), status=500)
+    return defaults.server_error(request)

@@ -6,14 +6,13 @@ in-process. Production sets DATABASE_URL, MILVUS_URI, CELERY_BROKER_URL and REDI
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 
 import dj_database_url
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
-from kbplatform.env import env_bool, env_int, env_list, env_str
+from kbplatform.env import env_bool, env_int, env_list, env_str, generated_secret
 
 # Lets runtime code write ModelAdmin[Model] and Serializer[T], as the type checker does.
 django_stubs_ext.monkeypatch()
@@ -22,12 +21,21 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("KB_VAR_DIR", str(BASE_DIR / "var")))
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
+DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'kbplatform.sqlite3'}")
+if not DATABASE_URL.startswith(("sqlite://", "mysql://")):
+    raise ImproperlyConfigured("DATABASE_URL must be sqlite:///PATH or mysql://USER:PASS@HOST:PORT/DB")
+EMBEDDED = DATABASE_URL.startswith("sqlite://")
+# Sessions and the audit's keyed query hash need one key for every process of an installation.
 SECRET_KEY = env_str("DJANGO_SECRET_KEY")
+KB_SECRET_KEY_GENERATED = not SECRET_KEY
 if not SECRET_KEY:
-    if not DEBUG and env_bool("KB_REQUIRE_SECRET_KEY", False):
-        raise ImproperlyConfigured("DJANGO_SECRET_KEY is required")
-    # The demo and the tests get a throwaway key; sessions do not survive a restart.
-    SECRET_KEY = secrets.token_urlsafe(50)
+    if not EMBEDDED:
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY (or DJANGO_SECRET_KEY_FILE) is required with a DATABASE_URL "
+            "other than SQLite: every web and worker process must share one key")
+    # The embedded defaults (one machine): a key generated once and kept beside the data,
+    # so every process of the installation shares it. `check --deploy` warns about it.
+    SECRET_KEY = generated_secret(VAR_DIR / "secret_key")
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 
@@ -39,6 +47,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "kbplatform",
     "datasets",
     "retrieval",
@@ -72,15 +82,15 @@ TEMPLATES = [
     }
 ]
 
-DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'kbplatform.sqlite3'}")
-if not DATABASE_URL.startswith(("sqlite://", "mysql://")):
-    raise ImproperlyConfigured("DATABASE_URL must be sqlite:///PATH or mysql://USER:PASS@HOST:PORT/DB")
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
     DATABASES["default"]["OPTIONS"] = {"charset": "utf8mb4"}
     DATABASES["default"]["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
 else:
     DATABASES["default"]["OPTIONS"] = {"timeout": 30}
+    # Tests on the embedded defaults use a file as the embedded defaults do (an in-memory
+    # database shares no locks or busy-waits between threads or processes).
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test_kbplatform.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -112,10 +122,21 @@ CELERY_TASK_EAGER_PROPAGATES = False
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-# Milvus Lite tolerates one writer at a time: every write to the vector store runs on this
-# queue, which is served by one worker process with concurrency 1.
+# With late acks, Redis hands a task that is not acknowledged within the visibility timeout to
+# another worker: it must be longer than the longest task (a large rebuild), or that task runs
+# twice. A worker that dies is covered by the recovery instead (retrieval/recovery.py).
+KB_TASK_VISIBILITY_TIMEOUT_SECONDS = env_int("KB_TASK_VISIBILITY_TIMEOUT_SECONDS", 12 * 3600,
+                                             minimum=60)
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": KB_TASK_VISIBILITY_TIMEOUT_SECONDS}
+KB_RECOVERY_INTERVAL_SECONDS = env_int("KB_RECOVERY_INTERVAL_SECONDS", 300, minimum=5)
+# Every write to the vector store runs on this queue. Milvus Lite also needs one writer at a
+# time across processes: KB_MILVUS_SINGLE_WRITER makes every writer take one lock (see
+# retrieval/writer_lock.py); on a Milvus server set it to false and run more workers.
 KB_INDEXING_QUEUE = "indexing"
-CELERY_TASK_ROUTES = {"datasets.tasks.*": {"queue": KB_INDEXING_QUEUE}}
+CELERY_TASK_ROUTES = {"datasets.tasks.*": {"queue": KB_INDEXING_QUEUE},
+                      "retrieval.tasks.*": {"queue": KB_INDEXING_QUEUE}}
+KB_MILVUS_SINGLE_WRITER = env_bool("KB_MILVUS_SINGLE_WRITER", True)
+KB_WRITER_LOCK_TIMEOUT_SECONDS = env_int("KB_WRITER_LOCK_TIMEOUT_SECONDS", 600, minimum=1)
 
 # Milvus: a local path is Milvus Lite in-process; http(s):// is a server (Lite server,
 # Standalone, Distributed, Zilliz Cloud).
@@ -136,7 +157,9 @@ KB_EMBEDDING_TIMEOUT_SECONDS = env_int("KB_EMBEDDING_TIMEOUT_SECONDS", 30, minim
 # Ingestion.
 KB_KNOWLEDGE_DIR = Path(env_str("KB_KNOWLEDGE_DIR", str(BASE_DIR / "knowledge_base")))
 KB_MAX_UPLOAD_BYTES = env_int("KB_MAX_UPLOAD_BYTES", 2 * 1024 * 1024, minimum=1)
-KB_CHUNK_SIZE = env_int("KB_CHUNK_SIZE", 800, minimum=100)
+# At most 2000: a chunk's content may reach 4x the chunk size (a code block kept whole), and
+# Milvus keeps 16,000 characters of it.
+KB_CHUNK_SIZE = env_int("KB_CHUNK_SIZE", 800, minimum=100, maximum=2000)
 KB_CHUNK_OVERLAP = env_int("KB_CHUNK_OVERLAP", 100, minimum=0)
 KB_REDACT_SECRETS = env_bool("KB_REDACT_SECRETS", True)
 DATA_UPLOAD_MAX_MEMORY_SIZE = KB_MAX_UPLOAD_BYTES + 1024 * 1024
@@ -153,6 +176,26 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "EXCEPTION_HANDLER": "kbplatform.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+# The OpenAPI schema (GET /api/schema) and Swagger UI (/api/docs), readable without a key:
+# they describe the API, not a tenant's data. The UI's assets come from
+# drf-spectacular-sidecar (served as static files), never from a CDN.
+SPECTACULAR_SETTINGS = {
+    "TITLE": "kbplatform API",
+    "DESCRIPTION": "A knowledge platform for AI agents: bounded, citable evidence. "
+                   "Every error is {code, message, extra} with the real HTTP status.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_AUTHENTICATION": [],
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    # A PATCH takes the same required fields as the views validate (no "Patched" copies).
+    "COMPONENT_SPLIT_PATCH": False,
+    "ENUM_NAME_OVERRIDES": {"JobKindEnum": "datasets.models.Job.Kind"},
 }
 
 LOGGING = {

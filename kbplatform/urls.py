@@ -1,9 +1,18 @@
 from django.contrib import admin
 from django.urls import include, path
+from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
+
+import kbplatform.openapi  # noqa: F401  (registers the API-key schemes with drf-spectacular)
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    # The OpenAPI 3 schema and Swagger UI: readable without a key (SPECTACULAR_SETTINGS).
+    path("api/schema", SpectacularJSONAPIView.as_view(), name="api-schema"),
+    path("api/docs", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/", include("datasets.urls")),
     path("api/", include("retrieval.urls")),
     path("api/", include("audit.urls")),
 ]
+
+handler404 = "kbplatform.errors.not_found"
+handler500 = "kbplatform.errors.server_error"

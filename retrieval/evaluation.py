@@ -20,15 +20,17 @@ from pathlib import Path
 
 from django.conf import settings
 
-from datasets.index_versions import SPLITTER
 from datasets.models import Dataset, Document
-from datasets.services import document_store, documents_index, index_marker, tenant_get_or_create
+from datasets.services import content_hash, document_store, tenant_get_or_create
+from retrieval import milvus
 from retrieval.benchmarks import Timing
 from retrieval.embedders import Embedder, get_embedder
+from retrieval.index_versions import SPLITTER
+from retrieval.indexing import prepare, write_prepared
 from retrieval.lookup_service import lookup_knowledge
 from retrieval.search import VectorSearchService
-from retrieval.store import CollectionSearch, MilvusHybridKnowledgeStore, get_store
 from retrieval.types import LookupResult, SearchFilters, SearchMode
+from retrieval.writer_lock import milvus_writer
 
 Progress = Callable[[str], None]
 
@@ -111,20 +113,26 @@ def _collection_name(suite: str, embedder: Embedder) -> str:
     return f"eval_{suite}_{slug}_{hashlib.sha256(spec.encode()).hexdigest()[:8]}"[:200]
 
 
+def eval_marker(document: Document, collection: str) -> str:
+    """What an evaluation document's indexed_hash holds: its content in that collection (one
+    collection per suite and embedder, so the content hash alone cannot tell)."""
+    return hashlib.sha256(f"{document.content_hash}:{collection}".encode()).hexdigest()
+
+
 def _markdown(title: str, text: str) -> bytes:
     return (f"# {title}\n\n{text}\n" if title.strip() else f"{text}\n").encode("utf-8")
 
 
 def eval_index_load(*, suite: Suite, embedder: Embedder, progress: Progress,
-                    store: MilvusHybridKnowledgeStore | None = None,
                     batch_size: int = 64) -> EvalIndex:
     """Store and index the corpus; what is already indexed and unchanged is skipped."""
-    store = store or get_store()
+    collections = milvus.collections()
     started = time.perf_counter()
     collection = _collection_name(suite.name, embedder)
     # A collection that is new (or was lost) holds nothing, whatever the rows say.
-    fresh = collection not in store.collections()
-    store.create_collection(collection, embedder.dimension)
+    fresh = collection not in collections.names()
+    with milvus_writer():
+        collections.create(collection, embedder.dimension)
     tenant = tenant_get_or_create(slug=f"eval-{suite.name.replace('_', '-')}"[:63])
     dataset, _ = Dataset.objects.get_or_create(
         tenant=tenant, name=re.sub(r"[^a-z0-9_-]+", "-", collection.lower())[:100],
@@ -134,19 +142,24 @@ def eval_index_load(*, suite: Suite, embedder: Embedder, progress: Progress,
     for number, (doc_id, (title, text)) in enumerate(suite.corpus.items(), 1):
         raw = _markdown(title, text)
         document = existing.get(doc_id)
-        if document is None or document.source_text != raw.decode("utf-8"):
+        if document is None or document.content_hash != content_hash(raw):
             document = document_store(dataset=dataset, file_name="corpus.md", raw=raw,
                                       max_bytes=len(raw) + 1, source_path=doc_id,
-                                      replace=True).document
-        if fresh or document.indexed_hash != index_marker(document, collection) \
+                                      replace=True, queue=False).document
+        if fresh or document.indexed_hash != eval_marker(document, collection) \
                 or document.status != Document.Status.READY:
             stale.append(document)
         if number % 1000 == 0:
             progress(f"stored {number}/{len(suite.corpus)} documents")
-    store.load(collection)
+    collections.load(collection)
     for start in range(0, len(stale), batch_size):
-        documents_index(documents=stale[start:start + batch_size], collection=collection,
-                        store=store, embedder=embedder)
+        written = write_prepared(prepare(stale[start:start + batch_size],
+                                         chunk_size=settings.KB_CHUNK_SIZE,
+                                         chunk_overlap=settings.KB_CHUNK_OVERLAP,
+                                         embedder=embedder), collection=collection)
+        for document in written:
+            Document.objects.filter(pk=document.pk).update(
+                indexed_hash=eval_marker(document, collection))
         progress(f"indexed {min(start + batch_size, len(stale))}/{len(stale)} changed documents")
     sources = dict(Document.objects.filter(dataset=dataset).values_list("doc_id", "source_path"))
     return EvalIndex(filters=SearchFilters(tenant_id=tenant.pk, dataset_ids=(dataset.pk,)),
@@ -191,8 +204,7 @@ def ranked_documents(result: LookupResult, source_of_doc: dict[str, str]) -> lis
 def evaluate(*, suite: Suite, index: EvalIndex, embedder: Embedder, mode: SearchMode,
              depth: int, max_queries: int | None, progress: Progress,
              overrides: dict[str, object] | None = None) -> EvalReport:
-    search = VectorSearchService(port=CollectionSearch(get_store(), index.collection),
-                                 embedder=embedder)
+    search = VectorSearchService(port=milvus.searcher(index.collection), embedder=embedder)
     # Deeper lists than the agent's, and no relevance gate: ranking is what is measured.
     overrides = {**(overrides or {}), "retrieve_k": depth, "return_n": depth,
                  "max_chunks_per_document": 1, "reference_threshold": 0.0,

@@ -1,21 +1,36 @@
-"""The L0 index, kept in sync with the documents in every web and worker process.
+"""What lookups need to know about the documents of (tenant, datasets), kept in sync with the
+database in every web and worker process: the L0 index and the deactivated documents.
 
-Each process caches one L0Index per (tenant, datasets) with a fingerprint of the documents
-(count and last change). A lookup reads the fingerprint (one small query) and rebuilds the
-index when another process changed a document: no invalidation messages to lose.
+Each process caches one view per (tenant, datasets) with a fingerprint of the documents (count
+and last change). A lookup reads the fingerprint (one small query) and rebuilds the view when
+another process changed a document: no invalidation messages to lose.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from django.db.models import Count, Max, QuerySet
+from django.db.models import Count, F, Max, Q, QuerySet
 
 from datasets.models import Document
 from retrieval.transform import L0Document, L0Index
 
-_cache: dict[tuple[int, tuple[int, ...]], tuple[tuple[object, ...], L0Index]] = {}
+# Deactivated documents excluded in the Milvus filter itself, so that they do not take places
+# in the top-k. Beyond this many, the rest are dropped by the lookup's guard after the search.
+MAX_EXCLUDED = 1000
+
+
+@dataclass(frozen=True)
+class DocumentsView:
+    l0: L0Index
+    # Documents whose chunks Milvus may hold but no lookup may serve: deactivated ones, and
+    # deleted ones whose removal the indexing worker has not applied yet.
+    excluded: tuple[int, ...]
+
+
+_cache: dict[tuple[int, tuple[int, ...]], tuple[tuple[object, ...], DocumentsView]] = {}
 _lock = threading.Lock()
 
 
@@ -23,10 +38,11 @@ def _documents(tenant_id: int, dataset_ids: Sequence[int]) -> QuerySet[Document]
     return Document.objects.filter(dataset__tenant_id=tenant_id, dataset_id__in=dataset_ids)
 
 
-def l0_index_for(*, tenant_id: int, dataset_ids: Sequence[int]) -> L0Index:
+def documents_view(*, tenant_id: int, dataset_ids: Sequence[int]) -> DocumentsView:
     key = (tenant_id, tuple(sorted(dataset_ids)))
-    stats = _documents(tenant_id, key[1]).aggregate(n=Count("pk"), changed=Max("updated_at"))
-    fingerprint = (stats["n"], stats["changed"])
+    stats = _documents(tenant_id, key[1]).aggregate(n=Count("pk"), changed=Max("updated_at"),
+                                                     revisions=Max("revision"))
+    fingerprint = (stats["n"], stats["changed"], stats["revisions"])
     with _lock:
         cached = _cache.get(key)
         if cached and cached[0] == fingerprint:
@@ -36,6 +52,11 @@ def l0_index_for(*, tenant_id: int, dataset_ids: Sequence[int]) -> L0Index:
     index = L0Index(L0Document(doc_id=str(doc_id), title=title, domain=domain,
                                keywords=tuple(keywords or ()), category=category)
                     for doc_id, title, domain, keywords, category in rows)
+    excluded = (_documents(tenant_id, key[1])
+                .filter(Q(deleted=False, activated=False) | Q(deleted=True,
+                                                             synced_revision__lt=F("revision")))
+                .order_by("-updated_at").values_list("doc_id", flat=True)[:MAX_EXCLUDED])
+    view = DocumentsView(l0=index, excluded=tuple(sorted(excluded)))
     with _lock:
-        _cache[key] = (fingerprint, index)
-    return index
+        _cache[key] = (fingerprint, view)
+    return view

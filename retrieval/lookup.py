@@ -1,19 +1,19 @@
-"""LookupKnowledgeTool: transform → retrieve → post-process → retry → pack → assemble."""
+"""LookupKnowledgeTool: transform → retrieve → guard → post-process → retry → pack → assemble."""
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from retrieval.config import RagConfigConverter, RagSettings
 from retrieval.embedders import EmbeddingError
+from retrieval.milvus.connection import VectorStoreUnavailable
 from retrieval.pack import KnowledgeContextPacker
 from retrieval.post_process import KnowledgeEvidencePostProcessor
 from retrieval.search import QueryVector, VectorSearchService
-from retrieval.store import VectorStoreUnavailable
 from retrieval.transform import KnowledgeQueryTransformer, L0Index
 from retrieval.types import (
     ContextPack,
@@ -24,11 +24,14 @@ from retrieval.types import (
     RelevanceLevel,
     RetryDecision,
     SearchFilters,
+    SearchHit,
     SearchMode,
     StageTrace,
 )
 
 EMPTY_PACK = ContextPack(items=(), total_chars=0, truncated=False)
+# Of the hits' document ids, those the database says may be served now.
+LiveDocuments = Callable[[SearchFilters, Collection[int]], set[int]]
 
 
 @dataclass(frozen=True)
@@ -64,18 +67,20 @@ class _Clock:
 class LookupKnowledgeTool:
     """One lookup with one configuration. Backend failures become UNAVAILABLE, never EMPTY."""
 
-    def __init__(self, *, search: VectorSearchService, l0_index: Callable[[], L0Index],
-                 settings: RagSettings, config_version: int | None = None,
-                 mode: SearchMode | None = None) -> None:
-        self.search = search
+    def __init__(self, *, search: VectorSearchService | None, l0_index: Callable[[], L0Index],
+                 live_documents: LiveDocuments, settings: RagSettings,
+                 config_version: int | None = None, mode: SearchMode | None = None) -> None:
+        self.search = search  # None: nothing to search (the result is EMPTY or UNAVAILABLE)
         self.l0_index = l0_index
+        self.live_documents = live_documents
         self.settings = settings
         self.config_version = config_version
         self.mode: SearchMode = mode or settings.search_mode  # type: ignore[assignment]
+        calibrated = search.embedder.max_l2_distance if search else 2.0
         self.post = KnowledgeEvidencePostProcessor(
             settings.return_n, settings.max_chunks_per_document, settings.reference_threshold,
             settings.precise_threshold,
-            max_l2_distance=settings.max_l2_distance or search.embedder.max_l2_distance)
+            max_l2_distance=settings.max_l2_distance or calibrated)
         self.packer = KnowledgeContextPacker(settings.max_context_chars,
                                              settings.max_excerpt_chars)
 
@@ -90,7 +95,7 @@ class LookupKnowledgeTool:
             clock.record("transform", note=f"domains={list(hints.domains)} "
                                            f"category={hints.category_filter}")
             with clock.stage("embed"):
-                query = self.search.embed(request.query, self.mode)
+                query = self._search().embed(request.query, self.mode)
             if hints.category_filter:
                 filtered = replace(filters, category=hints.category_filter)
                 result = self._retrieve(query, filtered, hints, clock, "retrieve_filtered")
@@ -129,14 +134,33 @@ class LookupKnowledgeTool:
     def _retrieve(self, query: QueryVector, filters: SearchFilters, hints: QueryHints,
                   clock: _Clock, stage: str) -> PostProcessed:
         with clock.stage(stage):
-            hits = self.search.search(query, mode=self.mode, settings=self.settings,
-                                      filters=filters)
+            hits = self._search().search(query, mode=self.mode, settings=self.settings,
+                                         filters=filters)
         clock.record(stage, hits=tuple((h.chunk_id, round(h.score, 6)) for h in hits),
                      note=f"category={filters.category}")
+        with clock.stage("guard"):
+            served = self._guard(hits, filters)
+        if len(served) < len(hits):
+            dropped = sorted({h.chunk_id for h in hits} - {h.chunk_id for h in served})
+            clock.record("guard", hits=tuple((key, 0.0) for key in dropped),
+                         note=f"dropped {len(dropped)} hit(s) of deactivated or deleted "
+                              "documents")
+        hits = served
         with clock.stage("post_process"):
             result = self.post.process(hits, self.mode, hints)
         clock.record("post_process", result, note=f"top_quality={result.top_quality:.4f}")
         return result
+
+    def _search(self) -> VectorSearchService:
+        assert self.search is not None
+        return self.search
+
+    def _guard(self, hits: list[SearchHit], filters: SearchFilters) -> list[SearchHit]:
+        """Defence in depth: only hits of documents the database says may be served now,
+        whatever Milvus holds (its copy follows the database through the indexing queue)."""
+        doc_ids = {_doc_id(hit) for hit in hits}
+        live = self.live_documents(filters, {d for d in doc_ids if d is not None})
+        return [hit for hit in hits if _doc_id(hit) in live]
 
     def _retry_decision(self, filtered: PostProcessed) -> RetryDecision:
         if not filtered.chunks:
@@ -158,3 +182,15 @@ class LookupKnowledgeTool:
             filters=filters, mode=self.mode, retry=retry, traces=tuple(clock.traces),
             config=RagConfigConverter.to_dict(self.settings), config_version=self.config_version,
             error=error, timings_ms=dict(clock.timings))
+
+
+def _doc_id(hit: SearchHit) -> int | None:
+    value = str(hit.metadata.get("docId", "")).strip()
+    return int(value) if value.isdigit() and len(value) <= 19 else None
+
+
+def as_unavailable(result: LookupResult, *, error: str) -> LookupResult:
+    """The answer when what came after the search failed: no evidence is handed out that the
+    platform could not stand behind (the guard must be able to confirm it later)."""
+    return replace(result, evidence_status=EvidenceStatus.UNAVAILABLE,
+                   relevance_level=RelevanceLevel.NONE, pack=EMPTY_PACK, error=error)

@@ -8,37 +8,36 @@ from dataclasses import replace
 from typing import Any
 
 from datasets.auth import Caller
-from datasets.models import Dataset
+from datasets.selectors import live_doc_ids
 from kbplatform.errors import ApiError
+from retrieval import milvus
 from retrieval.config import RagConfigConverter, RagConfigError, RagSettings
-from retrieval.embedders import get_embedder
-from retrieval.l0 import l0_index_for
+from retrieval.embedders import EmbeddingError
+from retrieval.index_versions import IndexNotReady, serving_index
+from retrieval.l0 import documents_view
 from retrieval.lookup import LookupKnowledgeTool, LookupRequest
 from retrieval.search import VectorSearchService
 from retrieval.selectors import rag_config_for
-from retrieval.store import get_store
+from retrieval.transform import L0Index
 from retrieval.types import LookupResult, SearchFilters, SearchMode
 
 logger = logging.getLogger(__name__)
 
 
 def lookup_scope(*, caller: Caller, requested: Sequence[int] | None) -> SearchFilters:
-    """Tenant and datasets come from the key; `requested` may only narrow them."""
-    tenant_id = caller.tenant.pk
+    """Tenant and datasets come from the key; `requested` may only narrow them.
+
+    A dataset the key may not read (another tenant's, out of its scope, deactivated) is
+    refused in exactly the words of one that does not exist: the answer reveals nothing.
+    """
     allowed = caller.readable_dataset_ids()
     if requested:
         wanted = sorted(set(requested))
-        known = dict(Dataset.objects.filter(pk__in=wanted).values_list("pk", "tenant_id"))
-        unknown = [d for d in wanted if d not in known]
+        unknown = [d for d in wanted if d not in allowed]
         if unknown:
             raise ApiError(f"unknown dataset ids: {unknown}", code="unknown_dataset")
-        denied = [d for d in wanted if d not in allowed]
-        if denied:
-            # Another tenant's dataset, one out of the key's scope, or a deactivated one.
-            raise ApiError(f"this API key may not read datasets {denied}", code="forbidden",
-                           status_code=403)
         allowed = wanted
-    return SearchFilters(tenant_id=tenant_id, dataset_ids=tuple(allowed))
+    return SearchFilters(tenant_id=caller.tenant.pk, dataset_ids=tuple(allowed))
 
 
 def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = "",
@@ -60,16 +59,32 @@ def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = 
         settings, version, broken = RagSettings(), None, f"RagConfigError: {exc}"
     if overrides and not broken:
         settings = RagConfigConverter.to_settings(overrides, base=settings)
+    nothing_indexed = False
+    if search is None and not broken:
+        try:
+            # The serving version's own embedder and collection: never a query vector of
+            # one model against the vectors of another.
+            index = serving_index()
+            search = VectorSearchService(port=milvus.searcher(index.collection),
+                                         embedder=index.embedder)
+        except IndexNotReady:
+            nothing_indexed = True
+        except EmbeddingError as exc:
+            broken = f"{type(exc).__name__}: {exc}"
+    view = documents_view(tenant_id=filters.tenant_id, dataset_ids=filters.dataset_ids) \
+        if filters.dataset_ids else None
+    if view is not None:
+        filters = replace(filters, excluded_doc_ids=view.excluded)
     tool = LookupKnowledgeTool(
-        search=search or VectorSearchService(port=get_store(), embedder=get_embedder()),
-        l0_index=lambda: l0_index_for(tenant_id=filters.tenant_id,
-                                      dataset_ids=filters.dataset_ids),
+        search=search, l0_index=lambda: view.l0 if view else L0Index(()),
+        live_documents=lambda f, ids: live_doc_ids(
+            tenant_id=f.tenant_id, dataset_ids=f.dataset_ids, doc_ids=ids),
         settings=settings, config_version=version, mode=mode)
     request = LookupRequest(query=query, filters=filters, tool_call_id=tool_call_id,
                             session_id=session_id)
     if broken:
         return replace(tool.unavailable_result(request, error=broken), config={})
-    if not filters.dataset_ids:
-        # A key that can read nothing gets EMPTY, without a search that would need a dataset.
+    if not filters.dataset_ids or nothing_indexed:
+        # Nothing to search: EMPTY, without a search that would need a dataset or an index.
         return tool.empty_result(request)
     return tool.run(request)

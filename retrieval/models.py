@@ -1,4 +1,6 @@
-"""RagConfig per tenant (default) or per dataset (override), with its change history.
+"""The index (versions, embedding cache) and RagConfig with its change history.
+
+RagConfig per tenant (default) or per dataset (override).
 
 One tenant default per tenant (dataset IS NULL) is enforced by `rag_config_update`, which
 serialises on the tenant row: a partial unique index on "dataset IS NULL" is not portable to
@@ -150,3 +152,57 @@ class RagConfigChange(models.Model):
         before = self.before or {}
         return {k: (before.get(k), v) for k, v in (self.after or {}).items()
                 if before.get(k) != v}
+
+
+class IndexVersion(models.Model):
+    """One Milvus collection and what its vectors mean: never mix two models in one search."""
+
+    class Status(models.TextChoices):
+        BUILDING = "building"
+        ACTIVE = "active"
+        RETIRED = "retired"  # kept for a rollback until an operator drops it
+        FAILED = "failed"
+        DROPPED = "dropped"  # its collection is gone; the row stays as history
+
+    collection_name = models.CharField(max_length=100, unique=True)
+    embedder = models.CharField(max_length=200)
+    dimension = models.PositiveIntegerField()
+    chunk_size = models.PositiveIntegerField()
+    chunk_overlap = models.PositiveIntegerField()
+    splitter = models.CharField(max_length=50, default="markdown-heading-v1")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.BUILDING)
+    progress = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    activated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "datasets_indexversion"  # created by the datasets app; moved here
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(status__in=["building", "active", "retired", "failed",
+                                               "dropped"]),
+                name="index_version_status_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.collection_name} ({self.embedder}, {self.dimension}d, {self.status})"
+
+
+class EmbeddingCache(models.Model):
+    """Vectors keyed by (model, text hash): rebuilds and re-imports don't pay for them again."""
+
+    model = models.CharField(max_length=200)
+    text_hash = models.CharField(max_length=64)
+    vector = models.BinaryField()  # float32 little-endian
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "datasets_embeddingcache"  # created by the datasets app; moved here
+        constraints = [
+            models.UniqueConstraint(fields=["model", "text_hash"], name="embedding_cache_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model}:{self.text_hash[:12]}"

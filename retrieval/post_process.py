@@ -57,6 +57,11 @@ def _text(metadata: dict[str, Any], key: str) -> str:
     return "" if value is None else str(value)
 
 
+def _int(metadata: dict[str, Any], key: str) -> int | None:
+    text = _text(metadata, key).strip()
+    return int(text) if text.isdigit() and len(text) <= 19 else None
+
+
 def _chunk_index(metadata: dict[str, Any]) -> int | None:
     value = metadata.get("chunkIndex")
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
@@ -168,4 +173,5 @@ class KnowledgeEvidencePostProcessor:
             quality=quality,
             dense_l2=dense_l2,
             hit_reasons=_hit_reasons(hit, hints),
+            dataset_id=_int(meta, "datasetId"),
         )

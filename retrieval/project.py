@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from audit.types import InvocationRecord, ReadyEvidence
 from retrieval.types import EvidenceStatus, LookupResult, RelevanceLevel
 
 
@@ -56,6 +57,7 @@ def trace_details(result: LookupResult) -> dict[str, Any]:
             "tenant": result.filters.tenant_id,
             "datasets": list(result.filters.dataset_ids),
             "category": result.filters.category,
+            "excluded_documents": len(result.filters.excluded_doc_ids),
         },
         "hints": {
             "domains": list(result.hints.domains),
@@ -83,3 +85,18 @@ def trace_details(result: LookupResult) -> dict[str, Any]:
         "error": result.error,
         "timings": {name: _number(ms) for name, ms in result.timings_ms.items()},
     }
+
+
+def invocation_of(result: LookupResult) -> InvocationRecord:
+    """What the audit keeps of one answered call: what the agent saw and how it was made."""
+    seen = RagResultProjector().project(result)
+    ready = tuple(ReadyEvidence(item.chunk.evidence_key, item.chunk.dataset_id)
+                  for item in result.pack.items
+                  if result.evidence_status is EvidenceStatus.READY
+                  and item.chunk.dataset_id is not None)
+    return InvocationRecord(
+        tenant_id=result.filters.tenant_id, tool_call_id=result.tool_call_id,
+        session_id=result.session_id, query=result.query,
+        evidence_status=result.evidence_status.value, relevance_level=seen["relevance_level"],
+        returned_count=seen["returned_count"], config_version=result.config_version,
+        error=result.error, details=trace_details(result), ready=ready)

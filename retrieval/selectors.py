@@ -1,13 +1,13 @@
-"""Reads of RagConfig."""
+"""Reads of RagConfig and the index versions."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from retrieval.config import RagSettings
-from retrieval.models import RagConfig
+from retrieval.models import IndexVersion, RagConfig
 
 
 def rag_config_for(*, tenant_id: int, dataset_ids: Sequence[int]) -> tuple[RagSettings, int | None]:
@@ -28,3 +28,7 @@ def rag_config_for(*, tenant_id: int, dataset_ids: Sequence[int]) -> tuple[RagSe
     if not rows:
         return RagSettings(), None
     return rows[0].to_settings(), rows[0].version
+
+
+def index_versions() -> QuerySet[IndexVersion]:
+    return IndexVersion.objects.order_by("-created_at")

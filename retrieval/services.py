@@ -1,4 +1,5 @@
-"""Writes of RagConfig: validated, versioned, with a change record."""
+"""Writes of RagConfig (validated, versioned, with a change record) and the start of index
+operations."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from collections.abc import Mapping
 
 from django.db import transaction
 
-from datasets.models import Dataset, Tenant
+from datasets.models import Dataset, Job, Tenant
+from kbplatform.errors import ApiError
+from kbplatform.tasks import enqueue_on_commit
 from retrieval.config import RagConfigConverter, RagConfigError, RagSettings
 from retrieval.models import RagConfig, RagConfigChange
 
@@ -53,3 +56,30 @@ def rag_config_update(*, config: RagConfig | None, tenant: Tenant, dataset: Data
         RagConfigChange.objects.create(config=row, version=row.version, changed_by=changed_by,
                                        before=before, after=after)
     return row
+
+
+# --- index operations (platform operators) -------------------------------------------------
+
+INDEX_TASKS = {Job.Kind.REBUILD: "retrieval.tasks.rebuild_task",
+               Job.Kind.ROLLBACK: "retrieval.tasks.rollback_task",
+               Job.Kind.RECONCILE: "retrieval.tasks.reconcile_task"}
+
+
+class OperationRunning(ApiError):
+    status_code = 409
+    default_code = "operation_running"
+
+
+def index_operation_start(*, kind: str, args: tuple[object, ...] = (),
+                          detail: dict[str, object] | None = None) -> Job:
+    """Queue a platform-wide index operation (no tenant: only platform keys see it)."""
+    with transaction.atomic():
+        running = Job.objects.select_for_update().filter(
+            tenant__isnull=True, kind__in=list(INDEX_TASKS),
+            status__in=[Job.Status.QUEUED, Job.Status.RUNNING]).first()
+        if running is not None:
+            raise OperationRunning(f"job {running.pk} ({running.kind}) is still {running.status}",
+                                   extra={"job_id": running.pk})
+        job = Job.objects.create(kind=kind, detail=detail or {})
+        enqueue_on_commit(INDEX_TASKS[Job.Kind(kind)], job.pk, *args)
+    return job

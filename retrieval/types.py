@@ -28,6 +28,8 @@ class SearchFilters:
     tenant_id: int
     dataset_ids: tuple[int, ...]
     category: str | None = None
+    # Documents no lookup may serve (deactivated, or deleted and not yet removed from Milvus).
+    excluded_doc_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class ScoredChunk:
     quality: float  # 0..1, comparable across modes
     dense_l2: float | None = None
     hit_reasons: tuple[str, ...] = ()
+    dataset_id: int | None = None  # the evidence guard checks it against the caller's scope
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ run_pytest() {
 }
 
 echo "== integration: MariaDB + Redis + Milvus Lite server + Celery worker"
+DJANGO_SECRET_KEY="${DJANGO_SECRET_KEY:-test-only-$(python -c 'import secrets; print(secrets.token_urlsafe(40))')}" \
 DATABASE_URL="${TEST_DATABASE_URL:-mysql://root:@127.0.0.1:3306/test}" \
 REDIS_URL="${TEST_REDIS_URL:-redis://127.0.0.1:6379/13}" \
 CELERY_BROKER_URL="${TEST_BROKER_URL:-redis://127.0.0.1:6379/14}" \

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.conf import settings
+from rest_framework.test import APIClient
 
+from tests.datasets.builders import api_client
 from tests.services import CeleryWorker, MilvusLiteServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,22 +51,27 @@ def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusLi
 @pytest.fixture
 def store(milvus_server: MilvusLiteServer | None, tmp_path: Path,
           settings: Any) -> Iterator[Any]:
-    """The process's store on a clean Milvus; collections are dropped afterwards."""
-    from retrieval.store import get_store, reset_store
+    """A clean Milvus for the test, and a probe to read it; collections are dropped after."""
+    from retrieval import milvus
+    from retrieval.embedders import reset_embedders
+    from retrieval.milvus.connection import reset_connection
 
     if milvus_server is None:
         settings.MILVUS_URI = str(tmp_path / "milvus.db")
-    reset_store()
-    store = get_store()
-    yield store
-    alias = store.alias_target()
-    for name in store.collections():
-        if name != alias:
-            store.drop_collection(name)
+    from tests.milvus import MilvusProbe
+
+    reset_connection()
+    yield MilvusProbe()
+    reset_embedders()
+    reset_connection()
+    collections = milvus.collections()
+    alias = collections.alias_target()
+    client = collections.connection.client()
     if alias:
-        store.client().drop_alias(store.alias)
-        store.client().drop_collection(alias)
-    reset_store()
+        client.drop_alias(collections.alias)
+    for name in collections.names():
+        client.drop_collection(name)
+    reset_connection()
 
 
 @pytest.fixture(scope="session")
@@ -117,3 +125,66 @@ def eager_tasks() -> Iterator[None]:
     assert app.conf.task_always_eager
     yield
     app.conf.CELERY_TASK_ALWAYS_EAGER = before
+
+
+@pytest.fixture
+def applied(eager_tasks: None, django_capture_on_commit_callbacks: Any) -> Callable[[], Any]:
+    """`with applied(): ...` runs what the block enqueues, in this process, when it ends: the
+    indexing worker's part of a request, in a test whose transaction never commits."""
+    return lambda: django_capture_on_commit_callbacks(execute=True)
+
+
+@dataclass
+class Kb:
+    tenant: Any
+    dataset: Any
+    admin: APIClient  # admin key of the tenant
+    tool: APIClient  # tool key of the tenant (lookups)
+
+
+@pytest.fixture
+def kb(make_key: Callable[..., tuple[Any, str]]) -> Kb:
+    from datasets.services import dataset_create
+
+    admin_key, admin_secret = make_key(role="admin")
+    _, tool_secret = make_key(role="tool")
+    dataset = dataset_create(tenant=admin_key.tenant, name="ops")
+    return Kb(tenant=admin_key.tenant, dataset=dataset, admin=api_client(admin_secret),
+              tool=api_client(tool_secret))
+
+
+@pytest.fixture
+def ingest(store: Any) -> Callable[..., Any]:
+    """Store a document and sync it in this process, as the indexing worker would."""
+    from datasets.services import document_store
+    from retrieval.indexing import document_sync
+
+    def run(dataset: Any, name: str, raw: bytes) -> Any:
+        outcome = document_store(dataset=dataset, file_name=name.rsplit("/", 1)[-1], raw=raw,
+                                 max_bytes=settings.KB_MAX_UPLOAD_BYTES, source_path=name,
+                                 replace=True)
+        document_sync(document_id=outcome.document.pk)
+        outcome.document.refresh_from_db()
+        return outcome.document
+
+    return run
+
+
+def _on_server() -> bool:
+    return settings.MILVUS_URI.startswith("http")
+
+
+# A core test runs in both suites: on the services (MariaDB, Redis, Milvus Lite server) and on
+# the embedded defaults (SQLite, DB cache, Milvus Lite file). Each suite selects its own copy.
+BOTH_RUNTIMES = pytest.mark.parametrize("runtime", [
+    pytest.param("services", marks=pytest.mark.integration, id="services"),
+    pytest.param("embedded", marks=pytest.mark.embedded, id="embedded"),
+], indirect=True)
+
+
+@pytest.fixture
+def runtime(request: pytest.FixtureRequest) -> Iterator[str]:
+    wanted = request.param
+    if (wanted == "services") != _on_server():
+        pytest.skip(f"this copy runs on the {wanted} runtime")
+    yield wanted

@@ -16,7 +16,7 @@ from audit.models import ToolInvocation
 from audit.services import invocation_record
 from datasets.models import ApiKey
 from retrieval.types import EvidenceStatus, RelevanceLevel
-from tests.retrieval.builders import lookup_result
+from tests.retrieval.builders import audit_record
 
 pytestmark = pytest.mark.django_db
 
@@ -34,10 +34,10 @@ def staff() -> Client:
 @pytest.fixture
 def rows(make_key: MakeKey) -> list[ToolInvocation]:
     key, _ = make_key("acme")
-    invocation_record(api_key=key, result=lookup_result(), latency_ms=10.0)
+    invocation_record(api_key=key, result=audit_record(), latency_ms=10.0)
     invocation_record(api_key=key, latency_ms=1.0, payload={"tool_call_id": "call-bad"},
                       error=exceptions.ValidationError({"query": ["blank"]}))
-    invocation_record(api_key=key, latency_ms=1.0, result=lookup_result(
+    invocation_record(api_key=key, latency_ms=1.0, result=audit_record(
         EvidenceStatus.EMPTY, relevance=RelevanceLevel.NONE))
     return list(ToolInvocation.objects.order_by("pk"))
 

@@ -16,9 +16,9 @@ from audit.models import ToolInvocation
 from audit.services import invocation_record, query_fingerprint
 from datasets.models import ApiKey, Dataset, Tenant
 from kbplatform.errors import ApiError
-from retrieval.project import trace_details
+from retrieval.project import invocation_of, trace_details
 from retrieval.types import EvidenceStatus, RelevanceLevel
-from tests.retrieval.builders import lookup_result
+from tests.retrieval.builders import audit_record, lookup_result
 
 pytestmark = pytest.mark.django_db
 
@@ -44,7 +44,7 @@ def client_for(plaintext: str | None = None) -> APIClient:
 def test_ready_result_is_one_row_with_details_and_no_raw_text(make_key: MakeKey) -> None:
     key, _ = make_key()
     result = lookup_result()
-    invocation_record(api_key=key, result=result, latency_ms=31.4159)
+    invocation_record(api_key=key, result=invocation_of(result), latency_ms=31.4159)
 
     row = ToolInvocation.objects.get()
     assert (row.tool_call_id, row.session_id, row.tool_name) == ("call-1", "s-1",
@@ -76,7 +76,7 @@ def test_raw_query_is_stored_only_when_the_setting_is_on(make_key: MakeKey,
                                                          settings: Any) -> None:
     key, _ = make_key()
     settings.KB_AUDIT_STORE_RAW_QUERY = True
-    invocation_record(api_key=key, result=lookup_result(), latency_ms=1.0)
+    invocation_record(api_key=key, result=audit_record(), latency_ms=1.0)
     row = ToolInvocation.objects.get()
     assert row.query_text == QUERY
     assert "Redis TTL body" not in row_text(row)  # excerpts stay out whatever the setting
@@ -87,7 +87,7 @@ def test_raw_query_is_stored_only_when_the_setting_is_on(make_key: MakeKey,
 def test_empty_and_unavailable_results(make_key: MakeKey, status: EvidenceStatus,
                                        outcome: str) -> None:
     key, _ = make_key()
-    invocation_record(api_key=key, result=lookup_result(status, relevance=RelevanceLevel.NONE),
+    invocation_record(api_key=key, result=audit_record(status, relevance=RelevanceLevel.NONE),
                       latency_ms=5.0)
     row = ToolInvocation.objects.get()
     assert (row.outcome, row.evidence_status, row.relevance_level) == (outcome, status.value,
@@ -135,7 +135,7 @@ def test_a_failed_write_is_logged_and_never_raises(caplog: pytest.LogCaptureFixt
     # A key that does not exist in the database: the insert breaks its foreign key for real.
     ghost = ApiKey(pk=987654321, tenant=Tenant.objects.create(slug="ghost"), prefix="ghost")
     with caplog.at_level(logging.ERROR, logger="audit.services"):
-        invocation_record(api_key=ghost, result=lookup_result(), latency_ms=1.0)
+        invocation_record(api_key=ghost, result=audit_record(), latency_ms=1.0)
     assert ToolInvocation.objects.count() == 0
     assert "audit: could not record tool call 'call-1'" in caplog.text
 
@@ -166,14 +166,14 @@ def test_validation_failure_writes_one_row(make_key: MakeKey) -> None:
                                       "codes": {"query": ["blank"]}}
 
 
-def test_forbidden_dataset_writes_one_row(make_key: MakeKey) -> None:
+def test_another_tenants_dataset_writes_one_row(make_key: MakeKey) -> None:
     other = Dataset.objects.create(tenant=Tenant.objects.create(slug="other"), name="secret")
     key, plaintext = make_key()
     response = client_for(plaintext).post(URL, {"query": QUERY, "dataset_ids": [other.pk]},
                                           format="json")
-    assert response.status_code == 403
+    assert response.status_code == 400  # as unknown as a dataset that does not exist
     row = ToolInvocation.objects.get()
-    assert (row.outcome, row.tenant_id, row.query_length) == ("forbidden", key.tenant_id,
+    assert (row.outcome, row.tenant_id, row.query_length) == ("invalid", key.tenant_id,
                                                               len(QUERY))
 
 

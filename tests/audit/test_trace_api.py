@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 from audit.models import ToolInvocation
 from audit.services import invocation_record
 from datasets.models import ApiKey
-from tests.retrieval.builders import lookup_result
+from tests.retrieval.builders import audit_record
 
 pytestmark = pytest.mark.django_db
 
@@ -29,7 +29,7 @@ def client_for(plaintext: str | None = None) -> APIClient:
 def acme_session(make_key: MakeKey) -> ApiKey:
     """Session s-1 of tenant acme: a READY call, then an EMPTY call through the endpoint."""
     tool_key, plaintext = make_key("acme")
-    invocation_record(api_key=tool_key, result=lookup_result(), latency_ms=12.0)
+    invocation_record(api_key=tool_key, result=audit_record(), latency_ms=12.0)
     response = client_for(plaintext).post(
         "/api/tools/lookup_knowledge",
         {"query": QUERY, "tool_call_id": "call-2", "session_id": "s-1"}, format="json")
@@ -54,7 +54,7 @@ def test_trace_replays_the_session_in_order(acme_session: ApiKey, make_key: Make
     assert stages[0]["stage"] == "search"
     assert stages[0]["candidates"][0] == {"evidence_key": "42#chunk-0", "score": 0.0328}
     assert ready["retrievalDetails"]["filters"] == {"tenant": 7, "datasets": [1, 2],
-                                                    "category": "ops"}
+                                                    "category": "ops", "excluded_documents": 0}
     assert (empty["evidence_status"], empty["outcome"]) == ("EMPTY", "empty")
     # The trace is for replay, not a second copy of the answer.
     assert QUERY not in response.content.decode()

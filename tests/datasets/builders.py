@@ -66,6 +66,5 @@ def top_doc_id(answer: dict[str, Any]) -> str:
 
 def milvus_rows(store: Any, doc_id: int, *fields: str) -> list[dict[str, Any]]:
     """What the serving collection holds for one document, ordered by chunk id."""
-    rows = store.client().query(store.alias, filter=f"doc_id == {int(doc_id)}",
-                                output_fields=["id", *fields])
-    return sorted(rows, key=lambda row: row["id"])
+    rows: list[dict[str, Any]] = store.rows(doc_id, *fields)
+    return rows

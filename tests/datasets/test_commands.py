@@ -11,9 +11,10 @@ import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
-from datasets.models import ApiKey, IndexVersion
+from datasets.models import ApiKey
 from datasets.services import dataset_create, tenant_get_or_create
 from retrieval.embedders import get_embedder
+from retrieval.models import IndexVersion
 from tests.conftest import ROOT
 from tests.datasets.builders import api_client, runbook
 
@@ -60,7 +61,9 @@ def test_a_dataset_scoped_key_may_only_read_its_datasets() -> None:
     response = api_client(secret).post("/api/tools/lookup_knowledge",
                                        {"query": "salaries", "dataset_ids": [hr.pk]},
                                        format="json")
-    assert response.status_code == 403, response.content
+    # Out of its scope is exactly like a dataset that does not exist.
+    assert response.status_code == 400, response.content
+    assert response.json()["code"] == "unknown_dataset"
     assert list(ApiKey.objects.get().datasets.all()) == [ops]
 
 
@@ -118,4 +121,6 @@ def test_seed_script_rebuilds_the_test_database(store, kb, ingest) -> None:
     embedder = get_embedder()
     assert result.stdout.splitlines() == [
         "[1/1] redis.md", f"rebuilt: {new} now serves ({embedder.name}, {embedder.dimension}d)"]
-    assert store.collections() == [new] and store.count() == 2
+    # The previous collection is kept, retired, for a rollback.
+    assert sorted(store.collections()) == sorted([old, new]) and store.count() == 2
+    assert IndexVersion.objects.get(collection_name=old).status == "retired"

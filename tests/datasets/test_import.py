@@ -12,7 +12,8 @@ from django.core.management import CommandError, call_command
 from datasets.models import Dataset, Document, Job, Tenant
 from tests.datasets.builders import api_client, found_doc_ids, lookup, markdown, runbook
 
-pytestmark = pytest.mark.django_db
+# The command commits as it goes and waits for the indexing, which runs in-process here.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager_tasks")]
 
 
 def _folder(root: Path) -> Path:
@@ -42,10 +43,10 @@ def test_import_creates_tenant_and_dataset_prints_progress_and_skips_readme(
 
     lines = _import(str(root), "--tenant", "newco", "--dataset", "runbooks")
 
-    assert lines[:2] == ["[1/2] redis.md: indexed (2 chunks)",
-                         "[2/2] sub/kafka.md: indexed (3 chunks)"]
-    assert lines[-1] == ("done: 2 files, 2 indexed, 0 unchanged, 0 failed, 5 chunks in "
-                         "newco/runbooks")
+    assert lines[:2] == ["[1/2] redis.md: queued", "[2/2] sub/kafka.md: queued"]
+    assert lines[2:] == ["indexed 2/2 documents (5 chunks)",
+                         "done: 2 files, 2 indexed, 0 unchanged, 0 failed, 5 chunks in "
+                         "newco/runbooks"]
     dataset = Dataset.objects.get(tenant=Tenant.objects.get(slug="newco"), name="runbooks")
     documents = Document.objects.filter(dataset=dataset)
     assert sorted(documents.values_list("source_path", flat=True)) == ["redis.md",
@@ -62,7 +63,7 @@ def test_second_import_reports_everything_unchanged(store, tmp_path) -> None:
     lines = _import(str(root))
 
     assert lines[:2] == ["[1/2] redis.md: unchanged", "[2/2] sub/kafka.md: unchanged"]
-    assert lines[-1] == ("done: 2 files, 0 indexed, 2 unchanged, 0 failed, 5 chunks in "
+    assert lines[-1] == ("done: 2 files, 0 indexed, 2 unchanged, 0 failed, 0 chunks in "
                          "default/knowledge-base")
     assert Document.objects.count() == 2 and store.count() == 5
 
@@ -103,10 +104,9 @@ def test_a_file_broken_after_import_leaves_the_indexed_version_serving(store, tm
     assert document.doc_key in found_doc_ids(lookup(api_client(secret), "redis dashboard"))
 
 
-@pytest.mark.django_db(transaction=True)
-def test_background_import_runs_as_a_job_with_progress(store, tmp_path, eager_tasks) -> None:
+def test_background_import_runs_as_a_job_with_progress(store, tmp_path) -> None:
     lines = _import(str(_folder(tmp_path / "kb")), "--background")
-    job = Job.objects.get()
+    job = Job.objects.get(kind=Job.Kind.IMPORT)
     assert lines == [f"import queued as job {job.pk}"]
     assert (job.kind, job.status, job.done, job.total) == ("import", "succeeded", 2, 2)
     assert Document.objects.filter(status=Document.Status.READY).count() == 2
@@ -124,7 +124,7 @@ def test_import_of_the_sample_knowledge_base_then_lookup(store, make_key) -> Non
 
     files = sorted(p for p in settings.KB_KNOWLEDGE_DIR.rglob("*.md")
                    if p.name.lower() != "readme.md")
-    assert len(lines) == len(files) + 1
+    assert len(lines) == len(files) + 2  # a line per file, the indexing, the summary
     summary = lines[-1]
     assert summary.startswith(f"done: {len(files)} files, {len(files)} indexed, 0 unchanged, "
                               "0 failed")
@@ -154,7 +154,7 @@ def test_reimport_after_an_edit_on_the_embedded_defaults(store, tmp_path, make_k
 
     lines = _import(str(root))
 
-    assert lines == ["[1/1] dns.md: indexed (1 chunks)",
+    assert lines == ["[1/1] dns.md: queued", "indexed 1/1 documents (1 chunks)",
                      "done: 1 files, 1 indexed, 0 unchanged, 0 failed, 1 chunks in "
                      "default/knowledge-base"]
     document = Document.objects.get()

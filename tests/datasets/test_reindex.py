@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from datasets.importer import knowledge_import
-from datasets.models import Chunk, Document, EmbeddingCache
+from datasets.models import Chunk, Document
 from retrieval.embedders import get_embedder
+from retrieval.indexing import document_sync
+from retrieval.models import EmbeddingCache
 from tests.datasets.builders import lookup, markdown, milvus_rows
 
 pytestmark = pytest.mark.django_db
@@ -28,7 +30,12 @@ V2 = markdown("Disk full", {
 
 
 def _import(root: Path, kb):  # type: ignore[no-untyped-def]
-    return knowledge_import(root=root, tenant_slug=kb.tenant.slug, dataset_name=kb.dataset.name)
+    """Import, then do what the indexing worker does; the summary and the chunks served."""
+    summary = knowledge_import(root=root, tenant_slug=kb.tenant.slug,
+                               dataset_name=kb.dataset.name)
+    for pk in summary.queued:
+        document_sync(document_id=pk)
+    return summary
 
 
 def _write(root: Path, raw: bytes) -> Path:
@@ -40,7 +47,7 @@ def _write(root: Path, raw: bytes) -> Path:
 
 def test_unchanged_reimport_does_no_embedding_work(kb, store, tmp_path) -> None:
     root = _write(tmp_path / "kb", V1)
-    assert _import(root, kb).indexed == 1
+    assert len(_import(root, kb).queued) == 1
     document = Document.objects.get()
     chunks = list(Chunk.objects.filter(document=document).values_list("pk", "content"))
     rows = milvus_rows(store, document.doc_id, "content")
@@ -50,8 +57,8 @@ def test_unchanged_reimport_does_no_embedding_work(kb, store, tmp_path) -> None:
 
     summary = _import(root, kb)
 
-    assert (summary.found, summary.indexed, summary.unchanged) == (1, 0, 1)
-    assert summary.chunks == 4
+    assert (summary.found, len(summary.queued), summary.unchanged) == (1, 0, 1)
+    assert Document.objects.get().chunk_count == 4
     assert not EmbeddingCache.objects.exists()
     assert list(Chunk.objects.filter(document=document).values_list("pk", "content")) == chunks
     assert milvus_rows(store, document.doc_id, "content") == rows
@@ -66,7 +73,7 @@ def test_changed_document_replaces_its_old_chunks_completely(kb, store, tmp_path
     _write(root, V2)
     summary = _import(root, kb)
 
-    assert (summary.indexed, summary.unchanged) == (1, 0)
+    assert (len(summary.queued), summary.unchanged) == (1, 0)
     document.refresh_from_db()
     assert Document.objects.get().doc_id == document.doc_id  # same identity, new content
     expected = [f"{document.doc_id}#chunk-0", f"{document.doc_id}#chunk-1"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from datasets.models import Chunk, Document, EmbeddingCache, Job
+from datasets.models import Chunk, Document, Job
+from retrieval.models import EmbeddingCache
 from tests.datasets.builders import (
     api_client,
     lookup,
@@ -87,6 +88,7 @@ def _snapshot(store, document):  # type: ignore[no-untyped-def]
 
 def test_duplicate_name_is_409_and_the_original_keeps_serving(kb, store, existing) -> None:
     before = _snapshot(store, existing)
+    jobs = Job.objects.count()
 
     response = upload(kb.admin, kb.dataset.pk, "redis.md", runbook("postgres"))
 
@@ -94,7 +96,7 @@ def test_duplicate_name_is_409_and_the_original_keeps_serving(kb, store, existin
     assert response.json()["code"] == "duplicate"
     assert "redis.md" in response.json()["message"]
     assert _snapshot(store, existing) == before
-    assert not Job.objects.exists()
+    assert Job.objects.count() == jobs
     answer = lookup(kb.tool, "redis dashboard restart")
     assert answer["evidence_status"] == "READY"
     assert top_doc_id(answer) == existing.doc_key
@@ -102,13 +104,14 @@ def test_duplicate_name_is_409_and_the_original_keeps_serving(kb, store, existin
 
 def test_identical_reupload_is_200_unchanged_without_a_job(kb, store, existing) -> None:
     EmbeddingCache.objects.all().delete()
+    jobs = Job.objects.count()
 
     response = upload(kb.admin, kb.dataset.pk, "redis.md", runbook("redis"))
 
     assert response.status_code == 200, response.content
     assert response.json()["changed"] is False and response.json()["job"] is None
     assert response.json()["document"]["document_id"] == existing.doc_key
-    assert not Job.objects.exists()
+    assert Job.objects.count() == jobs
     assert not EmbeddingCache.objects.exists()  # nothing was embedded again
 
 

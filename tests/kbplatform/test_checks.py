@@ -10,7 +10,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from kbplatform.checks import check_configuration, check_services
+from kbplatform.checks import check_configuration
+from retrieval.checks import check_services
 
 
 def _ids(problems) -> list[str]:  # type: ignore[no-untyped-def]
@@ -102,29 +103,32 @@ def test_manage_py_check_refuses_to_start_with_the_error_id(valid) -> None:
 
 
 def test_E007_deploy_check_when_milvus_does_not_answer(settings) -> None:
-    from retrieval.store import reset_store
+    from retrieval.milvus import reset_connection
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         settings.MILVUS_URI = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    reset_store()
+    reset_connection()
     try:
         problems = check_services()
     finally:
-        reset_store()
+        reset_connection()
     assert _ids(problems) == ["kbplatform.E007"]
     assert settings.MILVUS_URI in problems[0].msg
 
 
 @pytest.mark.django_db
-def test_E008_deploy_check_when_the_index_was_built_differently(store, settings) -> None:
-    from datasets.index_versions import active_index_version
+def test_W008_deploy_check_when_the_index_was_built_differently(store, settings) -> None:
+    from retrieval import milvus
+    from retrieval.index_versions import serving_index
 
-    active_index_version()  # the serving index, built with the current configuration
+    serving_index(collections=milvus.collections())  # built with the current configuration
     assert check_services() == []
 
     settings.KB_CHUNK_SIZE = settings.KB_CHUNK_SIZE + 100
     problems = check_services()
 
-    assert _ids(problems) == ["kbplatform.E008"]
+    # A warning: the old index keeps serving (lookups embed with its own model) until then.
+    assert _ids(problems) == ["kbplatform.W008"]
+    assert "keeps serving" in problems[0].msg
     assert "rebuild_hybrid_knowledge --confirm REBUILD" in problems[0].msg

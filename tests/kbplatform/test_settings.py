@@ -99,8 +99,12 @@ def test_nothing_configured_means_the_embedded_demo(monkeypatch, tmp_path) -> No
     assert first["CACHES"]["default"]["BACKEND"].endswith("DatabaseCache")
     assert first["DEBUG"] is False
     assert "*" not in first["ALLOWED_HOSTS"]
-    # A throwaway key per start, never one from the repository.
-    assert len(first["SECRET_KEY"]) >= 50 and first["SECRET_KEY"] != second["SECRET_KEY"]
+    # A key generated once for this installation and shared by its processes (the web
+    # process and the commands), never one from the repository.
+    assert len(first["SECRET_KEY"]) >= 50 and first["SECRET_KEY"] == second["SECRET_KEY"]
+    assert (tmp_path / "secret_key").read_text() == first["SECRET_KEY"]
+    assert (tmp_path / "secret_key").stat().st_mode & 0o077 == 0  # the owner's only
+    assert first["KB_SECRET_KEY_GENERATED"] is True
 
 
 def test_production_settings_come_from_the_environment(monkeypatch, tmp_path) -> None:
@@ -111,7 +115,7 @@ def test_production_settings_come_from_the_environment(monkeypatch, tmp_path) ->
                        DATABASE_URL="mysql://kb:pw@db.internal:3306/kb",
                        REDIS_URL="redis://cache.internal:6379/0",
                        MILVUS_URI="http://milvus.internal:19530",
-                       DJANGO_SECRET_KEY_FILE=str(key_file), KB_REQUIRE_SECRET_KEY="true",
+                       DJANGO_SECRET_KEY_FILE=str(key_file),
                        DJANGO_ALLOWED_HOSTS="kb.example.com", KB_MAX_UPLOAD_BYTES="1000")
 
     database = values["DATABASES"]["default"]
@@ -130,7 +134,9 @@ def test_production_settings_come_from_the_environment(monkeypatch, tmp_path) ->
 @pytest.mark.parametrize(("env", "message"), [
     ({"DJANGO_DEBUG": "yes please"}, "DJANGO_DEBUG='yes please' is not a boolean"),
     ({"CELERY_TASK_ALWAYS_EAGER": "sometimes"}, "CELERY_TASK_ALWAYS_EAGER='sometimes'"),
-    ({"KB_REQUIRE_SECRET_KEY": "1"}, "DJANGO_SECRET_KEY is required"),
+    # Outside the embedded defaults a missing key stops the start: a key per process would
+    # split sessions and the audit's query hashes between workers.
+    ({"DATABASE_URL": "mysql://kb:pw@db/kb"}, "DJANGO_SECRET_KEY .* is required"),
     ({"DATABASE_URL": "postgres://kb@db/kb"}, "DATABASE_URL must be sqlite"),
     ({"KB_MAX_UPLOAD_BYTES": "0"}, "KB_MAX_UPLOAD_BYTES=0 must be at least 1"),
     ({"KB_CHUNK_SIZE": "big"}, "KB_CHUNK_SIZE='big' is not an integer"),

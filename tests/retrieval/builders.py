@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from audit.types import InvocationRecord
+from retrieval.project import invocation_of
 from retrieval.types import (
     ContextPack,
     EvidenceStatus,
@@ -22,7 +24,7 @@ def chunk(key: str = "42#chunk-0", content: str = "Some text.", **kw: object) ->
         "evidence_key": key, "doc_id": doc_id, "chunk_index": int(index) if index else None,
         "content": content, "title": "Title", "breadcrumb": "A > B", "source": "kb/a.md",
         "category": "ops", "original_rank": 1, "raw_score": 0.0328, "quality": 0.91,
-        "dense_l2": 0.18, "hit_reasons": ("keyword:redis",),
+        "dense_l2": 0.18, "hit_reasons": ("keyword:redis",), "dataset_id": 1,
     }
     fields.update(kw)
     return ScoredChunk(**fields)  # type: ignore[arg-type]
@@ -47,3 +49,8 @@ def lookup_result(status: EvidenceStatus = EvidenceStatus.READY, *,
                 StageTrace("post_process", 0.4, (("42#chunk-0", 0.91),), note="kept 1")),
         config={"return_n": 5}, config_version=3, timings_ms={"total": 30.25, "embed": 8.0},
     )
+
+
+def audit_record(*args: object, **kwargs: object) -> InvocationRecord:
+    """What a tool call hands the audit, for `lookup_result(*args, **kwargs)`."""
+    return invocation_of(lookup_result(*args, **kwargs))  # type: ignore[arg-type]

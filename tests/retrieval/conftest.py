@@ -7,17 +7,17 @@ keywords) of each document are chosen so that a test query hits exactly the doma
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from django.conf import settings
 from rest_framework.test import APIClient
 
 from datasets.importer import knowledge_import
 from datasets.models import ApiKey, Dataset, Document, Tenant
+from retrieval.indexing import document_sync
 
 if TYPE_CHECKING:
     from rest_framework.response import _MonkeyPatchedResponse as TestResponse
@@ -174,6 +174,8 @@ def import_runbooks(folder: Path, *, tenant: str, dataset: str,
         write_runbooks(folder, files)
     summary = knowledge_import(root=folder, tenant_slug=tenant, dataset_name=dataset)
     assert not summary.failed, summary.failed
+    for pk in summary.queued:  # what the indexing worker does, in this process
+        document_sync(document_id=pk)
     data = Dataset.objects.select_related("tenant").get(tenant__slug=tenant, name=dataset)
     documents = {Path(d.source_path).stem: d
                  for d in Document.objects.filter(dataset=data, deleted=False)}
@@ -231,23 +233,3 @@ def last_trace(admin: APIClient, session_id: str) -> dict[str, Any]:
     assert response.status_code == 200, response.content
     details: dict[str, Any] = response.json()["toolInvocations"][-1]["retrievalDetails"]
     return details
-
-
-def _on_server() -> bool:
-    return settings.MILVUS_URI.startswith("http")
-
-
-# A core test runs in both suites: on the services (MariaDB, Redis, Milvus Lite server) and on
-# the embedded defaults (SQLite, DB cache, Milvus Lite file). Each suite selects its own copy.
-BOTH_RUNTIMES = pytest.mark.parametrize("runtime", [
-    pytest.param("services", marks=pytest.mark.integration, id="services"),
-    pytest.param("embedded", marks=pytest.mark.embedded, id="embedded"),
-], indirect=True)
-
-
-@pytest.fixture
-def runtime(request: pytest.FixtureRequest) -> Iterator[str]:
-    wanted = request.param
-    if (wanted == "services") != _on_server():
-        pytest.skip(f"this copy runs on the {wanted} runtime")
-    yield wanted

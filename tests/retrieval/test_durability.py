@@ -12,18 +12,17 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.core.management import call_command
-from pymilvus import MilvusClient
 
 from datasets.models import Document
-from retrieval.store import (
-    ChunkRow,
-    MilvusHybridKnowledgeStore,
-    VectorStoreUnavailable,
-    get_store,
-    reset_store,
-)
+from retrieval import milvus
+from retrieval.milvus import VectorStoreUnavailable
+from retrieval.milvus.collections import MilvusCollections
+from retrieval.milvus.connection import MilvusConnection, reset_connection
+from retrieval.milvus.imports import MilvusClient
+from retrieval.milvus.writer import ChunkRow, MilvusWriter
 from tests.conftest import wait_until
 from tests.datasets.builders import found_doc_ids, lookup, runbook, top_doc_id
+from tests.milvus import MilvusProbe
 from tests.services import MilvusLiteServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
@@ -46,7 +45,7 @@ def private_milvus(tmp_path: Path) -> Iterator[MilvusLiteServer]:
     server.start()
     yield server
     server.stop(signal.SIGKILL)
-    reset_store()
+    reset_connection()
 
 
 def _restart(server: MilvusLiteServer, sig: int) -> None:
@@ -85,9 +84,9 @@ def test_no_acknowledged_chunk_is_lost_when_the_server_stops_mid_write(private_m
     # suite that tore an index file and left the collection unloadable (rows on disk, but no
     # search or query): see test_a_torn_index_file_makes_lookups_unavailable_until_a_rebuild.
     uri = f"http://{private_milvus.host}:{private_milvus.port}"
-    store = MilvusHybridKnowledgeStore(uri=uri, alias="durable", timeout=5)
-    store.create_collection("durable_v1", DIM)
-    store.point_alias("durable_v1")
+    connection = MilvusConnection(uri=uri, timeout=5)
+    MilvusCollections(connection, alias="durable").create("durable_v1", DIM)
+    chunks = MilvusWriter(connection)
     acked: list[str] = []
     failed: list[Exception] = []
 
@@ -95,7 +94,7 @@ def test_no_acknowledged_chunk_is_lost_when_the_server_stops_mid_write(private_m
         for batch in range(1, 10_000):
             rows = _rows(batch)
             try:
-                store.upsert(rows, collection="durable_v1")
+                chunks.replace_documents([], rows, collection="durable_v1")
             except VectorStoreUnavailable as exc:
                 failed.append(exc)
                 return
@@ -108,11 +107,11 @@ def test_no_acknowledged_chunk_is_lost_when_the_server_stops_mid_write(private_m
     private_milvus.stop(signal.SIGINT)  # while the writer is still writing
     thread.join(timeout=60)
     assert failed, "the writer should have seen the server go away"
-    store.close()
+    connection.close()
     _start(private_milvus)
 
-    after = MilvusHybridKnowledgeStore(uri=uri, alias="durable", timeout=5)
-    after.load("durable_v1")  # searchable again, not only stored
+    after = MilvusConnection(uri=uri, timeout=5)
+    MilvusCollections(after, alias="durable").load("durable_v1")  # searchable, not only stored
     stored = {row["id"] for row in after.client().query(
         "durable_v1", filter='id like "%"', output_fields=["id"], limit=16_384)}
     lost = [key for key in acked if key not in stored]
@@ -127,7 +126,7 @@ def test_documents_survive_a_restart_and_lookups_and_uploads_work_after_it(
     settings_uri(private_milvus)
     documents = [ingest_on(kb.dataset, f"{topic}.md", runbook(topic))
                  for topic in ("redis", "kafka", "nginx")]
-    store = get_store()
+    store = MilvusProbe()
     chunk_ids = {d.doc_id: store.chunk_ids(d.doc_id) for d in documents}
 
     # SIGINT is the stop that drains Milvus Lite's background compaction and index builds;
@@ -158,24 +157,26 @@ def test_a_torn_index_file_makes_lookups_unavailable_until_a_rebuild(
     settings_uri(private_milvus)
     redis = ingest_on(kb.dataset, "redis.md", runbook("redis"))
     ingest_on(kb.dataset, "kafka.md", runbook("kafka"))
-    torn = get_store().alias_target()
+    torn = MilvusProbe().serving
     private_milvus.stop(signal.SIGINT)
     index_file = next(private_milvus.data_dir.rglob("*.dataset_id.inverted.sidx"))
     index_file.write_bytes(b"")
     _start(private_milvus)
-    reset_store()  # the web and worker processes were restarted too
+    reset_connection()  # the web and worker processes were restarted too
 
     answer = kb.tool.post("/api/tools/lookup_knowledge", {"query": "redis dashboard restart"},
                           format="json")
     assert answer.status_code == 503, answer.content  # a failure, never "no results"
     assert answer.json()["evidence_status"] == "UNAVAILABLE"
 
-    reset_store()
+    reset_connection()
     out = io.StringIO()
     call_command("rebuild_hybrid_knowledge", "--confirm", "REBUILD", stdout=out)
 
-    assert get_store().alias_target() != torn
-    assert torn not in get_store().collections()
+    assert MilvusProbe().serving != torn
+    call_command("drop_index_version", str(_version(torn)),
+                 "--confirm", "DROP", stdout=out)
+    assert torn not in milvus.collections().names()
     answer = lookup(kb.tool, "redis dashboard restart")
     assert answer["evidence_status"] == "READY"
     assert top_doc_id(answer) == redis.doc_key
@@ -187,21 +188,28 @@ def settings_uri(settings):  # type: ignore[no-untyped-def]
 
     def point(server: MilvusLiteServer) -> None:
         settings.MILVUS_URI = f"http://{server.host}:{server.port}"
-        reset_store()
+        reset_connection()
 
     yield point
-    reset_store()
+    reset_connection()
 
 
 @pytest.fixture
 def ingest_on():  # type: ignore[no-untyped-def]
-    from datasets.services import document_index, document_store
+    from datasets.services import document_store
+    from retrieval.indexing import document_sync
 
     def run(dataset, name, raw):  # type: ignore[no-untyped-def]
         outcome = document_store(dataset=dataset, file_name=name, raw=raw,
                                  max_bytes=settings.KB_MAX_UPLOAD_BYTES)
-        document_index(document=outcome.document)
+        document_sync(document_id=outcome.document.pk)
         outcome.document.refresh_from_db()
         return outcome.document
 
     return run
+
+
+def _version(collection: str) -> int:
+    from retrieval.models import IndexVersion
+
+    return IndexVersion.objects.get(collection_name=collection).pk

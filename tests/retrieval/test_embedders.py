@@ -20,7 +20,7 @@ from retrieval.embedders import (
     EmbeddingAuthError,
     EmbeddingError,
     OpenAIEmbedder,
-    get_embedder,
+    reset_embedders,
 )
 from tests.services import wait_for_port
 
@@ -202,10 +202,10 @@ def openai_settings(settings) -> Iterator[Callable[[str], None]]:  # type: ignor
         settings.KB_EMBEDDING_API_KEY = "sk-wrong-key"
         settings.KB_EMBEDDING_MODEL = MODEL
         settings.KB_EMBEDDING_DIMENSIONS = 8
-        get_embedder.cache_clear()
+        reset_embedders()
 
     yield configure
-    get_embedder.cache_clear()
+    reset_embedders()
 
 
 @pytest.mark.django_db
@@ -213,7 +213,7 @@ def test_an_upload_with_refused_credentials_fails_clearly_and_lookups_say_unavai
         stub, store, make_key, openai_settings) -> None:
     from datasets.models import Chunk, Document, Job
     from datasets.services import dataset_create
-    from datasets.tasks import index_document
+    from retrieval.tasks import sync_document
 
     refusing = stub(401)
     openai_settings(refusing.url)
@@ -227,14 +227,17 @@ def test_an_upload_with_refused_credentials_fails_clearly_and_lookups_say_unavai
     assert upload.status_code == 202, upload.content
 
     # What the worker runs (this test's transaction is not committed, so no worker sees it).
-    index_document.apply(args=(Document.objects.get().pk, upload.json()["job"]["id"]))
+    sync_document.apply(args=(Document.objects.get().pk, upload.json()["job"]["id"]))
 
     job = admin.get(f"/api/jobs/{upload.json()['job']['id']}").json()
     assert job["status"] == "failed"
-    assert "refused the credentials (HTTP 401)" in job["error"]
+    assert "refused the platform's credentials" in job["error"]
     assert "sk-wrong-key" not in job["error"]
+    # The operator reads the cause (admin, logs); the tenant does not see infrastructure.
+    assert "HTTP 401" in Job.objects.get().error_detail
     document = Document.objects.get()
-    assert document.status == Document.Status.FAILED and "HTTP 401" in document.error
+    assert document.status == Document.Status.FAILED
+    assert "refused the platform's credentials" in document.error
     assert document.chunk_count == 0 and not Chunk.objects.exists()
     assert store.count() == 0
     assert len(refusing.requests) == 1  # a refusal is permanent: no retry loop

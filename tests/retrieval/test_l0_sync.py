@@ -49,7 +49,9 @@ def manage(*args: str) -> str:
     done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=300,
                           env={**os.environ, "DATABASE_URL": url,
-                               "MILVUS_URI": settings.MILVUS_URI})
+                               "MILVUS_URI": settings.MILVUS_URI,
+                               # indexes in that process: this test runs no worker
+                               "CELERY_TASK_ALWAYS_EAGER": "true"})
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 

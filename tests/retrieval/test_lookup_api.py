@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any, cast
 
@@ -13,8 +14,8 @@ from django.core.cache import cache
 from audit.canonical import canonical_get
 from audit.models import Outcome, ToolInvocation
 from datasets.models import ApiKey
+from tests.conftest import BOTH_RUNTIMES
 from tests.retrieval.conftest import (
-    BOTH_RUNTIMES,
     CONTRACT_KEYS,
     EVIDENCE_KEYS,
     Imported,
@@ -107,12 +108,15 @@ def test_the_canonical_record_is_in_redis_under_the_tool_call_id_with_a_ttl(
         assert call.encode() in cast(bytes, client.get(key))
     finally:
         client.close()
-    # The canonical record is the complete answer: what the agent got, and how it was made.
+    # What the agent received as READY, with the datasets it came from (the guard checks the
+    # caller's scope against them); neither the query nor the excerpts (the audit has how
+    # the answer was made).
     record = canonical_get(tenant_id=acme.tenant.pk, tool_call_id=call)
     assert record is not None
-    assert record["ready_document_ids"] == evidence_ids(body)
-    assert record["query"] == "kafka consumer group lag keeps growing"
-    assert record["traces"] and record["evidence_status"] == "READY"
+    assert [doc for doc, _ in record["ready"]] == evidence_ids(body)
+    assert {dataset for _, dataset in record["ready"]} == {acme.dataset.pk}
+    assert record["evidence_status"] == "READY"
+    assert "query" not in record and "kafka" not in json.dumps(record)
 
 
 @pytest.mark.integration

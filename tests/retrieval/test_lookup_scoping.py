@@ -6,8 +6,8 @@ import pytest
 
 from audit.models import Outcome, ToolInvocation
 from datasets.models import Dataset
+from tests.conftest import BOTH_RUNTIMES
 from tests.retrieval.conftest import (
-    BOTH_RUNTIMES,
     Imported,
     MakeKey,
     client_for,
@@ -40,10 +40,10 @@ def test_tenant_a_key_never_sees_tenant_b_chunks(runtime: str, acme: Imported,
     assert answer.status_code == 200
     assert answer.json()["evidence_status"] == "EMPTY" and answer.json()["evidence"] == []
 
-    # Naming tenant B's dataset does not help tenant A.
+    # Naming tenant B's dataset does not help tenant A: to A it does not exist.
     stolen = lookup(a, COOLANT, dataset_ids=[globex.dataset.pk])
-    assert stolen.status_code == 403
-    assert stolen.json()["code"] == "forbidden"
+    assert stolen.status_code == 400
+    assert stolen.json()["code"] == "unknown_dataset"
     assert b"pump" not in stolen.content
 
 
@@ -82,11 +82,12 @@ def test_a_scoped_key_cannot_widen_its_scope(acme: Imported, acme_edge: Imported
         "another tenant's dataset": [globex.dataset.pk],
     }
     for why, ids in refused.items():
+        # Exactly the answer for an id that does not exist: nothing tells the key it does.
         response = lookup(client, BAD_GATEWAY, dataset_ids=ids)
-        assert response.status_code == 403, (why, response.content)
-        assert response.json()["code"] == "forbidden", why
+        assert response.status_code == 400, (why, response.content)
+        assert response.json()["code"] == "unknown_dataset", why
         assert b"Bad Gateway" not in response.content, why
-    assert ToolInvocation.objects.filter(outcome=Outcome.FORBIDDEN).count() == len(refused)
+    assert ToolInvocation.objects.filter(outcome=Outcome.INVALID).count() == len(refused)
 
     assert ready(lookup(client, BAD_GATEWAY, dataset_ids=[acme_edge.dataset.pk]))
 
@@ -120,7 +121,7 @@ def test_a_deactivated_dataset_is_neither_searched_nor_selectable(
 
     ids = evidence_ids(ready(lookup(client, BAD_GATEWAY)))
     assert {acme.stem_of(e) for e in ids} == {"nginx"}
-    assert lookup(client, BAD_GATEWAY, dataset_ids=[acme_edge.dataset.pk]).status_code == 403
+    assert lookup(client, BAD_GATEWAY, dataset_ids=[acme_edge.dataset.pk]).status_code == 400
 
     # A key whose only dataset is off reads nothing: an EMPTY answer, not an error.
     _, scoped = make_key("acme", datasets=(acme_edge.dataset,))

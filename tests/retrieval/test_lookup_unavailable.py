@@ -9,9 +9,10 @@ import pytest
 
 from audit.canonical import canonical_get
 from audit.models import Outcome, ToolInvocation
+from retrieval import milvus
+from retrieval.milvus import VectorStoreUnavailable, reset_connection
 from retrieval.models import RagConfig
 from retrieval.services import rag_config_update
-from retrieval.store import VectorStoreUnavailable, get_store, reset_store
 from tests.conftest import wait_until
 from tests.retrieval.conftest import (
     CONTRACT_KEYS,
@@ -31,7 +32,7 @@ QUESTION = "nginx 502 bad gateway upstream connection refused"
 def milvus_reachable() -> bool:
     # gRPC waits out a reconnect backoff after the server comes back; calls fail until then.
     try:
-        get_store().collections()
+        milvus.collections().names()
     except VectorStoreUnavailable:
         return False
     return True
@@ -53,7 +54,7 @@ def test_milvus_stopped_is_503_unavailable_and_the_same_process_recovers(
     client = client_for(secret)
     assert ready(lookup(client, QUESTION))
     settings.MILVUS_TIMEOUT_SECONDS = 3  # fail fast; the behaviour is the same with 10 s
-    reset_store()
+    reset_connection()
     assert ready(lookup(client, QUESTION))  # connected with the short timeout
 
     calls = [f"call-{uuid.uuid4().hex}" for _ in range(2)]
@@ -62,7 +63,7 @@ def test_milvus_stopped_is_503_unavailable_and_the_same_process_recovers(
         # A connected client whose server went away ...
         assert_unavailable(lookup(client, QUESTION, tool_call_id=calls[0]), calls[0])
         # ... and a process that starts while Milvus is down.
-        reset_store()
+        reset_connection()
         assert_unavailable(lookup(client, QUESTION, tool_call_id=calls[1]), calls[1])
     finally:
         milvus_server.start()
@@ -73,7 +74,7 @@ def test_milvus_stopped_is_503_unavailable_and_the_same_process_recovers(
     assert all("VectorStoreUnavailable" in r.error for r in rows)
     record = canonical_get(tenant_id=acme.tenant.pk, tool_call_id=calls[0])
     assert record is not None
-    assert (record["evidence_status"], record["ready_document_ids"]) == ("UNAVAILABLE", [])
+    assert (record["evidence_status"], record["ready"]) == ("UNAVAILABLE", [])
 
     # Milvus is back (with its collections released): lookups are READY again, in the same
     # process, without a restart.
@@ -132,7 +133,9 @@ def test_redis_down_makes_a_lookup_503_not_a_500(acme: Imported, make_key: MakeK
     call = f"call-{uuid.uuid4().hex}"
 
     response = lookup(client, QUESTION, tool_call_id=call)
-    # Evidence the guard could never confirm must not reach the agent as READY.
-    assert response.status_code == 503, response.content
+    # Evidence the guard could never confirm must not reach the agent as READY, and the
+    # agent reads its own contract (UNAVAILABLE), not a generic error body.
+    assert_unavailable(response, call)
     assert b"Bad Gateway" not in response.content
-    assert ToolInvocation.objects.get(tool_call_id=call).outcome == Outcome.UNAVAILABLE
+    row = ToolInvocation.objects.get(tool_call_id=call)
+    assert row.outcome == Outcome.UNAVAILABLE and "canonical" in row.error

@@ -1,4 +1,4 @@
-"""MilvusHybridKnowledgeStore on a real Milvus Lite: filters, writes, the alias, failures."""
+"""The Milvus store on a real Milvus Lite: filter expressions, search arms, writes, the alias."""
 
 from __future__ import annotations
 
@@ -7,65 +7,81 @@ import socket
 import pytest
 from rest_framework.test import APIClient
 
-from retrieval.store import (
-    ChunkRow,
-    MilvusHybridKnowledgeStore,
-    VectorStoreUnavailable,
-    filter_expression,
-    reset_store,
-)
+from retrieval import milvus
+from retrieval.milvus import VectorStoreUnavailable
+from retrieval.milvus.arms import MilvusSearch
+from retrieval.milvus.connection import MilvusConnection, reset_connection
+from retrieval.milvus.expressions import filter_expression, quote
+from retrieval.milvus.writer import ChunkRow
 from retrieval.types import SearchFilters, SearchRequest
 
 DIM = 4
 INJECTION = 'ops" or tenant_id == 2 or category == "'
+# Every C0 control, quotes, backslashes, emoji and a Chinese category at the field's limit:
+# a category is whatever a document's frontmatter says.
+CATEGORIES = [f"a{chr(c)}b" for c in range(1, 32)] + [
+    "a \u0007 b", "a\x7fb", '"', "'", "\\", '\\"', "tail\\", "\\n", "🔥 fire", "👨‍👩‍👧",
+    "缓存", "缓" * 100, "mixed '引号' \"and\" \\ 🔥\t", INJECTION, "x' or category != 'y"]
 
 
-def _row(key: str, *, tenant: int = 1, dataset: int = 1, activated: bool = True,
-         category: str = "ops", text: str = "redis eviction policy maxmemory",
+def _row(key: str, *, tenant: int = 1, dataset: int = 1, category: str = "ops",
+         text: str = "redis eviction policy maxmemory",
          vector: tuple[float, ...] = (1.0, 0.0, 0.0, 0.0)) -> ChunkRow:
     doc_id = int(key.split("#")[0])
     return ChunkRow(id=key, tenant_id=tenant, dataset_id=dataset, doc_id=doc_id,
-                    activated=activated, category=category, content=f"{key}: {text}",
+                    activated=True, category=category, content=f"{key}: {text}",
                     search_text=text, vector=list(vector),
                     metadata={"docId": str(doc_id), "title": text})
 
 
-def _search(store, mode: str, *, tenant: int = 1, datasets=(1,),  # type: ignore[no-untyped-def]
-            category: str | None = None, text: str = "redis eviction policy") -> list[str]:
+def _search(collection: str, mode: str, *, tenant: int = 1, datasets=(1,),  # type: ignore[no-untyped-def]
+            category: str | None = None, excluded=(),
+            text: str = "redis eviction policy") -> list[str]:
     request = SearchRequest(query_text=text, query_vector=[1.0, 0.0, 0.0, 0.0],
-                            mode=mode, limit=10,  # type: ignore[arg-type]
+                            mode=mode, limit=50,  # type: ignore[arg-type]
                             filters=SearchFilters(tenant_id=tenant, dataset_ids=tuple(datasets),
-                                                  category=category))
-    return sorted(hit.chunk_id for hit in store.search(request))
+                                                  category=category,
+                                                  excluded_doc_ids=tuple(excluded)))
+    return sorted(hit.chunk_id for hit in milvus.searcher(collection).search(request))
 
 
 @pytest.fixture
-def serving(store):  # type: ignore[no-untyped-def]
-    """A serving collection with chunks of two tenants, two datasets, one switched off."""
-    store.create_collection("biz_t1", DIM)
-    store.point_alias("biz_t1")
-    store.upsert([
+def serving(store, db):  # type: ignore[no-untyped-def]
+    """A collection with chunks of two tenants and two datasets."""
+    milvus.collections().create("biz_t1", DIM)
+    milvus.writer().replace_documents([], [
         _row("10#chunk-0"), _row("10#chunk-1", category="db"),
-        _row("11#chunk-0", dataset=2),
-        _row("12#chunk-0", activated=False),
+        _row("11#chunk-0", dataset=2), _row("12#chunk-0"),
         _row("20#chunk-0", tenant=2, dataset=3),
-    ])
-    return store
+    ], collection="biz_t1")
+    return "biz_t1"
 
 
 def test_filter_expression_quotes_user_values_and_needs_a_dataset() -> None:
-    expr = filter_expression(SearchFilters(tenant_id=1, dataset_ids=(2, 3), category=INJECTION))
+    expr = filter_expression(SearchFilters(tenant_id=1, dataset_ids=(2, 3), category=INJECTION,
+                                           excluded_doc_ids=(7, 8)))
 
-    assert expr == ('tenant_id == 1 and dataset_id in [2, 3] and activated == true and '
+    assert expr == ('tenant_id == 1 and dataset_id in [2, 3] and doc_id not in [7, 8] and '
                     'category == "ops\\" or tenant_id == 2 or category == \\""')
     with pytest.raises(ValueError, match="at least one dataset"):
         filter_expression(SearchFilters(tenant_id=1, dataset_ids=()))
+    with pytest.raises(TypeError):
+        filter_expression(SearchFilters(tenant_id=1, dataset_ids=("1 or true",)))  # type: ignore[arg-type]
+
+
+def test_quote_escapes_only_what_the_milvus_lexer_knows() -> None:
+    # JSON's \u0007 is refused by the Milvus Lite lexer: that broke every lookup whose L0
+    # hints picked a category with a control character.
+    assert quote("a \u0007 b") == '"a \u0007 b"'
+    assert quote('say "hi"\n\\') == '"say \\"hi\\"\\n\\\\"'
 
 
 @pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
-def test_a_search_sees_only_its_tenant_datasets_and_activated_chunks(serving, mode) -> None:
-    assert _search(serving, mode) == ["10#chunk-0", "10#chunk-1"]
-    assert _search(serving, mode, datasets=(1, 2)) == ["10#chunk-0", "10#chunk-1", "11#chunk-0"]
+def test_a_search_sees_only_its_tenant_and_datasets_minus_the_excluded(serving, mode) -> None:
+    assert _search(serving, mode) == ["10#chunk-0", "10#chunk-1", "12#chunk-0"]
+    assert _search(serving, mode, excluded=(12,)) == ["10#chunk-0", "10#chunk-1"]
+    assert _search(serving, mode, datasets=(1, 2)) == ["10#chunk-0", "10#chunk-1", "11#chunk-0",
+                                                       "12#chunk-0"]
     assert _search(serving, mode, datasets=(3,)) == []  # tenant 2's dataset, asked by tenant 1
     assert _search(serving, mode, tenant=2, datasets=(3,)) == ["20#chunk-0"]
     assert _search(serving, mode, category="db") == ["10#chunk-1"]
@@ -73,78 +89,89 @@ def test_a_search_sees_only_its_tenant_datasets_and_activated_chunks(serving, mo
     assert _search(serving, mode, category=INJECTION) == []
 
 
-def test_replace_documents_leaves_exactly_the_new_chunks(serving) -> None:
-    serving.upsert([_row("10#chunk-2"), _row("10#chunk-3")])
-    assert serving.chunk_ids(10) == [f"10#chunk-{i}" for i in range(4)]
+def test_every_category_value_matches_exactly_its_own_rows(store, db) -> None:
+    milvus.collections().create("biz_c", DIM)
+    rows = [_row(f"{100 + n}#chunk-0", category=value) for n, value in enumerate(CATEGORIES)]
+    milvus.writer().replace_documents([], rows, collection="biz_c")
 
-    serving.replace_documents([10], [_row("10#chunk-0", text="rewritten")])
+    for n, value in enumerate(CATEGORIES):
+        assert _search("biz_c", "dense", category=value) == [f"{100 + n}#chunk-0"], repr(value)
 
-    assert serving.chunk_ids(10) == ["10#chunk-0"]
-    assert serving.chunk_ids(11) == ["11#chunk-0"]  # other documents are untouched
+
+def test_replace_documents_leaves_exactly_the_new_chunks(serving, store) -> None:
+    writer = milvus.writer()
+    writer.replace_documents([10], [_row(f"10#chunk-{i}") for i in range(4)], collection=serving)
+    assert store.chunk_ids(10, collection=serving) == [f"10#chunk-{i}" for i in range(4)]
+
+    writer.replace_documents([10], [_row("10#chunk-0", text="rewritten")], collection=serving)
+
+    assert store.chunk_ids(10, collection=serving) == ["10#chunk-0"]
+    assert store.chunk_ids(11, collection=serving) == ["11#chunk-0"]  # others untouched
     assert _search(serving, "bm25", text="rewritten") == ["10#chunk-0"]
 
 
-def test_delete_and_activation_change_one_document_only(serving) -> None:
-    assert serving.set_document_activation(10, False) == 2
-    assert _search(serving, "dense", datasets=(1, 2)) == ["11#chunk-0"]
-    serving.set_document_activation(12, True)
-    assert _search(serving, "dense") == ["12#chunk-0"]
+def test_delete_removes_one_document_only(serving, store) -> None:
+    milvus.writer().delete_document(12, collection=serving)
 
-    serving.delete_document(12)
-
-    assert serving.chunk_ids(12) == []
-    assert serving.count() == 4
-    assert _search(serving, "dense", datasets=(1, 2)) == ["11#chunk-0"]
-
-
-def test_the_alias_switches_between_collections_and_is_never_dropped(serving) -> None:
-    serving.create_collection("biz_t2", DIM)
-    serving.upsert([_row("30#chunk-0")], collection="biz_t2")
-    serving.load("biz_t2")
+    assert store.chunk_ids(12, collection=serving) == []
+    assert store.count(serving) == 4
     assert _search(serving, "dense") == ["10#chunk-0", "10#chunk-1"]
 
-    serving.point_alias("biz_t2")
 
-    assert serving.alias_target() == "biz_t2"
-    assert _search(serving, "dense") == ["30#chunk-0"]
-    for name in ("biz", "biz_t2"):  # Milvus Lite would drop the alias's target (B4)
+def test_the_alias_switches_between_collections_and_is_never_dropped(serving, store) -> None:
+    collections = milvus.collections()
+    collections.point_alias(serving)
+    collections.create("biz_t2", DIM)
+    milvus.writer().replace_documents([], [_row("30#chunk-0")], collection="biz_t2")
+
+    collections.point_alias("biz_t2")
+
+    assert collections.alias_target() == "biz_t2"
+    for name in (collections.alias, "biz_t2"):  # Milvus Lite would drop the target (B4)
         with pytest.raises(ValueError, match="refusing to drop"):
-            serving.drop_collection(name)
-    serving.drop_collection("biz_t1")
-    assert serving.collections() == ["biz_t2"]
-    assert _search(serving, "dense") == ["30#chunk-0"]
+            collections.drop(name)
+    collections.drop(serving)
+    assert collections.names() == ["biz_t2"]
+    assert _search("biz_t2", "dense") == ["30#chunk-0"]
 
 
 def test_an_unreachable_milvus_is_an_error_never_an_empty_result() -> None:
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    down = MilvusHybridKnowledgeStore(uri=f"http://127.0.0.1:{port}", timeout=1)
+    down = MilvusConnection(uri=f"http://127.0.0.1:{port}", timeout=1)
 
     with pytest.raises(VectorStoreUnavailable):
-        down.collections()
+        down.call("list_collections", lambda c: c.list_collections())
+    request = SearchRequest(query_text="x", query_vector=[1.0] * DIM, mode="hybrid", limit=5,
+                            filters=SearchFilters(tenant_id=1, dataset_ids=(1,)))
     with pytest.raises(VectorStoreUnavailable):
-        _search(down, "hybrid")
+        MilvusSearch(down, "biz").search(request)
 
 
 @pytest.mark.django_db
 def test_a_lookup_while_milvus_is_down_answers_503_unavailable(settings, make_key) -> None:
     from datasets.services import dataset_create
+    from retrieval.embedders import get_embedder
+    from retrieval.index_versions import wanted_spec
+    from retrieval.models import IndexVersion
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         settings.MILVUS_URI = f"http://127.0.0.1:{sock.getsockname()[1]}"
     settings.MILVUS_TIMEOUT_SECONDS = 1
-    reset_store()
+    reset_connection()
+    IndexVersion.objects.create(collection_name="biz_v1", status=IndexVersion.Status.ACTIVE,
+                                **wanted_spec(get_embedder()))
     key, secret = make_key()
     dataset_create(tenant=key.tenant, name="ops")
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
     try:
         response = client.post("/api/tools/lookup_knowledge", {"query": "redis eviction"},
-                                format="json")
+                               format="json")
     finally:
-        reset_store()
+        reset_connection()
 
     assert response.status_code == 503
     assert response.json()["evidence_status"] == "UNAVAILABLE"
@@ -153,15 +180,15 @@ def test_a_lookup_while_milvus_is_down_answers_503_unavailable(settings, make_ke
 
 
 @pytest.mark.embedded
-def test_the_embedded_milvus_lite_file_filters_and_switches_like_the_server(store) -> None:
-    assert store.is_local
-    store.create_collection("biz_e1", DIM)
-    store.point_alias("biz_e1")
-    store.upsert([_row("10#chunk-0"), _row("20#chunk-0", tenant=2, dataset=3),
-                  _row("12#chunk-0", activated=False)])
+def test_the_embedded_milvus_lite_file_filters_and_replaces_like_the_server(store, db) -> None:
+    assert milvus.collections().connection.is_local
+    milvus.collections().create("biz_e1", DIM)
+    milvus.writer().replace_documents([], [_row("10#chunk-0"),
+                                           _row("20#chunk-0", tenant=2, dataset=3),
+                                           _row("12#chunk-0")], collection="biz_e1")
 
     for mode in ("dense", "bm25", "hybrid"):
-        assert _search(store, mode) == ["10#chunk-0"]
-    store.replace_documents([10], [])
-    assert store.chunk_ids(10) == []
-    assert store.count() == 2
+        assert _search("biz_e1", mode, excluded=(12,)) == ["10#chunk-0"]
+    milvus.writer().replace_documents([10], [], collection="biz_e1")
+    assert store.chunk_ids(10, collection="biz_e1") == []
+    assert store.count("biz_e1") == 2

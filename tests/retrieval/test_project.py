@@ -69,7 +69,8 @@ def test_empty_and_unavailable_carry_no_evidence_and_stay_distinct() -> None:
 def test_trace_details_shape() -> None:
     details = trace_details(lookup_result())
     assert details["mode"] == "hybrid"
-    assert details["filters"] == {"tenant": 7, "datasets": [1, 2], "category": "ops"}
+    assert details["filters"] == {"tenant": 7, "datasets": [1, 2], "category": "ops",
+                                  "excluded_documents": 0}
     assert details["retry"] == {"ran": True, "reason": "filtered search below reference"}
     assert [s["stage"] for s in details["stages"]] == ["search", "post_process"]
     assert details["stages"][0]["candidates"][0] == {"evidence_key": "42#chunk-0",

@@ -7,11 +7,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from audit.canonical import canonical_prune
 from audit.services import tool_invocations_prune
 
 
 class Command(BaseCommand):
-    help = "Delete tool invocation audit rows older than N days, in batches."
+    help = ("Delete tool invocation audit rows older than N days, in batches, and expired "
+            "canonical invocations (the evidence guard's records).")
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--days", type=int, required=True,
@@ -27,3 +29,5 @@ class Command(BaseCommand):
             raise CommandError("--batch-size must be at least 1")
         deleted = tool_invocations_prune(older_than_days=days, batch_size=batch_size)
         self.stdout.write(f"Deleted {deleted} tool invocation(s) older than {days} day(s).")
+        expired = canonical_prune()
+        self.stdout.write(f"Deleted {expired} expired canonical invocation(s).")

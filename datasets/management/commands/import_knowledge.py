@@ -4,14 +4,15 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from datasets.importer import knowledge_import
+from datasets.importer import IndexingState, documents_wait, knowledge_import
 from datasets.models import Job
 from datasets.services import tenant_get_or_create
 from datasets.tasks import import_knowledge_task
 
 
 class Command(BaseCommand):
-    help = "Import a folder of markdown (default: knowledge_base/) into a dataset; skips README.md."
+    help = ("Import a folder of markdown (default: knowledge_base/) into a dataset and wait "
+            "until it is indexed; skips README.md.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("path", nargs="?", default=str(settings.KB_KNOWLEDGE_DIR))
@@ -20,6 +21,8 @@ class Command(BaseCommand):
         parser.add_argument("--background", action="store_true",
                             help="enqueue the import on the indexing queue and print the job "
                                  "id (follow it with GET /api/jobs/ID or in the admin)")
+        parser.add_argument("--timeout", type=float, default=3600,
+                            help="seconds to wait for the indexing (default 3600)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         root = Path(options["path"])
@@ -34,16 +37,26 @@ class Command(BaseCommand):
             self.stdout.write(f"import queued as job {job.pk}")
             return
 
-        def progress(number: int, total: int, path: str, outcome: str) -> None:
+        def stored(number: int, total: int, path: str, outcome: str) -> None:
             self.stdout.write(f"[{number}/{total}] {path}: {outcome}")
 
+        def indexed(state: IndexingState) -> None:
+            self.stdout.write(f"indexed {state.done}/{state.total} documents "
+                              f"({state.chunks} chunks)")
+
         summary = knowledge_import(root=root, tenant_slug=options["tenant"],
-                                   dataset_name=options["dataset"], progress=progress)
+                                   dataset_name=options["dataset"], progress=stored)
+        state = documents_wait(summary.queued, timeout=options["timeout"], progress=indexed)
+        failed = summary.failed + state.failed
         self.stdout.write(
-            f"done: {summary.found} files, {summary.indexed} indexed, {summary.unchanged} "
-            f"unchanged, {len(summary.failed)} failed, {summary.chunks} chunks in "
+            f"done: {summary.found} files, {state.done - len(state.failed)} indexed, "
+            f"{summary.unchanged} unchanged, {len(failed)} failed, {state.chunks} chunks in "
             f"{options['tenant']}/{options['dataset']}")
-        for path, error in summary.failed:
+        for path, error in failed:
             self.stderr.write(f"failed: {path}: {error}")
-        if summary.failed:
-            raise CommandError(f"{len(summary.failed)} file(s) could not be imported")
+        if state.done < state.total:
+            raise CommandError(f"{state.total - state.done} document(s) still indexing after "
+                               f"{options['timeout']:.0f} s: is a worker running on the "
+                               f"'{settings.KB_INDEXING_QUEUE}' queue?")
+        if failed:
+            raise CommandError(f"{len(failed)} file(s) could not be imported")

@@ -3,29 +3,28 @@ import random
 from typing import Any
 
 import numpy as np
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
 from django.test import Client
-from django.test.utils import override_settings
-from pymilvus import AnnSearchRequest, RRFRanker
 
 from datasets.auth import api_key_create
-from datasets.models import Dataset
+from datasets.models import Dataset, Document
 from datasets.services import tenant_get_or_create
+from retrieval import milvus
 from retrieval.analysis import bm25_text
 from retrieval.benchmarks import Timing, synthetic_text, timed_ms, unit_vectors
 from retrieval.config import RagSettings
 from retrieval.embedders import CachedEmbedder, get_embedder
-from retrieval.store import (
-    ChunkRow,
-    MilvusHybridKnowledgeStore,
-    filter_expression,
-    get_store,
-    reset_store,
-)
+from retrieval.index_versions import wanted_spec
+from retrieval.milvus.expressions import filter_expression
+from retrieval.milvus.imports import AnnSearchRequest, RRFRanker
+from retrieval.milvus.writer import ChunkRow
+from retrieval.models import IndexVersion
 from retrieval.types import SearchFilters
+from retrieval.writer_lock import milvus_writer
 
 OTHER_TENANT = 10**12  # rows of "other tenants" that every filter must skip
+BENCH_DOC_BASE = 2**60  # doc ids of the bench rows, far from the random ones of uploads
 
 
 class Command(BaseCommand):
@@ -65,85 +64,100 @@ class Command(BaseCommand):
                               f"{rows[-1]['p50_growth_vs_first']}x")
 
     def bench(self, size: int, queries: int, share: float) -> dict[str, Any]:
-        alias = f"bench_{size}"
         tenant = tenant_get_or_create(slug="bench")
-        dataset, _ = Dataset.objects.get_or_create(tenant=tenant, name=alias,
+        # An evaluation dataset: never part of a rebuild, a reconciliation or a sync.
+        dataset, _ = Dataset.objects.get_or_create(tenant=tenant, name=f"bench_{size}",
                                                    defaults={"evaluation": True})
         embedder = get_embedder()
         raw_embedder = embedder.inner if isinstance(embedder, CachedEmbedder) else embedder
-        with override_settings(MILVUS_COLLECTION=alias):
-            reset_store()
-            try:
-                store = get_store()
-                # One data collection per size and dimension: reused by the next run.
-                self.fill(store, f"{alias}_data_{embedder.dimension}d", size, share, tenant.pk,
-                          dataset.pk, embedder.dimension)
-                _, secret = api_key_create(tenant=tenant, name="bench", datasets=[dataset])
-                rng = random.Random(size)
-                texts = [synthetic_text(rng, 6) + f" q{rng.random()}" for _ in range(queries)]
-                filters = SearchFilters(tenant_id=tenant.pk, dataset_ids=(dataset.pk,))
-                k = RagSettings().retrieve_k
-                client = Client()
+        # One data collection per size and dimension: reused by the next run.
+        collection = f"bench_{size}_data_{embedder.dimension}d"
+        self.fill(collection, size, share, tenant.pk, dataset, embedder.dimension)
+        _, secret = api_key_create(tenant=tenant, name="bench", datasets=[dataset])
+        rng = random.Random(size)
+        texts = [synthetic_text(rng, 6) + f" q{rng.random()}" for _ in range(queries)]
+        filters = SearchFilters(tenant_id=tenant.pk, dataset_ids=(dataset.pk,))
+        k = RagSettings().retrieve_k
+        client = Client()
+        connection = milvus.collections().connection
 
-                def rest(i: int) -> None:
-                    answer = client.post("/api/tools/lookup_knowledge", {"query": texts[i]},
-                                         content_type="application/json",
-                                         HTTP_AUTHORIZATION=f"Bearer {secret}")
-                    if answer.status_code != 200:
-                        raise CommandError(f"lookup failed: {answer.status_code} "
-                                           f"{answer.content[:300]!r}")
+        def rest(i: int) -> None:
+            answer = client.post("/api/tools/lookup_knowledge", {"query": texts[i]},
+                                 content_type="application/json",
+                                 HTTP_AUTHORIZATION=f"Bearer {secret}")
+            if answer.status_code != 200:
+                raise CommandError(f"lookup failed: {answer.status_code} "
+                                   f"{answer.content[:300]!r}")
 
-                def floor(i: int) -> None:
-                    vector = raw_embedder.embed_query(texts[i])
-                    expr = filter_expression(filters)
-                    store.client().hybrid_search(
-                        alias, [AnnSearchRequest([vector], "vector", {"metric_type": "L2",
-                                                 "params": {"nprobe": 16}}, k, expr=expr),
-                                AnnSearchRequest([bm25_text(texts[i])], "sparse_vector",
-                                                 {"metric_type": "BM25"}, k, expr=expr)],
-                        RRFRanker(60), limit=k, output_fields=["id", "content", "metadata"])
+        def floor(i: int) -> None:
+            vector = raw_embedder.embed_query(texts[i])
+            expr = filter_expression(filters)
+            connection.client().hybrid_search(
+                collection, [AnnSearchRequest([vector], "vector", {"metric_type": "L2",
+                                              "params": {"nprobe": 16}}, k, expr=expr),
+                             AnnSearchRequest([bm25_text(texts[i])], "sparse_vector",
+                                              {"metric_type": "BM25"}, k, expr=expr)],
+                RRFRanker(60), limit=k, output_fields=["id", "content", "metadata"])
 
-                for i in range(3):  # warm-up: models, connections, the store's caches
-                    rest(i)
-                    floor(i)
-                rest_ms, floor_ms = [], []
-                for i in range(queries):  # interleaved, so both see the same machine state
-                    floor_ms.append(timed_ms(floor, i))
-                    rest_ms.append(timed_ms(rest, i))
-            finally:
-                reset_store()
+        # The bench collection serves only inside this transaction, rolled back at the end:
+        # the REST calls (on the same connection) see it, no other process ever does.
+        with transaction.atomic():
+            IndexVersion.objects.filter(status=IndexVersion.Status.ACTIVE).update(
+                status=IndexVersion.Status.RETIRED)
+            IndexVersion.objects.create(collection_name=f"bench-{collection}",
+                                        status=IndexVersion.Status.ACTIVE,
+                                        **wanted_spec(embedder))
+            IndexVersion.objects.filter(collection_name=f"bench-{collection}").update(
+                collection_name=collection)
+            for i in range(3):  # warm-up: models, connections, caches
+                rest(i)
+                floor(i)
+            rest_ms, floor_ms = [], []
+            for i in range(queries):  # interleaved, so both see the same machine state
+                floor_ms.append(timed_ms(floor, i))
+                rest_ms.append(timed_ms(rest, i))
+            transaction.set_rollback(True)
         r, f = Timing.of(rest_ms), Timing.of(floor_ms)
         return {"chunks": size, "rest_p50_ms": r.p50, "rest_p95_ms": r.p95,
                 "floor_p50_ms": f.p50, "floor_p95_ms": f.p95,
                 "ratio_p50": round(r.p50 / f.p50, 2), "queries": queries,
                 "embedder": embedder.name}
 
-    def fill(self, store: MilvusHybridKnowledgeStore, collection: str, size: int, share: float,
-             tenant_id: int, dataset_id: int, dimension: int) -> None:
-        if collection in store.collections() and store.count(collection) == size:
-            store.point_alias(collection)
-            store.load(collection)
-            return
-        if collection in store.collections():
-            store.drop_collection(collection)
-        store.create_collection(collection, dimension)
+    def fill(self, collection: str, size: int, share: float, tenant_id: int, dataset: Dataset,
+             dimension: int) -> None:
+        collections = milvus.collections()
         rng, vectors_rng = random.Random(7), np.random.default_rng(7)
-        batch = 2000
+        mine = [n for n in range(size) if rng.random() < share]
+        documents = Document.objects.filter(dataset=dataset)
+        base = BENCH_DOC_BASE + size * 2**24  # doc ids are unique across sizes
+        if collection in collections.names() and collections.count(collection) == size \
+                and documents.count() == len(mine):
+            collections.load(collection)
+            return
+        with milvus_writer():
+            if collection in collections.names():
+                collections.drop(collection)
+            collections.create(collection, dimension)
+        documents.delete()
+        # The lookup serves a hit only if the database knows its document (the guard).
+        Document.objects.bulk_create(
+            [Document(dataset=dataset, doc_id=base + n, source_path=f"{n}.md",
+                      file_name=f"{n}.md", status=Document.Status.READY) for n in mine],
+            batch_size=2000)
+        owned, batch = set(mine), 2000
         for start in range(0, size, batch):
             count = min(batch, size - start)
             vectors = unit_vectors(vectors_rng, count, dimension)
-            rows = []
-            for offset in range(count):
-                n = start + offset
-                mine = rng.random() < share
-                rows.append(ChunkRow(
-                    id=f"{n}#chunk-0", tenant_id=tenant_id if mine else OTHER_TENANT,
-                    dataset_id=dataset_id if mine else OTHER_TENANT, doc_id=n, activated=True,
-                    category="", content=synthetic_text(rng), search_text=synthetic_text(rng),
-                    vector=vectors[offset].tolist(), metadata={"docId": str(n), "chunkIndex": 0}))
-            store.upsert(rows, collection=collection)
+            rows = [ChunkRow(
+                id=f"{base + n}#chunk-0",
+                tenant_id=tenant_id if n in owned else OTHER_TENANT,
+                dataset_id=dataset.pk if n in owned else OTHER_TENANT,
+                doc_id=base + n, activated=True, category="",
+                content=synthetic_text(rng), search_text=synthetic_text(rng),
+                vector=vectors[offset].tolist(),
+                metadata={"docId": str(base + n), "chunkIndex": 0,
+                          "datasetId": str(dataset.pk)})
+                for offset, n in enumerate(range(start, start + count))]
+            milvus.writer().replace_documents([], rows, collection=collection)
             self.stderr.write(f"[bench {size}] inserted {start + count}/{size}")
-        store.point_alias(collection)
-        store.load(collection)
-        if settings.DEBUG:
-            self.stderr.write("DEBUG is on: timings include query logging")
+        collections.load(collection)

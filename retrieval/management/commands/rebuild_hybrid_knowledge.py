@@ -2,12 +2,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from datasets.rebuild import CONFIRM_WORD, rebuild_hybrid_knowledge
+from retrieval.rebuild import CONFIRM_WORD, IndexOperationRunning, rebuild_hybrid_knowledge
 
 
 class Command(BaseCommand):
-    help = ("Re-index every document into a new collection and switch the alias to it. "
-            "Lookups keep working meanwhile; a failure leaves the old index serving.")
+    help = ("Re-index every document into a new collection and serve it. Lookups keep working "
+            "meanwhile; a failure leaves the old index serving; the old one is kept for "
+            "`rollback_index` until `drop_index_version` drops it.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--confirm", default="", help=f"must be {CONFIRM_WORD}")
@@ -19,6 +20,9 @@ class Command(BaseCommand):
         def progress(number: int, total: int, path: str) -> None:
             self.stdout.write(f"[{number}/{total}] {path}")
 
-        version = rebuild_hybrid_knowledge(progress=progress)
+        try:
+            version = rebuild_hybrid_knowledge(progress=progress)
+        except IndexOperationRunning as exc:
+            raise CommandError(str(exc)) from exc
         self.stdout.write(f"rebuilt: {version.collection_name} now serves "
                           f"({version.embedder}, {version.dimension}d)")

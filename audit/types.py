@@ -1,0 +1,34 @@
+"""What a tool call hands the audit: plain, JSON-ready values, no retrieval types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+EVIDENCE_STATUSES = ("READY", "EMPTY", "UNAVAILABLE")
+RELEVANCE_LEVELS = ("PRECISE", "REFERENCE", "NONE")
+
+
+@dataclass(frozen=True)
+class ReadyEvidence:
+    """One evidence item an agent received as READY, with the dataset it came from."""
+
+    document_id: str  # "{docId}#chunk-{n}"
+    dataset_id: int
+
+
+@dataclass(frozen=True)
+class InvocationRecord:
+    """One answered tool call (READY, EMPTY or UNAVAILABLE)."""
+
+    tenant_id: int
+    tool_call_id: str
+    session_id: str
+    query: str
+    evidence_status: str  # one of EVIDENCE_STATUSES
+    relevance_level: str  # one of RELEVANCE_LEVELS, as the agent saw it
+    returned_count: int
+    config_version: int | None
+    error: str
+    details: dict[str, Any]  # retrievalDetails, JSON-ready
+    ready: tuple[ReadyEvidence, ...] = field(default=())

@@ -1,0 +1,76 @@
+"""Output serializers shared by the API views of several apps, and the bodies they make up
+(the bodies document the OpenAPI schema; the views build them as plain dicts).
+
+Output fields are all read-only, so the schema marks every one of them as always present.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_serializer
+from rest_framework import serializers
+
+from datasets.models import Dataset, Document, Job
+
+
+@extend_schema_serializer(component_name="Dataset")
+class DatasetOutput(serializers.ModelSerializer[Dataset]):
+    # Plain text: the import command may create names the API itself would refuse.
+    name = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = Dataset
+        fields = ["id", "name", "description", "kb_scope", "activated", "created_at"]
+        read_only_fields = fields
+
+
+@extend_schema_serializer(component_name="Document")
+class DocumentOutput(serializers.ModelSerializer[Document]):
+    document_id = serializers.CharField(
+        source="doc_key", help_text="The document's id: digits, sent as a string (62 bits).")
+    dataset_id = serializers.IntegerField()
+    keywords = serializers.ListField(child=serializers.CharField())
+    sync_pending = serializers.BooleanField(
+        help_text="A change (activation, deletion, content) the vector store has not applied "
+                  "yet. Lookups follow the document's state at once either way.")
+
+    class Meta:
+        model = Document
+        fields = ["document_id", "dataset_id", "source_path", "title", "domain", "keywords",
+                  "category", "activated", "status", "error", "chunk_count", "sync_pending",
+                  "updated_at"]
+        read_only_fields = fields
+
+
+@extend_schema_serializer(component_name="Job")
+class JobOutput(serializers.ModelSerializer[Job]):
+    class Meta:
+        model = Job
+        fields = ["id", "kind", "status", "done", "total", "detail", "error", "created_at",
+                  "updated_at"]
+        read_only_fields = fields
+
+
+@extend_schema_serializer(component_name="DatasetList")
+class DatasetListOutput(serializers.Serializer[dict[str, Any]]):
+    datasets = DatasetOutput(many=True)
+
+
+@extend_schema_serializer(component_name="DocumentList")
+class DocumentListOutput(serializers.Serializer[dict[str, Any]]):
+    documents = DocumentOutput(many=True)
+
+
+@extend_schema_serializer(component_name="DocumentUpload")
+class DocumentUploadOutput(serializers.Serializer[dict[str, Any]]):
+    document = DocumentOutput()
+    changed = serializers.BooleanField(help_text="False when the same bytes were uploaded again.")
+    job = JobOutput(allow_null=True, help_text="The indexing job to follow; null when there is "
+                                               "nothing to do (200).")
+
+
+@extend_schema_serializer(component_name="DocumentReindex")
+class DocumentReindexOutput(serializers.Serializer[dict[str, Any]]):
+    document = DocumentOutput()
+    job = JobOutput()

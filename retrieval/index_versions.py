@@ -1,0 +1,116 @@
+"""Index versions: the model, dimension, splitter and collection change together (seed 003 §1).
+
+The active version is what serves: lookups embed with its embedder and search its collection,
+and indexing writes into it with its splitter settings, whatever the settings say now. The
+settings describe what the next rebuild builds. A retired version keeps its collection for a
+rollback until an operator drops it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from retrieval.analysis import VERSION as ANALYSIS_VERSION
+from retrieval.embedders import Embedder, embedder_named, get_embedder
+from retrieval.milvus.collections import MilvusCollections
+from retrieval.models import IndexVersion
+from retrieval.writer_lock import milvus_writer
+
+SPLITTER = f"markdown-heading-v1/{ANALYSIS_VERSION}"
+
+
+class IndexNotReady(Exception):
+    """No version serves yet (nothing was ever indexed), or the asked one cannot serve."""
+
+
+@dataclass(frozen=True)
+class ServingIndex:
+    """What one lookup or one indexing step uses, read together from one version row."""
+
+    version: IndexVersion
+
+    @property
+    def collection(self) -> str:
+        return self.version.collection_name
+
+    @property
+    def embedder(self) -> Embedder:
+        return embedder_named(self.version.embedder)
+
+    @property
+    def chunk_size(self) -> int:
+        return self.version.chunk_size
+
+    @property
+    def chunk_overlap(self) -> int:
+        return self.version.chunk_overlap
+
+
+def wanted_spec(embedder: Embedder) -> dict[str, object]:
+    return {"embedder": embedder.name, "dimension": embedder.dimension,
+            "chunk_size": settings.KB_CHUNK_SIZE, "chunk_overlap": settings.KB_CHUNK_OVERLAP,
+            "splitter": SPLITTER}
+
+
+def spec_difference(version: IndexVersion) -> str:
+    """"" when the version is what the settings ask for, else what differs (for checks)."""
+    spec = wanted_spec(get_embedder())
+    if all(getattr(version, key) == value for key, value in spec.items()):
+        return ""
+    return (f"the serving index {version.collection_name} was built with {version.embedder} "
+            f"({version.dimension}d, chunks {version.chunk_size}/{version.chunk_overlap}, "
+            f"{version.splitter}) but the configuration asks for {spec['embedder']} "
+            f"({spec['dimension']}d, chunks {spec['chunk_size']}/{spec['chunk_overlap']}, "
+            f"{spec['splitter']}); it keeps serving until "
+            "`python manage.py rebuild_hybrid_knowledge --confirm REBUILD`")
+
+
+def index_version_create(*, collections: MilvusCollections, embedder: Embedder,
+                         status: str = IndexVersion.Status.BUILDING) -> IndexVersion:
+    """A new collection `{alias}_v{n}` for the configured embedder and splitter."""
+    spec = wanted_spec(embedder)
+    with transaction.atomic():
+        version = IndexVersion.objects.create(collection_name=f"pending-{timezone.now():%s%f}",
+                                              status=status, **spec)
+        version.collection_name = f"{collections.alias}_v{version.pk}"
+        version.save(update_fields=["collection_name"])
+    with milvus_writer():
+        collections.create(version.collection_name, embedder.dimension)
+    return version
+
+
+def index_version_activate(*, version: IndexVersion, collections: MilvusCollections) -> None:
+    """Serve `version`; the one serving before is retired (kept for a rollback)."""
+    with milvus_writer():
+        collections.load(version.collection_name)
+        with transaction.atomic():
+            IndexVersion.objects.filter(status=IndexVersion.Status.ACTIVE).exclude(
+                pk=version.pk).update(status=IndexVersion.Status.RETIRED)
+            IndexVersion.objects.filter(pk=version.pk).update(
+                status=IndexVersion.Status.ACTIVE, activated_at=timezone.now(), error="")
+        version.refresh_from_db()
+        collections.point_alias(version.collection_name)
+
+
+def active_version() -> IndexVersion | None:
+    return IndexVersion.objects.filter(status=IndexVersion.Status.ACTIVE).first()
+
+
+def serving_index(*, collections: MilvusCollections | None = None) -> ServingIndex:
+    """The active index; the first write on an empty installation creates it (`collections`
+    given), a read never does (IndexNotReady: nothing was indexed yet)."""
+    version = active_version()
+    if version is None and collections is not None:
+        with milvus_writer():  # two first uploads at once must not create two versions
+            version = active_version()
+            if version is None:
+                version = index_version_create(collections=collections,
+                                               embedder=get_embedder())
+                index_version_activate(version=version, collections=collections)
+    if version is None:
+        raise IndexNotReady("nothing has been indexed yet")
+    return ServingIndex(version)

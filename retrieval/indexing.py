@@ -1,0 +1,183 @@
+"""Indexing: make Milvus follow a document's row (seed 003 §1: transform → split → batched
+embedding → store), on the single-writer indexing queue.
+
+The slow part (split, embed) runs without the writer lock. The write runs under it, and
+re-reads the row first: a document deleted or given new content meanwhile is not written
+(its own sync, queued with that change, writes it). Activation is never written: lookups
+filter on the row (retrieval/milvus/expressions.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import transaction
+
+from datasets.ingestion.parse import parse_markdown
+from datasets.ingestion.pipeline import ChunkDraft, build_chunks
+from datasets.models import Chunk, Document, evidence_key
+from retrieval import milvus
+from retrieval.embedders import Embedder
+from retrieval.index_versions import ServingIndex, serving_index
+from retrieval.milvus.writer import ChunkRow
+from retrieval.models import IndexVersion
+from retrieval.writer_lock import milvus_writer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A document split and embedded as it was read: the work done outside the lock."""
+
+    document: Document
+    drafts: list[ChunkDraft]
+    vectors: list[list[float]]
+
+
+def lock_scope(document: Document) -> str:
+    return f"doc:{document.pk}"
+
+
+def chunk_drafts(document: Document, *, chunk_size: int, chunk_overlap: int) -> list[ChunkDraft]:
+    raw = document.source_text.encode("utf-8")
+    return build_chunks(parse_markdown(raw, file_name=document.file_name, max_bytes=len(raw) + 1),
+                        chunk_size=chunk_size, chunk_overlap=chunk_overlap,
+                        redact=settings.KB_REDACT_SECRETS)
+
+
+def prepare(documents: Sequence[Document], *, chunk_size: int, chunk_overlap: int,
+            embedder: Embedder) -> list[Prepared]:
+    """Split every document and embed all their chunks in one call."""
+    drafts = [chunk_drafts(d, chunk_size=chunk_size, chunk_overlap=chunk_overlap)
+              for d in documents]
+    vectors = iter(embedder.embed_documents([c.search_text for chunks in drafts for c in chunks]))
+    return [Prepared(document=d, drafts=chunks, vectors=[next(vectors) for _ in chunks])
+            for d, chunks in zip(documents, drafts, strict=True)]
+
+
+def chunk_rows(document: Document, prepared: Prepared) -> list[ChunkRow]:
+    """Milvus rows of `prepared`, carrying `document` as read under the lock."""
+    dataset = document.dataset
+    return [ChunkRow(
+        id=evidence_key(document.doc_id, draft.index), tenant_id=dataset.tenant_id,
+        dataset_id=dataset.pk, doc_id=document.doc_id, activated=True,
+        category=document.category, content=draft.content, search_text=draft.search_text,
+        vector=vector,
+        metadata={"docId": str(document.doc_id), "chunkIndex": draft.index,
+                  "title": document.title, "breadcrumb": draft.breadcrumb,
+                  "source": document.source_path, "category": document.category,
+                  "kb_scope": dataset.kb_scope, "datasetId": str(dataset.pk),
+                  "contentHash": document.content_hash})
+        for draft, vector in zip(prepared.drafts, prepared.vectors, strict=True)]
+
+
+def _fresh(pks: Sequence[int]) -> dict[int, Document]:
+    return {d.pk: d for d in Document.objects.select_related("dataset").filter(pk__in=pks)}
+
+
+def write_prepared(prepared: Sequence[Prepared], *, collection: str,
+                   scope: str = "all") -> list[Document]:
+    """Write what is still current into `collection` and record it; the documents written.
+
+    A document deleted, or given new content, since it was prepared is skipped: its own
+    sync (queued with that change) writes it.
+    """
+    with milvus_writer(scope):
+        fresh = _fresh([p.document.pk for p in prepared])
+        current = [(fresh[p.document.pk], p) for p in prepared
+                   if p.document.pk in fresh and not fresh[p.document.pk].deleted
+                   and fresh[p.document.pk].content_hash == p.document.content_hash]
+        rows = [row for document, p in current for row in chunk_rows(document, p)]
+        milvus.writer().replace_documents([d.doc_id for d, _ in current], rows,
+                                          collection=collection, scope=scope)
+        with transaction.atomic():
+            Chunk.objects.filter(document__in=[d for d, _ in current]).delete()
+            Chunk.objects.bulk_create([
+                Chunk(document=document, chunk_index=draft.index, content=draft.content,
+                      breadcrumb=draft.breadcrumb[:1000],
+                      metadata={"search_chars": len(draft.search_text)})
+                for document, p in current for draft in p.drafts])
+            for document, p in current:
+                Document.objects.filter(pk=document.pk).update(
+                    status=Document.Status.READY, chunk_count=len(p.drafts),
+                    indexed_hash=document.content_hash, error="")
+                synced(document)
+    return [document for document, _ in current]
+
+
+def synced(document: Document) -> None:
+    """Record that Milvus follows `document` as read (never moving the mark backwards)."""
+    Document.objects.filter(pk=document.pk, synced_revision__lt=document.revision).update(
+        synced_revision=document.revision)
+
+
+def document_sync(*, document_id: int) -> Document | None:
+    """Make the serving index follow the document's row; the row as applied (None: gone)."""
+    document = Document.objects.select_related("dataset").filter(pk=document_id).first()
+    if document is None or document.dataset.evaluation:
+        return document  # gone, or a suite's document: `evaluate` indexes those itself
+    index = serving_index(collections=milvus.collections())
+    scope = lock_scope(document)
+    if document.deleted:
+        return _remove(document, index=index, scope=scope)
+    if document.status == Document.Status.READY and document.indexed_hash == document.content_hash:
+        synced(document)  # indexed already: nothing for Milvus to follow
+        return document
+    Document.objects.filter(pk=document.pk).update(status=Document.Status.INDEXING)
+    prepared = prepare([document], chunk_size=index.chunk_size,
+                       chunk_overlap=index.chunk_overlap, embedder=index.embedder)
+    with milvus_writer(scope):
+        current = serving_index()
+        if current.version.pk != index.version.pk:  # a rebuild switched meanwhile
+            return document_sync(document_id=document_id)
+        written = write_prepared(prepared, collection=index.collection, scope=scope)
+    return written[0] if written else _fresh([document.pk]).get(document.pk)
+
+
+def _remove(document: Document, *, index: ServingIndex, scope: str) -> Document | None:
+    with milvus_writer(scope):
+        fresh = _fresh([document.pk]).get(document.pk)
+        if fresh is None or not fresh.deleted:
+            return fresh  # uploaded again since: that upload's sync indexes it
+        milvus.writer().delete_document(fresh.doc_id, collection=serving_index().collection,
+                                        scope=scope)
+        Chunk.objects.filter(document=fresh).delete()
+        synced(fresh)
+        return fresh
+
+
+def record_written(written: dict[int, tuple[int, str]], *, version: IndexVersion) -> None:
+    """After a switch to `version`: the rows say what it holds, {pk: (revision, content
+    hash)}, and their Chunk rows follow its splitter settings."""
+    pks = sorted(written)
+    for start in range(0, len(pks), 200):
+        batch = list(Document.objects.filter(pk__in=pks[start:start + 200]))
+        drafts = {d.pk: chunk_drafts(d, chunk_size=version.chunk_size,
+                                     chunk_overlap=version.chunk_overlap)
+                  for d in batch if d.content_hash == written[d.pk][1]}
+        with transaction.atomic():
+            Chunk.objects.filter(document_id__in=list(drafts)).delete()
+            Chunk.objects.bulk_create([
+                Chunk(document_id=pk, chunk_index=d.index, content=d.content,
+                      breadcrumb=d.breadcrumb[:1000], metadata={"search_chars": len(d.search_text)})
+                for pk, chunks in drafts.items() for d in chunks])
+            for document in batch:
+                if document.pk not in drafts:
+                    continue  # new content since: its own sync writes it
+                revision, content_hash = written[document.pk]
+                Document.objects.filter(pk=document.pk).update(
+                    status=Document.Status.READY, indexed_hash=content_hash,
+                    chunk_count=len(drafts[document.pk]), error="")
+                Document.objects.filter(pk=document.pk, synced_revision__lt=revision).update(
+                    synced_revision=revision)
+
+
+def document_mark_failed(*, document_id: int, error: str) -> None:
+    """FAILED with a message the uploader may read; it stays re-indexable (re-upload,
+    reindex API or admin action) with its identity."""
+    Document.objects.filter(pk=document_id).update(status=Document.Status.FAILED,
+                                                   error=error[:2000])

@@ -1,0 +1,32 @@
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from retrieval.index_versions import IndexNotReady
+from retrieval.models import IndexVersion
+from retrieval.rebuild import ROLLBACK_WORD, IndexOperationRunning, index_rollback
+
+
+class Command(BaseCommand):
+    help = ("Serve a retired index version again (default: the one serving before the last "
+            "switch), after bringing it up to date with the database.")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--version", type=int, help="the index version id (see the admin)")
+        parser.add_argument("--confirm", default="", help=f"must be {ROLLBACK_WORD}")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["confirm"] != ROLLBACK_WORD:
+            raise CommandError(f"a rollback switches every tenant's index: pass --confirm "
+                               f"{ROLLBACK_WORD}")
+        target = None
+        if options["version"] is not None:
+            target = IndexVersion.objects.filter(pk=options["version"]).first()
+            if target is None:
+                raise CommandError(f"there is no index version {options['version']}")
+        try:
+            version = index_rollback(to=target)
+        except (IndexNotReady, IndexOperationRunning) as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(f"rolled back: {version.collection_name} now serves "
+                          f"({version.embedder}, {version.dimension}d)")

@@ -1,0 +1,32 @@
+"""The Milvus store, split by concern: connection and errors, collections and the alias,
+writes, search arms, filter expressions. These helpers hand out the process's parts."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from retrieval.milvus.arms import MilvusSearch
+from retrieval.milvus.collections import MilvusCollections
+from retrieval.milvus.connection import (
+    VectorStoreRejected,
+    VectorStoreUnavailable,
+    get_connection,
+    reset_connection,
+)
+from retrieval.milvus.writer import ChunkRow, MilvusWriter
+
+__all__ = ["ChunkRow", "MilvusCollections", "MilvusSearch", "MilvusWriter",
+           "VectorStoreRejected", "VectorStoreUnavailable", "collections", "reset_connection",
+           "searcher", "writer"]
+
+
+def collections() -> MilvusCollections:
+    return MilvusCollections(get_connection(), alias=settings.MILVUS_COLLECTION)
+
+
+def writer() -> MilvusWriter:
+    return MilvusWriter(get_connection())
+
+
+def searcher(collection: str) -> MilvusSearch:
+    return MilvusSearch(get_connection(), collection)

@@ -1,0 +1,42 @@
+"""Milvus filter expressions, built here from typed values and never from request text."""
+
+from __future__ import annotations
+
+from retrieval.types import SearchFilters
+
+# The Milvus Lite lexer (milvus_lite/search/filter/tokens.py) knows only the escapes
+# \\ \" \' \n \r \t and rejects a raw CR or LF inside a literal; every other character (C0
+# controls, NUL, DEL, CJK, emoji) is taken verbatim. JSON's \uXXXX is refused, so json.dumps
+# broke every filter on a value holding a control character.
+_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
+
+
+def quote(value: str) -> str:
+    """A string literal whose value is exactly `value`; it can never end early or add a clause."""
+    return '"' + value.translate(_ESCAPES) + '"'
+
+
+def ints(values: object) -> str:
+    """`[1, 2]` from ints only (a str that happens to hold digits is refused)."""
+    items = list(values)  # type: ignore[call-overload]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+        raise TypeError("ids in a filter must be ints")
+    return "[" + ", ".join(str(v) for v in items) + "]"
+
+
+def filter_expression(filters: SearchFilters) -> str:
+    """Tenant, datasets and activation on every search, from the caller's key (seed 003 §7).
+
+    Activation is a filter on doc_id, not the rows' `activated` field: on Milvus Lite any
+    write of a row (a flip included) moves it into a new segment whose BM25 statistics are its
+    own, and the document dropped out of BM25 results until a rebuild. Flipping a document
+    therefore writes nothing to Milvus.
+    """
+    if not filters.dataset_ids:
+        raise ValueError("a search needs at least one dataset")
+    expr = f"tenant_id == {int(filters.tenant_id)} and dataset_id in {ints(filters.dataset_ids)}"
+    if filters.excluded_doc_ids:
+        expr += f" and doc_id not in {ints(filters.excluded_doc_ids)}"
+    if filters.category:
+        expr += f" and category == {quote(filters.category)}"
+    return expr

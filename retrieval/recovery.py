@@ -1,0 +1,64 @@
+"""What a restarted worker picks up: documents whose last change Milvus has not followed, and
+index operations that a dead process left half done.
+
+It runs when a worker starts and then every KB_RECOVERY_INTERVAL_SECONDS (kbplatform/celery.py),
+so a lost message or a killed worker delays a change, never loses it. Running it twice is
+harmless: a sync is idempotent and a job runs only from `queued`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from datasets.models import Job
+from datasets.services import documents_sync_due
+from kbplatform.tasks import send
+from retrieval.models import IndexVersion
+from retrieval.rebuild import abandon, index_lock
+from retrieval.writer_lock import WriterBusy
+
+logger = logging.getLogger(__name__)
+
+# A change younger than this most likely still has its message in the queue.
+GRACE_SECONDS = 60
+INDEX_OPERATIONS = {Job.Kind.REBUILD: "retrieval.tasks.rebuild_task",
+                    Job.Kind.ROLLBACK: "retrieval.tasks.rollback_task",
+                    Job.Kind.RECONCILE: "retrieval.tasks.reconcile_task"}
+
+
+def recover(*, grace_seconds: float = GRACE_SECONDS) -> dict[str, int]:
+    restarted = _interrupted_operations()
+    due = documents_sync_due(older_than_seconds=grace_seconds)
+    for pk in due:
+        job = (Job.objects.filter(document_id=pk, kind=Job.Kind.INDEX_DOCUMENT,
+                                  status__in=[Job.Status.QUEUED, Job.Status.RUNNING])
+               .order_by("-pk").first())
+        send("retrieval.tasks.sync_document", pk, job.pk if job else None)
+    if due or restarted:
+        logger.warning("recovery: %d document(s) re-synced, %d index operation(s) restarted",
+                       len(due), restarted)
+    return {"documents": len(due), "operations": restarted}
+
+
+def _interrupted_operations() -> int:
+    """With nobody holding the index lock, a running index job has lost its process."""
+    try:
+        with index_lock():
+            for version in IndexVersion.objects.filter(status=IndexVersion.Status.BUILDING):
+                abandon(version, RuntimeError("interrupted: its process died"))
+            jobs = list(Job.objects.filter(kind__in=list(INDEX_OPERATIONS),
+                                           status=Job.Status.RUNNING))
+            for job in jobs:
+                Job.objects.filter(pk=job.pk).update(status=Job.Status.QUEUED, done=0)
+                send(INDEX_OPERATIONS[Job.Kind(job.kind)], job.pk, *_arguments(job))
+            return len(jobs)
+    except WriterBusy:
+        return 0  # an index operation is running in a live process
+
+
+def _arguments(job: Job) -> tuple[object, ...]:
+    if job.kind == Job.Kind.ROLLBACK:
+        return (job.detail.get("version_id"),)
+    if job.kind == Job.Kind.RECONCILE:
+        return (bool(job.detail.get("repair")),)
+    return ()

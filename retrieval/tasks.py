@@ -1,0 +1,143 @@
+"""Celery tasks of the index: fetch by id, call a service, own the retries.
+
+All run on the `indexing` queue. Every Milvus write inside them takes the cross-process writer
+lock, so even two workers (or a worker and a command) never write at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from celery import shared_task
+from django.db import DatabaseError
+
+from datasets.ingestion.parse import DocumentParseError
+from datasets.jobs import GENERIC_ERROR, job_fail, job_update
+from datasets.models import Job
+from retrieval.embedders import EmbeddingAuthError, EmbeddingError
+from retrieval.index_versions import IndexNotReady
+from retrieval.indexing import document_mark_failed, document_sync
+from retrieval.milvus import VectorStoreRejected, VectorStoreUnavailable
+from retrieval.writer_lock import WriterBusy
+
+logger = logging.getLogger(__name__)
+
+# Checked first: the same request fails the same way again (EmbeddingAuthError is also an
+# EmbeddingError, which is transient otherwise).
+PERMANENT = (DocumentParseError, VectorStoreRejected, EmbeddingAuthError)
+TRANSIENT = (VectorStoreUnavailable, EmbeddingError, WriterBusy, DatabaseError)
+MAX_RETRIES = 4  # 1 + 2 + 4 + 8 s of backoff
+
+
+def public_error(exc: BaseException) -> str:
+    """What the uploader reads: their own document's problem in full, ours in general."""
+    if isinstance(exc, DocumentParseError):
+        return str(exc)
+    if isinstance(exc, VectorStoreRejected):
+        return "the vector store refused this document; the operators have the details"
+    if isinstance(exc, EmbeddingAuthError):
+        return "the embedding service refused the platform's credentials; ask the operators"
+    if isinstance(exc, TRANSIENT):
+        return ("a platform service was unavailable while indexing; upload the same file "
+                "again or re-index the document to retry")
+    return GENERIC_ERROR
+
+
+def _give_up(document_id: int, job_id: int | None, exc: BaseException) -> None:
+    message = public_error(exc)
+    document_mark_failed(document_id=document_id, error=message)
+    job_fail(Job.objects.filter(pk=job_id).first() if job_id else None, exc, public=message)
+
+
+@shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
+def sync_document(self, document_id: int, job_id: int | None = None) -> None:  # type: ignore[no-untyped-def]
+    """Make the serving index follow one document's row (content, activation, deletion)."""
+    job = Job.objects.filter(pk=job_id).first() if job_id else None
+    job_update(job, status=Job.Status.RUNNING)
+    try:
+        document = document_sync(document_id=document_id)
+    except PERMANENT as exc:
+        _give_up(document_id, job_id, exc)
+        return
+    except TRANSIENT as exc:
+        if self.request.retries >= self.max_retries:
+            _give_up(document_id, job_id, exc)
+            return
+        countdown = 2 ** self.request.retries
+        logger.warning("syncing document %s failed (%r); retry in %s s", document_id, exc,
+                       countdown)
+        if self.request.is_eager:
+            # Eager retries run at once: without a pause they would all fail together.
+            time.sleep(countdown)
+        raise self.retry(exc=exc, countdown=countdown) from exc
+    except Exception as exc:  # our own bug: recorded, and raised for the worker's log
+        _give_up(document_id, job_id, exc)
+        raise
+    chunks = document.chunk_count if document else 0
+    job_update(job, status=Job.Status.SUCCEEDED, done=1,
+               detail={"chunks": chunks} if document and not document.deleted
+               else {"skipped": "deleted"})
+
+
+def _claim(job_id: int) -> Job | None:
+    """The job, if this delivery is the one that runs it (a redelivered message is not)."""
+    if Job.objects.filter(pk=job_id, status=Job.Status.QUEUED).update(
+            status=Job.Status.RUNNING) != 1:
+        logger.info("job %s is not queued any more; this delivery does nothing", job_id)
+        return None
+    return Job.objects.get(pk=job_id)
+
+
+@shared_task(acks_late=True)
+def rebuild_task(job_id: int) -> None:
+    from retrieval.rebuild import rebuild_hybrid_knowledge
+
+    job = _claim(job_id)
+    if job is None:
+        return
+    try:
+        rebuild_hybrid_knowledge(job=job)
+    except Exception as exc:
+        job_fail(job, exc)
+
+
+@shared_task(acks_late=True)
+def rollback_task(job_id: int, version_id: int | None) -> None:
+    from retrieval.models import IndexVersion
+    from retrieval.rebuild import index_rollback
+
+    job = _claim(job_id)
+    if job is None:
+        return
+    try:
+        target = IndexVersion.objects.filter(pk=version_id).first() if version_id else None
+        index_rollback(to=target, job=job)
+    except IndexNotReady as exc:
+        job_fail(job, exc, public=str(exc))
+    except Exception as exc:
+        job_fail(job, exc)
+
+
+@shared_task(acks_late=True)
+def reconcile_task(job_id: int, repair: bool) -> None:
+    from retrieval.index_versions import serving_index
+    from retrieval.reconcile import reconcile
+
+    job = _claim(job_id)
+    if job is None:
+        return
+    try:
+        report = reconcile(version=serving_index().version, repair=repair)
+        job_update(job, status=Job.Status.SUCCEEDED, detail=report.summary())
+    except IndexNotReady as exc:
+        job_fail(job, exc, public=str(exc))
+    except Exception as exc:
+        job_fail(job, exc)
+
+
+@shared_task
+def recover_task() -> None:
+    from retrieval.recovery import recover
+
+    recover()
