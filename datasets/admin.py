@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from datasets.auth import api_key_create
-from datasets.ingestion.source import stored_source
+from datasets.ingestion.transformers import SecretRedactor
 from datasets.models import ApiKey, Chunk, Dataset, Document, Job, Tenant
 from datasets.services import (
     document_delete,
@@ -131,8 +131,9 @@ class DocumentAdmin(admin.ModelAdmin[Document]):
 
     @admin.display(description="source (secrets redacted)")
     def source_redacted(self, document: Document) -> str:
-        # New rows are stored redacted; this also covers rows stored before that.
-        return stored_source(document.source_text, redact=True)
+        # New rows are stored with their body redacted; this also covers rows stored before
+        # that, and the frontmatter, which is stored as uploaded so that it parses again.
+        return SecretRedactor().redact(document.source_text)
 
     def get_form(self, request: HttpRequest, obj: Document | None = None,
                  change: bool = False, **kwargs: Any) -> Any:
@@ -152,32 +153,33 @@ class DocumentAdmin(admin.ModelAdmin[Document]):
         data = form.cleaned_data
         outcome = document_store(dataset=data["dataset"], file_name=data["upload"].name,
                                  raw=data["raw"], max_bytes=settings.KB_MAX_UPLOAD_BYTES)
-        obj.pk = outcome.document.pk
+        # The admin's "added" message and history name `obj`: make it the stored document.
+        obj.pk, obj.source_path = outcome.document.pk, outcome.document.source_path
         obj._state.adding = False
         messages.info(request, "indexing started" if outcome.job else
                       "the document is unchanged: nothing to index")
 
-    def get_actions(self, request: HttpRequest) -> Any:
-        actions = super().get_actions(request)
-        actions.pop("delete_selected", None)  # deletion must also reach Milvus
-        return actions
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # deletion must also reach Milvus: the "delete" action
 
-    @admin.action(description="Activate selected documents")
+    @admin.action(description="Activate selected documents", permissions=["change"])
     def activate(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
         for document in queryset:
             document_set_activation(document=document, activated=True)
 
-    @admin.action(description="Deactivate selected documents")
+    @admin.action(description="Deactivate selected documents", permissions=["change"])
     def deactivate(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
         for document in queryset:
             document_set_activation(document=document, activated=False)
 
-    @admin.action(description="Re-index selected documents (failed or stuck ones too)")
+    @admin.action(description="Re-index selected documents (failed or stuck ones too)",
+                  permissions=["change"])
     def reindex(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
         for document in queryset.filter(deleted=False):
             document_reindex(document=document)
 
-    @admin.action(description="Delete selected documents (and their chunks in Milvus)")
+    @admin.action(description="Delete selected documents (and their chunks in Milvus)",
+                  permissions=["change"])
     def delete_documents(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
         for document in queryset.filter(deleted=False):
             document_delete(document=document)

@@ -16,6 +16,7 @@ from audit.models import ToolInvocation
 from audit.services import invocation_record
 from datasets.models import ApiKey
 from retrieval.types import EvidenceStatus, RelevanceLevel
+from tests.datasets.test_admin import assert_flat
 from tests.retrieval.builders import audit_record
 
 pytestmark = pytest.mark.django_db
@@ -93,3 +94,11 @@ def test_detail_of_a_failure_and_read_only(staff: Client, rows: list[ToolInvocat
     assert staff.get(f"{LIST}add/").status_code == 403
     assert staff.post(f"{LIST}{rows[1].pk}/delete/", {"post": "yes"}).status_code == 403
     assert ToolInvocation.objects.count() == 3
+
+
+def test_list_does_not_query_per_row(staff: Client, make_key: MakeKey) -> None:
+    def add_row(n: int) -> None:
+        key, _ = make_key(f"t{n}")  # a tenant per row: the list names it
+        invocation_record(api_key=key, result=audit_record(), latency_ms=1.0)
+
+    assert_flat(staff, LIST, add_row)

@@ -6,14 +6,15 @@ from typing import Any
 
 import pytest
 from django.contrib.admin.sites import AdminSite
-from django.contrib.auth.models import User
-from django.test import RequestFactory
+from django.contrib.auth.models import Permission, User
+from django.test import Client, RequestFactory
 from django.urls import reverse
 
-from datasets.models import Dataset, Tenant
+from datasets.models import Dataset, Job, Tenant
 from retrieval.admin import RagConfigAdmin, RagConfigForm
 from retrieval.config import RagConfigConverter, RagSettings
-from retrieval.models import RagConfig, RagConfigChange
+from retrieval.models import IndexVersion, RagConfig, RagConfigChange
+from tests.datasets.test_admin import assert_flat, tenant_dataset
 
 pytestmark = pytest.mark.django_db
 
@@ -91,7 +92,6 @@ def test_save_model_records_who_and_what(tenant: Tenant) -> None:
     assert change.changed_by == "admin" and change.changed_fields() == {"return_n": (4, 2)}
 
 
-
 def test_admin_pages_create_and_show_history(admin_client: Any, tenant: Tenant) -> None:
     add_url = reverse("admin:retrieval_ragconfig_add")
     assert admin_client.get(add_url).status_code == 200
@@ -118,3 +118,57 @@ def test_admin_pages_create_and_show_history(admin_client: Any, tenant: Tenant) 
     assert bad.status_code == 200
     assert "requires enable_quality_assessment" in bad.content.decode()
     assert RagConfig.objects.get(pk=config.pk).version == 2
+
+
+def rag_config(n: int) -> RagConfig:
+    dataset = tenant_dataset(n)
+    # Every other one a dataset override: the list names its dataset and tenant.
+    return RagConfig.objects.create(tenant=dataset.tenant, dataset=dataset if n % 2 else None)
+
+
+def index_version(n: int) -> IndexVersion:
+    return IndexVersion.objects.create(collection_name=f"kb_v{n}", embedder="use", dimension=8,
+                                       chunk_size=800, chunk_overlap=100,
+                                       status=IndexVersion.Status.RETIRED)
+
+
+PAGES = [
+    ("/admin/retrieval/ragconfig/", rag_config),
+    ("/admin/retrieval/ragconfigchange/",
+     lambda n: RagConfigChange.objects.create(config=rag_config(n), version=1, after={})),
+    ("/admin/retrieval/indexversion/", index_version),
+]
+
+
+@pytest.mark.parametrize(("url", "add_row"), PAGES, ids=[p[0] for p in PAGES])
+def test_lists_do_not_query_per_row(admin_client: Client, url: str, add_row: Any) -> None:
+    assert_flat(admin_client, url, add_row)
+
+
+def test_change_page_does_not_query_per_history_row(admin_client: Client) -> None:
+    config = rag_config(1)
+    assert_flat(admin_client, reverse("admin:retrieval_ragconfig_change", args=[config.pk]),
+                lambda n: RagConfigChange.objects.create(config=config, version=n + 1,
+                                                         before={"return_n": n},
+                                                         after={"return_n": n + 1}))
+
+
+def test_only_superusers_roll_back_or_drop_index_versions(admin_client: Client,
+                                                         client: Client) -> None:
+    version = index_version(1)
+    url = reverse("admin:retrieval_indexversion_changelist")
+    actions = admin_client.get(url).context["action_form"].fields["action"].choices
+    assert {"rollback", "drop"} <= set(dict(actions))
+
+    staff = User.objects.create_user("operator", is_staff=True)
+    staff.user_permissions.add(*Permission.objects.filter(
+        codename__in=["view_indexversion", "change_indexversion"]))
+    client.force_login(staff)
+    page = client.get(url)
+    assert page.status_code == 200 and "kb_v1" in page.content.decode()
+    assert 'value="rollback"' not in page.content.decode()
+    assert 'value="drop"' not in page.content.decode()
+    for action in ["rollback", "drop"]:
+        client.post(url, {"action": action, "_selected_action": [version.pk]})
+    assert IndexVersion.objects.get().status == IndexVersion.Status.RETIRED
+    assert not Job.objects.exists()

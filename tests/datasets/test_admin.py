@@ -1,0 +1,266 @@
+"""The datasets admin: no secret on any page, lists that do not query per row, a safe upload."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Permission, User
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from datasets.admin import DocumentUploadForm
+from datasets.auth import api_key_create
+from datasets.models import Chunk, Dataset, Document, Job, Tenant
+from datasets.services import document_store
+from tests.datasets.builders import markdown, md_file, runbook
+
+pytestmark = pytest.mark.django_db
+
+ADD = "/admin/datasets/document/add/"
+DOCUMENTS = "/admin/datasets/document/"
+SECRETS = ("hunter2-very-secret", "sk-live0123456789abcdefghijkl")
+VAULT = markdown("Vault access", {
+    "Login": f"Sign in with password: {SECRETS[0]} and keep it to yourself.",
+    "API": f"Call the API with {SECRETS[1]} as the bearer key.",
+})
+
+
+def page_queries(client: Client, url: str) -> int:
+    """The queries of one GET of `url`, after a first GET has filled the per-process caches."""
+    assert client.get(url).status_code == 200, url
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get(url).status_code == 200, url
+    return len(queries)
+
+
+def assert_flat(client: Client, url: str, add_row: Callable[[int], object]) -> None:
+    """The page costs as many queries with 20 rows as with 2: none per row."""
+    for n in range(2):
+        add_row(n)
+    few = page_queries(client, url)
+    for n in range(2, 20):
+        add_row(n)
+    many = page_queries(client, url)
+    assert many == few, f"{url}: {few} queries with 2 rows, {many} with 20"
+
+
+def tenant_dataset(n: int) -> Dataset:
+    """A dataset of its own tenant: a list that reads either per row would show it."""
+    tenant = Tenant.objects.create(slug=f"t{n}")
+    return Dataset.objects.create(tenant=tenant, name=f"ds{n}")
+
+
+def document(n: int) -> Document:
+    return Document.objects.create(dataset=tenant_dataset(n), source_path=f"doc{n}.md",
+                                   file_name=f"doc{n}.md", source_text=f"# Doc {n}\n\nText.",
+                                   content_hash=str(n))
+
+
+def job(n: int) -> Job:
+    doc = document(n)
+    return Job.objects.create(tenant=doc.dataset.tenant, dataset=doc.dataset, document=doc,
+                              kind=Job.Kind.INDEX_DOCUMENT)
+
+
+def chunk(n: int) -> Chunk:
+    return Chunk.objects.create(document=document(n), chunk_index=0, content="Text.",
+                                breadcrumb=f"Doc {n}")
+
+
+def api_key(n: int) -> object:
+    dataset = tenant_dataset(n)
+    return api_key_create(tenant=dataset.tenant, name=f"key{n}", datasets=[dataset])
+
+
+PAGES: list[tuple[str, Callable[[int], object]]] = [
+    (DOCUMENTS, document),
+    ("/admin/datasets/job/", job),
+    ("/admin/datasets/chunk/", chunk),
+    ("/admin/datasets/apikey/", api_key),
+    ("/admin/datasets/dataset/", tenant_dataset),
+    ("/admin/datasets/tenant/", lambda n: Tenant.objects.create(slug=f"t{n}")),
+    # The add forms list every dataset, named with its tenant.
+    ("/admin/datasets/apikey/add/", tenant_dataset),
+    (ADD, tenant_dataset),
+]
+
+
+@pytest.mark.parametrize(("url", "add_row"), PAGES, ids=[p[0] for p in PAGES])
+def test_pages_do_not_query_per_row(admin_client: Client, url: str,
+                                    add_row: Callable[[int], object]) -> None:
+    assert_flat(admin_client, url, add_row)
+
+
+def test_api_key_change_page_does_not_query_per_dataset(admin_client: Client) -> None:
+    key, _ = api_key_create(tenant=Tenant.objects.create(slug="acme"))
+    assert_flat(admin_client, f"/admin/datasets/apikey/{key.pk}/change/",
+                lambda n: key.datasets.add(tenant_dataset(n)))
+
+
+# --- secrets ---------------------------------------------------------------------------------
+
+
+def upload(client: Client, dataset: Dataset, name: str, raw: bytes) -> Any:
+    return client.post(ADD, {"dataset": dataset.pk, "upload": md_file(name, raw)}, follow=True)
+
+
+def assert_no_secret(html: str) -> None:
+    for secret in SECRETS:
+        assert secret not in html
+    assert "password: [REDACTED]" in html
+
+
+def test_uploaded_secrets_are_neither_stored_nor_shown_and_chunks_match(
+        admin_client: Client, kb: Any, store: Any, applied: Any) -> None:
+    with applied():  # the upload, then its indexing, as the worker would run it
+        response = upload(admin_client, kb.dataset, "vault.md", VAULT)
+    assert response.status_code == 200
+    doc = Document.objects.get()
+    assert doc.status == Document.Status.READY and doc.chunk_count == 2
+    for secret in SECRETS:
+        assert secret not in doc.source_text
+    page = admin_client.get(f"{DOCUMENTS}{doc.pk}/change/").content.decode()
+    assert_no_secret(page)
+
+    chunks = list(doc.chunks.all())
+    assert [c.content for c in chunks if "[REDACTED]" in c.content] == [c.content for c in chunks]
+    shown = "".join(admin_client.get(f"/admin/datasets/chunk/{c.pk}/change/").content.decode()
+                    for c in chunks)
+    assert_no_secret(shown)
+    # Redacted the same way: each chunk's text is in the stored source as the admin shows it.
+    for c in chunks:
+        assert c.content in doc.source_text
+
+
+def test_a_row_stored_before_redaction_is_shown_redacted(admin_client: Client) -> None:
+    doc = document(1)
+    Document.objects.filter(pk=doc.pk).update(source_text=VAULT.decode())
+    assert_no_secret(admin_client.get(f"{DOCUMENTS}{doc.pk}/change/").content.decode())
+
+
+def test_a_frontmatter_secret_is_not_shown(admin_client: Client) -> None:
+    doc = document(1)
+    raw = markdown("Vault", {"Login": "Ask the team."}, api_key=SECRETS[1])
+    Document.objects.filter(pk=doc.pk).update(source_text=raw.decode())
+    page = admin_client.get(f"{DOCUMENTS}{doc.pk}/change/").content.decode()
+    assert SECRETS[1] not in page and "Ask the team." in page
+
+
+def test_a_frontmatter_secret_is_not_stored(admin_client: Client) -> None:
+    dataset = tenant_dataset(1)
+    upload(admin_client, dataset, "vault.md",
+           markdown("Vault", {"Login": "Ask the team."}, api_key=SECRETS[1]))
+    assert SECRETS[1] not in Document.objects.get().source_text
+
+
+# --- the upload form -------------------------------------------------------------------------
+
+
+def nothing_written() -> bool:
+    return not (Document.objects.exists() or Job.objects.exists() or Chunk.objects.exists())
+
+
+def test_validating_an_upload_writes_nothing() -> None:
+    dataset = tenant_dataset(1)
+    form = DocumentUploadForm(data={"dataset": dataset.pk},
+                              files={"upload": md_file("redis.md", runbook("redis"))})
+    assert form.is_valid(), form.errors
+    assert nothing_written()
+
+
+def test_invalid_upload_shows_the_error_and_writes_nothing(admin_client: Client) -> None:
+    dataset = tenant_dataset(1)
+    response = upload(admin_client, dataset, "gbk.md", "# 标题\n\n正文。\n".encode("gbk"))
+    assert response.status_code == 200 and response.redirect_chain == []
+    assert "not valid UTF-8" in response.content.decode()
+    assert nothing_written()
+
+
+def test_duplicate_name_with_other_content_is_refused(admin_client: Client) -> None:
+    dataset = tenant_dataset(1)
+    upload(admin_client, dataset, "redis.md", runbook("redis"))
+    before = list(Document.objects.values()), list(Job.objects.values())
+
+    response = upload(admin_client, dataset, "redis.md", runbook("kafka"))
+
+    assert response.redirect_chain == []
+    assert "already exists in this dataset" in response.content.decode()
+    assert (list(Document.objects.values()), list(Job.objects.values())) == before
+    assert not Chunk.objects.exists()
+
+
+def test_valid_upload_writes_one_document_and_one_job(admin_client: Client) -> None:
+    dataset = tenant_dataset(1)
+    response = upload(admin_client, dataset, "redis.md", runbook("redis"))
+    assert response.redirect_chain and response.redirect_chain[-1][1] == 302
+    doc = Document.objects.get()
+    assert (doc.dataset, doc.source_path, doc.status) == (dataset, "redis.md", "pending")
+    assert Job.objects.get().document == doc
+    html = response.content.decode()
+    assert "indexing started" in html.lower()
+    # The "added" message names the stored document.
+    assert f'{DOCUMENTS}{doc.pk}/change/">redis.md</a>' in html
+
+
+def test_unchanged_reupload_says_so_and_queues_nothing(admin_client: Client, kb: Any,
+                                                       ingest: Any) -> None:
+    doc = ingest(kb.dataset, "redis.md", runbook("redis"))
+    jobs = Job.objects.count()
+    response = upload(admin_client, kb.dataset, "redis.md", runbook("redis"))
+    assert "unchanged" in response.content.decode()
+    assert Job.objects.count() == jobs
+    assert list(Document.objects.all()) == [doc]
+
+
+# --- actions ---------------------------------------------------------------------------------
+
+
+def act(client: Client, action: str, doc: Document) -> None:
+    response = client.post(DOCUMENTS, {"action": action, "_selected_action": [doc.pk]})
+    assert response.status_code == 302
+
+
+def test_document_actions(admin_client: Client) -> None:
+    dataset = tenant_dataset(1)
+    doc = document_store(dataset=dataset, file_name="redis.md", raw=runbook("redis"),
+                         max_bytes=settings.KB_MAX_UPLOAD_BYTES).document
+    Chunk.objects.create(document=doc, chunk_index=0, content="Text.")
+    choices = dict(admin_client.get(DOCUMENTS).context["action_form"].fields["action"].choices)
+    assert "delete_selected" not in choices  # it would leave the chunks in Milvus
+
+    act(admin_client, "deactivate", doc)
+    assert not Document.objects.get(pk=doc.pk).activated
+    act(admin_client, "activate", doc)
+    assert Document.objects.get(pk=doc.pk).activated
+
+    Document.objects.filter(pk=doc.pk).update(status=Document.Status.FAILED, error="boom")
+    act(admin_client, "reindex", doc)
+    reindexed = Document.objects.get(pk=doc.pk)
+    assert (reindexed.status, reindexed.error) == (Document.Status.PENDING, "")
+    assert Job.objects.filter(document=doc).count() == 2
+
+    act(admin_client, "delete_documents", doc)
+    deleted = Document.objects.get(pk=doc.pk)
+    assert deleted.deleted and not deleted.activated and not Chunk.objects.exists()
+
+
+def test_the_delete_page_does_not_bypass_the_delete_action(admin_client: Client) -> None:
+    doc = document(1)
+    url = f"{DOCUMENTS}{doc.pk}/delete/"
+    assert admin_client.get(url).status_code == 403
+    assert admin_client.post(url, {"post": "yes"}).status_code == 403
+    assert Document.objects.filter(pk=doc.pk, deleted=False).exists()
+
+
+def test_staff_with_view_permission_only_runs_no_action(client: Client) -> None:
+    user = User.objects.create_user("viewer", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_document"))
+    client.force_login(user)
+    doc = document(1)
+    assert client.get(DOCUMENTS).status_code == 200
+    client.post(DOCUMENTS, {"action": "deactivate", "_selected_action": [doc.pk]})
+    assert Document.objects.get(pk=doc.pk).activated
