@@ -116,7 +116,12 @@ def document_validate(*, file_name: str, raw: bytes, max_bytes: int) -> Validate
     except DocumentParseError as exc:
         # A ValueError would reach the client as a 500; the message is written for the user.
         raise InvalidDocument(str(exc)) from exc
-    source = stored_source(raw.decode("utf-8-sig"), redact=settings.KB_REDACT_SECRETS)
+    text = raw.decode("utf-8-sig")
+    source = stored_source(text, redact=settings.KB_REDACT_SECRETS)
+    if source != text:
+        # The fields (a title from a heading too) come from what is stored: no secret in them.
+        parsed = parse_markdown(source.encode("utf-8"), file_name=name,
+                                max_bytes=len(source.encode("utf-8")) + 1)
     return Validated(name=name, parsed=parsed, digest=content_hash(raw), source=source)
 
 

@@ -83,11 +83,17 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+# How long a statement waits for a lock held by another process before the request answers
+# 503 (never a hang, never a 500).
+KB_DATABASE_TIMEOUT_SECONDS = env_int("KB_DATABASE_TIMEOUT_SECONDS", 30, minimum=1)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
-    DATABASES["default"]["OPTIONS"] = {"charset": "utf8mb4"}
+    DATABASES["default"]["OPTIONS"] = {
+        "charset": "utf8mb4",
+        "init_command": f"SET SESSION lock_wait_timeout = {KB_DATABASE_TIMEOUT_SECONDS}, "
+                        f"innodb_lock_wait_timeout = {KB_DATABASE_TIMEOUT_SECONDS}"}
     DATABASES["default"]["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
 else:
-    DATABASES["default"]["OPTIONS"] = {"timeout": 30}
+    DATABASES["default"]["OPTIONS"] = {"timeout": KB_DATABASE_TIMEOUT_SECONDS}
     # Tests on the embedded defaults use a file as the embedded defaults do (an in-memory
     # database shares no locks or busy-waits between threads or processes).
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test_kbplatform.sqlite3")}
@@ -129,6 +135,8 @@ KB_TASK_VISIBILITY_TIMEOUT_SECONDS = env_int("KB_TASK_VISIBILITY_TIMEOUT_SECONDS
                                              minimum=60)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": KB_TASK_VISIBILITY_TIMEOUT_SECONDS}
 KB_RECOVERY_INTERVAL_SECONDS = env_int("KB_RECOVERY_INTERVAL_SECONDS", 300, minimum=5)
+# A change younger than this most likely still has its message in the queue: not re-sent.
+KB_RECOVERY_GRACE_SECONDS = env_int("KB_RECOVERY_GRACE_SECONDS", 60, minimum=0)
 # Every write to the vector store runs on this queue. Milvus Lite also needs one writer at a
 # time across processes: KB_MILVUS_SINGLE_WRITER makes every writer take one lock (see
 # retrieval/writer_lock.py); on a Milvus server set it to false and run more workers.
@@ -209,5 +217,7 @@ LOGGING = {
         # pymilvus logs every failed RPC with a traceback, expected ones too (an alias that
         # does not exist yet); the store logs the failures that matter itself.
         "pymilvus.decorators": {"level": "CRITICAL"},
+        # Milvus Lite has no MVCC timestamp RPC: every query iterator warns about it.
+        "pymilvus.orm.iterator": {"level": "ERROR"},
     },
 }

@@ -78,8 +78,14 @@ def index_version_create(*, collections: MilvusCollections, embedder: Embedder,
                                               status=status, **spec)
         version.collection_name = f"{collections.alias}_v{version.pk}"
         version.save(update_fields=["collection_name"])
-    with milvus_writer():
-        collections.create(version.collection_name, embedder.dimension)
+    try:
+        with milvus_writer():
+            collections.create(version.collection_name, embedder.dimension)
+    except Exception as exc:
+        IndexVersion.objects.filter(pk=version.pk).update(
+            status=IndexVersion.Status.FAILED,
+            error=f"the collection could not be created: {type(exc).__name__}: {exc}"[:2000])
+        raise
     return version
 
 

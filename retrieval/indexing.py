@@ -10,7 +10,7 @@ filter on the row (retrieval/milvus/expressions.py).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -27,6 +27,20 @@ from retrieval.models import IndexVersion
 from retrieval.writer_lock import milvus_writer
 
 logger = logging.getLogger(__name__)
+
+
+# Documents read, split, embedded and written per step of a rebuild, a reconciliation or a
+# switch: memory follows this many documents (each at most KB_MAX_UPLOAD_BYTES), never the
+# whole corpus.
+BATCH = 20
+
+
+def document_batches(pks: Sequence[int]) -> Iterator[list[Document]]:
+    """The documents of `pks` (with their datasets), BATCH at a time, in pk order."""
+    ordered = sorted(pks)
+    for start in range(0, len(ordered), BATCH):
+        yield list(Document.objects.select_related("dataset")
+                   .filter(pk__in=ordered[start:start + BATCH]).order_by("pk"))
 
 
 @dataclass(frozen=True)
@@ -153,9 +167,7 @@ def _remove(document: Document, *, index: ServingIndex, scope: str) -> Document 
 def record_written(written: dict[int, tuple[int, str]], *, version: IndexVersion) -> None:
     """After a switch to `version`: the rows say what it holds, {pk: (revision, content
     hash)}, and their Chunk rows follow its splitter settings."""
-    pks = sorted(written)
-    for start in range(0, len(pks), 200):
-        batch = list(Document.objects.filter(pk__in=pks[start:start + 200]))
+    for batch in document_batches(list(written)):
         drafts = {d.pk: chunk_drafts(d, chunk_size=version.chunk_size,
                                      chunk_overlap=version.chunk_overlap)
                   for d in batch if d.content_hash == written[d.pk][1]}
@@ -179,5 +191,6 @@ def record_written(written: dict[int, tuple[int, str]], *, version: IndexVersion
 def document_mark_failed(*, document_id: int, error: str) -> None:
     """FAILED with a message the uploader may read; it stays re-indexable (re-upload,
     reindex API or admin action) with its identity."""
-    Document.objects.filter(pk=document_id).update(status=Document.Status.FAILED,
-                                                   error=error[:2000])
+    # A deleted document is not "failed": its removal stays due, and the recovery retries it.
+    Document.objects.filter(pk=document_id, deleted=False).update(
+        status=Document.Status.FAILED, error=error[:2000])

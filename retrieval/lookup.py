@@ -8,6 +8,8 @@ from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
+from django.db import DatabaseError
+
 from retrieval.config import RagConfigConverter, RagSettings
 from retrieval.embedders import EmbeddingError
 from retrieval.milvus.connection import VectorStoreUnavailable
@@ -110,7 +112,7 @@ class LookupKnowledgeTool:
                 pack = self.packer.pack(result.chunks)
             clock.record("pack", hits=tuple((i.chunk.evidence_key, len(i.excerpt))
                                             for i in pack.items))
-        except (VectorStoreUnavailable, EmbeddingError) as exc:
+        except (VectorStoreUnavailable, EmbeddingError, DatabaseError) as exc:
             return self._assemble(request, EvidenceStatus.UNAVAILABLE,
                                   RelevanceLevel.NONE, EMPTY_PACK, hints, filters, retry, clock,
                                   error=f"{type(exc).__name__}: {exc}")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
+
+from django.db import DatabaseError
 
 from datasets.auth import Caller
 from datasets.selectors import live_doc_ids
@@ -14,7 +16,7 @@ from retrieval import milvus
 from retrieval.config import RagConfigConverter, RagConfigError, RagSettings
 from retrieval.embedders import EmbeddingError
 from retrieval.index_versions import IndexNotReady, serving_index
-from retrieval.l0 import documents_view
+from retrieval.l0 import DocumentsView, documents_view
 from retrieval.lookup import LookupKnowledgeTool, LookupRequest
 from retrieval.search import VectorSearchService
 from retrieval.selectors import rag_config_for
@@ -40,13 +42,20 @@ def lookup_scope(*, caller: Caller, requested: Sequence[int] | None) -> SearchFi
     return SearchFilters(tenant_id=caller.tenant.pk, dataset_ids=tuple(allowed))
 
 
-def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = "",
-                     session_id: str = "", mode: SearchMode | None = None,
-                     overrides: dict[str, Any] | None = None,
-                     search: VectorSearchService | None = None) -> LookupResult:
-    """Run one lookup. `overrides` and `search` (evaluation only) replace the config values
-    and the serving index for this call."""
-    broken = ""
+@dataclass(frozen=True)
+class _Setup:
+    settings: RagSettings
+    config_version: int | None
+    search: VectorSearchService | None  # None: nothing has been indexed yet
+    view: DocumentsView | None  # None: no dataset to search
+
+
+class _Unavailable(Exception):
+    """Something a lookup needs is broken: it answers UNAVAILABLE with this reason."""
+
+
+def _setup(filters: SearchFilters, overrides: dict[str, Any] | None,
+           search: VectorSearchService | None) -> _Setup:
     try:
         settings, version = rag_config_for(tenant_id=filters.tenant_id,
                                            dataset_ids=filters.dataset_ids)
@@ -56,11 +65,10 @@ def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = 
         # a 500, never EMPTY, never a search with half-right settings.
         logger.error("tenant %s: the stored RagConfig does not validate: %s",
                      filters.tenant_id, exc)
-        settings, version, broken = RagSettings(), None, f"RagConfigError: {exc}"
-    if overrides and not broken:
+        raise _Unavailable(f"RagConfigError: {exc}") from exc
+    if overrides:
         settings = RagConfigConverter.to_settings(overrides, base=settings)
-    nothing_indexed = False
-    if search is None and not broken:
+    if search is None:
         try:
             # The serving version's own embedder and collection: never a query vector of
             # one model against the vectors of another.
@@ -68,23 +76,39 @@ def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = 
             search = VectorSearchService(port=milvus.searcher(index.collection),
                                          embedder=index.embedder)
         except IndexNotReady:
-            nothing_indexed = True
-        except EmbeddingError as exc:
-            broken = f"{type(exc).__name__}: {exc}"
-    view = documents_view(tenant_id=filters.tenant_id, dataset_ids=filters.dataset_ids) \
-        if filters.dataset_ids else None
-    if view is not None:
-        filters = replace(filters, excluded_doc_ids=view.excluded)
-    tool = LookupKnowledgeTool(
-        search=search, l0_index=lambda: view.l0 if view else L0Index(()),
-        live_documents=lambda f, ids: live_doc_ids(
-            tenant_id=f.tenant_id, dataset_ids=f.dataset_ids, doc_ids=ids),
-        settings=settings, config_version=version, mode=mode)
+            search = None
+    view = (documents_view(tenant_id=filters.tenant_id, dataset_ids=filters.dataset_ids)
+            if filters.dataset_ids else None)
+    return _Setup(settings, version, search, view)
+
+
+def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = "",
+                     session_id: str = "", mode: SearchMode | None = None,
+                     overrides: dict[str, Any] | None = None,
+                     search: VectorSearchService | None = None) -> LookupResult:
+    """Run one lookup. `overrides` and `search` (evaluation only) replace the config values
+    and the serving index for this call."""
     request = LookupRequest(query=query, filters=filters, tool_call_id=tool_call_id,
                             session_id=session_id)
-    if broken:
+    try:
+        setup = _setup(filters, overrides, search)
+    except (_Unavailable, EmbeddingError, DatabaseError) as exc:
+        broken = str(exc) if isinstance(exc, _Unavailable) else f"{type(exc).__name__}: {exc}"
+        tool = _tool(RagSettings(), None, None, None, mode)
         return replace(tool.unavailable_result(request, error=broken), config={})
-    if not filters.dataset_ids or nothing_indexed:
+    if setup.view is not None:
+        request = replace(request, filters=replace(filters, excluded_doc_ids=setup.view.excluded))
+    tool = _tool(setup.settings, setup.config_version, setup.search, setup.view, mode)
+    if setup.view is None or setup.search is None:
         # Nothing to search: EMPTY, without a search that would need a dataset or an index.
         return tool.empty_result(request)
     return tool.run(request)
+
+
+def _tool(settings: RagSettings, version: int | None, search: VectorSearchService | None,
+          view: DocumentsView | None, mode: SearchMode | None) -> LookupKnowledgeTool:
+    return LookupKnowledgeTool(
+        search=search, l0_index=lambda: view.l0 if view else L0Index(()),
+        live_documents=lambda f, ids: live_doc_ids(tenant_id=f.tenant_id,
+                                                   dataset_ids=f.dataset_ids, doc_ids=ids),
+        settings=settings, config_version=version, mode=mode)

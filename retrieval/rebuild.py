@@ -26,7 +26,13 @@ from retrieval.index_versions import (
     index_version_activate,
     index_version_create,
 )
-from retrieval.indexing import Prepared, chunk_rows, prepare, record_written
+from retrieval.indexing import (
+    Prepared,
+    chunk_rows,
+    document_batches,
+    prepare,
+    record_written,
+)
 from retrieval.models import IndexVersion
 from retrieval.reconcile import reconcile
 from retrieval.writer_lock import WriterBusy, milvus_writer, process_lock
@@ -36,7 +42,6 @@ logger = logging.getLogger(__name__)
 CONFIRM_WORD = "REBUILD"
 ROLLBACK_WORD = "ROLLBACK"
 DROP_WORD = "DROP"
-BATCH = 20  # documents split, embedded and written per step
 Progress = Callable[[int, int, str], None]
 
 
@@ -56,12 +61,6 @@ def live_documents() -> Iterator[int]:
     """Pks of the documents a serving index holds (evaluation datasets have their own)."""
     return iter(Document.objects.filter(deleted=False, dataset__evaluation=False)
                 .order_by("pk").values_list("pk", flat=True))
-
-
-def _batches(pks: Sequence[int]) -> Iterator[list[Document]]:
-    for start in range(0, len(pks), BATCH):
-        yield list(Document.objects.select_related("dataset")
-                   .filter(pk__in=pks[start:start + BATCH]).order_by("pk"))
 
 
 def index_lock() -> AbstractContextManager[None]:
@@ -102,7 +101,7 @@ def _catch_up(version: IndexVersion, written: dict[int, Written]) -> dict[int, W
             reindex.append(pk)
         else:
             written[pk] = Written(revision, content_hash)
-    for documents in _batches(reindex):
+    for documents in document_batches(reindex):
         written.update(_copy(prepare(documents, chunk_size=version.chunk_size,
                                      chunk_overlap=version.chunk_overlap,
                                      embedder=embedder_named(version.embedder)),
@@ -129,7 +128,7 @@ def _rebuild(job: Job | None, progress: Progress | None) -> IndexVersion:
     written: dict[int, Written] = {}
     try:
         done = 0
-        for documents in _batches(pks):
+        for documents in document_batches(pks):
             written.update(_copy(prepare(documents, chunk_size=version.chunk_size,
                                          chunk_overlap=version.chunk_overlap, embedder=embedder),
                                  version=version))

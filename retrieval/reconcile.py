@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datasets.models import Chunk, Document, evidence_key
 from retrieval import milvus
 from retrieval.embedders import embedder_named
-from retrieval.indexing import chunk_drafts, prepare, write_prepared
+from retrieval.indexing import chunk_drafts, document_batches, prepare, write_prepared
 from retrieval.milvus.writer import StoredChunk
 from retrieval.models import IndexVersion
 from retrieval.writer_lock import milvus_writer
@@ -60,41 +60,33 @@ class ReconcileReport:
 
 
 def reconcile(*, version: IndexVersion, repair: bool = False) -> ReconcileReport:
-    """Compare `version`'s collection with the database; with `repair`, make them agree."""
+    """Compare `version`'s collection with the database; with `repair`, make them agree.
+
+    Milvus's side is read as ids only; documents are read a batch at a time (their stored
+    sources are split again), so memory follows the number of chunks, not the corpus.
+    """
     report = ReconcileReport(collection=version.collection_name)
     stored: dict[int, list[StoredChunk]] = defaultdict(list)
     for chunk in milvus.writer().stored_chunks(version.collection_name):
         stored[chunk.doc_id].append(chunk)
         report.rows += 1
-    live = {d.doc_id: d for d in Document.objects.select_related("dataset").filter(
-        deleted=False, dataset__evaluation=False)}
+    live = dict(Document.objects.filter(deleted=False, dataset__evaluation=False)
+                .values_list("doc_id", "pk"))
     report.documents = len(live)
-    chunk_ids: dict[int, set[str]] = defaultdict(set)
-    for doc_id, index in Chunk.objects.filter(document__in=live.values()).values_list(
-            "document__doc_id", "chunk_index"):
-        chunk_ids[doc_id].add(evidence_key(doc_id, index))
-
     orphans = [c.id for doc_id in stored if doc_id not in live for c in stored[doc_id]]
     for chunk_id in orphans:
         report.add("orphan", chunk_id)
-    reindex: list[Document] = []
-    for doc_id, document in live.items():
-        rows = stored.get(doc_id, [])
-        expected = {evidence_key(doc_id, d.index) for d in chunk_drafts(
-            document, chunk_size=version.chunk_size, chunk_overlap=version.chunk_overlap)}
-        have = {c.id for c in rows}
-        if chunk_ids[doc_id] != expected:
-            report.add("chunk_rows", str(doc_id))
-        if expected - have:
-            report.add("missing", str(doc_id))
-            reindex.append(document)
-        elif have - expected or any(c.content_hash != document.content_hash
-                                    or c.dataset_id != document.dataset_id for c in rows):
-            report.add("stale", str(doc_id))
-            reindex.append(document)
-        elif chunk_ids[doc_id] != expected:
-            reindex.append(document)  # Milvus is right, the Chunk rows are not
-        report.revisions[document.pk] = (document.revision, document.content_hash)
+    reindex: list[int] = []
+    for documents in document_batches(list(live.values())):
+        chunk_ids: dict[int, set[str]] = defaultdict(set)
+        for doc_id, index in Chunk.objects.filter(document__in=documents).values_list(
+                "document__doc_id", "chunk_index"):
+            chunk_ids[doc_id].add(evidence_key(doc_id, index))
+        for document in documents:
+            if _drift(report, version, document, stored.get(document.doc_id, []),
+                      chunk_ids[document.doc_id]):
+                reindex.append(document.pk)
+            report.revisions[document.pk] = (document.revision, document.content_hash)
     if repair:
         _repair(version, orphans, reindex)
         report.repaired = True
@@ -102,7 +94,26 @@ def reconcile(*, version: IndexVersion, repair: bool = False) -> ReconcileReport
     return report
 
 
-def _repair(version: IndexVersion, orphans: list[str], reindex: list[Document]) -> None:
+def _drift(report: ReconcileReport, version: IndexVersion, document: Document,
+           rows: list[StoredChunk], chunk_ids: set[str]) -> bool:
+    """Record the document's drift; whether it must be indexed again."""
+    doc_id = document.doc_id
+    expected = {evidence_key(doc_id, d.index) for d in chunk_drafts(
+        document, chunk_size=version.chunk_size, chunk_overlap=version.chunk_overlap)}
+    have = {c.id for c in rows}
+    if chunk_ids != expected:
+        report.add("chunk_rows", str(doc_id))
+    if expected - have:
+        report.add("missing", str(doc_id))
+        return True
+    if have - expected or any(c.content_hash != document.content_hash
+                              or c.dataset_id != document.dataset_id for c in rows):
+        report.add("stale", str(doc_id))
+        return True
+    return chunk_ids != expected  # Milvus is right, the Chunk rows are not
+
+
+def _repair(version: IndexVersion, orphans: list[str], reindex: list[int]) -> None:
     writer = milvus.writer()
     with milvus_writer():  # and every row re-read under it: the comparison ran without it
         live = set(Document.objects.filter(deleted=False).values_list("doc_id", flat=True))
@@ -110,7 +121,7 @@ def _repair(version: IndexVersion, orphans: list[str], reindex: list[Document]) 
         for start in range(0, len(orphans), 1000):
             writer.delete_ids(orphans[start:start + 1000], collection=version.collection_name)
         embedder = embedder_named(version.embedder)
-        for start in range(0, len(reindex), 20):
-            write_prepared(prepare(reindex[start:start + 20], chunk_size=version.chunk_size,
+        for documents in document_batches(reindex):
+            write_prepared(prepare(documents, chunk_size=version.chunk_size,
                                    chunk_overlap=version.chunk_overlap, embedder=embedder),
                            collection=version.collection_name)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
+
 from datasets.models import Job
 from datasets.services import documents_sync_due
 from kbplatform.tasks import send
@@ -19,16 +21,15 @@ from retrieval.writer_lock import WriterBusy
 
 logger = logging.getLogger(__name__)
 
-# A change younger than this most likely still has its message in the queue.
-GRACE_SECONDS = 60
 INDEX_OPERATIONS = {Job.Kind.REBUILD: "retrieval.tasks.rebuild_task",
                     Job.Kind.ROLLBACK: "retrieval.tasks.rollback_task",
                     Job.Kind.RECONCILE: "retrieval.tasks.reconcile_task"}
 
 
-def recover(*, grace_seconds: float = GRACE_SECONDS) -> dict[str, int]:
+def recover(*, grace_seconds: float | None = None) -> dict[str, int]:
     restarted = _interrupted_operations()
-    due = documents_sync_due(older_than_seconds=grace_seconds)
+    due = documents_sync_due(older_than_seconds=settings.KB_RECOVERY_GRACE_SECONDS
+                             if grace_seconds is None else grace_seconds)
     for pk in due:
         job = (Job.objects.filter(document_id=pk, kind=Job.Kind.INDEX_DOCUMENT,
                                   status__in=[Job.Status.QUEUED, Job.Status.RUNNING])

@@ -86,7 +86,9 @@ def celery_worker(milvus_server: MilvusLiteServer | None, django_db_setup: Any,
     db = settings.DATABASES["default"]
     url = f"mysql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
     app.control.purge()
-    worker = CeleryWorker({"DATABASE_URL": url, "CELERY_TASK_ALWAYS_EAGER": "false"},
+    # A restarted worker re-syncs what a killed one left after 1 s (default 60 s).
+    worker = CeleryWorker({"DATABASE_URL": url, "CELERY_TASK_ALWAYS_EAGER": "false",
+                           "KB_RECOVERY_GRACE_SECONDS": "1", "MILVUS_TIMEOUT_SECONDS": "3"},
                           tmp_path_factory.mktemp("celery") / "worker.log")
     worker.start()
     yield worker

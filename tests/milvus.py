@@ -34,9 +34,11 @@ class MilvusProbe:
 
     def rows(self, doc_id: int, *fields: str,
              collection: str | None = None) -> list[dict[str, Any]]:
-        found = self.client().query(collection or self.serving,
-                                    filter=f"doc_id == {int(doc_id)}",
-                                    output_fields=["id", *fields])
+        name = collection or self.serving
+        # Through the connection: it loads a collection a restarted server has released.
+        found = get_connection().call("query", lambda c: c.query(
+            name, filter=f"doc_id == {int(doc_id)}", output_fields=["id", *fields]),
+            collection=name)
         return sorted(found, key=lambda row: row["id"])
 
     def chunk_ids(self, doc_id: int, collection: str | None = None) -> list[str]:

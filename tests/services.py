@@ -25,6 +25,10 @@ def wait_for_port(host: str, port: int, timeout: float = 60.0) -> None:
     raise TimeoutError(f"nothing listens on {host}:{port} after {timeout}s")
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class MilvusLiteServer:
     """`milvus-lite server` with one worker thread: the setting under which no row was lost."""
 
@@ -40,8 +44,20 @@ class MilvusLiteServer:
             [str(Path(sys.executable).parent / "milvus-lite"), "server", "--data-dir",
              str(self.data_dir), "--host", self.host, "--port", str(self.port),
              "--max-workers", "1"],
-            stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
+            stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
+            # A shell that runs the suite in the background makes its children ignore
+            # SIGINT, the server's clean stop: give it back the default.
+            preexec_fn=_default_sigint)
         wait_for_port(self.host, self.port)
+
+    def pause(self) -> None:
+        """Hung: the process and its port stay, nothing answers (SIGSTOP)."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
 
     def stop(self, sig: int = signal.SIGINT) -> None:
         """SIGINT: the server's only clean shutdown (SIGTERM ends it like SIGKILL)."""
@@ -64,6 +80,7 @@ class CeleryWorker:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        self.log.write_text("")  # "ready." below must be this start's
         self.process = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "kbplatform", "worker", "--pool", "solo",
              "--concurrency", "1", "--queues", "indexing,celery", "--without-gossip",
@@ -78,6 +95,13 @@ class CeleryWorker:
                 raise RuntimeError(f"the celery worker exited; see {self.log}")
             time.sleep(0.3)
         raise TimeoutError(f"the celery worker did not start; see {self.log}")
+
+    def kill(self) -> None:
+        """Dies mid-task, as an OOM kill or a lost machine does: nothing is acknowledged."""
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:

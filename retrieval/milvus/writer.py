@@ -45,6 +45,9 @@ class StoredChunk:
     content_hash: str
 
 
+UPSERT_BATCH = 100  # rows per upsert call
+
+
 def _entities(rows: Sequence[ChunkRow]) -> list[dict[str, Any]]:
     """Rows as Milvus entities; BM25 reads the analysed text (retrieval/analysis.py)."""
     return [row.__dict__ | {"content": row.content[:MAX_CONTENT],
@@ -55,6 +58,10 @@ def _entities(rows: Sequence[ChunkRow]) -> list[dict[str, Any]]:
 class MilvusWriter:
     def __init__(self, connection: MilvusConnection) -> None:
         self.connection = connection
+
+    def _upsert(self, collection: str, batch: list[dict[str, Any]]) -> None:
+        self.connection.call("upsert", lambda c: c.upsert(collection, batch,
+                                                          timeout=self.connection.timeout))
 
     def _flush(self, collection: str) -> None:
         self.connection.call("flush", lambda c: c.flush(collection,
@@ -75,9 +82,9 @@ class MilvusWriter:
         """
         data = _entities(rows)
         with milvus_writer(scope):
-            if data:
-                self.connection.call("upsert", lambda c: c.upsert(
-                    collection, data, timeout=self.connection.timeout))
+            # A bounded request each: a 2,000-chunk document is many calls of one timeout.
+            for start in range(0, len(data), UPSERT_BATCH):
+                self._upsert(collection, data[start:start + UPSERT_BATCH])
             stale = sorted(self._ids_of(collection, doc_ids) - {row.id for row in rows})
             if stale:
                 self.delete_ids(stale, collection=collection, scope=scope, flush=False)

@@ -179,3 +179,26 @@ def test_a_flip_leaves_both_indexes_exactly_as_they_were(kb, store, ingest) -> N
 
     assert rankings() == before
     assert top_doc_id(lookup(kb.tool, "redis dashboard restart")) == target.doc_key
+
+
+def test_a_lookup_never_serves_what_the_database_no_longer_has(kb, store, docs) -> None:
+    """Defence in depth: Milvus may still hold a document's chunks (its removal not applied
+    yet, or a row lost in between); the database decides what a lookup serves."""
+    redis, kafka = docs
+    Document.objects.filter(pk=redis.pk).update(deleted=True)  # no sync applied
+    kafka_doc_id = kafka.doc_id
+    Document.objects.filter(pk=kafka.pk).delete()  # gone from the database altogether
+
+    assert len(store.chunk_ids(redis.doc_id)) == 2 and len(store.chunk_ids(kafka_doc_id)) == 2
+    for query in ("redis dashboard restart", "kafka dashboard restart"):
+        answer = lookup(kb.tool, query)
+        assert answer["evidence_status"] == "EMPTY", answer
+
+    trace = kb.admin.post("/api/tools/lookup_knowledge",
+                          {"query": "kafka dashboard restart", "session_id": "s-guard"},
+                          format="json")
+    assert trace.status_code == 200
+    stages = kb.admin.get("/api/diagnosis/s-guard/trace").json()["toolInvocations"][0][
+        "retrievalDetails"]["stages"]
+    guard = [s for s in stages if s["stage"] == "guard"]
+    assert guard and "deleted" in guard[0]["note"]

@@ -165,3 +165,64 @@ def test_upload_is_indexed_and_found_on_the_embedded_defaults(
     assert answer["evidence_status"] == "READY"
     assert top_doc_id(answer) == response.json()["document"]["document_id"]
     assert answer["evidence"][0]["source"] == "kafka.md"
+
+
+def test_a_category_over_100_bytes_is_refused_at_the_door(kb, store) -> None:
+    """A Chinese category of 40 characters is 120 bytes: it overflowed Milvus's field and the
+    indexing retried it as if the failure were transient."""
+    raw = markdown("缓存", {"步骤": "检查内存。"}, category="缓" * 40)
+
+    response = upload(kb.admin, kb.dataset.pk, "cache.md", raw)
+
+    assert response.status_code == 400, response.content
+    assert "category" in response.json()["message"] and "100" in response.json()["message"]
+    assert _nothing_written(store)
+
+
+def test_a_secret_in_a_heading_reaches_neither_the_title_nor_the_stored_source(
+        kb, store, applied) -> None:
+    raw = b"# Deploy with token: ghp_abcdefghijklmnopqrstuvwxyz0123456789AB\n\nRun it.\n"
+
+    with applied():
+        response = upload(kb.admin, kb.dataset.pk, "deploy.md", raw)
+
+    assert response.status_code == 202, response.content
+    document = Document.objects.get()
+    assert "ghp_" not in document.title and "ghp_" not in document.source_text
+    assert "[REDACTED]" in document.title
+    assert all("ghp_" not in c for c in Chunk.objects.values_list("content", flat=True))
+
+
+def test_a_document_stuck_indexing_is_indexed_again_by_the_same_upload(kb, store,
+                                                                      applied) -> None:
+    """Its worker died: the document stayed `indexing` and the same bytes answered
+    `200 changed=false`, so nothing could ever index it again."""
+    raw = runbook("redis")
+    upload(kb.admin, kb.dataset.pk, "redis.md", raw)  # its task never ran (no commit here)
+    Document.objects.update(status=Document.Status.INDEXING)
+
+    with applied():
+        again = upload(kb.admin, kb.dataset.pk, "redis.md", raw)
+
+    assert again.status_code == 202, again.content
+    assert again.json()["changed"] is False and again.json()["job"] is not None
+    document = Document.objects.get()
+    assert (document.status, document.chunk_count) == (Document.Status.READY, 2)
+    assert top_doc_id(lookup(kb.tool, "redis dashboard restart")) == document.doc_key
+
+
+def test_the_reindex_endpoint_indexes_a_failed_document_again(kb, store, ingest,
+                                                             applied) -> None:
+    document = ingest(kb.dataset, "redis.md", runbook("redis"))
+    Document.objects.filter(pk=document.pk).update(status=Document.Status.FAILED,
+                                                   error="the vector store was down")
+
+    assert kb.tool.post(f"/api/documents/{document.doc_key}/reindex").status_code == 403
+    with applied():
+        response = kb.admin.post(f"/api/documents/{document.doc_key}/reindex")
+
+    assert response.status_code == 202, response.content
+    job = kb.admin.get(f"/api/jobs/{response.json()['job']['id']}").json()
+    assert job["status"] == "succeeded"
+    document.refresh_from_db()
+    assert (document.status, document.error, document.sync_pending) == ("ready", "", False)

@@ -62,3 +62,43 @@ def _file(name: str, content: bytes):  # type: ignore[no-untyped-def]
     from django.core.files.uploadedfile import SimpleUploadedFile
 
     return SimpleUploadedFile(name, content, content_type="text/markdown")
+
+
+def _peak_rss_mb(pid: int) -> float:
+    """VmHWM: the most resident memory the process ever had."""
+    with open(f"/proc/{pid}/status") as status:
+        line = next(line for line in status if line.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_indexes_pathological_uploads_in_bounded_memory(celery_worker, store,
+                                                                   kb) -> None:
+    """A 1.5 MB heading drove a process to ~23 GB: it was repeated into every chunk's
+    embedding input. The worker's peak RSS now grows by a small multiple of the file."""
+    from tests.datasets.builders import upload
+    from tests.datasets.test_ingestion_bounds import MIB, _huge_fence, _huge_heading
+
+    celery_worker.stop()
+    celery_worker.start()  # a fresh peak
+    warm = upload(kb.admin, kb.dataset.pk, "warm.md", RUNBOOK)  # models and clients loaded
+    wait_until(lambda: Document.objects.filter(status="ready").count() == 1, timeout=120,
+               what="the warm-up document")
+    assert celery_worker.process is not None
+    before = _peak_rss_mb(celery_worker.process.pid)
+
+    files = {"heading.md": _huge_heading(), "fence.md": _huge_fence()}
+    for name, raw in files.items():
+        assert upload(kb.admin, kb.dataset.pk, name, raw).status_code == 202
+    wait_until(lambda: Document.objects.filter(status="ready").count() == 3, timeout=300,
+               what="the pathological documents indexed")
+
+    growth = _peak_rss_mb(celery_worker.process.pid) - before
+    print(f"worker peak RSS {before:.0f} MB -> +{growth:.0f} MB")
+    size_mb = max(len(raw) for raw in files.values()) / MIB
+    # Measured: +34 MB for both (1.7 MB and 1 MB files, ~640 chunks) over a 339 MB worker;
+    # the bound is the one of tests/datasets/test_ingestion_bounds.py plus the Milvus client.
+    assert growth <= 20 * size_mb + 100, f"peak RSS grew by {growth:.0f} MB"
+    assert warm.status_code == 202
+    assert all(d.chunk_count > 200 for d in Document.objects.exclude(source_path="warm.md"))

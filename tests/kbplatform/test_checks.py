@@ -132,3 +132,14 @@ def test_W008_deploy_check_when_the_index_was_built_differently(store, settings)
     assert _ids(problems) == ["kbplatform.W008"]
     assert "keeps serving" in problems[0].msg
     assert "rebuild_hybrid_knowledge --confirm REBUILD" in problems[0].msg
+
+
+def test_W010_deploy_check_when_the_secret_key_was_generated(settings) -> None:
+    from kbplatform.checks import check_secret_key
+
+    settings.KB_SECRET_KEY_GENERATED = True
+    problems = check_secret_key()
+    assert _ids(problems) == ["kbplatform.W010"]
+    assert "DJANGO_SECRET_KEY" in (problems[0].hint or "")
+    settings.KB_SECRET_KEY_GENERATED = False
+    assert check_secret_key() == []

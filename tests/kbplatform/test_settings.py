@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import runpy
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ import kbplatform
 from kbplatform.env import env_bool, env_int, env_list, env_str
 
 SETTINGS_FILE = Path(kbplatform.__file__).parent / "settings.py"
+ROOT = SETTINGS_FILE.parent.parent
 PREFIXES = ("DJANGO_", "KB_", "CELERY_", "MILVUS_", "REDIS_", "DATABASE_")
 
 
@@ -121,7 +124,10 @@ def test_production_settings_come_from_the_environment(monkeypatch, tmp_path) ->
     database = values["DATABASES"]["default"]
     assert database["ENGINE"] == "django.db.backends.mysql"
     assert (database["HOST"], database["NAME"], database["USER"]) == ("db.internal", "kb", "kb")
-    assert database["OPTIONS"] == {"charset": "utf8mb4"}
+    # A statement waiting on another process's lock gives up (503) instead of hanging.
+    assert database["OPTIONS"] == {"charset": "utf8mb4", "init_command":
+                                   "SET SESSION lock_wait_timeout = 30, "
+                                   "innodb_lock_wait_timeout = 30"}
     assert values["CACHES"]["default"]["BACKEND"].endswith("RedisCache")
     assert values["CELERY_BROKER_URL"] == "redis://cache.internal:6379/0"
     assert values["CELERY_TASK_ALWAYS_EAGER"] is False
@@ -147,3 +153,30 @@ def test_a_bad_environment_stops_the_start_with_a_clear_message(monkeypatch, tmp
                                                                 message) -> None:
     with pytest.raises(ImproperlyConfigured, match=message.replace("(", r"\(")):
         _settings(monkeypatch, tmp_path, **env)
+
+
+def test_a_milvus_lite_path_in_MILVUS_URI_works_for_every_command(tmp_path) -> None:
+    """pymilvus reads MILVUS_URI itself when imported and accepted only http(s)://: the path
+    the README documents crashed every manage.py command."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIXES)}
+    env.update(DJANGO_SETTINGS_MODULE="kbplatform.settings", KB_VAR_DIR=str(tmp_path),
+               MILVUS_URI=str(tmp_path / "milvus.db"), CELERY_TASK_ALWAYS_EAGER="true")
+    done = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "System check identified no issues" in done.stdout
+
+
+def test_long_tasks_are_not_delivered_twice(monkeypatch, tmp_path) -> None:
+    """With late acks, Redis hands an unacknowledged task to another worker after the
+    visibility timeout (1 h by default): a long rebuild ran twice."""
+    values = _settings(monkeypatch, tmp_path)
+    assert values["CELERY_TASK_ACKS_LATE"] is True
+    assert values["CELERY_BROKER_TRANSPORT_OPTIONS"]["visibility_timeout"] >= 12 * 3600
+    shorter = _settings(monkeypatch, tmp_path, KB_TASK_VISIBILITY_TIMEOUT_SECONDS="7200")
+    assert shorter["CELERY_BROKER_TRANSPORT_OPTIONS"]["visibility_timeout"] == 7200
+
+
+def test_chunk_size_is_bounded(monkeypatch, tmp_path) -> None:
+    with pytest.raises(ImproperlyConfigured, match="KB_CHUNK_SIZE=5000 must be at most 2000"):
+        _settings(monkeypatch, tmp_path, KB_CHUNK_SIZE="5000")

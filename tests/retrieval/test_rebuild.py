@@ -182,3 +182,27 @@ def _rebuild() -> IndexVersion:
     from retrieval.rebuild import rebuild_hybrid_knowledge
 
     return rebuild_hybrid_knowledge()
+
+
+def test_a_rebuild_reads_the_stored_sources_a_batch_at_a_time(kb, store, ingest) -> None:
+    """It loaded every document's source text into memory at once."""
+    import re
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from retrieval.indexing import BATCH
+
+    for n in range(2 * BATCH + 5):
+        ingest(kb.dataset, f"doc-{n}.md", runbook(f"topic{n}"))
+
+    with CaptureQueriesContext(connection) as queries:
+        _rebuild()
+
+    reads = [q["sql"] for q in queries.captured_queries
+             if "source_text" in q["sql"] and q["sql"].lstrip().upper().startswith("SELECT")]
+    assert reads, "the rebuild read no source text"
+    for sql in reads:
+        listed = re.search(r"\.`?\"?id`?\"? IN \(([^)]*)\)", sql)
+        assert listed, f"a read of source texts without a bound: {sql[:200]}"
+        assert len(listed.group(1).split(",")) <= BATCH

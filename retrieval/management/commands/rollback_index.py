@@ -12,7 +12,8 @@ class Command(BaseCommand):
             "switch), after bringing it up to date with the database.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--version", type=int, help="the index version id (see the admin)")
+        parser.add_argument("--to", type=int, metavar="VERSION_ID",
+                            help="the index version id (see the admin); default: the last retired")
         parser.add_argument("--confirm", default="", help=f"must be {ROLLBACK_WORD}")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -20,10 +21,10 @@ class Command(BaseCommand):
             raise CommandError(f"a rollback switches every tenant's index: pass --confirm "
                                f"{ROLLBACK_WORD}")
         target = None
-        if options["version"] is not None:
-            target = IndexVersion.objects.filter(pk=options["version"]).first()
+        if options["to"] is not None:
+            target = IndexVersion.objects.filter(pk=options["to"]).first()
             if target is None:
-                raise CommandError(f"there is no index version {options['version']}")
+                raise CommandError(f"there is no index version {options['to']}")
         try:
             version = index_rollback(to=target)
         except (IndexNotReady, IndexOperationRunning) as exc:
