@@ -21,7 +21,7 @@ from datasets.ingestion.pipeline import ChunkDraft, build_chunks
 from datasets.models import Chunk, Document, evidence_key
 from retrieval import milvus
 from retrieval.embedders import Embedder
-from retrieval.index_versions import ServingIndex, serving_index
+from retrieval.index_versions import serving_index
 from retrieval.milvus.writer import ChunkRow
 from retrieval.models import IndexVersion
 from retrieval.writer_lock import milvus_writer
@@ -93,9 +93,10 @@ def _fresh(pks: Sequence[int]) -> dict[int, Document]:
     return {d.pk: d for d in Document.objects.select_related("dataset").filter(pk__in=pks)}
 
 
-def write_prepared(prepared: Sequence[Prepared], *, collection: str,
-                   scope: str = "all") -> list[Document]:
-    """Write what is still current into `collection` and record it; the documents written.
+def write_prepared(prepared: Sequence[Prepared], *, collection: str, scope: str = "all",
+                   record: bool = True) -> list[Document]:
+    """Write what is still current into `collection`; the documents written, as read under
+    the lock. `record`: the rows say so (not for a collection that does not serve yet).
 
     A document deleted, or given new content, since it was prepared is skipped: its own
     sync (queued with that change) writes it.
@@ -108,25 +109,31 @@ def write_prepared(prepared: Sequence[Prepared], *, collection: str,
         rows = [row for document, p in current for row in chunk_rows(document, p)]
         milvus.writer().replace_documents([d.doc_id for d, _ in current], rows,
                                           collection=collection, scope=scope)
+        if not record:
+            return [document for document, _ in current]
         with transaction.atomic():
-            Chunk.objects.filter(document__in=[d for d, _ in current]).delete()
-            Chunk.objects.bulk_create([
-                Chunk(document=document, chunk_index=draft.index, content=draft.content,
-                      breadcrumb=draft.breadcrumb[:1000],
-                      metadata={"search_chars": len(draft.search_text)})
-                for document, p in current for draft in p.drafts])
             for document, p in current:
-                Document.objects.filter(pk=document.pk).update(
-                    status=Document.Status.READY, chunk_count=len(p.drafts),
-                    indexed_hash=document.content_hash, error="")
-                synced(document)
+                _record(document.pk, p.drafts, revision=document.revision,
+                        content_hash=document.content_hash)
     return [document for document, _ in current]
 
 
-def synced(document: Document) -> None:
-    """Record that Milvus follows `document` as read (never moving the mark backwards)."""
-    Document.objects.filter(pk=document.pk, synced_revision__lt=document.revision).update(
-        synced_revision=document.revision)
+def _record(pk: int, drafts: Sequence[ChunkDraft], *, revision: int, content_hash: str) -> None:
+    """The row says what the index holds: READY with these chunks, synced up to `revision`."""
+    Chunk.objects.filter(document_id=pk).delete()
+    Chunk.objects.bulk_create([
+        Chunk(document_id=pk, chunk_index=d.index, content=d.content,
+              breadcrumb=d.breadcrumb[:1000], metadata={"search_chars": len(d.search_text)})
+        for d in drafts])
+    Document.objects.filter(pk=pk).update(status=Document.Status.READY, chunk_count=len(drafts),
+                                          indexed_hash=content_hash, error="")
+    _synced(pk, revision)
+
+
+def _synced(pk: int, revision: int) -> None:
+    """Milvus follows the row up to `revision` (the mark never moves backwards)."""
+    Document.objects.filter(pk=pk, synced_revision__lt=revision).update(
+        synced_revision=revision)
 
 
 def document_sync(*, document_id: int) -> Document | None:
@@ -137,9 +144,9 @@ def document_sync(*, document_id: int) -> Document | None:
     index = serving_index(collections=milvus.collections())
     scope = lock_scope(document)
     if document.deleted:
-        return _remove(document, index=index, scope=scope)
+        return _remove(document, scope=scope)
     if document.status == Document.Status.READY and document.indexed_hash == document.content_hash:
-        synced(document)  # indexed already: nothing for Milvus to follow
+        _synced(document.pk, document.revision)  # indexed already: nothing to follow
         return document
     Document.objects.filter(pk=document.pk).update(status=Document.Status.INDEXING)
     prepared = prepare([document], chunk_size=index.chunk_size,
@@ -152,7 +159,7 @@ def document_sync(*, document_id: int) -> Document | None:
     return written[0] if written else _fresh([document.pk]).get(document.pk)
 
 
-def _remove(document: Document, *, index: ServingIndex, scope: str) -> Document | None:
+def _remove(document: Document, *, scope: str) -> Document | None:
     with milvus_writer(scope):
         fresh = _fresh([document.pk]).get(document.pk)
         if fresh is None or not fresh.deleted:
@@ -160,7 +167,7 @@ def _remove(document: Document, *, index: ServingIndex, scope: str) -> Document 
         milvus.writer().delete_document(fresh.doc_id, collection=serving_index().collection,
                                         scope=scope)
         Chunk.objects.filter(document=fresh).delete()
-        synced(fresh)
+        _synced(fresh.pk, fresh.revision)
         return fresh
 
 
@@ -168,24 +175,14 @@ def record_written(written: dict[int, tuple[int, str]], *, version: IndexVersion
     """After a switch to `version`: the rows say what it holds, {pk: (revision, content
     hash)}, and their Chunk rows follow its splitter settings."""
     for batch in document_batches(list(written)):
-        drafts = {d.pk: chunk_drafts(d, chunk_size=version.chunk_size,
-                                     chunk_overlap=version.chunk_overlap)
-                  for d in batch if d.content_hash == written[d.pk][1]}
         with transaction.atomic():
-            Chunk.objects.filter(document_id__in=list(drafts)).delete()
-            Chunk.objects.bulk_create([
-                Chunk(document_id=pk, chunk_index=d.index, content=d.content,
-                      breadcrumb=d.breadcrumb[:1000], metadata={"search_chars": len(d.search_text)})
-                for pk, chunks in drafts.items() for d in chunks])
             for document in batch:
-                if document.pk not in drafts:
-                    continue  # new content since: its own sync writes it
                 revision, content_hash = written[document.pk]
-                Document.objects.filter(pk=document.pk).update(
-                    status=Document.Status.READY, indexed_hash=content_hash,
-                    chunk_count=len(drafts[document.pk]), error="")
-                Document.objects.filter(pk=document.pk, synced_revision__lt=revision).update(
-                    synced_revision=revision)
+                if document.content_hash != content_hash:
+                    continue  # new content since: its own sync writes it
+                _record(document.pk, chunk_drafts(document, chunk_size=version.chunk_size,
+                                                  chunk_overlap=version.chunk_overlap),
+                        revision=revision, content_hash=content_hash)
 
 
 def document_mark_failed(*, document_id: int, error: str) -> None:

@@ -28,10 +28,10 @@ from retrieval.index_versions import (
 )
 from retrieval.indexing import (
     Prepared,
-    chunk_rows,
     document_batches,
     prepare,
     record_written,
+    write_prepared,
 )
 from retrieval.models import IndexVersion
 from retrieval.reconcile import reconcile
@@ -70,17 +70,8 @@ def index_lock() -> AbstractContextManager[None]:
 
 def _copy(prepared: Sequence[Prepared], *, version: IndexVersion) -> dict[int, Written]:
     """Write `prepared` into the new collection as the rows are now (not yet serving)."""
-    with milvus_writer():
-        fresh = {d.pk: d for d in Document.objects.select_related("dataset").filter(
-            pk__in=[p.document.pk for p in prepared])}
-        current = [(fresh[p.document.pk], p) for p in prepared if p.document.pk in fresh
-                   and not fresh[p.document.pk].deleted
-                   and fresh[p.document.pk].content_hash == p.document.content_hash]
-        milvus.writer().replace_documents(
-            [d.doc_id for d, _ in current],
-            [row for d, p in current for row in chunk_rows(d, p)],
-            collection=version.collection_name)
-    return {d.pk: Written(d.revision, d.content_hash) for d, _ in current}
+    written = write_prepared(prepared, collection=version.collection_name, record=False)
+    return {d.pk: Written(d.revision, d.content_hash) for d in written}
 
 
 def _catch_up(version: IndexVersion, written: dict[int, Written]) -> dict[int, Written]:

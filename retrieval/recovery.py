@@ -15,8 +15,10 @@ from django.conf import settings
 from datasets.models import Job
 from datasets.services import documents_sync_due
 from kbplatform.tasks import send
+from retrieval.index_versions import serving_index
 from retrieval.models import IndexVersion
-from retrieval.rebuild import abandon, index_lock
+from retrieval.rebuild import IndexOperationRunning, abandon, index_lock
+from retrieval.reconcile import ReconcileReport, reconcile
 from retrieval.writer_lock import WriterBusy
 
 logger = logging.getLogger(__name__)
@@ -63,3 +65,18 @@ def _arguments(job: Job) -> tuple[object, ...]:
     if job.kind == Job.Kind.RECONCILE:
         return (bool(job.detail.get("repair")),)
     return ()
+
+
+def reconcile_serving(*, repair: bool) -> ReconcileReport:
+    """Reconcile the serving index; a repair first re-sends what is due, and never runs
+    beside a rebuild or rollback (IndexOperationRunning)."""
+    version = serving_index().version
+    if not repair:
+        return reconcile(version=version)
+    try:
+        with index_lock():
+            recover(grace_seconds=0)
+            return reconcile(version=version, repair=True)
+    except WriterBusy as exc:
+        raise IndexOperationRunning("a rebuild or rollback is running; try again when it is "
+                                    "done") from exc

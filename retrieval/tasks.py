@@ -19,6 +19,9 @@ from retrieval.embedders import EmbeddingAuthError, EmbeddingError
 from retrieval.index_versions import IndexNotReady
 from retrieval.indexing import document_mark_failed, document_sync
 from retrieval.milvus import VectorStoreRejected, VectorStoreUnavailable
+from retrieval.models import IndexVersion
+from retrieval.rebuild import IndexOperationRunning, index_rollback, rebuild_hybrid_knowledge
+from retrieval.recovery import reconcile_serving, recover
 from retrieval.writer_lock import WriterBusy
 
 logger = logging.getLogger(__name__)
@@ -91,8 +94,6 @@ def _claim(job_id: int) -> Job | None:
 
 @shared_task(acks_late=True)
 def rebuild_task(job_id: int) -> None:
-    from retrieval.rebuild import rebuild_hybrid_knowledge
-
     job = _claim(job_id)
     if job is None:
         return
@@ -104,9 +105,6 @@ def rebuild_task(job_id: int) -> None:
 
 @shared_task(acks_late=True)
 def rollback_task(job_id: int, version_id: int | None) -> None:
-    from retrieval.models import IndexVersion
-    from retrieval.rebuild import index_rollback
-
     job = _claim(job_id)
     if job is None:
         return
@@ -121,16 +119,13 @@ def rollback_task(job_id: int, version_id: int | None) -> None:
 
 @shared_task(acks_late=True)
 def reconcile_task(job_id: int, repair: bool) -> None:
-    from retrieval.index_versions import serving_index
-    from retrieval.reconcile import reconcile
-
     job = _claim(job_id)
     if job is None:
         return
     try:
-        report = reconcile(version=serving_index().version, repair=repair)
+        report = reconcile_serving(repair=repair)
         job_update(job, status=Job.Status.SUCCEEDED, detail=report.summary())
-    except IndexNotReady as exc:
+    except (IndexNotReady, IndexOperationRunning) as exc:
         job_fail(job, exc, public=str(exc))
     except Exception as exc:
         job_fail(job, exc)
@@ -138,6 +133,4 @@ def reconcile_task(job_id: int, repair: bool) -> None:
 
 @shared_task
 def recover_task() -> None:
-    from retrieval.recovery import recover
-
     recover()

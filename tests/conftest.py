@@ -12,8 +12,8 @@ import pytest
 from django.conf import settings
 from rest_framework.test import APIClient
 
+from kbplatform.processes import CeleryWorker, MilvusLiteServer
 from tests.datasets.builders import api_client
-from tests.services import CeleryWorker, MilvusLiteServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,8 +83,7 @@ def celery_worker(milvus_server: MilvusLiteServer | None, django_db_setup: Any,
         pytest.skip("the embedded run has no worker")
     from kbplatform.celery import app
 
-    db = settings.DATABASES["default"]
-    url = f"mysql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    url = database_url()
     app.control.purge()
     # A restarted worker re-syncs what a killed one left after 1 s (default 60 s).
     worker = CeleryWorker({"DATABASE_URL": url, "CELERY_TASK_ALWAYS_EAGER": "false",
@@ -93,6 +92,21 @@ def celery_worker(milvus_server: MilvusLiteServer | None, django_db_setup: Any,
     worker.start()
     yield worker
     worker.stop()
+
+
+def database_url() -> str:
+    """The test database as a DATABASE_URL, for the processes a test starts."""
+    from urllib.parse import quote
+
+    from django.db import connection
+
+    db = connection.settings_dict
+    if connection.vendor != "mysql":
+        return f"sqlite:///{db['NAME']}"
+    user, password = quote(str(db["USER"] or ""), safe=""), quote(str(db["PASSWORD"] or ""),
+                                                                    safe="")
+    return (f"mysql://{user}:{password}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 3306}/"
+            f"{db['NAME']}")
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 120.0, what: str = "") -> None:

@@ -15,7 +15,7 @@ from datasets.models import ApiKey
 from datasets.services import dataset_create, tenant_get_or_create
 from retrieval.embedders import get_embedder
 from retrieval.models import IndexVersion
-from tests.conftest import ROOT
+from tests.conftest import ROOT, database_url
 from tests.datasets.builders import api_client, runbook
 
 pytestmark = pytest.mark.django_db
@@ -109,8 +109,7 @@ def test_seed_script_refuses_without_confirm() -> None:
 def test_seed_script_rebuilds_the_test_database(store, kb, ingest) -> None:
     ingest(kb.dataset, "redis.md", runbook("redis"))
     old = store.alias_target()
-    db = settings.DATABASES["default"]
-    url = f"mysql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    url = database_url()
 
     result = _seed_script("--confirm", "REBUILD", env={"DATABASE_URL": url,
                                                        "MILVUS_URI": settings.MILVUS_URI})

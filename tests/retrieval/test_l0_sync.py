@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, database_url
 from tests.retrieval.conftest import (
     KAFKA,
     NGINX,
@@ -44,8 +44,7 @@ Okapis are counted from camera traps set along the rivers of the Ituri rain fore
 
 def manage(*args: str) -> str:
     """Run manage.py in a new process against this test's database and Milvus server."""
-    db = settings.DATABASES["default"]
-    url = f"mysql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    url = database_url()
     done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=300,
                           env={**os.environ, "DATABASE_URL": url,

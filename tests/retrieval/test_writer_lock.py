@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import connection
 
 from retrieval.writer_lock import WriterBusy, milvus_writer, process_lock
-from tests.conftest import BOTH_RUNTIMES, ROOT
+from tests.conftest import BOTH_RUNTIMES, ROOT, database_url
 
 HOLDER = """
 import json, os, sys, time
@@ -33,17 +33,10 @@ print(json.dumps(spans))
 """
 
 
-def _database_url() -> str:
-    db = connection.settings_dict
-    if connection.vendor == "mysql":
-        return f"mysql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    return f"sqlite:///{db['NAME']}"
-
-
 @BOTH_RUNTIMES
 @pytest.mark.django_db(transaction=True)
 def test_writers_in_different_processes_never_overlap(runtime: str, tmp_path: Path) -> None:
-    env = {**os.environ, "DATABASE_URL": _database_url(), "MILVUS_URI": settings.MILVUS_URI,
+    env = {**os.environ, "DATABASE_URL": database_url(), "MILVUS_URI": settings.MILVUS_URI,
            "KB_VAR_DIR": str(settings.VAR_DIR), "DJANGO_SETTINGS_MODULE": "kbplatform.settings"}
     processes = [subprocess.Popen([sys.executable, "-c", HOLDER], cwd=ROOT, env=env,
                                   stdout=subprocess.PIPE, text=True) for _ in range(3)]
@@ -57,7 +50,7 @@ def test_writers_in_different_processes_never_overlap(runtime: str, tmp_path: Pa
 @BOTH_RUNTIMES
 @pytest.mark.django_db(transaction=True)
 def test_the_lock_is_reentrant_in_a_thread_and_busy_for_another_process(runtime: str) -> None:
-    env = {**os.environ, "DATABASE_URL": _database_url(), "MILVUS_URI": settings.MILVUS_URI,
+    env = {**os.environ, "DATABASE_URL": database_url(), "MILVUS_URI": settings.MILVUS_URI,
            "KB_VAR_DIR": str(settings.VAR_DIR), "DJANGO_SETTINGS_MODULE": "kbplatform.settings"}
     probe = ("import django; django.setup()\n"
              "from retrieval.writer_lock import WriterBusy, milvus_writer\n"

@@ -3,7 +3,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from retrieval.loadtest import LoadTestError, load_test, sigterm_as_interrupt
+from retrieval.loadtest import LoadTestError
+from retrieval.loadtest.deployment import sigterm_as_interrupt
+from retrieval.loadtest.run import load_test
 
 
 class Command(BaseCommand):

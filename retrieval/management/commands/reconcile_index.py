@@ -3,11 +3,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from retrieval.index_versions import IndexNotReady, serving_index
-from retrieval.rebuild import IndexOperationRunning, index_lock
-from retrieval.reconcile import reconcile
-from retrieval.recovery import recover
-from retrieval.writer_lock import WriterBusy
+from retrieval.index_versions import IndexNotReady
+from retrieval.rebuild import IndexOperationRunning
+from retrieval.recovery import reconcile_serving
 
 
 class Command(BaseCommand):
@@ -21,18 +19,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            version = serving_index().version
-            if options["repair"]:
-                with index_lock():  # not during a rebuild or rollback
-                    recover(grace_seconds=0)
-                    report = reconcile(version=version, repair=True)
-            else:
-                report = reconcile(version=version)
-        except IndexNotReady as exc:
+            report = reconcile_serving(repair=options["repair"])
+        except (IndexNotReady, IndexOperationRunning) as exc:
             raise CommandError(str(exc)) from exc
-        except WriterBusy as exc:
-            raise CommandError(str(IndexOperationRunning(
-                "a rebuild or rollback is running; try again when it is done"))) from exc
         if options["json"]:
             self.stdout.write(json.dumps(report.summary(), ensure_ascii=False))
         else:

@@ -1,0 +1,219 @@
+"""The local processes a deployment runs on one machine, supervised: started with a log file,
+waited for until ready, stopped with the signal each one needs.
+
+Used by the load test (`manage.py load_test`) and by the test suite's fixtures.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import urlparse
+
+ROOT = Path(__file__).resolve().parent.parent
+HOST = "127.0.0.1"
+
+
+class ServiceError(RuntimeError):
+    """A process could not be started, exited while starting, or was not ready in time."""
+
+
+def free_port() -> int:
+    # The kernel hands out an unused port; gRPC would otherwise share a taken one silently.
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def wait_for_port(host: str, port: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not port_open(host, port):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"nothing listens on {host}:{port} after {timeout}s")
+        time.sleep(0.2)
+
+
+def _default_sigint() -> None:
+    # A shell that runs its jobs in the background makes their children ignore SIGINT, which
+    # is Milvus Lite's only clean stop: give it back the default.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+class Service:
+    """One supervised process: `argv()` and `ready()` say what it is and when it serves."""
+
+    name = "service"
+    stop_signal: int = signal.SIGTERM
+
+    def __init__(self, log: Path, env: Mapping[str, str] | None = None, *,
+                 own_session: bool = False) -> None:
+        self.log = log
+        self.env = dict(env or {})  # on top of this process's environment
+        # A session of its own: a Ctrl-C at the terminal reaches the supervisor only, which
+        # then stops its processes in the order it chooses.
+        self.own_session = own_session
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def ready(self) -> bool:
+        raise NotImplementedError
+
+    def start(self, timeout: float = 120.0) -> None:
+        argv = self.argv()
+        try:
+            with self.log.open("ab") as out:
+                self.process = subprocess.Popen(
+                    argv, cwd=ROOT, env={**os.environ, **self.env}, stdout=out,
+                    stderr=subprocess.STDOUT, start_new_session=self.own_session,
+                    preexec_fn=_default_sigint)
+        except OSError as exc:
+            raise ServiceError(f"{self.name}: cannot run {argv[0]} ({exc.strerror})") from exc
+        deadline = time.monotonic() + timeout
+        while not self.ready():
+            if self.process.poll() is not None:
+                code, self.process = self.process.returncode, None
+                raise ServiceError(f"{self.name} exited with {code}; its log: {self.log}\n"
+                                   f"{self.tail()}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise ServiceError(f"{self.name} did not start in {timeout:.0f} s; its log: "
+                                   f"{self.log}\n{self.tail()}")
+            time.sleep(0.2)
+
+    def tail(self, lines: int = 15) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def pause(self) -> None:
+        """Hung: the process and its port stay, nothing answers (SIGSTOP)."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
+    def stop(self, sig: int | None = None) -> None:
+        """The class's clean stop unless told another signal; SIGKILL after 30 s."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(self.stop_signal if sig is None else sig)
+        process.send_signal(signal.SIGCONT)  # a paused process handles the signal once resumed
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def kill(self) -> None:
+        """Dies at once, as an OOM kill or a lost machine does: nothing is acknowledged."""
+        self.stop(signal.SIGKILL)
+
+
+class MilvusLiteServer(Service):
+    """`milvus-lite server` with one worker thread: the setting under which no row was lost."""
+
+    name = "milvus-lite"
+    # The server's only clean shutdown (SIGTERM ends it like SIGKILL).
+    stop_signal = signal.SIGINT
+
+    def __init__(self, uri: str, data_dir: Path, log: Path,
+                 env: Mapping[str, str] | None = None, *, own_session: bool = False) -> None:
+        super().__init__(log, env, own_session=own_session)
+        parsed = urlparse(uri)
+        self.host, self.port = parsed.hostname or HOST, parsed.port or 19530
+        self.data_dir = data_dir
+
+    @property
+    def uri(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def argv(self) -> list[str]:
+        return [str(Path(sys.executable).parent / "milvus-lite"), "server", "--data-dir",
+                str(self.data_dir), "--host", self.host, "--port", str(self.port),
+                "--max-workers", "1"]
+
+    def ready(self) -> bool:
+        return port_open(self.host, self.port)
+
+
+class CeleryWorker(Service):
+    """A worker on the indexing queue, concurrency 1 (the single Milvus writer)."""
+
+    name = "celery worker"
+
+    def __init__(self, env: Mapping[str, str], log: Path, *, hostname: str | None = None,
+                 own_session: bool = False) -> None:
+        super().__init__(log, env, own_session=own_session)
+        self.hostname = hostname
+
+    def argv(self) -> list[str]:
+        named = ["--hostname", self.hostname] if self.hostname else []
+        return [sys.executable, "-m", "celery", "-A", "kbplatform", "worker", "--pool", "solo",
+                "--concurrency", "1", "--queues", "indexing,celery", "--without-gossip",
+                "--without-mingle", *named, "--loglevel", "INFO"]
+
+    def start(self, timeout: float = 120.0) -> None:
+        self.log.write_text("")  # "ready." below must be this start's
+        super().start(timeout)
+
+    def ready(self) -> bool:
+        return "ready." in self.log.read_text(errors="replace")
+
+
+class GunicornServer(Service):
+    """The web application: one gunicorn worker with threads."""
+
+    name = "gunicorn"
+
+    def __init__(self, port: int, log: Path, env: Mapping[str, str] | None = None, *,
+                 threads: int = 8, own_session: bool = False) -> None:
+        super().__init__(log, env, own_session=own_session)
+        self.port = port
+        self.threads = threads
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "gunicorn", "kbplatform.wsgi:application", "--bind",
+                f"{HOST}:{self.port}", "--workers", "1", "--threads", str(self.threads),
+                "--timeout", "120", "--graceful-timeout", "10"]
+
+    def ready(self) -> bool:
+        return port_open(HOST, self.port)
+
+
+class RedisServer(Service):
+    """A private, memory-only redis-server (`redis-server` on PATH)."""
+
+    name = "redis-server"
+
+    def __init__(self, port: int, data_dir: Path, log: Path,
+                 env: Mapping[str, str] | None = None, *, own_session: bool = False) -> None:
+        super().__init__(log, env, own_session=own_session)
+        self.port = port
+        self.data_dir = data_dir
+
+    @property
+    def url(self) -> str:
+        return f"redis://{HOST}:{self.port}"
+
+    def argv(self) -> list[str]:
+        return [shutil.which("redis-server") or "redis-server", "--bind", HOST, "--port",
+                str(self.port), "--save", "", "--appendonly", "no", "--dir", str(self.data_dir)]
+
+    def ready(self) -> bool:
+        return port_open(HOST, self.port)
