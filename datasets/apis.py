@@ -79,8 +79,8 @@ class DocumentListApi(APIView):
                    responses={200: DocumentListOutput, **errors(401, 404, 503)})
     def get(self, request: Request, dataset_id: str) -> Response:
         dataset = dataset_get(caller=caller(request), dataset_id=dataset_id)
-        return Response({"documents": DocumentOutput(document_list(dataset=dataset),
-                                                     many=True).data})
+        documents = document_list(caller=caller(request), dataset=dataset)
+        return Response({"documents": DocumentOutput(documents, many=True).data})
 
     @extend_schema(
         operation_id="document_upload", summary="Upload a markdown document",

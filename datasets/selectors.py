@@ -46,8 +46,12 @@ def dataset_get(*, caller: Caller, dataset_id: int | str) -> Dataset:
     return dataset
 
 
-def document_list(*, dataset: Dataset) -> QuerySet[Document]:
-    return Document.objects.filter(dataset=dataset, deleted=False).order_by("source_path")
+def document_list(*, caller: Caller, dataset: Dataset) -> QuerySet[Document]:
+    """Live documents; a tool key sees the activated ones only (what a lookup may serve)."""
+    documents = Document.objects.filter(dataset=dataset, deleted=False)
+    if not caller.is_admin:
+        documents = documents.filter(activated=True)
+    return documents.order_by("source_path")
 
 
 def document_get(*, caller: Caller, doc_id: str) -> Document:
@@ -67,9 +71,12 @@ def job_get(*, caller: Caller, job_id: int | str) -> Job:
     pk = db_id(job_id)
     job = None
     if pk is not None:
-        mine = Q(tenant_id=caller.tenant.pk)
-        if caller.is_scoped:
-            mine &= Q(dataset_id__in=caller.datasets().values("pk"))
+        # A job of a dataset the key may not see does not exist for it, like the dataset;
+        # a tenant job of no dataset (an import) is for keys of the whole tenant.
+        visible = Q(dataset_id__in=caller.datasets().values("pk"))
+        if not caller.is_scoped:
+            visible |= Q(dataset__isnull=True)
+        mine = Q(tenant_id=caller.tenant.pk) & visible
         if caller.is_platform:
             mine |= Q(tenant__isnull=True)
         job = Job.objects.filter(mine, pk=pk).first()

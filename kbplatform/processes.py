@@ -46,10 +46,13 @@ def wait_for_port(host: str, port: int, timeout: float = 60.0) -> None:
         time.sleep(0.2)
 
 
-def _default_sigint() -> None:
-    # A shell that runs its jobs in the background makes their children ignore SIGINT, which
-    # is Milvus Lite's only clean stop: give it back the default.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+# A shell that runs us in the background makes its children ignore SIGINT, Milvus Lite's only
+# clean stop. A preexec_fn could reset it, but it forces a fork() of this multithreaded
+# process, and gRPC's fork handlers then abort or hang the child. So each service starts
+# through a tiny launcher that gives SIGINT its default back and execs the command.
+_WITH_DEFAULT_SIGINT = [sys.executable, "-c",
+                        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                        "os.execvp(sys.argv[1], sys.argv[1:])"]
 
 
 class Service:
@@ -78,9 +81,8 @@ class Service:
         try:
             with self.log.open("ab") as out:
                 self.process = subprocess.Popen(
-                    argv, cwd=ROOT, env={**os.environ, **self.env}, stdout=out,
-                    stderr=subprocess.STDOUT, start_new_session=self.own_session,
-                    preexec_fn=_default_sigint)
+                    [*_WITH_DEFAULT_SIGINT, *argv], cwd=ROOT, env={**os.environ, **self.env},
+                    stdout=out, stderr=subprocess.STDOUT, start_new_session=self.own_session)
         except OSError as exc:
             raise ServiceError(f"{self.name}: cannot run {argv[0]} ({exc.strerror})") from exc
         deadline = time.monotonic() + timeout

@@ -157,9 +157,11 @@ def abandon(version: IndexVersion, exc: BaseException) -> None:
 
 def _follow_up(written: dict[int, Written]) -> None:
     """Changes made after the switch's read get a sync of their own, on the new index."""
-    changed = Document.objects.filter(dataset__evaluation=False).values_list("pk", "revision")
-    for pk, revision in changed.iterator():
-        if pk not in written or written[pk].revision != revision:
+    rows = Document.objects.filter(dataset__evaluation=False).values_list(
+        "pk", "revision", "deleted")
+    for pk, revision, deleted in rows.iterator():
+        changed = written[pk].revision != revision if pk in written else not deleted
+        if changed:
             send("retrieval.tasks.sync_document", pk, None)
 
 

@@ -77,10 +77,12 @@ def sync_document(self, document_id: int, job_id: int | None = None) -> None:  #
     except Exception as exc:  # our own bug: recorded, and raised for the worker's log
         _give_up(document_id, job_id, exc)
         raise
-    chunks = document.chunk_count if document else 0
+    if document is None or document.deleted:
+        job_update(job, status=Job.Status.SUCCEEDED, done=1, detail={"skipped": "deleted"})
+        return
+    document.refresh_from_db(fields=["chunk_count"])  # written by the sync with update()
     job_update(job, status=Job.Status.SUCCEEDED, done=1,
-               detail={"chunks": chunks} if document and not document.deleted
-               else {"skipped": "deleted"})
+               detail={"chunks": document.chunk_count})
 
 
 def _claim(job_id: int) -> Job | None:

@@ -103,6 +103,32 @@ def test_traces_and_the_evidence_guard_stay_in_scope(kb, store, secret) -> None:
         assert confirmed["ready"] == ids
 
 
+def test_a_job_of_a_deactivated_dataset_does_not_exist_for_a_tool_key(kb, store,
+                                                                         secret) -> None:
+    """Found by the property tests: the tenant's tool key read it."""
+    job = Job.objects.filter(dataset=kb.dataset).first()
+    assert job is not None and kb.tool.get(f"/api/jobs/{job.pk}").status_code == 200
+    kb.dataset.activated = False
+    kb.dataset.save()
+
+    _same_as_missing(kb.tool.get(f"/api/jobs/{job.pk}"), kb.tool.get(f"/api/jobs/{MISSING}"),
+                     job.pk)
+    assert kb.admin.get(f"/api/jobs/{job.pk}").status_code == 200  # admins manage it still
+    listed = kb.tool.get(f"/api/datasets/{kb.dataset.pk}/documents")
+    assert listed.status_code == 404
+
+
+def test_a_tool_key_lists_only_what_a_lookup_may_serve(kb, store, secret) -> None:
+    other, document = secret
+    kb.admin.patch(f"/api/documents/{document.doc_key}", {"activated": False}, format="json")
+
+    as_tool = kb.tool.get(f"/api/datasets/{kb.dataset.pk}/documents").json()["documents"]
+    as_admin = kb.admin.get(f"/api/datasets/{kb.dataset.pk}/documents").json()["documents"]
+
+    assert as_tool == []
+    assert [(d["document_id"], d["activated"]) for d in as_admin] == [(document.doc_key, False)]
+
+
 def test_platform_jobs_are_not_a_tenants_to_read(kb, make_key) -> None:
     _, operator = make_key(tenant="platform-ops", role="platform")
     started = api_client(operator).post("/api/knowledge/reconcile")

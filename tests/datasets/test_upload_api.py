@@ -223,6 +223,6 @@ def test_the_reindex_endpoint_indexes_a_failed_document_again(kb, store, ingest,
 
     assert response.status_code == 202, response.content
     job = kb.admin.get(f"/api/jobs/{response.json()['job']['id']}").json()
-    assert job["status"] == "succeeded"
+    assert (job["status"], job["detail"]) == ("succeeded", {"chunks": 2})
     document.refresh_from_db()
     assert (document.status, document.error, document.sync_pending) == ("ready", "", False)
