@@ -159,12 +159,6 @@ def document_store(*, dataset: Dataset, file_name: str, raw: bytes, max_bytes: i
         return UploadOutcome(document=document, job=_sync_job(document, queue), changed=True)
 
 
-def document_upload(*, dataset: Dataset, file_name: str, raw: bytes,
-                    max_bytes: int) -> UploadOutcome:
-    """Store the document; it is indexed in the background (202 + a job to follow)."""
-    return document_store(dataset=dataset, file_name=file_name, raw=raw, max_bytes=max_bytes)
-
-
 def _fill(document: Document, valid: Validated) -> None:
     parsed = valid.parsed
     document.file_name = valid.name

@@ -16,6 +16,7 @@ from typing import Protocol
 
 import numpy as np
 from django.conf import settings
+from django.utils.crypto import salted_hmac
 
 logger = logging.getLogger(__name__)
 
@@ -195,7 +196,10 @@ class CachedEmbedder:
     def embed_query(self, text: str) -> list[float]:
         from django.core.cache import cache
 
-        key = f"kb:qvec:{self.name}:{_text_hash(text)}"
+        # Keyed: a plain hash of a short question in a shared cache is one dictionary lookup
+        # away from the question (the raw query is kept nowhere by default).
+        digest = salted_hmac("kbplatform.query-vector", text, algorithm="sha256").hexdigest()
+        key = f"kb:qvec:{self.name}:{digest}"
         try:
             packed = cache.get(key)
         except Exception:  # the cache is an optimisation: a down Redis must not fail lookups

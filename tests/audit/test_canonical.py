@@ -18,6 +18,7 @@ from datasets.services import tenant_get_or_create
 from retrieval.project import invocation_of
 from retrieval.types import ContextPack, PackedEvidence
 from tests.conftest import BOTH_RUNTIMES
+from tests.datasets.builders import runbook
 from tests.retrieval.builders import chunk, lookup_result
 
 
@@ -102,3 +103,35 @@ def test_pruning_deletes_expired_records_and_keeps_live_ones(settings) -> None:
     assert list(CanonicalInvocation.objects.values_list("tool_call_id", flat=True)) == \
         ["call-new"]
     assert canonical_get(tenant_id=tenant, tool_call_id="call-old") is None
+
+
+@pytest.mark.embedded
+@pytest.mark.django_db
+def test_no_table_keeps_the_raw_query_by_default(kb, store, ingest) -> None:
+    """The full query and excerpts sat for 7 days in the cache table, whatever
+    KB_AUDIT_STORE_RAW_QUERY said."""
+    import base64
+    import hashlib
+    import pickle
+
+    from django.db import connection
+
+    from audit.models import ToolInvocation
+
+    ingest(kb.dataset, "redis.md", runbook("redis"))
+    query = "how do I restart redis on the payroll cluster"
+    answer = kb.tool.post("/api/tools/lookup_knowledge", {"query": query, "session_id": "s-p"},
+                          format="json")
+    assert answer.status_code == 200
+
+    plain_hash = hashlib.sha256(query.encode()).hexdigest()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT cache_key, value FROM kb_cache")
+        # The database cache keeps base64 pickles: read what they hold.
+        cached = " ".join(f"{k} {pickle.loads(base64.b64decode(v))!r}"  # noqa: S301
+                          for k, v in cursor.fetchall())
+    stored = " ".join(str(r) for r in CanonicalInvocation.objects.values_list("record",
+                                                                            flat=True))
+    audit = " ".join(str(r) for r in ToolInvocation.objects.values_list("details", "query_text"))
+    for where in (cached, stored, audit):
+        assert "payroll" not in where and plain_hash not in where

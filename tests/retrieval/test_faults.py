@@ -362,3 +362,4 @@ def test_toggles_during_a_rebuild_are_all_honoured_after_the_switch(
         served = document.doc_key in found_doc_ids(answer)
         assert served == Document.objects.get(pk=document.pk).activated, topic
     assert_agree()
+

@@ -192,3 +192,13 @@ def test_the_embedded_milvus_lite_file_filters_and_replaces_like_the_server(stor
     milvus.writer().replace_documents([10], [], collection="biz_e1")
     assert store.chunk_ids(10, collection="biz_e1") == []
     assert store.count("biz_e1") == 2
+
+
+def test_a_row_milvus_refuses_is_a_permanent_error_not_a_transient_one(store, db) -> None:
+    """A category over the field's 100 characters was retried as if Milvus were down."""
+    from retrieval.milvus import VectorStoreRejected
+
+    milvus.collections().create("biz_r", DIM)
+    with pytest.raises(VectorStoreRejected, match="refused"):
+        milvus.writer().replace_documents([], [_row("10#chunk-0", category="x" * 101)],
+                                          collection="biz_r")
