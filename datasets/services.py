@@ -180,6 +180,7 @@ def _due(document: Document, **changes: object) -> None:
     if document.pk:
         document.revision += 1
     document.save()
+    _documents_changed(document.dataset_id)
 
 
 def _sync_job(document: Document, queue: bool = True) -> Job | None:
@@ -199,7 +200,13 @@ def document_set_activation(*, document: Document, activated: bool) -> Document:
         if locked.activated != activated and not locked.deleted:
             locked.activated = activated
             locked.save(update_fields=["activated", "updated_at"])
+            _documents_changed(locked.dataset_id)
     return locked
+
+
+def _documents_changed(dataset_id: int) -> None:
+    Dataset.objects.filter(pk=dataset_id).update(
+        documents_revision=F("documents_revision") + 1)
 
 
 def document_delete(*, document: Document) -> None:

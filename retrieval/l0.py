@@ -1,8 +1,9 @@
 """What lookups need to know about the documents of (tenant, datasets), kept in sync with the
 database in every web and worker process: the L0 index and the deactivated documents.
 
-Each process caches one view per (tenant, datasets) with a fingerprint of the documents (count
-and last change). A lookup reads the fingerprint (one small query) and rebuilds the view when
+Each process caches one view per (tenant, datasets) with the datasets' document revisions
+(bumped by datasets/services.py with every change lookups must see). A lookup reads them (one
+query over the datasets' rows, whatever their number of documents) and rebuilds the view when
 another process changed a document: no invalidation messages to lose.
 """
 
@@ -12,9 +13,9 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db.models import Count, F, Max, Q, QuerySet
+from django.db.models import F, Q, QuerySet
 
-from datasets.models import Document
+from datasets.models import Dataset, Document
 from retrieval.transform import L0Document, L0Index
 
 # Deactivated documents excluded in the Milvus filter itself, so that they do not take places
@@ -30,7 +31,7 @@ class DocumentsView:
     excluded: tuple[int, ...]
 
 
-_cache: dict[tuple[int, tuple[int, ...]], tuple[tuple[object, ...], DocumentsView]] = {}
+_cache: dict[tuple[int, tuple[int, ...]], tuple[tuple[tuple[int, int], ...], DocumentsView]] = {}
 _lock = threading.Lock()
 
 
@@ -40,9 +41,8 @@ def _documents(tenant_id: int, dataset_ids: Sequence[int]) -> QuerySet[Document]
 
 def documents_view(*, tenant_id: int, dataset_ids: Sequence[int]) -> DocumentsView:
     key = (tenant_id, tuple(sorted(dataset_ids)))
-    stats = _documents(tenant_id, key[1]).aggregate(n=Count("pk"), changed=Max("updated_at"),
-                                                     revisions=Max("revision"))
-    fingerprint = (stats["n"], stats["changed"], stats["revisions"])
+    fingerprint = tuple(Dataset.objects.filter(pk__in=key[1]).order_by("pk").values_list(
+        "pk", "documents_revision"))
     with _lock:
         cached = _cache.get(key)
         if cached and cached[0] == fingerprint:
