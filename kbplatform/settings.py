@@ -13,6 +13,7 @@ import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
 from kbplatform.env import env_bool, env_int, env_list, env_str, generated_secret
+from kbplatform.processes import served_uri
 
 # Lets runtime code write ModelAdmin[Model] and Serializer[T], as the type checker does.
 django_stubs_ext.monkeypatch()
@@ -57,6 +58,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files (the admin's CSS/JS, Swagger UI) from the web process itself.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -109,6 +112,13 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+# WhiteNoise serves what `collectstatic` put in STATIC_ROOT (with compressed copies; set-up
+# runs it), or the apps' own static folders where it has not run yet (tests, a bare checkout).
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = not (STATIC_ROOT / "admin").is_dir()
 
 # Redis: cache (L0 index version, embeddings of queries) and canonical invocations.
 REDIS_URL = env_str("REDIS_URL")
@@ -133,7 +143,16 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # twice. A worker that dies is covered by the recovery instead (retrieval/recovery.py).
 KB_TASK_VISIBILITY_TIMEOUT_SECONDS = env_int("KB_TASK_VISIBILITY_TIMEOUT_SECONDS", 12 * 3600,
                                              minimum=60)
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": KB_TASK_VISIBILITY_TIMEOUT_SECONDS}
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
+    "visibility_timeout": KB_TASK_VISIBILITY_TIMEOUT_SECONDS}
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    # One machine without Redis (the demo): messages are files under VAR_DIR/broker.
+    _queue = VAR_DIR / "broker" / "queue"
+    _control = VAR_DIR / "broker" / "control"
+    for _folder in (_queue, _control):
+        _folder.mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS.update(
+        data_folder_in=str(_queue), data_folder_out=str(_queue), control_folder=str(_control))
 KB_RECOVERY_INTERVAL_SECONDS = env_int("KB_RECOVERY_INTERVAL_SECONDS", 300, minimum=5)
 # A change younger than this most likely still has its message in the queue: not re-sent.
 KB_RECOVERY_GRACE_SECONDS = env_int("KB_RECOVERY_GRACE_SECONDS", 60, minimum=0)
@@ -148,7 +167,10 @@ KB_WRITER_LOCK_TIMEOUT_SECONDS = env_int("KB_WRITER_LOCK_TIMEOUT_SECONDS", 600, 
 
 # Milvus: a local path is Milvus Lite in-process; http(s):// is a server (Lite server,
 # Standalone, Distributed, Zilliz Cloud).
-MILVUS_URI = env_str("MILVUS_URI", str(VAR_DIR / "milvus.db"))
+# The embedded default is the file var/milvus.db, unless the demo's Milvus Lite server serves
+# it (kbplatform/demo.py): then every process, the command-line twins too, connects to that.
+MILVUS_URI = (env_str("MILVUS_URI") or served_uri(VAR_DIR / "milvus.db")
+              or str(VAR_DIR / "milvus.db"))
 MILVUS_TOKEN = env_str("MILVUS_TOKEN")
 MILVUS_COLLECTION = env_str("MILVUS_COLLECTION", "biz")
 MILVUS_TIMEOUT_SECONDS = env_int("MILVUS_TIMEOUT_SECONDS", 10, minimum=1)
@@ -214,10 +236,16 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("KB_LOG_LEVEL", "INFO")},
     "loggers": {
         **{name: {"level": "WARNING"} for name in ("jieba", "milvus_lite", "faiss")},
+        # A Milvus Lite file held by another process: the store says what to do about it.
+        "milvus_lite.server_manager": {"level": "CRITICAL"},
         # pymilvus logs every failed RPC with a traceback, expected ones too (an alias that
         # does not exist yet); the store logs the failures that matter itself.
         "pymilvus.decorators": {"level": "CRITICAL"},
         # Milvus Lite has no MVCC timestamp RPC: every query iterator warns about it.
         "pymilvus.orm.iterator": {"level": "ERROR"},
+        # A folder as the broker has no host name, which kombu warns about on every connect.
+        "kombu.connection": {"level": "ERROR"},
+        # Tasks run in-process report themselves in the command that ran them.
+        **({"celery.app.trace": {"level": "WARNING"}} if CELERY_TASK_ALWAYS_EAGER else {}),
     },
 }
