@@ -2,9 +2,12 @@
 # One command for the whole suite: set up, lint, type-check, then the tests twice:
 #   1. integration: MariaDB, Redis, a Milvus Lite server and a real Celery worker;
 #   2. embedded defaults: SQLite, a Milvus Lite file and tasks in-process.
-# Needs MariaDB on 127.0.0.1:3306 (root, no password) and Redis on 127.0.0.1:6379.
+# Needs MariaDB on 127.0.0.1:3306 (root, no password) and Redis on 127.0.0.1:6379; installs
+# the system packages it needs when run as root (otherwise it says which).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# mysqlclient builds against libmariadb; the browser tests drive Debian's chromium.
+bash scripts/system-packages.sh libmariadb-dev pkg-config gcc chromium fonts-wqy-zenhei
 bash scripts/setup.sh "mysql,dev"
 . .venv/bin/activate
 
