@@ -107,6 +107,10 @@ class DocumentListApi(APIView):
                            f"{settings.KB_MAX_UPLOAD_BYTES}", code="too_large", status_code=413)
         outcome = document_store(dataset=dataset, file_name=upload.name or "", raw=upload.read(),
                                  max_bytes=settings.KB_MAX_UPLOAD_BYTES)
+        # As they are now: with tasks run in-process (the embedded defaults) the job is done.
+        outcome.document.refresh_from_db()
+        if outcome.job:
+            outcome.job.refresh_from_db()
         body = {"document": DocumentOutput(outcome.document).data, "changed": outcome.changed,
                 "job": JobOutput(outcome.job).data if outcome.job else None}
         return Response(body, status=status.HTTP_202_ACCEPTED if outcome.job
@@ -156,6 +160,7 @@ class DocumentReindexApi(APIView):
         document = document_get(caller=caller(request), doc_id=doc_id)
         job = document_reindex(document=document)
         document.refresh_from_db()
+        job.refresh_from_db()
         return Response({"document": DocumentOutput(document).data, "job": JobOutput(job).data},
                         status=status.HTTP_202_ACCEPTED)
 

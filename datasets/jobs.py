@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.utils import timezone
+
 from datasets.models import Job
 
 logger = logging.getLogger(__name__)
@@ -28,7 +30,7 @@ def job_update(job: Job | None, *, status: str | None = None, done: int | None =
         setattr(job, key, value)
     if changes:
         # .update() and not .save(): a worker must not overwrite fields it did not change.
-        Job.objects.filter(pk=job.pk).update(**changes)
+        Job.objects.filter(pk=job.pk).update(**changes, updated_at=timezone.now())
 
 
 def job_fail(job: Job | None, exc: BaseException, *, public: str = GENERIC_ERROR) -> None:

@@ -243,6 +243,7 @@ def _confirmed(request: Request, word: str, what: str) -> None:
 
 
 def _started(job: Job) -> Response:
+    job.refresh_from_db()  # with tasks run in-process (the embedded defaults) it is done
     return Response({"job": JobOutput(job).data, "task_id": str(job.pk)},
                     status=status.HTTP_202_ACCEPTED)
 

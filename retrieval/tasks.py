@@ -11,6 +11,7 @@ import time
 
 from celery import shared_task
 from django.db import DatabaseError
+from django.utils import timezone
 
 from datasets.ingestion.parse import DocumentParseError
 from datasets.jobs import GENERIC_ERROR, job_fail, job_update
@@ -88,7 +89,7 @@ def sync_document(self, document_id: int, job_id: int | None = None) -> None:  #
 def _claim(job_id: int) -> Job | None:
     """The job, if this delivery is the one that runs it (a redelivered message is not)."""
     if Job.objects.filter(pk=job_id, status=Job.Status.QUEUED).update(
-            status=Job.Status.RUNNING) != 1:
+            status=Job.Status.RUNNING, updated_at=timezone.now()) != 1:
         logger.info("job %s is not queued any more; this delivery does nothing", job_id)
         return None
     return Job.objects.get(pk=job_id)

@@ -161,6 +161,19 @@ def test_rebuild_pays_no_embedding_for_unchanged_text(kb, store, ingest) -> None
 
 
 @pytest.mark.embedded
+@pytest.mark.django_db(transaction=True)  # commits as a request does: the task runs then
+def test_rebuild_api_on_the_embedded_defaults_answers_the_jobs_true_status(
+        kb, store, ingest, make_key, eager_tasks) -> None:
+    """Tasks run in-process: the job is done when the answer is written, and says so (it
+    answered "queued" for a finished rebuild)."""
+    ingest(kb.dataset, "redis.md", runbook("redis"))
+    _, secret = make_key(tenant="platform-ops", role="platform")
+    response = api_client(secret).post(f"{REBUILD}?confirm=REBUILD")
+    assert response.status_code == 202
+    assert response.json()["job"]["status"] == "succeeded"
+
+
+@pytest.mark.embedded
 def test_rebuild_command_on_the_embedded_defaults(kb, store, ingest) -> None:
     redis = ingest(kb.dataset, "redis.md", runbook("redis"))
     ingest(kb.dataset, "kafka.md", runbook("kafka"))
