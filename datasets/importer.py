@@ -43,10 +43,21 @@ def markdown_files(root: Path) -> list[Path]:
                   and path.name.lower() != "readme.md")
 
 
+@dataclass(frozen=True)
+class Stored:
+    """One file handled: `outcome` is queued, unchanged or FAILED: <why>."""
+
+    number: int
+    total: int
+    path: str
+    outcome: str
+    document_id: int | None
+
+
 def knowledge_import(*, root: Path, tenant_slug: str, dataset_name: str, job: Job | None = None,
-                     progress: Callable[[int, int, str, str], None] | None = None,
-                     ) -> ImportSummary:
-    """Store every markdown file under `root` and queue its indexing; never modifies files."""
+                     progress: Callable[[Stored], None] | None = None) -> ImportSummary:
+    """Store every markdown file under `root` and queue its indexing; never modifies files.
+    In-process tasks (the embedded defaults) index each file before the next is read."""
     tenant = tenant_get_or_create(slug=tenant_slug)
     dataset, _ = Dataset.objects.get_or_create(tenant=tenant, name=dataset_name)
     files = markdown_files(root)
@@ -54,6 +65,7 @@ def knowledge_import(*, root: Path, tenant_slug: str, dataset_name: str, job: Jo
     job_update(job, status=Job.Status.RUNNING, total=len(files), done=0)
     for number, path in enumerate(files, 1):
         relative = path.relative_to(root).as_posix()
+        document_id = None
         try:
             outcome = document_store(dataset=dataset, file_name=path.name, raw=path.read_bytes(),
                                      max_bytes=settings.KB_MAX_UPLOAD_BYTES,
@@ -62,6 +74,7 @@ def knowledge_import(*, root: Path, tenant_slug: str, dataset_name: str, job: Jo
             summary.failed.append((relative, str(exc.detail)))
             outcome_text = f"FAILED: {exc.detail}"
         else:
+            document_id = outcome.document.pk
             if outcome.job is None:
                 summary.unchanged += 1
                 outcome_text = "unchanged"
@@ -70,7 +83,7 @@ def knowledge_import(*, root: Path, tenant_slug: str, dataset_name: str, job: Jo
                 outcome_text = "queued"
         job_update(job, done=number)
         if progress:
-            progress(number, len(files), relative, outcome_text)
+            progress(Stored(number, len(files), relative, outcome_text, document_id))
     job_update(job, status=Job.Status.SUCCEEDED if not summary.failed else Job.Status.FAILED,
                detail={"queued": len(summary.queued), "unchanged": summary.unchanged,
                        "failed": summary.failed},

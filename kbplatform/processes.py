@@ -1,11 +1,13 @@
 """The local processes a deployment runs on one machine, supervised: started with a log file,
 waited for until ready, stopped with the signal each one needs.
 
-Used by the load test (`manage.py load_test`) and by the test suite's fixtures.
+Used by the demo (kbplatform/demo.py), the load test (`manage.py load_test`) and the test
+suite's fixtures.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -152,6 +154,30 @@ class MilvusLiteServer(Service):
 
     def ready(self) -> bool:
         return port_open(self.host, self.port)
+
+    def publish(self) -> None:
+        """Tell every process that would open the data directory itself to connect to this
+        server instead (a Milvus Lite file can be opened by one process only)."""
+        _served_file(self.data_dir).write_text(json.dumps(
+            {"uri": self.uri, "pid": self.process.pid if self.process else None}))
+
+    def stop(self, sig: int | None = None) -> None:
+        _served_file(self.data_dir).unlink(missing_ok=True)
+        super().stop(sig)
+
+
+def _served_file(data_dir: Path) -> Path:
+    return data_dir.with_name(data_dir.name + ".server.json")
+
+
+def served_uri(data_dir: Path) -> str | None:
+    """The URI of the running `milvus-lite server` that published `data_dir`, if any."""
+    try:
+        served = json.loads(_served_file(data_dir).read_text())
+        os.kill(int(served["pid"]), 0)  # still running (a crash leaves the file behind)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return str(served["uri"])
 
 
 class CeleryWorker(Service):

@@ -65,6 +65,8 @@ class MilvusConnection:
                     self._client = MilvusClient(uri=self.uri, token=self._token,
                                                 timeout=self.timeout, grpc_options=_GRPC)
                 except Exception as exc:  # pymilvus raises several unrelated types here
+                    if self.is_local and "Open local milvus failed" in str(exc):
+                        raise VectorStoreUnavailable(_file_in_use(self.uri)) from exc
                     raise VectorStoreUnavailable(
                         f"cannot connect to Milvus: {type(exc).__name__}") from exc
             return self._client
@@ -101,6 +103,13 @@ class MilvusConnection:
 
     def options(self) -> dict[str, Any]:
         return {"timeout": self.timeout}
+
+
+def _file_in_use(path: str) -> str:
+    return (f"the Milvus Lite file {path} is open in another process (a file opens in one "
+            f"process at a time): stop that process, or serve the file to every process with "
+            f"`milvus-lite server --data-dir {path} --port 19530` and "
+            f"MILVUS_URI=http://127.0.0.1:19530 (scripts/demo.sh does this for var/milvus.db)")
 
 
 _connections: dict[int, MilvusConnection] = {}

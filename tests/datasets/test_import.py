@@ -43,10 +43,9 @@ def test_import_creates_tenant_and_dataset_prints_progress_and_skips_readme(
 
     lines = _import(str(root), "--tenant", "newco", "--dataset", "runbooks")
 
-    assert lines[:2] == ["[1/2] redis.md: queued", "[2/2] sub/kafka.md: queued"]
-    assert lines[2:] == ["indexed 2/2 documents (5 chunks)",
-                         "done: 2 files, 2 indexed, 0 unchanged, 0 failed, 5 chunks in "
-                         "newco/runbooks"]
+    assert lines[-2].startswith(f"[{'#' * 24}] 2/2 documents · 5 chunks · ")
+    assert lines[-1] == ("done: 2 files, 2 indexed, 0 unchanged, 0 failed, 5 chunks in "
+                         "newco/runbooks")
     dataset = Dataset.objects.get(tenant=Tenant.objects.get(slug="newco"), name="runbooks")
     documents = Document.objects.filter(dataset=dataset)
     assert sorted(documents.values_list("source_path", flat=True)) == ["redis.md",
@@ -62,7 +61,7 @@ def test_second_import_reports_everything_unchanged(store, tmp_path) -> None:
 
     lines = _import(str(root))
 
-    assert lines[:2] == ["[1/2] redis.md: unchanged", "[2/2] sub/kafka.md: unchanged"]
+    assert lines[-2].startswith(f"[{'#' * 24}] 2/2 documents · 0 chunks · ")
     assert lines[-1] == ("done: 2 files, 0 indexed, 2 unchanged, 0 failed, 0 chunks in "
                          "default/knowledge-base")
     assert Document.objects.count() == 2 and store.count() == 5
@@ -78,8 +77,8 @@ def test_bad_files_are_reported_and_the_others_still_imported(store, tmp_path) -
         call_command("import_knowledge", str(root), stdout=out, stderr=err)
 
     lines = out.getvalue().splitlines()
-    assert lines[0].startswith("[1/4] gbk.md: FAILED: the file is not valid UTF-8")
     assert lines[-1].startswith("done: 4 files, 2 indexed, 0 unchanged, 2 failed")
+    assert "failed: gbk.md: the file is not valid UTF-8" in err.getvalue()
     assert "failed: yaml.md: malformed YAML frontmatter" in err.getvalue()
     assert sorted(Document.objects.values_list("source_path", flat=True)) == ["redis.md",
                                                                              "sub/kafka.md"]
@@ -112,6 +111,22 @@ def test_background_import_runs_as_a_job_with_progress(store, tmp_path) -> None:
     assert Document.objects.filter(status=Document.Status.READY).count() == 2
 
 
+def test_progress_is_one_redrawn_line_on_a_terminal_with_rate_and_eta(monkeypatch) -> None:
+    from kbplatform import progress
+
+    clock = iter([0.0, 2.0, 4.0])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    written: list[str] = []
+    bar = progress.ProgressBar(written.append, tty=True, total=4, unit="documents")
+    bar.update(1, "10 chunks", rate_of=(10, "chunks"))
+    bar.update(4, "40 chunks", rate_of=(40, "chunks"))
+    bar.update(4, "40 chunks")  # finished: nothing more
+
+    assert written == [
+        f"\r[{'#' * 6}{'.' * 18}] 1/4 documents · 10 chunks · 5.0 chunks/s · ETA 6s",
+        f"\r[{'#' * 24}] 4/4 documents · 40 chunks · 10.0 chunks/s · in 4s\n"]
+
+
 def test_a_missing_folder_is_a_command_error(tmp_path) -> None:
     with pytest.raises(CommandError, match="is not a directory"):
         _import(str(tmp_path / "nowhere"))
@@ -124,7 +139,7 @@ def test_import_of_the_sample_knowledge_base_then_lookup(store, make_key) -> Non
 
     files = sorted(p for p in settings.KB_KNOWLEDGE_DIR.rglob("*.md")
                    if p.name.lower() != "readme.md")
-    assert len(lines) == len(files) + 2  # a line per file, the indexing, the summary
+    assert lines[-2].startswith(f"[{'#' * 24}] {len(files)}/{len(files)} documents · ")
     summary = lines[-1]
     assert summary.startswith(f"done: {len(files)} files, {len(files)} indexed, 0 unchanged, "
                               "0 failed")
@@ -154,9 +169,9 @@ def test_reimport_after_an_edit_on_the_embedded_defaults(store, tmp_path, make_k
 
     lines = _import(str(root))
 
-    assert lines == ["[1/1] dns.md: queued", "indexed 1/1 documents (1 chunks)",
-                     "done: 1 files, 1 indexed, 0 unchanged, 0 failed, 1 chunks in "
-                     "default/knowledge-base"]
+    assert lines[-2].startswith(f"[{'#' * 24}] 1/1 documents · 1 chunks · ")
+    assert lines[-1] == ("done: 1 files, 1 indexed, 0 unchanged, 0 failed, 1 chunks in "
+                         "default/knowledge-base")
     document = Document.objects.get()
     assert store.chunk_ids(document.doc_id) == [f"{document.doc_id}#chunk-0"]
     _, secret = make_key(tenant="default")

@@ -1,13 +1,15 @@
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from datasets.importer import IndexingState, documents_wait, knowledge_import
-from datasets.models import Job
+from datasets.importer import IndexingState, Stored, documents_wait, knowledge_import
+from datasets.models import Document, Job
 from datasets.services import tenant_get_or_create
 from datasets.tasks import import_knowledge_task
+from kbplatform.progress import ProgressBar
 
 
 class Command(BaseCommand):
@@ -37,16 +39,12 @@ class Command(BaseCommand):
             self.stdout.write(f"import queued as job {job.pk}")
             return
 
-        def stored(number: int, total: int, path: str, outcome: str) -> None:
-            self.stdout.write(f"[{number}/{total}] {path}: {outcome}")
-
-        def indexed(state: IndexingState) -> None:
-            self.stdout.write(f"indexed {state.done}/{state.total} documents "
-                              f"({state.chunks} chunks)")
-
+        progress = _Progress(lambda text: self.stdout.write(text, ending=""),
+                             tty=self.stdout.isatty())
         summary = knowledge_import(root=root, tenant_slug=options["tenant"],
-                                   dataset_name=options["dataset"], progress=stored)
-        state = documents_wait(summary.queued, timeout=options["timeout"], progress=indexed)
+                                   dataset_name=options["dataset"], progress=progress.stored)
+        state = documents_wait(summary.queued, timeout=options["timeout"],
+                               progress=progress.indexed)
         failed = summary.failed + state.failed
         self.stdout.write(
             f"done: {summary.found} files, {state.done - len(state.failed)} indexed, "
@@ -60,3 +58,34 @@ class Command(BaseCommand):
                                f"'{settings.KB_INDEXING_QUEUE}' queue?")
         if failed:
             raise CommandError(f"{len(failed)} file(s) could not be imported")
+
+
+class _Progress:
+    """One bar over the files: a file counts when it is indexed, unchanged or refused. Tasks
+    in-process index each file as it is stored; a worker indexes them after."""
+
+    def __init__(self, write: Callable[[str], object], *, tty: bool) -> None:
+        self.write, self.tty = write, tty
+        self.bar: ProgressBar | None = None
+        self.settled = 0  # unchanged or refused: nothing to wait for
+        self.chunks = 0  # indexed in-process
+
+    def stored(self, step: Stored) -> None:
+        if self.bar is None:
+            self.bar = ProgressBar(self.write, tty=self.tty, total=step.total,
+                                   unit="documents")
+        if step.outcome != "queued" or step.document_id is None:
+            self.settled += 1
+        elif settings.CELERY_TASK_ALWAYS_EAGER:
+            self.chunks += Document.objects.filter(pk=step.document_id).values_list(
+                "chunk_count", flat=True).first() or 0
+        else:
+            return  # indexed by a worker: `indexed` follows it
+        self.bar.update(step.number if settings.CELERY_TASK_ALWAYS_EAGER else self.settled,
+                        f"{self.chunks} chunks", rate_of=(self.chunks, "chunks"))
+
+    def indexed(self, state: IndexingState) -> None:
+        if self.bar is None or settings.CELERY_TASK_ALWAYS_EAGER:
+            return
+        self.bar.update(self.settled + state.done, f"{state.chunks} chunks",
+                        rate_of=(state.chunks, "chunks"))

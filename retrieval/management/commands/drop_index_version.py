@@ -1,13 +1,14 @@
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from retrieval.index_versions import IndexNotReady
+from retrieval.management.store import StoreCommand
 from retrieval.models import IndexVersion
 from retrieval.rebuild import DROP_WORD, index_version_drop
 
 
-class Command(BaseCommand):
+class Command(StoreCommand):
     help = "Drop the collection of a retired or failed index version (no rollback to it after)."
 
     def add_arguments(self, parser: CommandParser) -> None:

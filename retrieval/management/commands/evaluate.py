@@ -2,7 +2,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from retrieval.config import RagConfigConverter, RagConfigError
 from retrieval.evaluation import (
@@ -12,9 +12,10 @@ from retrieval.evaluation import (
     evaluate,
     load_suite,
 )
+from retrieval.management.store import StoreCommand
 
 
-class Command(BaseCommand):
+class Command(StoreCommand):
     help = ("Measure retrieval quality on a BEIR-format suite (corpus.jsonl, queries.jsonl, "
             "qrels/test.tsv) through the platform's own ingestion and lookup.")
 

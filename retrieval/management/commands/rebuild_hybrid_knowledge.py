@@ -1,11 +1,12 @@
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
+from retrieval.management.store import StoreCommand
 from retrieval.rebuild import CONFIRM_WORD, IndexOperationRunning, rebuild_hybrid_knowledge
 
 
-class Command(BaseCommand):
+class Command(StoreCommand):
     help = ("Re-index every document into a new collection and serve it. Lookups keep working "
             "meanwhile; a failure leaves the old index serving; the old one is kept for "
             "`rollback_index` until `drop_index_version` drops it.")

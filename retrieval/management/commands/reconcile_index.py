@@ -1,14 +1,15 @@
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from retrieval.index_versions import IndexNotReady
+from retrieval.management.store import StoreCommand
 from retrieval.rebuild import IndexOperationRunning
 from retrieval.recovery import reconcile_serving
 
 
-class Command(BaseCommand):
+class Command(StoreCommand):
     help = ("Compare the serving index with the database (chunks, content, activation, "
             "deleted documents) and report drift; --repair makes Milvus and the Chunk rows "
             "follow the database. Exits 1 when drift was found and not repaired.")

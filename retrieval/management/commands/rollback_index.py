@@ -1,13 +1,14 @@
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from retrieval.index_versions import IndexNotReady
+from retrieval.management.store import StoreCommand
 from retrieval.models import IndexVersion
 from retrieval.rebuild import ROLLBACK_WORD, IndexOperationRunning, index_rollback
 
 
-class Command(BaseCommand):
+class Command(StoreCommand):
     help = ("Serve a retired index version again (default: the one serving before the last "
             "switch), after bringing it up to date with the database.")
 

@@ -1,0 +1,204 @@
+"""The demo: the whole platform on one machine with the embedded defaults, run the way a
+deployment runs it. `bash scripts/demo.sh` creates the virtualenv and runs this module:
+
+- a Milvus Lite server on var/milvus.db, published so that every `manage.py` command started in
+  another shell connects to it too (a Milvus Lite file can be opened by one process only);
+- a Celery worker with a folder as its broker (no Redis needed): uploads, imports and rebuilds
+  run in the background, and their jobs say truly where they are;
+- gunicorn, static files included (WhiteNoise), answering before the import starts;
+- knowledge_base/ imported with one progress bar; the addresses and credentials printed last.
+
+Ctrl-C stops the web, the worker and the Milvus Lite server, in that order. Each runs in a
+session of its own and logs to var/log/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from kbplatform.processes import (
+    HOST,
+    ROOT,
+    CeleryWorker,
+    GunicornServer,
+    MilvusLiteServer,
+    Service,
+    ServiceError,
+    free_port,
+    port_open,
+    served_uri,
+)
+
+T = TypeVar("T")
+
+TENANT, DATASET = "demo", "runbooks"
+MILVUS_PORT = 19530
+# The demo always runs on the embedded defaults, whatever this shell has configured.
+PRODUCTION_SETTINGS = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "MILVUS_URI",
+                       "CELERY_TASK_ALWAYS_EAGER")
+
+
+class DemoError(Exception):
+    """Something the person running the demo must act on: printed without a traceback."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/demo.sh", description=__doc__.split("\n")[0])
+    parser.add_argument("--port", type=int, default=8000, help="the web port (default 8000)")
+    args = parser.parse_args(argv)
+    # Ctrl-C stops the demo even when a shell started it in the background (which ignores
+    # SIGINT for its children); SIGTERM stops it the same way.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    demo = Demo(port=args.port)
+    try:
+        demo.run()
+    except DemoError as exc:
+        print(f"\ndemo: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nstopping…")
+    finally:
+        demo.stop()
+    return 0
+
+
+class Demo:
+    def __init__(self, *, port: int) -> None:
+        self.port = port
+        self.var = Path(os.environ.get("KB_VAR_DIR", ROOT / "var"))
+        self.logs = self.var / "log"
+        self.services: list[Service] = []
+        self.started = float(os.environ.get("KB_DEMO_STARTED") or time.time())
+        self.timings: list[tuple[str, float]] = []
+
+    def run(self) -> None:
+        for name in PRODUCTION_SETTINGS:
+            os.environ.pop(name, None)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        password = _admin_password(self.var / "demo.env")
+        self._check_free()
+        self._timed("set-up", self._set_up)
+        env = self._timed("services", self._start_services)
+        os.environ.update(env)  # the commands below reach the same server and worker
+        self._manage("prepare_demo", "--tenant", TENANT, "--admin-password-env",
+                     "KB_DEMO_ADMIN_PASSWORD", "--key-file", str(self.var / "demo-tool-key.txt"),
+                     env={"KB_DEMO_ADMIN_PASSWORD": password})
+        print(f"the web answers at http://{HOST}:{self.port}/ — importing knowledge_base/ "
+              "meanwhile (the worker indexes it):", flush=True)
+        self._timed("import", lambda: self._manage(
+            "import_knowledge", "knowledge_base", "--tenant", TENANT, "--dataset", DATASET,
+            show=True))
+        self._banner(password)
+        self._supervise()
+
+    def _check_free(self) -> None:
+        served = served_uri(self.var / "milvus.db")
+        if served:
+            raise DemoError(f"a demo is running already (its Milvus Lite server answers at "
+                            f"{served}); stop it with Ctrl-C in its terminal first")
+        if port_open(HOST, self.port):
+            raise DemoError(f"port {self.port} is taken: stop what runs there, or run "
+                            f"`bash scripts/demo.sh --port {self.port + 1}`")
+
+    def _set_up(self) -> None:
+        self._manage("migrate", "--no-input")
+        self._manage("createcachetable")
+        self._manage("collectstatic", "--no-input")
+
+    def _start_services(self) -> dict[str, str]:
+        port = MILVUS_PORT if not port_open(HOST, MILVUS_PORT) else free_port()
+        milvus = MilvusLiteServer(f"http://{HOST}:{port}", self.var / "milvus.db",
+                                  self.logs / "milvus.log", own_session=True)
+        self._start(milvus)
+        milvus.publish()
+        env = {"MILVUS_URI": milvus.uri, "CELERY_BROKER_URL": "filesystem://",
+               "CELERY_TASK_ALWAYS_EAGER": "false"}
+        self._start(CeleryWorker(env, self.logs / "worker.log", hostname="demo@%h",
+                                 own_session=True))
+        self._start(GunicornServer(self.port, self.logs / "web.log", env, own_session=True))
+        return env
+
+    def _start(self, service: Service) -> None:
+        try:
+            service.start()
+        except ServiceError as exc:
+            raise DemoError(str(exc)) from exc
+        self.services.append(service)
+
+    def _manage(self, *command: str, show: bool = False, env: dict[str, str] | None = None,
+                ) -> None:
+        """`manage.py COMMAND`: its output shown live, or only if it fails."""
+        argv = [sys.executable, "manage.py", *command]
+        full_env = {**os.environ, **(env or {})}
+        if show:
+            code = subprocess.call(argv, cwd=ROOT, env=full_env)
+            output = ""
+        else:
+            done = subprocess.run(argv, cwd=ROOT, env=full_env, capture_output=True, text=True)
+            code, output = done.returncode, done.stdout + done.stderr
+        if code:
+            raise DemoError(f"`manage.py {' '.join(command)}` failed ({code}):\n{output}")
+
+    def _timed(self, what: str, step: Callable[[], T]) -> T:
+        began = time.monotonic()
+        result = step()
+        self.timings.append((what, time.monotonic() - began))
+        return result
+
+    def _banner(self, password: str) -> None:
+        key = (self.var / "demo-tool-key.txt").read_text().strip()
+        took = ", ".join(f"{what} {seconds:.0f} s" for what, seconds in self.timings)
+        site = f"http://{HOST}:{self.port}"
+        print(f"""
+kbplatform runs at {site}/   (ready in {time.time() - self.started:.0f} s: {took})
+  admin:     {site}/admin/   user: admin   password: {password}
+  API docs:  {site}/api/docs
+  tool key:  {key}   (also in {self.var / 'demo-tool-key.txt'})
+  try:       curl -s -X POST {site}/api/tools/lookup_knowledge \\
+               -H "Authorization: Bearer $(cat {self.var / 'demo-tool-key.txt'})" \\
+               -H 'Content-Type: application/json' -d '{{"query": "Redis 内存满了怎么办"}}'
+  or, in another shell of this checkout (it reaches the same Milvus Lite server):
+             .venv/bin/python manage.py lookup --tenant {TENANT} --trace "Redis 内存满了怎么办"
+  logs:      {self.logs}/
+Ctrl-C stops the demo.""", flush=True)
+
+    def _supervise(self) -> None:
+        while True:
+            for service in self.services:
+                if service.process is not None and service.process.poll() is not None:
+                    raise DemoError(f"{service.name} stopped ({service.process.returncode}); "
+                                    f"its log: {service.log}\n{service.tail()}")
+            time.sleep(1)
+
+    def stop(self) -> None:
+        for service in reversed(self.services):  # web, worker, then Milvus (SIGINT)
+            service.stop()
+        self.services.clear()
+
+
+def _admin_password(path: Path) -> str:
+    """The demo's admin password: generated once and kept in var/demo.env, never in the repo."""
+    values = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            name, _, value = line.removeprefix("export ").partition("=")
+            values[name.strip()] = value.strip()
+    if not values.get("KB_DEMO_ADMIN_PASSWORD"):
+        values["KB_DEMO_ADMIN_PASSWORD"] = secrets.token_urlsafe(12)
+        path.write_text("".join(f"export {k}={v}\n" for k, v in values.items()))
+        path.chmod(0o600)
+    return values["KB_DEMO_ADMIN_PASSWORD"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
