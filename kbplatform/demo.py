@@ -54,12 +54,14 @@ class DemoError(Exception):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/demo.sh", description=__doc__.split("\n")[0])
     parser.add_argument("--port", type=int, default=8000, help="the web port (default 8000)")
+    parser.add_argument("--knowledge", default="knowledge_base",
+                        help="the folder of markdown to import (default knowledge_base/)")
     args = parser.parse_args(argv)
     # Ctrl-C stops the demo even when a shell started it in the background (which ignores
     # SIGINT for its children); SIGTERM stops it the same way.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    demo = Demo(port=args.port)
+    demo = Demo(port=args.port, knowledge=args.knowledge)
     try:
         demo.run()
     except DemoError as exc:
@@ -73,8 +75,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class Demo:
-    def __init__(self, *, port: int) -> None:
+    def __init__(self, *, port: int, knowledge: str) -> None:
         self.port = port
+        self.knowledge = knowledge
         self.var = Path(os.environ.get("KB_VAR_DIR", ROOT / "var"))
         self.logs = self.var / "log"
         self.services: list[Service] = []
@@ -93,10 +96,10 @@ class Demo:
         self._manage("prepare_demo", "--tenant", TENANT, "--admin-password-env",
                      "KB_DEMO_ADMIN_PASSWORD", "--key-file", str(self.var / "demo-tool-key.txt"),
                      env={"KB_DEMO_ADMIN_PASSWORD": password})
-        print(f"the web answers at http://{HOST}:{self.port}/ — importing knowledge_base/ "
+        print(f"the web answers at http://{HOST}:{self.port}/ — importing {self.knowledge} "
               "meanwhile (the worker indexes it):", flush=True)
         self._timed("import", lambda: self._manage(
-            "import_knowledge", "knowledge_base", "--tenant", TENANT, "--dataset", DATASET,
+            "import_knowledge", self.knowledge, "--tenant", TENANT, "--dataset", DATASET,
             show=True))
         self._banner(password)
         self._supervise()
