@@ -22,8 +22,11 @@ from retrieval.services import index_operation_start, rag_config_update
 
 class RagConfigForm(forms.ModelForm):
     # The JSON list column is edited as checkboxes; the converter says "choose at least one".
+    # A declared field does not take the model default as its initial value: give it, so the
+    # add form starts from the built-in defaults like every other field.
     enabled_retrievers = forms.MultipleChoiceField(
         choices=[(r, r) for r in cfg.RETRIEVERS], required=False,
+        initial=list(cfg.RagSettings().enabled_retrievers),
         widget=forms.CheckboxSelectMultiple)
 
     class Meta:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -12,8 +13,9 @@ from django.urls import reverse
 
 from datasets.models import Dataset, Job, Tenant
 from retrieval.admin import RagConfigAdmin, RagConfigForm
-from retrieval.config import RagConfigConverter, RagSettings
+from retrieval.config import SETTING_NAMES, RagConfigConverter, RagSettings
 from retrieval.models import IndexVersion, RagConfig, RagConfigChange
+from tests.conftest import BOTH_RUNTIMES
 from tests.datasets.test_admin import assert_flat, tenant_dataset
 
 pytestmark = pytest.mark.django_db
@@ -118,6 +120,30 @@ def test_admin_pages_create_and_show_history(admin_client: Any, tenant: Tenant) 
     assert bad.status_code == 200
     assert "requires enable_quality_assessment" in bad.content.decode()
     assert RagConfig.objects.get(pk=config.pk).version == 2
+
+
+def as_posted(value: Any) -> Any:
+    """A form value as a browser submits what the widget shows."""
+    if value is None:
+        return ""
+    return value if isinstance(value, list) else str(value)
+
+
+@BOTH_RUNTIMES
+def test_the_add_form_starts_from_the_defaults_and_saves_them(runtime: str, admin_client: Any,
+                                                             tenant: Tenant) -> None:
+    add_url = reverse("admin:retrieval_ragconfig_add")
+    form = admin_client.get(add_url).context["adminform"].form
+    shown = {name: form[name].value() for name in SETTING_NAMES}  # as the widgets show them
+    assert {**shown, "metadata_filters": json.loads(shown["metadata_filters"])} == (
+        RagConfigConverter.to_dict(RagSettings()))
+
+    # Pick the tenant, change nothing else, Save (an unticked checkbox is not posted).
+    data = {name: as_posted(value) for name, value in shown.items() if value is not False}
+    data.update({"tenant": tenant.pk, "changes-TOTAL_FORMS": "0", "changes-INITIAL_FORMS": "0"})
+    response = admin_client.post(add_url, data)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    assert RagConfig.objects.get(tenant=tenant).to_settings() == RagSettings()
 
 
 def rag_config(n: int) -> RagConfig:
