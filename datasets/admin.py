@@ -7,13 +7,17 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
+from django.utils.html import format_html
 
 from datasets.auth import api_key_create
 from datasets.ingestion.transformers import SecretRedactor
 from datasets.models import ApiKey, Chunk, Dataset, Document, Job, Tenant
 from datasets.services import (
+    UploadOutcome,
     document_delete,
     document_reindex,
     document_set_activation,
@@ -115,6 +119,23 @@ class DocumentUploadForm(forms.ModelForm[Document]):
         return data
 
 
+def upload_message(outcome: UploadOutcome) -> str:
+    """One message: which document, and what the upload did to it."""
+    document = outcome.document
+    url = reverse("admin:datasets_document_change", args=[document.pk])
+    name = format_html("“<a href=\"{}\">{}</a>”", url, document.source_path)
+    if document.title and document.title != document.source_path:
+        name = format_html("{} ({})", name, document.title)
+    job = format_html(" (job {})", outcome.job.pk) if outcome.job else ""
+    if outcome.changed:
+        queued = format_html(": queued for indexing{}", job) if outcome.job else ""
+        return format_html("Added {} to {}{}.", name, document.dataset, queued)
+    if outcome.job:
+        return format_html("{} is unchanged, but was not indexed yet: indexing queued "
+                           "again{}.", name, job)
+    return format_html("{} is unchanged and already indexed: nothing to do.", name)
+
+
 @admin.register(Document)
 class DocumentAdmin(admin.ModelAdmin[Document]):
     list_display = ["source_path", "title", "dataset", "category", "activated", "status",
@@ -153,11 +174,25 @@ class DocumentAdmin(admin.ModelAdmin[Document]):
         data = form.cleaned_data
         outcome = document_store(dataset=data["dataset"], file_name=data["upload"].name,
                                  raw=data["raw"], max_bytes=settings.KB_MAX_UPLOAD_BYTES)
-        # The admin's "added" message and history name `obj`: make it the stored document.
+        # The admin's history names `obj`: make it the stored document.
         obj.pk, obj.source_path = outcome.document.pk, outcome.document.source_path
         obj._state.adding = False
-        messages.info(request, "indexing started" if outcome.job else
-                      "the document is unchanged: nothing to index")
+        self.message_user(request, upload_message(outcome),
+                          messages.SUCCESS if outcome.changed else messages.INFO)
+
+    def response_add(self, request: HttpRequest, obj: Document,
+                     post_url_continue: str | None = None) -> HttpResponse:
+        # save_model has said what happened to the upload; Django's "was added successfully"
+        # would be a second message, and a wrong one for an unchanged re-upload.
+        if "_continue" in request.POST:
+            url = reverse("admin:datasets_document_change", args=[obj.pk])
+        elif "_addanother" in request.POST:
+            url = request.path
+        else:
+            return self.response_post_save_add(request, obj)
+        context: dict[str, Any] = {"preserved_filters": self.get_preserved_filters(request),
+                                   "opts": self.opts}
+        return HttpResponseRedirect(add_preserved_filters(context, url))
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # deletion must also reach Milvus: the "delete" action

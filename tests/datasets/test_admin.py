@@ -9,6 +9,7 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import Permission, User
 from django.db import connection
+from django.db.models import F
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
@@ -16,6 +17,7 @@ from datasets.admin import DocumentUploadForm
 from datasets.auth import api_key_create
 from datasets.models import Chunk, Dataset, Document, Job, Tenant
 from datasets.services import document_store
+from tests.conftest import BOTH_RUNTIMES
 from tests.datasets.builders import markdown, md_file, runbook
 
 pytestmark = pytest.mark.django_db
@@ -193,6 +195,41 @@ def test_duplicate_name_with_other_content_is_refused(admin_client: Client) -> N
     assert not Chunk.objects.exists()
 
 
+def messages_of(response: Any) -> list[str]:
+    return [str(m) for m in response.context["messages"]]
+
+
+@BOTH_RUNTIMES
+def test_an_upload_says_once_what_happened_to_which_document(runtime: str,
+                                                             admin_client: Client) -> None:
+    dataset = tenant_dataset(1)
+    response = upload(admin_client, dataset, "redis.md", runbook("redis"))
+    doc, job = Document.objects.get(), Job.objects.get()
+    link = f'“<a href="{DOCUMENTS}{doc.pk}/change/">redis.md</a>” (redis runbook)'
+    assert messages_of(response) == [
+        f"Added {link} to t1/ds1: queued for indexing (job {job.pk})."]
+
+    # Not indexed yet (no worker ran): the same bytes again queue the indexing again.
+    response = upload(admin_client, dataset, "redis.md", runbook("redis"))
+    again = Job.objects.latest("pk")
+    assert again != job and messages_of(response) == [
+        f"{link} is unchanged, but was not indexed yet: indexing queued again (job {again.pk})."]
+
+    # Indexed: nothing to do, nothing queued.
+    Document.objects.filter(pk=doc.pk).update(status=Document.Status.READY,
+                                              synced_revision=F("revision"))
+    response = upload(admin_client, dataset, "redis.md", runbook("redis"))
+    assert messages_of(response) == [f"{link} is unchanged and already indexed: nothing to do."]
+    assert Job.objects.count() == 2
+
+
+def test_save_and_continue_after_an_upload_opens_the_document(admin_client: Client) -> None:
+    dataset = tenant_dataset(1)
+    response = admin_client.post(ADD, {"dataset": dataset.pk, "_continue": "1",
+                                       "upload": md_file("redis.md", runbook("redis"))})
+    assert response["Location"] == f"{DOCUMENTS}{Document.objects.get().pk}/change/"
+
+
 def test_valid_upload_writes_one_document_and_one_job(admin_client: Client) -> None:
     dataset = tenant_dataset(1)
     response = upload(admin_client, dataset, "redis.md", runbook("redis"))
@@ -200,10 +237,9 @@ def test_valid_upload_writes_one_document_and_one_job(admin_client: Client) -> N
     doc = Document.objects.get()
     assert (doc.dataset, doc.source_path, doc.status) == (dataset, "redis.md", "pending")
     assert Job.objects.get().document == doc
-    html = response.content.decode()
-    assert "indexing started" in html.lower()
-    # The "added" message names the stored document.
-    assert f'{DOCUMENTS}{doc.pk}/change/">redis.md</a>' in html
+    # One message, naming (and linking) the stored document.
+    [message] = messages_of(response)
+    assert f'{DOCUMENTS}{doc.pk}/change/">redis.md</a>' in message
 
 
 def test_unchanged_reupload_says_so_and_queues_nothing(admin_client: Client, kb: Any,
@@ -211,7 +247,9 @@ def test_unchanged_reupload_says_so_and_queues_nothing(admin_client: Client, kb:
     doc = ingest(kb.dataset, "redis.md", runbook("redis"))
     jobs = Job.objects.count()
     response = upload(admin_client, kb.dataset, "redis.md", runbook("redis"))
-    assert "unchanged" in response.content.decode()
+    assert messages_of(response) == [
+        f'“<a href="{DOCUMENTS}{doc.pk}/change/">redis.md</a>” (redis runbook) is unchanged '
+        "and already indexed: nothing to do."]
     assert Job.objects.count() == jobs
     assert list(Document.objects.all()) == [doc]
 
