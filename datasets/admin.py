@@ -13,8 +13,15 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.html import format_html
 
+from datasets.admin_display import (
+    DatasetFilter,
+    DocumentFilter,
+    chunk_table,
+    datasets_with_tenants,
+    preview,
+    source_box,
+)
 from datasets.auth import api_key_create
-from datasets.ingestion.transformers import SecretRedactor
 from datasets.models import ApiKey, Chunk, Dataset, Document, Job, Tenant
 from datasets.services import (
     UploadOutcome,
@@ -25,11 +32,6 @@ from datasets.services import (
     document_validate,
 )
 from kbplatform.errors import ApiError
-
-
-def datasets_with_tenants() -> QuerySet[Dataset]:
-    # Dataset.__str__ names its tenant: one query for the choices, not one per dataset.
-    return Dataset.objects.select_related("tenant")
 
 
 @admin.register(Tenant)
@@ -140,7 +142,8 @@ def upload_message(outcome: UploadOutcome) -> str:
 class DocumentAdmin(admin.ModelAdmin[Document]):
     list_display = ["source_path", "title", "dataset", "category", "activated", "status",
                     "chunk_count", "updated_at"]
-    list_filter = ["status", "activated", "deleted", "category", "dataset__tenant"]
+    list_filter = ["status", "activated", "deleted", "category", ("dataset", DatasetFilter),
+                   "dataset__tenant"]
     list_select_related = ["dataset__tenant"]
     search_fields = ["source_path", "title", "=doc_id"]
     actions = ["activate", "deactivate", "reindex", "delete_documents"]
@@ -148,13 +151,15 @@ class DocumentAdmin(admin.ModelAdmin[Document]):
                        "keywords", "category", "business_key", "content_hash", "activated",
                        "deleted", "status", "error", "chunk_count", "indexed_hash",
                        "revision", "synced_revision", "created_at", "updated_at",
-                       "source_redacted"]
+                       "source_redacted", "document_chunks"]
 
     @admin.display(description="source (secrets redacted)")
     def source_redacted(self, document: Document) -> str:
-        # New rows are stored with their body redacted; this also covers rows stored before
-        # that, and the frontmatter, which is stored as uploaded so that it parses again.
-        return SecretRedactor().redact(document.source_text)
+        return source_box(document.source_text)
+
+    @admin.display(description="chunks")
+    def document_chunks(self, document: Document) -> str:
+        return chunk_table(document)
 
     def get_form(self, request: HttpRequest, obj: Document | None = None,
                  change: bool = False, **kwargs: Any) -> Any:
@@ -222,10 +227,25 @@ class DocumentAdmin(admin.ModelAdmin[Document]):
 
 @admin.register(Chunk)
 class ChunkAdmin(admin.ModelAdmin[Chunk]):
-    list_display = ["__str__", "document", "chunk_index", "breadcrumb"]
-    list_select_related = ["document"]
+    list_display = ["__str__", "document", "document__dataset", "chunk_index", "breadcrumb",
+                    "text_preview", "chars"]
+    # One document's chunks: the "chunks" link on its page (a document choice list would be
+    # as long as the documents table).
+    list_filter = [("document__dataset", DatasetFilter), "document__dataset__tenant",
+                   DocumentFilter]
+    list_select_related = ["document__dataset__tenant"]
     raw_id_fields = ["document"]
-    search_fields = ["=document__doc_id", "breadcrumb"]
+    search_fields = ["=document__doc_id", "document__source_path", "document__title",
+                     "breadcrumb"]
+    search_help_text = "A document id, part of a document's path or title, or of a breadcrumb."
+
+    @admin.display(description="preview")
+    def text_preview(self, chunk: Chunk) -> str:
+        return preview(chunk.content)
+
+    @admin.display(description="chars")
+    def chars(self, chunk: Chunk) -> int:
+        return len(chunk.content)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
