@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -95,6 +96,32 @@ PAGES: list[tuple[str, Callable[[int], object]]] = [
 def test_pages_do_not_query_per_row(admin_client: Client, url: str,
                                     add_row: Callable[[int], object]) -> None:
     assert_flat(admin_client, url, add_row)
+
+
+def dataset_with_documents(n: int) -> Dataset:
+    """Two ready documents (3 + 2 chunks), one pending, one failed, one deleted."""
+    dataset = tenant_dataset(n)
+    for name, status, chunks, deleted in [("a", "ready", 3, False), ("b", "ready", 2, False),
+                                          ("c", "pending", 0, False), ("d", "failed", 0, False),
+                                          ("e", "ready", 0, True)]:
+        Document.objects.create(dataset=dataset, source_path=f"{name}.md", file_name=f"{name}.md",
+                                source_text="# A\n", content_hash=name, status=status,
+                                chunk_count=chunks, deleted=deleted)
+    return dataset
+
+
+@BOTH_RUNTIMES
+def test_the_datasets_list_counts_documents_and_chunks_without_a_query_per_row(
+        runtime: str, admin_client: Client) -> None:
+    url = "/admin/datasets/dataset/"
+    assert_flat(admin_client, url, dataset_with_documents)
+    tenant_dataset(99)  # an empty dataset counts zeros
+    html = admin_client.get(url).content.decode()
+    counts = re.findall(r'<td class="field-document_count">(\d+)</td><td class="field-ready_count">'
+                        r'(\d+)</td><td class="field-in_progress_count">(\d+)</td>'
+                        r'<td class="field-failed_count">(\d+)</td>'
+                        r'<td class="field-chunk_count">(\d+)</td>', html)
+    assert sorted(counts) == [("0", "0", "0", "0", "0")] + [("4", "2", "1", "1", "5")] * 20
 
 
 def test_api_key_change_page_does_not_query_per_dataset(admin_client: Client) -> None:
