@@ -210,6 +210,15 @@ class DocumentAdmin(admin.ModelAdmin[Document]):
     def get_readonly_fields(self, request: HttpRequest, obj: Document | None = None) -> Any:
         return self.readonly_fields if obj else []
 
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        # Nothing on this page is edited: a document changes through an upload or an action
+        # (which need the change permission, so it stays), never through Save.
+        read_only = {"show_save": False, "show_save_and_continue": False,
+                     "show_save_and_add_another": False}
+        return super().change_view(request, object_id, form_url,
+                                   {**(extra_context or {}), **read_only})
+
     def get_fields(self, request: HttpRequest, obj: Document | None = None) -> Any:
         return self.readonly_fields if obj else ["dataset", "upload"]
 
@@ -308,3 +317,6 @@ class JobAdmin(admin.ModelAdmin[Job]):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # jobs are written by their tasks: the page is read-only

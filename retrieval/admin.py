@@ -168,6 +168,9 @@ class IndexVersionAdmin(admin.ModelAdmin[IndexVersion]):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # written by rebuilds; changed only by the actions below
+
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # the collection must go with the row: the "drop" action
 

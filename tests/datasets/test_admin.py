@@ -130,6 +130,36 @@ def test_api_key_change_page_does_not_query_per_dataset(admin_client: Client) ->
                 lambda n: key.datasets.add(tenant_dataset(n)))
 
 
+SAVE_BUTTONS = ('name="_save"', 'name="_continue"', 'name="_addanother"')
+
+
+def assert_read_only_page(client: Client, url: str) -> None:
+    """Shown, with a Close button and none of the Save buttons."""
+    response = client.get(url)
+    assert response.status_code == 200, url
+    html = response.content.decode()
+    assert [button for button in SAVE_BUTTONS if button in html] == [], url
+    assert ">Close</a>" in html, url
+
+
+READ_ONLY: list[tuple[str, Callable[[int], Any]]] = [
+    ("/admin/datasets/job/", job), ("/admin/datasets/chunk/", chunk), (DOCUMENTS, document)]
+
+
+@BOTH_RUNTIMES
+@pytest.mark.parametrize(("url", "add_row"), READ_ONLY, ids=[p[0] for p in READ_ONLY])
+def test_read_only_pages_show_no_save_button(runtime: str, admin_client: Client, url: str,
+                                             add_row: Callable[[int], Any]) -> None:
+    assert_read_only_page(admin_client, f"{url}{add_row(1).pk}/change/")
+
+
+def test_a_job_cannot_be_changed_by_a_post(admin_client: Client) -> None:
+    row = job(1)
+    response = admin_client.post(f"/admin/datasets/job/{row.pk}/change/", {"status": "failed"})
+    assert response.status_code == 403
+    assert Job.objects.get(pk=row.pk).status == Job.Status.QUEUED
+
+
 # --- secrets ---------------------------------------------------------------------------------
 
 

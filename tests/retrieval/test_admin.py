@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.contrib.admin.sites import AdminSite
 from django.contrib.auth.models import Permission, User
+from django.forms.models import model_to_dict
 from django.test import Client, RequestFactory
 from django.urls import reverse
 
@@ -16,7 +17,7 @@ from retrieval.admin import RagConfigAdmin, RagConfigForm
 from retrieval.config import SETTING_NAMES, RagConfigConverter, RagSettings
 from retrieval.models import IndexVersion, RagConfig, RagConfigChange
 from tests.conftest import BOTH_RUNTIMES
-from tests.datasets.test_admin import assert_flat, tenant_dataset
+from tests.datasets.test_admin import assert_flat, assert_read_only_page, tenant_dataset
 
 pytestmark = pytest.mark.django_db
 
@@ -169,6 +170,22 @@ PAGES = [
 @pytest.mark.parametrize(("url", "add_row"), PAGES, ids=[p[0] for p in PAGES])
 def test_lists_do_not_query_per_row(admin_client: Client, url: str, add_row: Any) -> None:
     assert_flat(admin_client, url, add_row)
+
+
+READ_ONLY = [("/admin/retrieval/indexversion/", index_version),
+             ("/admin/retrieval/ragconfigchange/",
+              lambda n: RagConfigChange.objects.create(config=rag_config(n), version=1, after={}))]
+
+
+@BOTH_RUNTIMES
+@pytest.mark.parametrize(("url", "add_row"), READ_ONLY, ids=[p[0] for p in READ_ONLY])
+def test_read_only_pages_show_no_save_button(runtime: str, admin_client: Client, url: str,
+                                             add_row: Any) -> None:
+    row = add_row(1)
+    assert_read_only_page(admin_client, f"{url}{row.pk}/change/")
+    response = admin_client.post(f"{url}{row.pk}/change/", {"status": "active", "version": 9})
+    assert response.status_code == 403
+    assert model_to_dict(type(row).objects.get(pk=row.pk)) == model_to_dict(row)
 
 
 def test_change_page_does_not_query_per_history_row(admin_client: Client) -> None:
