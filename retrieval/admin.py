@@ -27,6 +27,7 @@ class RagConfigForm(forms.ModelForm):
     enabled_retrievers = forms.MultipleChoiceField(
         choices=[(r, r) for r in cfg.RETRIEVERS], required=False,
         initial=list(cfg.RagSettings().enabled_retrievers),
+        help_text=RagConfig._meta.get_field("enabled_retrievers").help_text,
         widget=forms.CheckboxSelectMultiple)
 
     class Meta:
@@ -97,7 +98,7 @@ class RagConfigAdmin(admin.ModelAdmin):
                                   "max_chunks_per_document", "kb_scope", "metadata_filters"]}),
         ("Thresholds", {"fields": ["reference_threshold", "precise_threshold",
                                    "max_l2_distance"]}),
-        ("Graph / agentic options (stored for later stages)", {
+        ("Graph / agentic options (not used by lookups yet)", {
             "classes": ["collapse"],
             "fields": ["max_results", "min_score", "enable_query_transform",
                        "query_transform_strategy", "enabled_retrievers",

@@ -147,6 +147,26 @@ def test_the_add_form_starts_from_the_defaults_and_saves_them(runtime: str, admi
     assert RagConfig.objects.get(tenant=tenant).to_settings() == RagSettings()
 
 
+# The settings lookup_knowledge reads (retrieval/lookup.py, search.py, post_process.py,
+# pack.py); the others are stored for the graph stages and must say so.
+LOOKUP_SETTINGS = {"search_mode", "rrf_k", "dense_weight", "bm25_weight", "retrieve_k",
+                   "return_n", "max_chunks_per_document", "reference_threshold",
+                   "precise_threshold", "max_l2_distance", "max_context_chars",
+                   "max_excerpt_chars"}
+
+
+@BOTH_RUNTIMES
+def test_every_setting_explains_itself_and_says_when_lookups_ignore_it(
+        runtime: str, admin_client: Any) -> None:
+    fields = [f for f in RagConfig._meta.concrete_fields if not f.primary_key]
+    assert [f.name for f in fields if not f.help_text] == []
+    html = admin_client.get(reverse("admin:retrieval_ragconfig_add")).content.decode()
+    for name in SETTING_NAMES:
+        text = str(RagConfig._meta.get_field(name).help_text)
+        assert f"<div>{text}</div>" in html, name  # under the field (the admin marks it safe)
+        assert ("Not used by lookups yet" in text) == (name not in LOOKUP_SETTINGS), name
+
+
 def rag_config(n: int) -> RagConfig:
     dataset = tenant_dataset(n)
     # Every other one a dataset override: the list names its dataset and tenant.
