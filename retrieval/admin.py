@@ -9,6 +9,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils.html import format_html
 
 from datasets.models import Job
@@ -83,7 +84,7 @@ class RagConfigChangeInline(admin.TabularInline):
 @admin.register(RagConfig)
 class RagConfigAdmin(admin.ModelAdmin):
     form = RagConfigForm
-    list_display = ["__str__", "tenant", "dataset", "search_mode", "retrieve_k", "return_n",
+    list_display = ["scope", "tenant", "dataset", "search_mode", "retrieve_k", "return_n",
                     "version", "updated_by", "updated_at"]
     list_filter = ["search_mode"]
     list_select_related = ["tenant", "dataset__tenant"]
@@ -109,6 +110,10 @@ class RagConfigAdmin(admin.ModelAdmin):
         ("Packing", {"fields": ["max_context_chars", "max_excerpt_chars"]}),
     ]
 
+    @admin.display(description="config", ordering="tenant__slug")
+    def scope(self, config: RagConfig) -> str:
+        return config.scope_label  # its version has a column of its own
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         # A config's scope is its identity (and the history's subject): create another
         # config instead of moving this one.
@@ -130,11 +135,24 @@ class RagConfigAdmin(admin.ModelAdmin):
 
 @admin.register(RagConfigChange)
 class RagConfigChangeAdmin(admin.ModelAdmin):
-    list_display = ["config", "version", "changed_by", "changed_at"]
+    # Each row is one version of a config: name the config without the version it has now
+    # (its __str__), which would label every row of its history with the latest one.
+    list_display = ["config_scope", "version", "changed_by", "changed_at"]
+    list_display_links = ["config_scope", "version"]
     list_select_related = ["config__tenant", "config__dataset__tenant"]
     search_fields = ["changed_by", "config__tenant__slug"]
-    fields = ("config", "version", "changed_by", "changed_at", "before_json", "after_json")
+    fields = ("config_link", "version", "changed_by", "changed_at", "before_json", "after_json")
     readonly_fields = fields
+
+    @admin.display(description="config", ordering="config")
+    def config_scope(self, change: RagConfigChange) -> str:
+        return change.config.scope_label
+
+    @admin.display(description="config")
+    def config_link(self, change: RagConfigChange) -> str:
+        url = reverse("admin:retrieval_ragconfig_change", args=[change.config_id])
+        return format_html('<a href="{}">{}</a> (now at version {})', url,
+                           change.config.scope_label, change.config.version)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -192,8 +192,13 @@ class RagConfig(models.Model):
         ]
 
     def __str__(self) -> str:
+        return f"{self.scope_label} v{self.version}"
+
+    @property
+    def scope_label(self) -> str:
+        """Which config this is, without its version: "acme/default" or "acme/runbooks"."""
         scope = self.dataset.name if self.dataset_id and self.dataset else "default"
-        return f"{self.tenant.slug}/{scope} v{self.version}"
+        return f"{self.tenant.slug}/{scope}"
 
     def setting_values(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in cfg.SETTING_NAMES}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from datasets.models import Dataset, Job, Tenant
 from retrieval.admin import RagConfigAdmin, RagConfigForm
 from retrieval.config import SETTING_NAMES, RagConfigConverter, RagSettings
 from retrieval.models import IndexVersion, RagConfig, RagConfigChange
+from retrieval.services import rag_config_update
 from tests.conftest import BOTH_RUNTIMES
 from tests.datasets.test_admin import assert_flat, assert_read_only_page, tenant_dataset
 
@@ -206,6 +208,30 @@ def test_read_only_pages_show_no_save_button(runtime: str, admin_client: Client,
     response = admin_client.post(f"{url}{row.pk}/change/", {"status": "active", "version": 9})
     assert response.status_code == 403
     assert model_to_dict(type(row).objects.get(pk=row.pk)) == model_to_dict(row)
+
+
+@BOTH_RUNTIMES
+def test_each_history_row_shows_its_own_version(runtime: str, admin_client: Client,
+                                                tenant: Tenant) -> None:
+    config = rag_config_update(config=None, tenant=tenant, values={}, changed_by="a")
+    for n in (4, 3):
+        config = rag_config_update(config=config, tenant=tenant, values={"return_n": n},
+                                   changed_by="b")
+    assert config.version == 3
+    html = admin_client.get("/admin/retrieval/ragconfigchange/").content.decode()
+    rows = re.findall(r'<th class="field-config_scope"><a [^>]*>([^<]*)</a></th>'
+                      r'<td class="field-version"><a [^>]*>(\d+)</a></td>', html)
+    assert rows == [("acme/default", "3"), ("acme/default", "2"), ("acme/default", "1")]
+    assert "acme/default v" not in html  # no row named with the latest version
+
+    first = config.changes.get(version=1)
+    page = admin_client.get(f"/admin/retrieval/ragconfigchange/{first.pk}/change/")
+    html = page.content.decode()
+    assert "acme/default</a> (now at version 3)" in html and "acme/default v" not in html
+
+    listed = admin_client.get("/admin/retrieval/ragconfig/").content.decode()
+    assert re.findall(r'<th class="field-scope"><a [^>]*>([^<]*)</a></th>', listed) == [
+        "acme/default"]
 
 
 def test_change_page_does_not_query_per_history_row(admin_client: Client) -> None:
