@@ -67,8 +67,10 @@ def trace_tables(details: Mapping[str, Any], tenant_id: int | None) -> dict[str,
 
     def candidate(key: str, value: Any = None, *, chars: bool = False) -> Candidate:
         document = labels.get(doc_id) if (doc_id := doc_id_of(key)) is not None else None
-        return Candidate(key, document, score=None if chars else value,
-                         chars=value if chars else None)
+        if chars:  # stored as a JSON number like the scores: 14.0 reads as 14
+            count = int(value) if isinstance(value, float) and value.is_integer() else value
+            return Candidate(key, document, chars=count)
+        return Candidate(key, document, score=value)
 
     return {
         "stages": [Stage(stage=s.get("stage", ""), elapsed_ms=s.get("elapsed_ms"),

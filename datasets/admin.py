@@ -117,7 +117,7 @@ class DatasetAdmin(admin.ModelAdmin[Dataset]):
     def ready_count(self, dataset: Any) -> int:
         return int(dataset.documents_ready)
 
-    @admin.display(description="pending / indexing", ordering="documents_in_progress")
+    @admin.display(description="in progress", ordering="documents_in_progress")
     def in_progress_count(self, dataset: Any) -> int:
         return int(dataset.documents_in_progress)
 
@@ -214,8 +214,8 @@ class DocumentAdmin(admin.ModelAdmin[Document]):
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
         # Nothing on this page is edited: a document changes through an upload or an action
         # (which need the change permission, so it stays), never through Save.
-        read_only = {"show_save": False, "show_save_and_continue": False,
-                     "show_save_and_add_another": False}
+        read_only = {"title": "View document", "show_save": False,
+                     "show_save_and_continue": False, "show_save_and_add_another": False}
         return super().change_view(request, object_id, form_url,
                                    {**(extra_context or {}), **read_only})
 
@@ -276,7 +276,7 @@ class DocumentAdmin(admin.ModelAdmin[Document]):
 
 @admin.register(Chunk)
 class ChunkAdmin(admin.ModelAdmin[Chunk]):
-    list_display = ["__str__", "document", "document__dataset", "chunk_index", "breadcrumb",
+    list_display = ["__str__", "document", "dataset", "chunk_index", "breadcrumb",
                     "text_preview", "chars"]
     # One document's chunks: the "chunks" link on its page (a document choice list would be
     # as long as the documents table).
@@ -287,6 +287,10 @@ class ChunkAdmin(admin.ModelAdmin[Chunk]):
     search_fields = ["=document__doc_id", "document__source_path", "document__title",
                      "breadcrumb"]
     search_help_text = "A document id, part of a document's path or title, or of a breadcrumb."
+
+    @admin.display(description="dataset", ordering="document__dataset")
+    def dataset(self, chunk: Chunk) -> Dataset:
+        return chunk.document.dataset
 
     @admin.display(description="preview")
     def text_preview(self, chunk: Chunk) -> str:

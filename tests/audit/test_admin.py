@@ -132,8 +132,8 @@ def test_trace_keys_name_their_documents_and_pack_shows_chars(runtime: str, staf
         ["42#chunk-0", "Redis TTL ops/redis-ttl.md", "0.0328", "–"],
         ["9#chunk-2", "–", "–", "–"],  # NaN is stored as null
         ["42#chunk-0", "Redis TTL ops/redis-ttl.md", "0.91", "–"],
-        ["42#chunk-0", "Redis TTL ops/redis-ttl.md", "–", "14.0"],
-        ["42#chunk-1", "Redis TTL ops/redis-ttl.md", "–", "15.0"]]
+        ["42#chunk-0", "Redis TTL ops/redis-ttl.md", "–", "14"],
+        ["42#chunk-1", "Redis TTL ops/redis-ttl.md", "–", "15"]]
     pack = html.split('id="pack-evidence"')[1].split("</ul>")[0]
     assert pack.count(label) == 2
 
