@@ -7,9 +7,10 @@ from typing import Any
 from django.contrib import admin
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils.functional import cached_property
 
+from audit.admin_display import trace_tables
 from audit.models import ToolInvocation
 
 PROBE_LIMIT = 10_000  # a filtered list counts at most this many rows
@@ -54,6 +55,13 @@ class ToolInvocationAdmin(admin.ModelAdmin):
     list_per_page = 100
     fields = readonly_fields = DETAIL_FIELDS
     # `details` is laid out as tables by templates/admin/audit/toolinvocation/change_form.html.
+
+    def render_change_form(self, request: HttpRequest, context: dict[str, Any],
+                           add: bool = False, change: bool = False, form_url: str = "",
+                           obj: ToolInvocation | None = None) -> HttpResponse:
+        details = ((obj.details or {}).get("retrievalDetails") or {}) if obj else {}
+        context["trace"] = trace_tables(details, obj.tenant_id if obj else None)
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -7,13 +7,25 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
-from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
+from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models.functions import Coalesce
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
+from django.utils.html import format_html
 
+from datasets.admin_display import (
+    DatasetFilter,
+    DocumentFilter,
+    chunk_table,
+    datasets_with_tenants,
+    preview,
+    source_box,
+)
 from datasets.auth import api_key_create
-from datasets.ingestion.transformers import SecretRedactor
 from datasets.models import ApiKey, Chunk, Dataset, Document, Job, Tenant
 from datasets.services import (
+    UploadOutcome,
     document_delete,
     document_reindex,
     document_set_activation,
@@ -21,11 +33,6 @@ from datasets.services import (
     document_validate,
 )
 from kbplatform.errors import ApiError
-
-
-def datasets_with_tenants() -> QuerySet[Dataset]:
-    # Dataset.__str__ names its tenant: one query for the choices, not one per dataset.
-    return Dataset.objects.select_related("tenant")
 
 
 @admin.register(Tenant)
@@ -76,12 +83,51 @@ class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
         ApiKey.objects.filter(pk=key.pk).update(scoped=key.datasets.exists())
 
 
+LIVE = Q(documents__deleted=False)
+IN_PROGRESS = [Document.Status.PENDING, Document.Status.INDEXING]
+
+
 @admin.register(Dataset)
 class DatasetAdmin(admin.ModelAdmin[Dataset]):
-    list_display = ["name", "tenant", "kb_scope", "activated", "created_at"]
+    list_display = ["name", "tenant", "kb_scope", "activated", "document_count", "ready_count",
+                    "in_progress_count", "failed_count", "chunk_count", "created_at"]
     list_filter = ["activated", "tenant"]
     list_select_related = ["tenant"]
     search_fields = ["name", "tenant__slug"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Dataset]:
+        # One grouped query for the page, not one per dataset; chunks are the documents'
+        # indexed chunk counts (a sum over documents, not a scan of the chunk table).
+        return super().get_queryset(request).annotate(
+            documents_live=Count("documents", filter=LIVE),
+            documents_ready=Count("documents", filter=LIVE & Q(
+                documents__status=Document.Status.READY)),
+            documents_in_progress=Count("documents", filter=LIVE & Q(
+                documents__status__in=IN_PROGRESS)),
+            documents_failed=Count("documents", filter=LIVE & Q(
+                documents__status=Document.Status.FAILED)),
+            chunks=Coalesce(Sum("documents__chunk_count", filter=LIVE), 0),
+        )
+
+    @admin.display(description="documents", ordering="documents_live")
+    def document_count(self, dataset: Any) -> int:
+        return int(dataset.documents_live)
+
+    @admin.display(description="ready", ordering="documents_ready")
+    def ready_count(self, dataset: Any) -> int:
+        return int(dataset.documents_ready)
+
+    @admin.display(description="in progress", ordering="documents_in_progress")
+    def in_progress_count(self, dataset: Any) -> int:
+        return int(dataset.documents_in_progress)
+
+    @admin.display(description="failed", ordering="documents_failed")
+    def failed_count(self, dataset: Any) -> int:
+        return int(dataset.documents_failed)
+
+    @admin.display(description="chunks", ordering="chunks")
+    def chunk_count(self, dataset: Any) -> int:
+        return int(dataset.chunks)
 
 
 class DocumentUploadForm(forms.ModelForm[Document]):
@@ -115,11 +161,29 @@ class DocumentUploadForm(forms.ModelForm[Document]):
         return data
 
 
+def upload_message(outcome: UploadOutcome) -> str:
+    """One message: which document, and what the upload did to it."""
+    document = outcome.document
+    url = reverse("admin:datasets_document_change", args=[document.pk])
+    name = format_html("“<a href=\"{}\">{}</a>”", url, document.source_path)
+    if document.title and document.title != document.source_path:
+        name = format_html("{} ({})", name, document.title)
+    job = format_html(" (job {})", outcome.job.pk) if outcome.job else ""
+    if outcome.changed:
+        queued = format_html(": queued for indexing{}", job) if outcome.job else ""
+        return format_html("Added {} to {}{}.", name, document.dataset, queued)
+    if outcome.job:
+        return format_html("{} is unchanged, but was not indexed yet: indexing queued "
+                           "again{}.", name, job)
+    return format_html("{} is unchanged and already indexed: nothing to do.", name)
+
+
 @admin.register(Document)
 class DocumentAdmin(admin.ModelAdmin[Document]):
     list_display = ["source_path", "title", "dataset", "category", "activated", "status",
                     "chunk_count", "updated_at"]
-    list_filter = ["status", "activated", "deleted", "category", "dataset__tenant"]
+    list_filter = ["status", "activated", "deleted", "category", ("dataset", DatasetFilter),
+                   "dataset__tenant"]
     list_select_related = ["dataset__tenant"]
     search_fields = ["source_path", "title", "=doc_id"]
     actions = ["activate", "deactivate", "reindex", "delete_documents"]
@@ -127,13 +191,15 @@ class DocumentAdmin(admin.ModelAdmin[Document]):
                        "keywords", "category", "business_key", "content_hash", "activated",
                        "deleted", "status", "error", "chunk_count", "indexed_hash",
                        "revision", "synced_revision", "created_at", "updated_at",
-                       "source_redacted"]
+                       "source_redacted", "document_chunks"]
 
     @admin.display(description="source (secrets redacted)")
     def source_redacted(self, document: Document) -> str:
-        # New rows are stored with their body redacted; this also covers rows stored before
-        # that, and the frontmatter, which is stored as uploaded so that it parses again.
-        return SecretRedactor().redact(document.source_text)
+        return source_box(document.source_text)
+
+    @admin.display(description="chunks")
+    def document_chunks(self, document: Document) -> str:
+        return chunk_table(document)
 
     def get_form(self, request: HttpRequest, obj: Document | None = None,
                  change: bool = False, **kwargs: Any) -> Any:
@@ -144,6 +210,15 @@ class DocumentAdmin(admin.ModelAdmin[Document]):
     def get_readonly_fields(self, request: HttpRequest, obj: Document | None = None) -> Any:
         return self.readonly_fields if obj else []
 
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        # Nothing on this page is edited: a document changes through an upload or an action
+        # (which need the change permission, so it stays), never through Save.
+        read_only = {"title": "View document", "show_save": False,
+                     "show_save_and_continue": False, "show_save_and_add_another": False}
+        return super().change_view(request, object_id, form_url,
+                                   {**(extra_context or {}), **read_only})
+
     def get_fields(self, request: HttpRequest, obj: Document | None = None) -> Any:
         return self.readonly_fields if obj else ["dataset", "upload"]
 
@@ -153,11 +228,25 @@ class DocumentAdmin(admin.ModelAdmin[Document]):
         data = form.cleaned_data
         outcome = document_store(dataset=data["dataset"], file_name=data["upload"].name,
                                  raw=data["raw"], max_bytes=settings.KB_MAX_UPLOAD_BYTES)
-        # The admin's "added" message and history name `obj`: make it the stored document.
+        # The admin's history names `obj`: make it the stored document.
         obj.pk, obj.source_path = outcome.document.pk, outcome.document.source_path
         obj._state.adding = False
-        messages.info(request, "indexing started" if outcome.job else
-                      "the document is unchanged: nothing to index")
+        self.message_user(request, upload_message(outcome),
+                          messages.SUCCESS if outcome.changed else messages.INFO)
+
+    def response_add(self, request: HttpRequest, obj: Document,
+                     post_url_continue: str | None = None) -> HttpResponse:
+        # save_model has said what happened to the upload; Django's "was added successfully"
+        # would be a second message, and a wrong one for an unchanged re-upload.
+        if "_continue" in request.POST:
+            url = reverse("admin:datasets_document_change", args=[obj.pk])
+        elif "_addanother" in request.POST:
+            url = request.path
+        else:
+            return self.response_post_save_add(request, obj)
+        context: dict[str, Any] = {"preserved_filters": self.get_preserved_filters(request),
+                                   "opts": self.opts}
+        return HttpResponseRedirect(add_preserved_filters(context, url))
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # deletion must also reach Milvus: the "delete" action
@@ -187,10 +276,29 @@ class DocumentAdmin(admin.ModelAdmin[Document]):
 
 @admin.register(Chunk)
 class ChunkAdmin(admin.ModelAdmin[Chunk]):
-    list_display = ["__str__", "document", "chunk_index", "breadcrumb"]
-    list_select_related = ["document"]
+    list_display = ["__str__", "document", "dataset", "chunk_index", "breadcrumb",
+                    "text_preview", "chars"]
+    # One document's chunks: the "chunks" link on its page (a document choice list would be
+    # as long as the documents table).
+    list_filter = [("document__dataset", DatasetFilter), "document__dataset__tenant",
+                   DocumentFilter]
+    list_select_related = ["document__dataset__tenant"]
     raw_id_fields = ["document"]
-    search_fields = ["=document__doc_id", "breadcrumb"]
+    search_fields = ["=document__doc_id", "document__source_path", "document__title",
+                     "breadcrumb"]
+    search_help_text = "A document id, part of a document's path or title, or of a breadcrumb."
+
+    @admin.display(description="dataset", ordering="document__dataset")
+    def dataset(self, chunk: Chunk) -> Dataset:
+        return chunk.document.dataset
+
+    @admin.display(description="preview")
+    def text_preview(self, chunk: Chunk) -> str:
+        return preview(chunk.content)
+
+    @admin.display(description="chars")
+    def chars(self, chunk: Chunk) -> int:
+        return len(chunk.content)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -213,3 +321,6 @@ class JobAdmin(admin.ModelAdmin[Job]):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # jobs are written by their tasks: the page is read-only

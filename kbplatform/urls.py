@@ -3,8 +3,10 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
 
 import kbplatform.openapi  # noqa: F401  (registers the API-key schemes with drf-spectacular)
+from kbplatform.views import landing
 
 urlpatterns = [
+    path("", landing, name="landing"),  # also the admin's "View site"
     path("admin/", admin.site.urls),
     # The OpenAPI 3 schema and Swagger UI: readable without a key (SPECTACULAR_SETTINGS).
     path("api/schema", SpectacularJSONAPIView.as_view(), name="api-schema"),

@@ -9,6 +9,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils.html import format_html
 
 from datasets.models import Job
@@ -22,8 +23,12 @@ from retrieval.services import index_operation_start, rag_config_update
 
 class RagConfigForm(forms.ModelForm):
     # The JSON list column is edited as checkboxes; the converter says "choose at least one".
+    # A declared field does not take the model default as its initial value: give it, so the
+    # add form starts from the built-in defaults like every other field.
     enabled_retrievers = forms.MultipleChoiceField(
         choices=[(r, r) for r in cfg.RETRIEVERS], required=False,
+        initial=list(cfg.RagSettings().enabled_retrievers),
+        help_text=RagConfig._meta.get_field("enabled_retrievers").help_text,
         widget=forms.CheckboxSelectMultiple)
 
     class Meta:
@@ -79,7 +84,7 @@ class RagConfigChangeInline(admin.TabularInline):
 @admin.register(RagConfig)
 class RagConfigAdmin(admin.ModelAdmin):
     form = RagConfigForm
-    list_display = ["__str__", "tenant", "dataset", "search_mode", "retrieve_k", "return_n",
+    list_display = ["scope", "tenant", "dataset", "search_mode", "retrieve_k", "return_n",
                     "version", "updated_by", "updated_at"]
     list_filter = ["search_mode"]
     list_select_related = ["tenant", "dataset__tenant"]
@@ -94,7 +99,7 @@ class RagConfigAdmin(admin.ModelAdmin):
                                   "max_chunks_per_document", "kb_scope", "metadata_filters"]}),
         ("Thresholds", {"fields": ["reference_threshold", "precise_threshold",
                                    "max_l2_distance"]}),
-        ("Graph / agentic options (stored for later stages)", {
+        ("Graph / agentic options (not used by lookups yet)", {
             "classes": ["collapse"],
             "fields": ["max_results", "min_score", "enable_query_transform",
                        "query_transform_strategy", "enabled_retrievers",
@@ -104,6 +109,10 @@ class RagConfigAdmin(admin.ModelAdmin):
                        "timeout_millis"]}),
         ("Packing", {"fields": ["max_context_chars", "max_excerpt_chars"]}),
     ]
+
+    @admin.display(description="config", ordering="tenant__slug")
+    def scope(self, config: RagConfig) -> str:
+        return config.scope_label  # its version has a column of its own
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         # A config's scope is its identity (and the history's subject): create another
@@ -126,11 +135,24 @@ class RagConfigAdmin(admin.ModelAdmin):
 
 @admin.register(RagConfigChange)
 class RagConfigChangeAdmin(admin.ModelAdmin):
-    list_display = ["config", "version", "changed_by", "changed_at"]
+    # Each row is one version of a config: name the config without the version it has now
+    # (its __str__), which would label every row of its history with the latest one.
+    list_display = ["config_scope", "version", "changed_by", "changed_at"]
+    list_display_links = ["config_scope", "version"]
     list_select_related = ["config__tenant", "config__dataset__tenant"]
     search_fields = ["changed_by", "config__tenant__slug"]
-    fields = ("config", "version", "changed_by", "changed_at", "before_json", "after_json")
+    fields = ("config_link", "version", "changed_by", "changed_at", "before_json", "after_json")
     readonly_fields = fields
+
+    @admin.display(description="config", ordering="config")
+    def config_scope(self, change: RagConfigChange) -> str:
+        return change.config.scope_label
+
+    @admin.display(description="config")
+    def config_link(self, change: RagConfigChange) -> str:
+        url = reverse("admin:retrieval_ragconfig_change", args=[change.config_id])
+        return format_html('<a href="{}">{}</a> (now at version {})', url,
+                           change.config.scope_label, change.config.version)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -164,6 +186,9 @@ class IndexVersionAdmin(admin.ModelAdmin[IndexVersion]):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # written by rebuilds; changed only by the actions below
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # the collection must go with the row: the "drop" action

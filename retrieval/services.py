@@ -58,6 +58,15 @@ def rag_config_update(*, config: RagConfig | None, tenant: Tenant, dataset: Data
     return row
 
 
+def rag_config_ensure_default(*, tenant: Tenant, changed_by: str = "") -> RagConfig:
+    """The tenant's default RagConfig, created from the built-in defaults if it has none.
+
+    The row lookups already behave as when no config exists, made visible: an operator sees
+    (and edits) what is serving. An existing default is returned unchanged.
+    """
+    return rag_config_update(config=None, tenant=tenant, values={}, changed_by=changed_by)
+
+
 # --- index operations (platform operators) -------------------------------------------------
 
 INDEX_TASKS = {Job.Kind.REBUILD: "retrieval.tasks.rebuild_task",

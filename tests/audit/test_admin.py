@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 from django.contrib.auth.models import User
@@ -14,10 +16,12 @@ from rest_framework import exceptions
 from audit.admin import EstimatedCountPaginator
 from audit.models import ToolInvocation
 from audit.services import invocation_record
-from datasets.models import ApiKey
-from retrieval.types import EvidenceStatus, RelevanceLevel
+from datasets.models import ApiKey, Dataset, Document, Tenant
+from retrieval.project import invocation_of
+from retrieval.types import EvidenceStatus, RelevanceLevel, StageTrace
+from tests.conftest import BOTH_RUNTIMES
 from tests.datasets.test_admin import assert_flat
-from tests.retrieval.builders import audit_record
+from tests.retrieval.builders import audit_record, lookup_result
 
 pytestmark = pytest.mark.django_db
 
@@ -85,6 +89,69 @@ def test_detail_lays_out_stages_and_candidates(staff: Client,
     assert "filtered search below reference" in html  # why the unfiltered retry ran
     assert "Redis TTL body" not in html and "how to set a redis ttl" not in html
     assert "&quot;stages&quot;" not in html  # tables, not the JSON blob
+
+
+def cells(row: str) -> list[str]:
+    return [re.sub(r"<[^>]+>", "", cell).strip()
+            for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+
+
+def traced(key: ApiKey, keys: list[str]) -> ToolInvocation:
+    """A call whose trace ends with a pack stage of `keys` (excerpt lengths 14, 15, ...)."""
+    result = lookup_result()
+    pack = StageTrace("pack", 0.2, tuple((k, float(14 + n)) for n, k in enumerate(keys)))
+    invocation_record(api_key=key, result=invocation_of(replace(
+        result, traces=(*result.traces, pack))), latency_ms=10.0)
+    return ToolInvocation.objects.latest("pk")
+
+
+def a_document(tenant: Tenant, doc_id: int, path: str, title: str) -> Document:
+    dataset, _ = Dataset.objects.get_or_create(tenant=tenant, name="ops")
+    return Document.objects.create(dataset=dataset, doc_id=doc_id, source_path=path,
+                                   file_name=path, title=title, source_text="# x", content_hash="x")
+
+
+@BOTH_RUNTIMES
+def test_trace_keys_name_their_documents_and_pack_shows_chars(runtime: str, staff: Client,
+                                                              make_key: MakeKey) -> None:
+    key, _ = make_key("acme")
+    redis = a_document(key.tenant, 42, "ops/redis-ttl.md", "Redis TTL")
+    a_document(make_key("other")[0].tenant, 9, "other/plan.md", "Another tenant's plan")
+    row = traced(key, ["42#chunk-0", "42#chunk-1"])
+
+    html = staff.get(f"{LIST}{row.pk}/change/").content.decode()
+    stages = html.split('id="retrieval-stages"')[1].split("</table>")[0]
+    label = (f'<a href="/admin/datasets/document/{redis.pk}/change/">Redis TTL</a> '
+             '<span class="quiet">ops/redis-ttl.md</span>')
+    assert label in stages
+    assert "other/plan.md" not in html and "Another tenant" not in html  # 9#chunk-2 is not ours
+    rows = [cells(r) for r in re.findall(r"<tr>(.*?)</tr>", stages, re.S)]
+    assert "<th>score</th>" in stages and "excerpt chars</th>" in stages
+    # (evidence key, document, score, chars): search scores, then the pack's excerpt lengths.
+    assert [r[-4:] for r in rows if r] == [
+        ["42#chunk-0", "Redis TTL ops/redis-ttl.md", "0.0328", "–"],
+        ["9#chunk-2", "–", "–", "–"],  # NaN is stored as null
+        ["42#chunk-0", "Redis TTL ops/redis-ttl.md", "0.91", "–"],
+        ["42#chunk-0", "Redis TTL ops/redis-ttl.md", "–", "14"],
+        ["42#chunk-1", "Redis TTL ops/redis-ttl.md", "–", "15"]]
+    pack = html.split('id="pack-evidence"')[1].split("</ul>")[0]
+    assert pack.count(label) == 2
+
+
+def test_trace_documents_are_read_in_one_query(staff: Client, make_key: MakeKey) -> None:
+    key, _ = make_key("acme")
+
+    def page_with(n: int) -> int:
+        keys = [f"{1000 * n + i}#chunk-0" for i in range(n)]
+        for i in range(n):
+            a_document(key.tenant, 1000 * n + i, f"doc{n}-{i}.md", f"Doc {i}")
+        url = f"{LIST}{traced(key, keys).pk}/change/"
+        assert f"Doc {n - 1}" in staff.get(url).content.decode()
+        with CaptureQueriesContext(connection) as queries:
+            staff.get(url)
+        return len(queries)
+
+    assert page_with(2) == page_with(20)
 
 
 def test_detail_of_a_failure_and_read_only(staff: Client, rows: list[ToolInvocation]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import Permission, User
 from django.db import connection
+from django.db.models import F
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
@@ -16,6 +18,7 @@ from datasets.admin import DocumentUploadForm
 from datasets.auth import api_key_create
 from datasets.models import Chunk, Dataset, Document, Job, Tenant
 from datasets.services import document_store
+from tests.conftest import BOTH_RUNTIMES
 from tests.datasets.builders import markdown, md_file, runbook
 
 pytestmark = pytest.mark.django_db
@@ -95,10 +98,66 @@ def test_pages_do_not_query_per_row(admin_client: Client, url: str,
     assert_flat(admin_client, url, add_row)
 
 
+def dataset_with_documents(n: int) -> Dataset:
+    """Two ready documents (3 + 2 chunks), one pending, one failed, one deleted."""
+    dataset = tenant_dataset(n)
+    for name, status, chunks, deleted in [("a", "ready", 3, False), ("b", "ready", 2, False),
+                                          ("c", "pending", 0, False), ("d", "failed", 0, False),
+                                          ("e", "ready", 0, True)]:
+        Document.objects.create(dataset=dataset, source_path=f"{name}.md", file_name=f"{name}.md",
+                                source_text="# A\n", content_hash=name, status=status,
+                                chunk_count=chunks, deleted=deleted)
+    return dataset
+
+
+@BOTH_RUNTIMES
+def test_the_datasets_list_counts_documents_and_chunks_without_a_query_per_row(
+        runtime: str, admin_client: Client) -> None:
+    url = "/admin/datasets/dataset/"
+    assert_flat(admin_client, url, dataset_with_documents)
+    tenant_dataset(99)  # an empty dataset counts zeros
+    html = admin_client.get(url).content.decode()
+    counts = re.findall(r'<td class="field-document_count">(\d+)</td><td class="field-ready_count">'
+                        r'(\d+)</td><td class="field-in_progress_count">(\d+)</td>'
+                        r'<td class="field-failed_count">(\d+)</td>'
+                        r'<td class="field-chunk_count">(\d+)</td>', html)
+    assert sorted(counts) == [("0", "0", "0", "0", "0")] + [("4", "2", "1", "1", "5")] * 20
+
+
 def test_api_key_change_page_does_not_query_per_dataset(admin_client: Client) -> None:
     key, _ = api_key_create(tenant=Tenant.objects.create(slug="acme"))
     assert_flat(admin_client, f"/admin/datasets/apikey/{key.pk}/change/",
                 lambda n: key.datasets.add(tenant_dataset(n)))
+
+
+SAVE_BUTTONS = ('name="_save"', 'name="_continue"', 'name="_addanother"')
+
+
+def assert_read_only_page(client: Client, url: str) -> None:
+    """Shown, with a Close button and none of the Save buttons."""
+    response = client.get(url)
+    assert response.status_code == 200, url
+    html = response.content.decode()
+    assert [button for button in SAVE_BUTTONS if button in html] == [], url
+    assert ">Close</a>" in html, url
+
+
+READ_ONLY: list[tuple[str, Callable[[int], Any]]] = [
+    ("/admin/datasets/job/", job), ("/admin/datasets/chunk/", chunk), (DOCUMENTS, document)]
+
+
+@BOTH_RUNTIMES
+@pytest.mark.parametrize(("url", "add_row"), READ_ONLY, ids=[p[0] for p in READ_ONLY])
+def test_read_only_pages_show_no_save_button(runtime: str, admin_client: Client, url: str,
+                                             add_row: Callable[[int], Any]) -> None:
+    assert_read_only_page(admin_client, f"{url}{add_row(1).pk}/change/")
+
+
+def test_a_job_cannot_be_changed_by_a_post(admin_client: Client) -> None:
+    row = job(1)
+    response = admin_client.post(f"/admin/datasets/job/{row.pk}/change/", {"status": "failed"})
+    assert response.status_code == 403
+    assert Job.objects.get(pk=row.pk).status == Job.Status.QUEUED
 
 
 # --- secrets ---------------------------------------------------------------------------------
@@ -193,6 +252,41 @@ def test_duplicate_name_with_other_content_is_refused(admin_client: Client) -> N
     assert not Chunk.objects.exists()
 
 
+def messages_of(response: Any) -> list[str]:
+    return [str(m) for m in response.context["messages"]]
+
+
+@BOTH_RUNTIMES
+def test_an_upload_says_once_what_happened_to_which_document(runtime: str,
+                                                             admin_client: Client) -> None:
+    dataset = tenant_dataset(1)
+    response = upload(admin_client, dataset, "redis.md", runbook("redis"))
+    doc, job = Document.objects.get(), Job.objects.get()
+    link = f'“<a href="{DOCUMENTS}{doc.pk}/change/">redis.md</a>” (redis runbook)'
+    assert messages_of(response) == [
+        f"Added {link} to t1/ds1: queued for indexing (job {job.pk})."]
+
+    # Not indexed yet (no worker ran): the same bytes again queue the indexing again.
+    response = upload(admin_client, dataset, "redis.md", runbook("redis"))
+    again = Job.objects.latest("pk")
+    assert again != job and messages_of(response) == [
+        f"{link} is unchanged, but was not indexed yet: indexing queued again (job {again.pk})."]
+
+    # Indexed: nothing to do, nothing queued.
+    Document.objects.filter(pk=doc.pk).update(status=Document.Status.READY,
+                                              synced_revision=F("revision"))
+    response = upload(admin_client, dataset, "redis.md", runbook("redis"))
+    assert messages_of(response) == [f"{link} is unchanged and already indexed: nothing to do."]
+    assert Job.objects.count() == 2
+
+
+def test_save_and_continue_after_an_upload_opens_the_document(admin_client: Client) -> None:
+    dataset = tenant_dataset(1)
+    response = admin_client.post(ADD, {"dataset": dataset.pk, "_continue": "1",
+                                       "upload": md_file("redis.md", runbook("redis"))})
+    assert response["Location"] == f"{DOCUMENTS}{Document.objects.get().pk}/change/"
+
+
 def test_valid_upload_writes_one_document_and_one_job(admin_client: Client) -> None:
     dataset = tenant_dataset(1)
     response = upload(admin_client, dataset, "redis.md", runbook("redis"))
@@ -200,10 +294,9 @@ def test_valid_upload_writes_one_document_and_one_job(admin_client: Client) -> N
     doc = Document.objects.get()
     assert (doc.dataset, doc.source_path, doc.status) == (dataset, "redis.md", "pending")
     assert Job.objects.get().document == doc
-    html = response.content.decode()
-    assert "indexing started" in html.lower()
-    # The "added" message names the stored document.
-    assert f'{DOCUMENTS}{doc.pk}/change/">redis.md</a>' in html
+    # One message, naming (and linking) the stored document.
+    [message] = messages_of(response)
+    assert f'{DOCUMENTS}{doc.pk}/change/">redis.md</a>' in message
 
 
 def test_unchanged_reupload_says_so_and_queues_nothing(admin_client: Client, kb: Any,
@@ -211,7 +304,9 @@ def test_unchanged_reupload_says_so_and_queues_nothing(admin_client: Client, kb:
     doc = ingest(kb.dataset, "redis.md", runbook("redis"))
     jobs = Job.objects.count()
     response = upload(admin_client, kb.dataset, "redis.md", runbook("redis"))
-    assert "unchanged" in response.content.decode()
+    assert messages_of(response) == [
+        f'“<a href="{DOCUMENTS}{doc.pk}/change/">redis.md</a>” (redis runbook) is unchanged '
+        "and already indexed: nothing to do."]
     assert Job.objects.count() == jobs
     assert list(Document.objects.all()) == [doc]
 

@@ -9,7 +9,8 @@ from datasets.models import Dataset, Tenant
 from retrieval.config import RagConfigError, RagSettings
 from retrieval.models import RagConfig, RagConfigChange
 from retrieval.selectors import rag_config_for
-from retrieval.services import rag_config_update
+from retrieval.services import rag_config_ensure_default, rag_config_update
+from tests.conftest import BOTH_RUNTIMES
 
 pytestmark = pytest.mark.django_db
 
@@ -54,6 +55,26 @@ def test_unchanged_values_do_not_bump_the_version(tenant: Tenant) -> None:
     again = rag_config_update(config=config, tenant=tenant, values={"return_n": "5"},
                               changed_by="b")
     assert again.version == 1 and RagConfigChange.objects.count() == 1
+
+
+@BOTH_RUNTIMES
+def test_ensure_default_makes_what_serves_visible_once(runtime: str, tenant: Tenant,
+                                                      dataset: Dataset) -> None:
+    rag_config_update(config=None, tenant=tenant, dataset=dataset, values={"return_n": 3},
+                      changed_by="a")
+    assert rag_config_for(tenant_id=tenant.pk, dataset_ids=[]) == (RagSettings(), None)
+
+    config = rag_config_ensure_default(tenant=tenant, changed_by="demo")
+    assert (config.dataset, config.version, config.updated_by) == (None, 1, "demo")
+    assert config.to_settings() == RagSettings()  # what served before it existed
+    assert rag_config_for(tenant_id=tenant.pk, dataset_ids=[]) == (RagSettings(), 1)
+    assert RagConfigChange.objects.get(config=config).before is None
+
+    # Called again (a demo run twice) after an operator's edit: that row, untouched.
+    rag_config_update(config=config, tenant=tenant, values={"return_n": 4}, changed_by="op")
+    again = rag_config_ensure_default(tenant=tenant, changed_by="demo")
+    assert again.pk == config.pk and (again.version, again.return_n) == (2, 4)
+    assert RagConfig.objects.filter(tenant=tenant, dataset__isnull=True).count() == 1
 
 
 def test_invalid_values_write_nothing(tenant: Tenant) -> None:

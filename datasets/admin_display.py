@@ -1,0 +1,108 @@
+"""How the datasets admin shows documents and chunks: previews, a document's chunk table, and
+list filters whose choices stay small however many documents there are."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.text import Truncator
+
+from datasets.ingestion.transformers import SecretRedactor
+from datasets.models import Dataset, Document
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrPromise
+
+PREVIEW_CHARS = 120
+CHUNKS_SHOWN = 200  # a document may have 2,000 chunks: its page lists the first ones
+# Wrapped and scrollable: a long line or a long document stays inside the page.
+SOURCE_BOX = ("max-height: 32em; max-width: 100%; overflow: auto; white-space: pre-wrap; "
+              "overflow-wrap: anywhere; font-family: var(--font-family-monospace, monospace); "
+              "border: 1px solid var(--hairline-color, #ccc); padding: 8px; margin: 0;")
+
+
+def datasets_with_tenants() -> QuerySet[Dataset]:
+    # Dataset.__str__ names its tenant: one query for the choices, not one per dataset.
+    return Dataset.objects.select_related("tenant")
+
+
+def redacted(text: str) -> str:
+    # New rows are stored with their body redacted; this also covers rows stored before that,
+    # and a document's frontmatter, which is stored as uploaded so that it parses again.
+    return SecretRedactor().redact(text)
+
+
+def preview(content: str) -> str:
+    """One line of a chunk's text: redacted first, so that no secret is cut in half."""
+    return Truncator(" ".join(redacted(content).split())).chars(PREVIEW_CHARS)
+
+
+def source_box(text: str) -> SafeString:
+    return format_html('<pre class="kb-source" style="{}">{}</pre>', SOURCE_BOX, redacted(text))
+
+
+def chunk_list_url(document: Document) -> str:
+    return (f"{reverse('admin:datasets_chunk_changelist')}"
+            f"?{DocumentFilter.parameter_name}={document.pk}")
+
+
+def chunk_table(document: Document) -> SafeString:
+    """The document's first CHUNKS_SHOWN chunks, and a link to all of them in the chunk list."""
+    chunks = list(document.chunks.order_by("chunk_index")
+                  .only("pk", "document", "chunk_index", "breadcrumb", "content")[:CHUNKS_SHOWN])
+    if not chunks:
+        return mark_safe("No chunks yet: they are written when the document is indexed.")
+    rows = format_html_join("", '<tr><td><a href="{}">{}</a></td><td>{}</td><td>{}</td>'
+                                '<td style="text-align: right">{}</td></tr>',
+                            ((reverse("admin:datasets_chunk_change", args=[c.pk]), c.chunk_index,
+                              c.breadcrumb, preview(c.content), len(c.content)) for c in chunks))
+    total = len(chunks) if len(chunks) < CHUNKS_SHOWN else document.chunks.count()
+    shown = (f"The first {len(chunks)} of {total} chunks" if total > len(chunks)
+             else f"{total} chunk{'s' if total != 1 else ''}")
+    return format_html(
+        '<table id="document-chunks"><thead><tr><th>#</th><th>breadcrumb</th><th>preview</th>'
+        "<th>chars</th></tr></thead><tbody>{}</tbody></table>"
+        '<p>{}. <a href="{}">All chunks of this document in the chunk list</a></p>',
+        rows, shown, chunk_list_url(document))
+
+
+class DatasetFilter(admin.RelatedFieldListFilter):
+    """Datasets named with their tenant, read in one query (not one per dataset)."""
+
+    def field_choices(self, field: Any, request: HttpRequest,
+                      model_admin: Any) -> list[tuple[str, str | StrPromise]]:
+        return [(str(dataset.pk), str(dataset)) for dataset in datasets_with_tenants()]
+
+
+class DocumentFilter(admin.SimpleListFilter):
+    """The chunks of one document, reached by the link on its page: a list of every document
+    to choose from would be as long as the documents table. Shown only while it applies."""
+
+    title = "document"
+    parameter_name = "document__id__exact"
+
+    def _pk(self) -> int | None:
+        value = self.value()
+        return int(value) if value is not None and value.isdigit() else None
+
+    def has_output(self) -> bool:
+        # Also for an id that names no document: it filters down to nothing, not to everything.
+        return self.value() is not None
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        pk = self._pk()
+        document = (Document.objects.filter(pk=pk).only("source_path").first()
+                    if pk is not None else None)
+        return [(str(pk), document.source_path)] if document is not None else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() is None:
+            return queryset
+        pk = self._pk()
+        return queryset.filter(document_id=pk) if pk is not None else queryset.none()
