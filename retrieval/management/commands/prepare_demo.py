@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from datasets.auth import api_key_create, api_key_resolve
 from datasets.models import ApiKey
 from datasets.services import tenant_get_or_create
+from retrieval.services import rag_config_ensure_default
 
 
 class Command(BaseCommand):
@@ -41,4 +42,5 @@ class Command(BaseCommand):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.touch(mode=0o600)
             path.write_text(plaintext + "\n")
-        self.stdout.write(f"admin user and tool key of {tenant.slug} ready")
+        rag_config_ensure_default(tenant=tenant, changed_by="demo")  # what serves, visible
+        self.stdout.write(f"admin user, tool key and RAG config of {tenant.slug} ready")

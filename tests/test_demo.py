@@ -1,0 +1,195 @@
+"""The demo as a newcomer runs it (`bash scripts/demo.sh` runs `python -m kbplatform.demo`),
+checked from outside: its output, the command-line twins beside it, the API, and the admin in
+a real browser (Playwright driving Debian's chromium). Sample runbooks and the USE embedder
+keep it short; everything else is the demo's own set-up."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kbplatform.processes import ROOT, free_port, port_open
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.embedded
+
+CHROMIUM = "/usr/bin/chromium"
+RUNBOOKS = ["cache/redis-memory-full.md", "web/nginx-502-bad-gateway.md",
+            "jvm/jvm-high-cpu-thread-dump.md"]
+READY_LINE = "Ctrl-C stops the demo."
+
+
+@dataclass
+class Demo:
+    url: str
+    var: Path
+    output: Path
+    password: str
+    tool_key: str
+    process: subprocess.Popen[bytes]
+
+    def text(self) -> str:
+        return self.output.read_text(errors="replace")
+
+    def manage(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """A command-line twin in another process of the checkout, nothing configured."""
+        return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, text=True,
+                              capture_output=True, timeout=120, env=_demo_env(self.var))
+
+    def api(self, method: str, path: str, key: str, body: dict[str, Any] | None = None,
+            ) -> tuple[int, dict[str, Any]]:
+        request = urllib.request.Request(
+            self.url + path, method=method, data=json.dumps(body).encode() if body else None,
+            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+
+def _demo_env(var: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "MILVUS_URI",
+                        "CELERY_TASK_ALWAYS_EAGER")}
+    return {**env, "KB_VAR_DIR": str(var), "KB_EMBEDDER": "use"}
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    root = tmp_path_factory.mktemp("demo")
+    knowledge = root / "knowledge"
+    for name in RUNBOOKS:
+        (knowledge / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / "knowledge_base" / name, knowledge / name)
+    var, output, port = root / "var", root / "demo.out", free_port()
+    with output.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kbplatform.demo", "--port", str(port), "--knowledge",
+             str(knowledge)], cwd=ROOT, env=_demo_env(var), stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_until(lambda: READY_LINE in output.read_text(errors="replace")
+                   or process.poll() is not None, timeout=600, what="the demo")
+        assert process.poll() is None, output.read_text(errors="replace")
+        password = re.search(r"password: (\S+)", output.read_text()).group(1)  # type: ignore
+        yield Demo(url=f"http://127.0.0.1:{port}", var=var, output=output, password=password,
+                   tool_key=(var / "demo-tool-key.txt").read_text().strip(), process=process)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)  # Ctrl-C
+            process.wait(timeout=120)
+
+
+def test_the_demo_prints_where_to_go_last_and_no_library_noise(demo: Demo) -> None:
+    text = demo.text()
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert lines[-1] == READY_LINE
+    assert f"admin:     {demo.url}/admin/   user: admin   password: {demo.password}" in text
+    assert demo.tool_key in text and "ready in " in text
+    assert "3/3 documents · " in text  # the import's progress bar, finished
+    for noise in ("Traceback", "WARNING", "clustering", "Deprecat", "setuptools"):
+        assert noise not in text, text
+
+
+def test_a_command_line_twin_reaches_the_demos_store(demo: Demo) -> None:
+    done = demo.manage("lookup", "--tenant", "demo", "nginx 502 bad gateway upstream")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["evidence_status"] == "READY"
+    assert answer["evidence"][0]["source"] == "web/nginx-502-bad-gateway.md"
+
+
+def test_a_rebuild_answers_at_once_with_the_jobs_true_status(demo: Demo) -> None:
+    made = demo.manage("create_api_key", "--tenant", "operators", "--role", "platform")
+    assert made.returncode == 0, made.stderr
+    key = made.stdout.split()[-1]
+
+    code, body = demo.api("POST", "/api/knowledge/rebuild-hybrid?confirm=REBUILD", key)
+
+    assert code == 202 and body["job"]["status"] in ("queued", "running")  # the worker has it
+    job_url = f"/api/jobs/{body['job']['id']}"
+    wait_until(lambda: demo.api("GET", job_url, key)[1]["status"] == "succeeded",
+               timeout=300, what="the rebuild")
+    code, answer = demo.api("POST", "/api/tools/lookup_knowledge", demo.tool_key,
+                            {"query": "Redis 内存满了怎么办"})
+    assert code == 200 and answer["evidence_status"] == "READY"
+
+
+def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
+                                                              tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail("no chromium: `bash scripts/system-packages.sh chromium fonts-wqy-zenhei`")
+    demo.api("POST", "/api/tools/lookup_knowledge", demo.tool_key,
+             {"query": "JVM CPU 飙高 线程 dump"})  # something for the audit pages
+    assert demo.manage("create_api_key", "--tenant", "browser").returncode == 0  # a tenant
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        failed: list[str] = []
+        page.on("response", lambda r: failed.append(f"{r.status} {r.url}")
+                if r.status >= 400 else None)
+
+        page.goto(demo.url + "/")
+        page.click("a:text-is('Admin')")
+        page.fill("#id_username", "admin")
+        page.fill("#id_password", demo.password)
+        page.click("input[type=submit]")
+        page.wait_for_selector("#site-name")
+        header = page.eval_on_selector("#header", "e => getComputedStyle(e).backgroundColor")
+        assert header not in ("rgba(0, 0, 0, 0)", "transparent")  # base.css applied
+        page.screenshot(path=str(tmp_path / "admin-index.png"))
+
+        for link in ("Datasets", "Documents", "Chunks", "Tool invocations"):
+            page.goto(demo.url + "/admin/")
+            page.click(f"#content-main a:text-is('{link}')")
+            page.wait_for_selector("#result_list")
+            page.screenshot(path=str(tmp_path / f"{link.lower().replace(' ', '-')}.png"))
+
+        page.goto(demo.url + "/admin/")
+        page.click("#content-main a:text-is('Documents')")
+        page.click("#result_list tbody tr:first-child th a")
+        page.wait_for_selector("#content")
+        page.screenshot(path=str(tmp_path / "document.png"), full_page=True)
+
+        # The demo made the tenant's default RAG config: what serves is visible.
+        page.goto(demo.url + "/admin/")
+        page.click("#content-main a:text-is('RAG configs')")
+        assert page.locator("#result_list tbody tr").count() == 1
+        # A new one saves with the defaults as they are on the form.
+        page.goto(demo.url + "/admin/retrieval/ragconfig/add/")
+        page.select_option("#id_tenant", label="browser")
+        page.click("input[name=_save]")
+        page.wait_for_selector(".messagelist .success")
+        page.screenshot(path=str(tmp_path / "ragconfig-saved.png"), full_page=True)
+
+        browser.close()
+    assert not failed, failed
+
+
+def test_ctrl_c_stops_every_process_of_the_demo(demo: Demo) -> None:
+    port = int(demo.url.rsplit(":", 1)[1])
+    demo.process.send_signal(signal.SIGINT)
+    demo.process.wait(timeout=120)
+    assert demo.process.returncode == 0
+    assert not port_open("127.0.0.1", port)
+    assert not (demo.var / "milvus.db.server.json").exists()
+    time.sleep(1)
+    assert demo.manage("shell", "-c", "from django.conf import settings; "
+                                      "print(settings.MILVUS_URI)").stdout.strip().endswith(
+        "milvus.db")
