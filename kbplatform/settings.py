@@ -6,6 +6,7 @@ in-process. Production sets DATABASE_URL, MILVUS_URI, CELERY_BROKER_URL and REDI
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import dj_database_url
@@ -119,6 +120,8 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = not (STATIC_ROOT / "admin").is_dir()
+if WHITENOISE_USE_FINDERS:  # then WhiteNoise's warning about the missing folder is moot
+    warnings.filterwarnings("ignore", message="No directory at", category=UserWarning)
 
 # Redis: cache (L0 index version, embeddings of queries) and canonical invocations.
 REDIS_URL = env_str("REDIS_URL")
