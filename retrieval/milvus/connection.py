@@ -74,6 +74,13 @@ class MilvusConnection:
             if self._client is not None:
                 self._client.close()
                 self._client = None
+                if self.is_local:
+                    # Closing the client leaves Milvus Lite's in-process server running until
+                    # the process exits: the file stays locked against every other process,
+                    # with its threads and loaded collections. Stop it: the file is free.
+                    from milvus_lite.server_manager import server_manager_instance
+
+                    server_manager_instance.release_server(self.uri)
 
     def call(self, what: str, fn: Callable[[MilvusClient], T], *,
              collection: str | None = None) -> T:
