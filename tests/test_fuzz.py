@@ -43,8 +43,6 @@ from kbplatform.errors import ServiceUnavailable
 from kbplatform.wsgi import application
 from tests.datasets.builders import runbook
 
-pytestmark = pytest.mark.integration
-
 EXAMPLES = int(os.environ.get("KB_FUZZ_EXAMPLES", "10"))
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance]
