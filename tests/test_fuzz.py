@@ -1,4 +1,4 @@
-"""Fuzz the whole REST API from its own OpenAPI schema (schemathesis), with real services.
+"""Fuzz the whole REST API from its own OpenAPI schema (schemathesis), on the real platform.
 
 Every operation of GET /api/schema runs against the in-process WSGI app, on a tenant with a
 dataset and indexed documents, first with a tool key and then with a platform key. Each
