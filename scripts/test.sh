@@ -40,6 +40,7 @@ tmp="$(mktemp -d)"
   unset REDIS_URL CELERY_BROKER_URL MILVUS_URI CELERY_TASK_ALWAYS_EAGER
   export DATABASE_URL="sqlite:///$tmp/kb.sqlite3" KB_VAR_DIR="$tmp"
   export KB_EMBEDDER="${TEST_EMBEDDER:-use}"
-  run_pytest -m "embedded" "$@"
+  # Every test but those that need a production-only service (marked integration).
+  run_pytest -m "not integration" "$@"
 )
 rm -rf "$tmp"

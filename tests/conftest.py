@@ -28,9 +28,11 @@ def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # The integration run has a server and a worker; the embedded run only has a file.
+    # scripts/test.sh runs every unmarked test twice: `-m "not embedded"` on the services,
+    # `-m "not integration"` on the embedded defaults. A run without -m on the embedded
+    # defaults skips what needs a service instead of failing on it.
     embedded = not settings.MILVUS_URI.startswith("http")
-    skip = pytest.mark.skip(reason="needs the Milvus Lite server and a Celery worker")
+    skip = pytest.mark.skip(reason="needs a production-only service (see the integration marker)")
     for item in items:
         if embedded and "integration" in item.keywords:
             item.add_marker(skip)
@@ -190,8 +192,9 @@ def _on_server() -> bool:
     return settings.MILVUS_URI.startswith("http")
 
 
-# A core test runs in both suites: on the services (MariaDB, Redis, Milvus Lite server) and on
-# the embedded defaults (SQLite, DB cache, Milvus Lite file). Each suite selects its own copy.
+# An unmarked test runs in both suites. BOTH_RUNTIMES also names the runtime in the test's id
+# (services: MariaDB, Redis, Milvus Lite server; embedded: SQLite, DB cache, Milvus Lite file):
+# each suite selects its own copy.
 BOTH_RUNTIMES = pytest.mark.parametrize("runtime", [
     pytest.param("services", marks=pytest.mark.integration, id="services"),
     pytest.param("embedded", marks=pytest.mark.embedded, id="embedded"),

@@ -1,4 +1,4 @@
-"""Fuzz the whole REST API from its own OpenAPI schema (schemathesis), with real services.
+"""Fuzz the whole REST API from its own OpenAPI schema (schemathesis), on the real platform.
 
 Every operation of GET /api/schema runs against the in-process WSGI app, on a tenant with a
 dataset and indexed documents, first with a tool key and then with a platform key. Each
@@ -42,8 +42,6 @@ from datasets.services import dataset_create
 from kbplatform.errors import ServiceUnavailable
 from kbplatform.wsgi import application
 from tests.datasets.builders import runbook
-
-pytestmark = pytest.mark.integration
 
 EXAMPLES = int(os.environ.get("KB_FUZZ_EXAMPLES", "10"))
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,

@@ -49,7 +49,7 @@ from datasets.services import dataset_create, document_delete, tenant_get_or_cre
 from retrieval.indexing import document_sync
 from tests.datasets.builders import api_client, markdown, md_file
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+pytestmark = pytest.mark.django_db
 
 EXAMPLES = int(os.environ.get("KB_PROPERTY_EXAMPLES", "25"))
 STEPS = int(os.environ.get("KB_PROPERTY_STEPS", "40"))

@@ -40,6 +40,11 @@ class VectorStoreRejected(Exception):
     """Milvus refused the request as invalid: the same request will fail again."""
 
 
+# Milvus Lite files whose in-process server this process started: {absolute path: pid}. A
+# forked child inherits the parent's server (it reaches it on its port) and must never stop it.
+_lite_servers: dict[str, int] = {}
+
+
 def is_local(uri: str) -> bool:
     return not uri.startswith(("http://", "https://", "tcp://", "unix:"))
 
@@ -69,6 +74,8 @@ class MilvusConnection:
                         raise VectorStoreUnavailable(_file_in_use(self.uri)) from exc
                     raise VectorStoreUnavailable(
                         f"cannot connect to Milvus: {type(exc).__name__}") from exc
+                if self.is_local:
+                    _lite_servers.setdefault(os.path.abspath(self.uri), os.getpid())
             return self._client
 
     def close(self) -> None:
@@ -76,6 +83,15 @@ class MilvusConnection:
             if self._client is not None:
                 self._client.close()
                 self._client = None
+                path = os.path.abspath(self.uri)
+                if self.is_local and _lite_servers.get(path) == os.getpid():
+                    # Closing the client leaves Milvus Lite's in-process server running until
+                    # the process exits: the file stays locked against every other process,
+                    # with its threads and loaded collections. Stop it: the file is free.
+                    from milvus_lite.server_manager import server_manager_instance
+
+                    server_manager_instance.release_server(path)
+                    del _lite_servers[path]
 
     def call(self, what: str, fn: Callable[[MilvusClient], T], *,
              collection: str | None = None) -> T:

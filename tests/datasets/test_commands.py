@@ -14,6 +14,7 @@ from django.core.management import CommandError, call_command
 from datasets.models import ApiKey
 from datasets.services import dataset_create, tenant_get_or_create
 from retrieval.embedders import get_embedder
+from retrieval.milvus import reset_connection
 from retrieval.models import IndexVersion
 from tests.conftest import ROOT, database_url
 from tests.datasets.builders import api_client, runbook
@@ -104,12 +105,12 @@ def test_seed_script_refuses_without_confirm() -> None:
     assert "error: a rebuild re-indexes everything: pass --confirm REBUILD" in result.stderr
 
 
-@pytest.mark.integration
 @pytest.mark.django_db(transaction=True)
 def test_seed_script_rebuilds_the_test_database(store, kb, ingest) -> None:
     ingest(kb.dataset, "redis.md", runbook("redis"))
     old = store.alias_target()
     url = database_url()
+    reset_connection()  # a Milvus Lite file serves one process at a time: the script's turn
 
     result = _seed_script("--confirm", "REBUILD", env={"DATABASE_URL": url,
                                                        "MILVUS_URI": settings.MILVUS_URI})

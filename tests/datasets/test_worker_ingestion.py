@@ -26,7 +26,7 @@ Raise `tickTime` only after fixing the GC pause; check `zkServer.sh status` on e
 """
 
 
-@pytest.mark.integration
+@pytest.mark.integration  # a Celery worker process
 @pytest.mark.django_db(transaction=True)
 def test_upload_is_indexed_by_the_worker_and_found(celery_worker, store, make_key) -> None:
     admin_key, admin_secret = make_key(role="admin")
@@ -70,7 +70,7 @@ def _status_mb(pid: int, field: str) -> float:
     return int(line.split()[1]) / 1024
 
 
-@pytest.mark.integration
+@pytest.mark.integration  # a Celery worker process
 @pytest.mark.django_db(transaction=True)
 def test_the_worker_indexes_pathological_uploads_in_bounded_memory(celery_worker, store,
                                                                    kb) -> None:

@@ -49,7 +49,6 @@ def test_metrics_on_a_known_ranking() -> None:
     assert 0 < ndcg_at(["b", "a", "c"], relevant, 10) < 1
 
 
-@pytest.mark.integration
 @pytest.mark.django_db
 def test_evaluate_finds_the_right_documents_and_reuses_its_index(store: Any, suite: Path,
                                                                  capsys: Any) -> None:
@@ -71,7 +70,6 @@ def test_evaluate_rejects_a_folder_that_is_not_a_suite(tmp_path: Path) -> None:
         call_command("evaluate", "--suite", str(tmp_path))
 
 
-@pytest.mark.integration
 @pytest.mark.django_db
 def test_bench_lookup_compares_the_rest_call_with_the_floor(store: Any) -> None:
     out = StringIO()
@@ -84,7 +82,6 @@ def test_bench_lookup_compares_the_rest_call_with_the_floor(store: Any) -> None:
     assert "p50_growth_vs_first" in rows[-1]
 
 
-@pytest.mark.integration
 @pytest.mark.django_db(transaction=True)  # uploads enqueue their indexing on commit
 def test_bench_ingest_measures_the_platform_against_the_embedder(store: Any,
                                                                 eager_tasks: None) -> None:

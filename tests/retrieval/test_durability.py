@@ -24,6 +24,7 @@ from tests.conftest import wait_until
 from tests.datasets.builders import found_doc_ids, lookup, runbook, top_doc_id
 from tests.milvus import MilvusProbe
 
+# integration: each test stops and restarts a Milvus Lite server process of its own.
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 DIM = 8

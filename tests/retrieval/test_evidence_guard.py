@@ -17,8 +17,6 @@ from tests.retrieval.conftest import (
     ready,
 )
 
-pytestmark = pytest.mark.integration
-
 GUARD = "/api/tools/evidence_guard"
 BAD_GATEWAY = "nginx 502 bad gateway upstream connection refused"
 KAFKA_LAG = "kafka consumer group lag keeps growing"

@@ -24,6 +24,8 @@ from retrieval.reconcile import reconcile
 from tests.conftest import wait_until
 from tests.datasets.builders import api_client, found_doc_ids, markdown, runbook, upload
 
+# integration: a Celery worker process and the Milvus server are killed, stopped or hung; the
+# database is locked from MariaDB's own client (the SQLite lock: tests/kbplatform/test_errors.py).
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 REBUILD = "/api/knowledge/rebuild-hybrid?confirm=REBUILD"

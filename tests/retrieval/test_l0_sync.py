@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from retrieval.milvus import reset_connection
 from tests.conftest import ROOT, database_url
 from tests.retrieval.conftest import (
     KAFKA,
@@ -25,8 +26,6 @@ from tests.retrieval.conftest import (
     lookup,
     write_runbooks,
 )
-
-pytestmark = pytest.mark.integration
 
 OKAPI = """---
 title: Okapi census
@@ -43,8 +42,11 @@ Okapis are counted from camera traps set along the rivers of the Ituri rain fore
 
 
 def manage(*args: str) -> str:
-    """Run manage.py in a new process against this test's database and Milvus server."""
+    """Run manage.py in a new process against this test's database and Milvus."""
     url = database_url()
+    # A Milvus Lite file serves one process at a time: this one lets go of it (it opens it
+    # again at its next call). On a server this only reconnects.
+    reset_connection()
     done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=300,
                           env={**os.environ, "DATABASE_URL": url,

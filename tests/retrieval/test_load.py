@@ -69,7 +69,7 @@ def test_a_document_off_for_the_whole_request_is_a_leak_one_switched_during_it_i
     assert found.out_of_scope == []
 
 
-@pytest.mark.integration
+@pytest.mark.integration  # MariaDB; starts a Milvus server, a worker, gunicorn and a Redis
 @pytest.mark.django_db(transaction=True)
 def test_lookups_under_load_serve_nothing_out_of_scope_or_switched_off() -> None:
     out = io.StringIO()

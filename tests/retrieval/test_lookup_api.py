@@ -90,7 +90,7 @@ def test_the_answer_is_the_agent_contract_with_no_score_or_trace(
     assert not all_keys(body) & FORBIDDEN_KEYS, all_keys(body) & FORBIDDEN_KEYS
 
 
-@pytest.mark.integration
+@pytest.mark.integration  # reads Redis itself (the table of the embedded defaults: test_canonical)
 @pytest.mark.django_db
 def test_the_canonical_record_is_in_redis_under_the_tool_call_id_with_a_ttl(
         acme: Imported, make_key: MakeKey) -> None:
@@ -119,7 +119,6 @@ def test_the_canonical_record_is_in_redis_under_the_tool_call_id_with_a_ttl(
     assert "query" not in record and "kafka" not in json.dumps(record)
 
 
-@pytest.mark.integration
 @pytest.mark.django_db
 def test_query_is_required_trimmed_and_at_most_kb_max_query_chars(
         acme: Imported, make_key: MakeKey) -> None:
@@ -147,7 +146,6 @@ def test_query_is_required_trimmed_and_at_most_kb_max_query_chars(
     assert exactly.status_code == 200, exactly.content
 
 
-@pytest.mark.integration
 @pytest.mark.django_db
 def test_without_a_key_or_with_a_bad_or_revoked_key_the_answer_is_401(
         acme: Imported, make_key: MakeKey) -> None:
@@ -199,7 +197,6 @@ def test_a_deactivated_or_deleted_document_never_appears(
     assert response.json()["evidence_status"] == "EMPTY"  # nothing else is about a 502
 
 
-@pytest.mark.integration
 @pytest.mark.django_db
 def test_chunks_are_deduplicated_by_evidence_key_and_limited_per_document(
         acme: Imported, make_key: MakeKey) -> None:

@@ -13,8 +13,6 @@ from retrieval.models import RagConfig
 from retrieval.services import rag_config_update
 from tests.retrieval.conftest import CONTRACT_KEYS, EVIDENCE_KEYS, Imported
 
-pytestmark = pytest.mark.integration
-
 KAFKA_LAG = "kafka consumer group lag keeps growing"
 INTERNAL = {"traces", "pack", "config", "hints", "filters", "retry", "timings_ms"}
 

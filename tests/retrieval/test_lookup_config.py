@@ -18,8 +18,6 @@ from tests.retrieval.conftest import (
     ready,
 )
 
-pytestmark = pytest.mark.integration
-
 KAFKA_LAG = "kafka consumer group lag keeps growing"
 
 

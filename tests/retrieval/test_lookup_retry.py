@@ -18,8 +18,6 @@ from tests.retrieval.conftest import (
     ready,
 )
 
-pytestmark = pytest.mark.integration
-
 # "zebra" and "stripes" are zoology terms (keywords of zebra.md) and no other domain's.
 ZEBRA_QUESTION = "zebra stripes: why are they black and white"
 # A 502 question that happens to name a zoology term: the hint points to the wrong category.

@@ -47,7 +47,6 @@ def test_tenant_a_key_never_sees_tenant_b_chunks(runtime: str, acme: Imported,
     assert b"pump" not in stolen.content
 
 
-@pytest.mark.integration
 @pytest.mark.django_db
 def test_dataset_ids_narrow_the_search_to_those_datasets(
         acme: Imported, acme_edge: Imported, make_key: MakeKey) -> None:
@@ -65,7 +64,6 @@ def test_dataset_ids_narrow_the_search_to_those_datasets(
     assert datasets_of(evidence_ids(only_edge)) == {"edge"}
 
 
-@pytest.mark.integration
 @pytest.mark.django_db
 def test_a_scoped_key_cannot_widen_its_scope(acme: Imported, acme_edge: Imported,
                                             globex: Imported, make_key: MakeKey) -> None:
@@ -92,7 +90,6 @@ def test_a_scoped_key_cannot_widen_its_scope(acme: Imported, acme_edge: Imported
     assert ready(lookup(client, BAD_GATEWAY, dataset_ids=[acme_edge.dataset.pk]))
 
 
-@pytest.mark.integration
 @pytest.mark.django_db
 def test_unknown_or_malformed_dataset_ids_are_a_400(acme: Imported, make_key: MakeKey) -> None:
     _, secret = make_key("acme")
@@ -111,7 +108,6 @@ def test_unknown_or_malformed_dataset_ids_are_a_400(acme: Imported, make_key: Ma
         assert "dataset_ids" in response.json()["extra"]["fields"]
 
 
-@pytest.mark.integration
 @pytest.mark.django_db
 def test_a_deactivated_dataset_is_neither_searched_nor_selectable(
         acme: Imported, acme_edge: Imported, make_key: MakeKey) -> None:

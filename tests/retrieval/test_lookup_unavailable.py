@@ -24,8 +24,6 @@ from tests.retrieval.conftest import (
     ready,
 )
 
-pytestmark = pytest.mark.integration
-
 QUESTION = "nginx 502 bad gateway upstream connection refused"
 
 
@@ -47,6 +45,7 @@ def assert_unavailable(response: Any, call: str) -> None:
     assert (body["evidence"], body["returned_count"], body["relevance_level"]) == ([], 0, "NONE")
 
 
+@pytest.mark.integration  # stops and restarts the Milvus server process
 @pytest.mark.django_db
 def test_milvus_stopped_is_503_unavailable_and_the_same_process_recovers(
         acme: Imported, make_key: MakeKey, milvus_server: Any, settings: Any) -> None:
@@ -111,6 +110,7 @@ def stop_redis_for_this_test(settings: Any) -> None:
                                    "LOCATION": "redis://127.0.0.1:1/0"}}
 
 
+@pytest.mark.integration  # the production cache: Redis
 @pytest.mark.django_db
 def test_redis_down_makes_the_evidence_guard_503_not_a_500(make_key: MakeKey,
                                                            settings: Any) -> None:
@@ -123,6 +123,7 @@ def test_redis_down_makes_the_evidence_guard_503_not_a_500(make_key: MakeKey,
         assert response.json()["code"] == "unavailable"
 
 
+@pytest.mark.integration  # the production cache: Redis
 @pytest.mark.django_db
 def test_redis_down_makes_a_lookup_503_not_a_500(acme: Imported, make_key: MakeKey,
                                                  settings: Any) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 
 import pytest
 from rest_framework.test import APIClient
@@ -14,6 +16,7 @@ from retrieval.milvus.connection import MilvusConnection, reset_connection
 from retrieval.milvus.expressions import filter_expression, quote
 from retrieval.milvus.writer import ChunkRow
 from retrieval.types import SearchFilters, SearchRequest
+from tests.conftest import ROOT
 
 DIM = 4
 INJECTION = 'ops" or tenant_id == 2 or category == "'
@@ -192,6 +195,26 @@ def test_the_embedded_milvus_lite_file_filters_and_replaces_like_the_server(stor
     milvus.writer().replace_documents([10], [], collection="biz_e1")
     assert store.chunk_ids(10, collection="biz_e1") == []
     assert store.count("biz_e1") == 2
+
+
+@pytest.mark.embedded
+def test_a_closed_connection_leaves_the_milvus_lite_file_to_another_process(store, db) -> None:
+    """Closing the client kept Milvus Lite's in-process server, and the lock on its file, until
+    the process exited: no command could open the file after it."""
+    milvus.collections().create("biz_e2", DIM)
+    path = milvus.collections().connection.uri
+    probe = ("import sys\nfrom retrieval.milvus.imports import MilvusClient\n"
+             "print(MilvusClient(uri=sys.argv[1]).list_collections())")
+
+    def other_process() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", probe, path], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+
+    assert other_process().returncode != 0  # held by this process
+    reset_connection()
+    freed = other_process()
+    assert freed.returncode == 0 and "biz_e2" in freed.stdout, freed.stderr
+    assert store.count("biz_e2") == 0  # and this process opens it again
 
 
 def test_a_row_milvus_refuses_is_a_permanent_error_not_a_transient_one(store, db) -> None:

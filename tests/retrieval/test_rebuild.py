@@ -52,7 +52,7 @@ def operator(make_key):  # type: ignore[no-untyped-def]
     return api_client(secret)
 
 
-@pytest.mark.integration
+@pytest.mark.integration  # a Celery worker process
 @pytest.mark.django_db(transaction=True)
 def test_rebuild_on_the_worker_switches_the_index_while_lookups_keep_working(
         celery_worker, store, kb, ingest, operator) -> None:
