@@ -61,7 +61,7 @@ def test_second_import_reports_everything_unchanged(store, tmp_path) -> None:
 
     lines = _import(str(root))
 
-    assert lines[-2].startswith(f"[{'#' * 24}] 2/2 documents · 0 chunks · ")
+    assert lines[-2].startswith(f"[{'#' * 24}] 2/2 documents · 5 chunks · ")
     assert lines[-1] == ("done: 2 files, 0 indexed, 2 unchanged, 0 failed, 0 chunks in "
                          "default/knowledge-base")
     assert Document.objects.count() == 2 and store.count() == 5

@@ -68,7 +68,7 @@ class _Progress:
         self.write, self.tty = write, tty
         self.bar: ProgressBar | None = None
         self.settled = 0  # unchanged or refused: nothing to wait for
-        self.chunks = 0  # indexed in-process
+        self.chunks = 0  # of the files indexed in-process or unchanged
 
     def stored(self, step: Stored) -> None:
         if self.bar is None:
@@ -76,16 +76,16 @@ class _Progress:
                                    unit="documents")
         if step.outcome != "queued" or step.document_id is None:
             self.settled += 1
-        elif settings.CELERY_TASK_ALWAYS_EAGER:
+        elif not settings.CELERY_TASK_ALWAYS_EAGER:
+            return  # indexed by a worker: `indexed` follows it
+        if step.document_id is not None:  # indexed in-process, or unchanged: its chunks
             self.chunks += Document.objects.filter(pk=step.document_id).values_list(
                 "chunk_count", flat=True).first() or 0
-        else:
-            return  # indexed by a worker: `indexed` follows it
         self.bar.update(step.number if settings.CELERY_TASK_ALWAYS_EAGER else self.settled,
                         f"{self.chunks} chunks", rate_of=(self.chunks, "chunks"))
 
     def indexed(self, state: IndexingState) -> None:
         if self.bar is None or settings.CELERY_TASK_ALWAYS_EAGER:
             return
-        self.bar.update(self.settled + state.done, f"{state.chunks} chunks",
+        self.bar.update(self.settled + state.done, f"{self.chunks + state.chunks} chunks",
                         rate_of=(state.chunks, "chunks"))
