@@ -165,7 +165,7 @@ class Demo:
         print(f"""
 kbplatform runs at {site}/   (ready in {time.time() - self.started:.0f} s: {took})
   admin:     {site}/admin/   user: admin   password: {password}
-  API docs:  {site}/api/docs
+  API docs:  {site}/api/docs   health: {site}/api/health
   tool key:  {key}   (also in {self.var / 'demo-tool-key.txt'})
   try:       curl -s -X POST {site}/api/tools/lookup_knowledge \\
                -H "Authorization: Bearer $(cat {self.var / 'demo-tool-key.txt'})" \\

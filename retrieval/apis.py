@@ -29,6 +29,7 @@ from datasets.selectors import MAX_DB_ID, NotFound, db_id, live_doc_ids
 from datasets.serializers import JobOutput
 from kbplatform.errors import ApiError, ServiceUnavailable
 from kbplatform.openapi import ErrorSerializer, errors
+from retrieval.health import health_checks
 from retrieval.lookup import as_unavailable
 from retrieval.lookup_service import lookup_knowledge, lookup_scope
 from retrieval.models import IndexVersion
@@ -297,3 +298,31 @@ class IndexVersionListApi(APIView):
     def get(self, request: Request) -> Response:
         return Response({"index_versions": IndexVersionOutput(index_versions(),
                                                               many=True).data})
+
+
+# --- health -----------------------------------------------------------------------------------
+
+@extend_schema_serializer(component_name="Health")
+class HealthOutput(serializers.Serializer[dict[str, Any]]):
+    status = serializers.ChoiceField(choices=["ok"])
+    checks = serializers.DictField(child=serializers.ChoiceField(choices=["ok"]),
+                                   help_text="database, cache, milvus")
+
+
+class HealthApi(APIView):
+    """Readable without a key: it names the parts that answer, nothing else."""
+
+    authentication_classes: list[Any] = []
+    permission_classes: list[Any] = []
+
+    @extend_schema(operation_id="health", summary="Can this process serve lookups now?",
+                   auth=[], responses={200: HealthOutput, **errors(
+                       503, e503="A part does not answer: `extra.checks` says which "
+                                 "(ok / unavailable).")})
+    def get(self, request: Request) -> Response:
+        checks = {name: "ok" if ok else "unavailable" for name, ok in health_checks().items()}
+        down = sorted(name for name, state in checks.items() if state != "ok")
+        if down:
+            raise ServiceUnavailable(f"not answering: {', '.join(down)}",
+                                     extra={"checks": checks})
+        return Response({"status": "ok", "checks": checks})

@@ -9,4 +9,5 @@ urlpatterns = [
     path("knowledge/rollback", apis.RollbackApi.as_view()),
     path("knowledge/reconcile", apis.ReconcileApi.as_view()),
     path("knowledge/index-versions", apis.IndexVersionListApi.as_view()),
+    path("health", apis.HealthApi.as_view(), name="health"),
 ]

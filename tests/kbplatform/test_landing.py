@@ -31,11 +31,11 @@ def links(html: str) -> list[str]:
 @BOTH_RUNTIMES
 @pytest.mark.django_db
 def test_the_landing_page_leads_to_the_admin_the_api_docs_and_the_schema(
-        runtime: str, client: Client) -> None:
+        runtime: str, client: Client, store: object) -> None:  # health asks Milvus
     response = client.get("/")
     assert response.status_code == 200
     urls = links(response.content.decode())
-    assert {"/admin/", "/api/docs", "/api/schema"} <= set(urls)
+    assert {"/admin/", "/api/docs", "/api/schema", "/api/health"} <= set(urls)
     for url in urls:
         if url.startswith("/static/"):
             assert finders.find(url.removeprefix("/static/")), url
