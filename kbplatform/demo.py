@@ -58,9 +58,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="the folder of markdown to import (default knowledge_base/)")
     args = parser.parse_args(argv)
     # Ctrl-C stops the demo even when a shell started it in the background (which ignores
-    # SIGINT for its children); SIGTERM stops it the same way.
+    # SIGINT for its children); SIGTERM and a closed terminal (SIGHUP) stop it the same way.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    for stop in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop, lambda *_: sys.exit(0))
     demo = Demo(port=args.port, knowledge=args.knowledge)
     try:
         demo.run()
@@ -119,16 +120,20 @@ class Demo:
         self._manage("collectstatic", "--no-input")
 
     def _start_services(self) -> dict[str, str]:
+        # Ctrl-C reaches the demo only, which stops its services in order; if the demo dies
+        # (kill -9), the kernel stops them.
         port = MILVUS_PORT if not port_open(HOST, MILVUS_PORT) else free_port()
         milvus = MilvusLiteServer(f"http://{HOST}:{port}", self.var / "milvus.db",
-                                  self.logs / "milvus.log", own_session=True)
+                                  self.logs / "milvus.log", own_session=True,
+                                  die_with_supervisor=True)
         self._start(milvus)
         milvus.publish()
         env = {"MILVUS_URI": milvus.uri, "CELERY_BROKER_URL": "filesystem://",
                "CELERY_TASK_ALWAYS_EAGER": "false"}
         self._start(CeleryWorker(env, self.logs / "worker.log", hostname="demo@%h",
-                                 own_session=True))
-        self._start(GunicornServer(self.port, self.logs / "web.log", env, own_session=True))
+                                 own_session=True, die_with_supervisor=True))
+        self._start(GunicornServer(self.port, self.logs / "web.log", env, own_session=True,
+                                   die_with_supervisor=True))
         return env
 
     def _start(self, service: Service) -> None:

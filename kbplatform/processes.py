@@ -51,10 +51,19 @@ def wait_for_port(host: str, port: int, timeout: float = 60.0) -> None:
 # A shell that runs us in the background makes its children ignore SIGINT, Milvus Lite's only
 # clean stop. A preexec_fn could reset it, but it forces a fork() of this multithreaded
 # process, and gRPC's fork handlers then abort or hang the child. So each service starts
-# through a tiny launcher that gives SIGINT its default back and execs the command.
-_WITH_DEFAULT_SIGINT = [sys.executable, "-c",
-                        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-                        "os.execvp(sys.argv[1], sys.argv[1:])"]
+# through a tiny launcher that gives SIGINT its default back and execs the command; asked to,
+# it also has the kernel send the service a signal when its supervisor dies (kill -9, a closed
+# terminal), so that nothing is left running without it.
+_LAUNCHER = """
+import ctypes, os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+death_signal, supervisor = int(sys.argv[1]), int(sys.argv[2])
+if death_signal:
+    ctypes.CDLL(None, use_errno=True).prctl(1, death_signal)  # PR_SET_PDEATHSIG
+    if os.getppid() != supervisor:  # it died before that took effect
+        sys.exit(1)
+os.execvp(sys.argv[3], sys.argv[3:])
+"""
 
 
 class Service:
@@ -64,12 +73,15 @@ class Service:
     stop_signal: int = signal.SIGTERM
 
     def __init__(self, log: Path, env: Mapping[str, str] | None = None, *,
-                 own_session: bool = False) -> None:
+                 own_session: bool = False, die_with_supervisor: bool = False) -> None:
         self.log = log
         self.env = dict(env or {})  # on top of this process's environment
         # A session of its own: a Ctrl-C at the terminal reaches the supervisor only, which
         # then stops its processes in the order it chooses.
         self.own_session = own_session
+        # The kernel stops it (with its clean-stop signal) if the supervisor dies first. Linux
+        # sends it when the *thread* that started it ends: start it from the main thread.
+        self.die_with_supervisor = die_with_supervisor
         self.process: subprocess.Popen[bytes] | None = None
 
     def argv(self) -> list[str]:
@@ -82,8 +94,10 @@ class Service:
         argv = self.argv()
         try:
             with self.log.open("ab") as out:
+                death_signal = self.stop_signal if self.die_with_supervisor else 0
                 self.process = subprocess.Popen(
-                    [*_WITH_DEFAULT_SIGINT, *argv], cwd=ROOT, env={**os.environ, **self.env},
+                    [sys.executable, "-c", _LAUNCHER, str(int(death_signal)), str(os.getpid()),
+                     *argv], cwd=ROOT, env={**os.environ, **self.env},
                     stdout=out, stderr=subprocess.STDOUT, start_new_session=self.own_session)
         except OSError as exc:
             raise ServiceError(f"{self.name}: cannot run {argv[0]} ({exc.strerror})") from exc
@@ -137,8 +151,10 @@ class MilvusLiteServer(Service):
     stop_signal = signal.SIGINT
 
     def __init__(self, uri: str, data_dir: Path, log: Path,
-                 env: Mapping[str, str] | None = None, *, own_session: bool = False) -> None:
-        super().__init__(log, env, own_session=own_session)
+                 env: Mapping[str, str] | None = None, *, own_session: bool = False,
+                 die_with_supervisor: bool = False) -> None:
+        super().__init__(log, env, own_session=own_session,
+                         die_with_supervisor=die_with_supervisor)
         parsed = urlparse(uri)
         self.host, self.port = parsed.hostname or HOST, parsed.port or 19530
         self.data_dir = data_dir
@@ -175,9 +191,13 @@ def served_uri(data_dir: Path) -> str | None:
     try:
         served = json.loads(_served_file(data_dir).read_text())
         os.kill(int(served["pid"]), 0)  # still running (a crash leaves the file behind)
+        uri = urlparse(str(served["uri"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return str(served["uri"])
+    # ...and listening (a pid may be reused by another process after a crash).
+    return uri.geturl() if uri.hostname and uri.port and port_open(uri.hostname, uri.port) \
+        else None
+
 
 
 class CeleryWorker(Service):
@@ -186,8 +206,10 @@ class CeleryWorker(Service):
     name = "celery worker"
 
     def __init__(self, env: Mapping[str, str], log: Path, *, hostname: str | None = None,
-                 own_session: bool = False) -> None:
-        super().__init__(log, env, own_session=own_session)
+                 own_session: bool = False,
+                 die_with_supervisor: bool = False) -> None:
+        super().__init__(log, env, own_session=own_session,
+                         die_with_supervisor=die_with_supervisor)
         self.hostname = hostname
 
     def argv(self) -> list[str]:
@@ -210,8 +232,10 @@ class GunicornServer(Service):
     name = "gunicorn"
 
     def __init__(self, port: int, log: Path, env: Mapping[str, str] | None = None, *,
-                 threads: int = 8, own_session: bool = False) -> None:
-        super().__init__(log, env, own_session=own_session)
+                 threads: int = 8, own_session: bool = False,
+                 die_with_supervisor: bool = False) -> None:
+        super().__init__(log, env, own_session=own_session,
+                         die_with_supervisor=die_with_supervisor)
         self.port = port
         self.threads = threads
 
@@ -230,8 +254,10 @@ class RedisServer(Service):
     name = "redis-server"
 
     def __init__(self, port: int, data_dir: Path, log: Path,
-                 env: Mapping[str, str] | None = None, *, own_session: bool = False) -> None:
-        super().__init__(log, env, own_session=own_session)
+                 env: Mapping[str, str] | None = None, *, own_session: bool = False,
+                 die_with_supervisor: bool = False) -> None:
+        super().__init__(log, env, own_session=own_session,
+                         die_with_supervisor=die_with_supervisor)
         self.port = port
         self.data_dir = data_dir
 

@@ -63,6 +63,11 @@ def test_a_publication_left_by_a_dead_server_is_ignored(tmp_path: Path) -> None:
         json.dumps({"uri": "http://127.0.0.1:1", "pid": int(dead)}))
     assert milvus_uri(tmp_path) == str(tmp_path / "milvus.db")
 
+    # A live pid (reused by another process after a crash) that serves nothing there.
+    (tmp_path / "milvus.db.server.json").write_text(
+        json.dumps({"uri": f"http://127.0.0.1:{free_port()}", "pid": os.getpid()}))
+    assert milvus_uri(tmp_path) == str(tmp_path / "milvus.db")
+
 
 @pytest.mark.django_db(transaction=True)
 def test_a_file_held_by_another_process_is_a_message_saying_what_to_do(

@@ -1,0 +1,64 @@
+"""The supervisor of kbplatform/processes.py: what it starts does not outlive it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kbplatform.processes import ROOT
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.embedded  # processes only, no service
+
+SUPERVISOR = """
+import sys, time
+from pathlib import Path
+from kbplatform.processes import Service
+
+class Sleeper(Service):
+    name = "sleeper"
+    def argv(self):
+        return [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(120)"]
+    def ready(self):
+        return "up" in self.log.read_text()
+
+sleeper = Sleeper(Path(sys.argv[1]), own_session=True,
+                  die_with_supervisor=sys.argv[2] == "yes")
+sleeper.start()
+print(sleeper.process.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (dead, not reaped by its new parent yet) counts as gone.
+    return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+
+
+@pytest.mark.parametrize("dies_with_it", [True, False], ids=["dies-with-it", "outlives-it"])
+def test_a_service_dies_with_its_killed_supervisor_when_asked(tmp_path: Path,
+                                                              dies_with_it: bool) -> None:
+    supervisor = subprocess.Popen(
+        [sys.executable, "-c", SUPERVISOR, str(tmp_path / "log"), "yes" if dies_with_it else "no"],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert supervisor.stdout is not None
+    child = int(supervisor.stdout.readline())
+    try:
+        supervisor.send_signal(signal.SIGKILL)  # no chance to stop anything itself
+        supervisor.wait()
+        if dies_with_it:
+            wait_until(lambda: not _alive(child), timeout=10, what="the service to stop")
+        else:  # the default: the test suite's services are stopped by their fixtures
+            assert _alive(child)
+    finally:
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
