@@ -161,6 +161,14 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
             page.wait_for_selector("#result_list")
             page.screenshot(path=str(tmp_path / f"{link.lower().replace(' ', '-')}.png"))
 
+        # The trace of that lookup names its documents, not only their numeric keys.
+        page.goto(demo.url + "/admin/")
+        page.click("#content-main a:text-is('Tool invocations')")
+        page.click("#result_list tbody tr:first-child th a")
+        page.wait_for_selector("#retrieval-stages")
+        assert "jvm/jvm-high-cpu-thread-dump.md" in page.inner_text("#pack-evidence")
+        page.screenshot(path=str(tmp_path / "trace.png"), full_page=True)
+
         page.goto(demo.url + "/admin/")
         page.click("#content-main a:text-is('Documents')")
         page.click("#result_list tbody tr:first-child th a")
