@@ -125,6 +125,11 @@ class Outcome:
         return self.status == "EMPTY"
 
     @property
+    def got(self) -> str:
+        """The top evidence's source, or the status when there is none."""
+        return self.sources[0] if self.sources else self.status
+
+    @property
     def hit(self) -> bool:
         """Right as a user sees it: the right runbook first, or EMPTY for off-topic."""
         return self.empty if self.question.expect is None else self.first
@@ -178,8 +183,8 @@ class HitReport:
             "off_topic": self.off_topic.as_json(),
             "by_kind": {kind: t.as_json() for kind, t in self.by_kind().items()},
             "misses": [{"id": o.question.id, "kind": o.question.kind, "query": o.question.query,
-                        "expected": o.question.expect, "got": o.sources[0] if o.sources
-                        else o.status, "anywhere": o.anywhere, "status": o.status,
+                        "expected": o.question.expect, "got": o.got,
+                        "anywhere": o.anywhere, "status": o.status,
                         "relevance_level": o.relevance_level} for o in self.misses],
         }
 
@@ -195,10 +200,9 @@ class HitReport:
                 f"first {_rate(t.first, t.questions)}, anywhere {_rate(t.anywhere, t.questions)}"))
         lines.append(f"misses ({len(self.misses)}):")
         for o in self.misses:
-            got = o.sources[0] if o.sources else o.status
             where = " (found lower)" if o.anywhere and not o.first else ""
             lines.append(f"  {o.question.id} [{o.question.kind}] {o.question.query!r}: expected "
-                         f"{o.question.expect or 'EMPTY'}, got {got}{where}, "
+                         f"{o.question.expect or 'EMPTY'}, got {o.got}{where}, "
                          f"relevance {o.relevance_level}")
         return lines
 

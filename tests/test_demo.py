@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from kbplatform.demo import PRODUCTION_SETTINGS
 from kbplatform.processes import ROOT, free_port, port_open
 from tests.conftest import wait_until
 
@@ -62,9 +63,7 @@ class Demo:
 
 
 def _demo_env(var: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "MILVUS_URI",
-                        "CELERY_TASK_ALWAYS_EAGER")}
+    env = {k: v for k, v in os.environ.items() if k not in PRODUCTION_SETTINGS}
     return {**env, "KB_VAR_DIR": str(var), "KB_EMBEDDER": "use"}
 
 
