@@ -84,31 +84,39 @@ class RagConfigChangeInline(admin.TabularInline):
 @admin.register(RagConfig)
 class RagConfigAdmin(admin.ModelAdmin):
     form = RagConfigForm
-    list_display = ["scope", "tenant", "dataset", "search_mode", "retrieve_k", "return_n",
-                    "version", "updated_by", "updated_at"]
-    list_filter = ["search_mode"]
+    list_display = ["scope", "tenant", "dataset", "retrievers", "retrieval_execution_mode",
+                    "retrieve_k", "return_n", "version", "updated_by", "updated_at"]
+    list_filter = ["retrieval_execution_mode", "enable_rerank", "enable_query_transform"]
     list_select_related = ["tenant", "dataset__tenant"]
     search_fields = ["tenant__slug", "dataset__name"]
     raw_id_fields = ["dataset"]
     readonly_fields = ["version", "updated_by", "updated_at"]
     inlines = [RagConfigChangeInline]
+    # One group per stage of the retrieval graph, in the order a lookup runs them.
     fieldsets = [
         (None, {"fields": ["tenant", "dataset", "version", "updated_by", "updated_at"]}),
-        ("Retrieval", {"fields": ["search_mode", "rrf_k", "dense_weight", "bm25_weight",
-                                  "retrieve_k", "return_n",
-                                  "max_chunks_per_document", "kb_scope", "metadata_filters"]}),
-        ("Thresholds", {"fields": ["reference_threshold", "precise_threshold",
-                                   "max_l2_distance"]}),
-        ("Graph / agentic options (not used by lookups yet)", {
-            "classes": ["collapse"],
-            "fields": ["max_results", "min_score", "enable_query_transform",
-                       "query_transform_strategy", "enabled_retrievers",
-                       "retrieval_execution_mode", "enable_rerank", "rerank_top_n",
-                       "enable_quality_assessment", "quality_threshold", "enable_correction",
-                       "max_retry_count", "aggregation_strategy", "enable_fallback",
-                       "timeout_millis"]}),
-        ("Packing", {"fields": ["max_context_chars", "max_excerpt_chars"]}),
+        ("1. Scope and filters", {"fields": ["kb_scope", "metadata_filters"]}),
+        ("2. Query transformation", {"fields": ["enable_query_transform",
+                                                "query_transform_strategy"]}),
+        ("3. Retrievers", {"fields": ["enabled_retrievers", "retrieval_execution_mode",
+                                      "max_results", "min_score", "rrf_k", "dense_weight",
+                                      "bm25_weight"]}),
+        ("4. Aggregation and rerank", {"fields": ["aggregation_strategy", "retrieve_k",
+                                                  "enable_rerank", "rerank_top_n"]}),
+        ("5. Relevance gate", {"fields": ["reference_threshold", "precise_threshold",
+                                          "max_l2_distance", "max_chunks_per_document",
+                                          "return_n"]}),
+        ("6. Quality and correction", {"fields": ["enable_quality_assessment",
+                                                  "quality_threshold", "enable_correction",
+                                                  "max_retry_count"]}),
+        ("7. Neighbours and packing", {"fields": ["neighbour_expansion", "neighbour_window",
+                                                  "max_context_chars", "max_excerpt_chars"]}),
+        ("8. Deadline and fallback", {"fields": ["timeout_millis", "enable_fallback"]}),
     ]
+
+    @admin.display(description="retrievers")
+    def retrievers(self, config: RagConfig) -> str:
+        return ", ".join(config.enabled_retrievers or [])
 
     @admin.display(description="config", ordering="tenant__slug")
     def scope(self, config: RagConfig) -> str:

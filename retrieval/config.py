@@ -26,21 +26,22 @@ QUERY_TRANSFORM_STRATEGIES = ("REWRITE", "EXPAND", "DECOMPOSE", "MULTI_QUERY")
 RETRIEVERS = ("VECTOR", "BM25", "HYBRID")
 EXECUTION_MODES = ("SIMPLE", "PARALLEL", "SEQUENTIAL", "HYBRID")
 AGGREGATION_STRATEGIES = ("MERGE", "RANK", "DEDUPLICATE")
-SEARCH_MODES = ("dense", "hybrid")
+NEIGHBOUR_EXPANSIONS = ("NONE", "ADJACENT", "SECTION")
 
 
 @dataclass(frozen=True)
 class RagSettings:
     """All RAG settings with the seeds' application.yml defaults."""
 
-    # Seed 003 (config-driven graph). max_results/min_score are stored and validated for the
-    # graph stages; lookup_knowledge sizes its search with retrieve_k/return_n and gates with
-    # reference/precise thresholds instead (seed 000 §6).
-    max_results: int = 3
-    min_score: float = 0.6
+    # Seed 003 §2: what each retriever fetches (maxResults; the seed registers its internal
+    # retriever with 20) and the similarity a candidate needs to be kept by it (minScore,
+    # default 0). retrieve_k then bounds the candidates after aggregation.
+    max_results: int = 20
+    min_score: float = 0.0
     enable_query_transform: bool = False
     query_transform_strategy: str = "REWRITE"
-    enabled_retrievers: tuple[str, ...] = ("VECTOR",)
+    # Seed 000 §6: lookups are hybrid by default (DESIGN.md wins over seed 003's VECTOR).
+    enabled_retrievers: tuple[str, ...] = ("HYBRID",)
     retrieval_execution_mode: str = "SIMPLE"
     enable_rerank: bool = False
     rerank_top_n: int = 5
@@ -54,7 +55,6 @@ class RagSettings:
     enable_fallback: bool = True
     timeout_millis: int = 30000
     # Seed 000 §6 (lookup_knowledge).
-    search_mode: str = "hybrid"
     # Weighted RRF: each path adds weight / (rrf_k + rank). The seed's plain RRF(60) fell
     # below BM25 alone with a weak embedder; k=5 with the dense path at 0.7 was best on both
     # CMRC 2018 and SciFact (docs/benchmarks.md, "Fusion").
@@ -71,6 +71,10 @@ class RagSettings:
     # in-domain and off-topic questions, so the thresholds mean the same for every model.
     max_l2_distance: float | None = None
     kb_scope: str = ""
+    # Neighbour expansion: the chunks around a hit (ADJACENT, ± neighbour_window) or its
+    # section (SECTION), added after it within max_context_chars.
+    neighbour_expansion: str = "NONE"
+    neighbour_window: int = 1
     # Context packing.
     max_context_chars: int = 6000
     max_excerpt_chars: int = 1500
@@ -90,7 +94,8 @@ class RagConfigError(ValueError):
 _BOOLS = {"enable_query_transform", "enable_rerank", "enable_quality_assessment",
           "enable_correction", "enable_fallback"}
 _INTS: dict[str, tuple[int, int]] = {
-    "max_results": (1, 100), "rerank_top_n": (1, 200), "max_retry_count": (0, 10),
+    "max_results": (1, 200), "neighbour_window": (1, 5), "rerank_top_n": (1, 200),
+    "max_retry_count": (0, 10),
     "timeout_millis": (100, 600_000), "rrf_k": (1, 16_384), "retrieve_k": (1, 200),
     "return_n": (1, 200), "max_chunks_per_document": (1, 50),
     "max_context_chars": (200, 100_000), "max_excerpt_chars": (200, 20_000),
@@ -104,7 +109,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "query_transform_strategy": QUERY_TRANSFORM_STRATEGIES,
     "retrieval_execution_mode": EXECUTION_MODES,
     "aggregation_strategy": AGGREGATION_STRATEGIES,
-    "search_mode": SEARCH_MODES,
+    "neighbour_expansion": NEIGHBOUR_EXPANSIONS,
 }
 _TRUE, _FALSE = {"1", "true"}, {"0", "false"}
 _INT_RE = re.compile(r"[+-]?\d+")
@@ -240,10 +245,36 @@ def _cross_field_errors(s: RagSettings) -> dict[str, str]:
         errors["dense_weight"] = "dense_weight and bm25_weight cannot both be 0"
     if s.enable_rerank and s.rerank_top_n > s.retrieve_k:
         errors["rerank_top_n"] = f"must not exceed retrieve_k ({s.retrieve_k}) when rerank is on"
+    errors.update(_execution_errors(s))
     if s.max_excerpt_chars > s.max_context_chars:
         errors["max_excerpt_chars"] = (
             f"must not exceed max_context_chars ({s.max_context_chars})")
     return errors
+
+
+def _execution_errors(s: RagSettings) -> dict[str, str]:
+    """Each execution mode runs what it says with the retrievers enabled for it."""
+    mode, chosen = s.retrieval_execution_mode, s.enabled_retrievers
+    if mode == "SIMPLE" and len(chosen) != 1:
+        return {"enabled_retrievers": "SIMPLE runs one retriever: enable one, or choose "
+                                      "PARALLEL or SEQUENTIAL to run several"}
+    if mode in ("PARALLEL", "SEQUENTIAL") and len(chosen) < 2:
+        return {"enabled_retrievers": f"{mode} runs several retrievers: enable at least two, "
+                                      "or choose SIMPLE"}
+    if mode == "HYBRID" and set(chosen) != {"VECTOR", "BM25"}:
+        return {"enabled_retrievers": "HYBRID fuses the VECTOR and BM25 searches inside "
+                                      "Milvus in one request: enable exactly those two"}
+    return {}
+
+
+# evaluate's and lookup's --mode: a shorthand for the retrievers and how they run.
+MODE_OVERRIDES: dict[str, dict[str, object]] = {
+    "dense": {"enabled_retrievers": ["VECTOR"], "retrieval_execution_mode": "SIMPLE"},
+    "bm25": {"enabled_retrievers": ["BM25"], "retrieval_execution_mode": "SIMPLE"},
+    "hybrid": {"enabled_retrievers": ["HYBRID"], "retrieval_execution_mode": "SIMPLE"},
+    "milvus_hybrid": {"enabled_retrievers": ["VECTOR", "BM25"],
+                      "retrieval_execution_mode": "HYBRID"},
+}
 
 
 class RagConfigConverter:

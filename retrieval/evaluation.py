@@ -190,11 +190,9 @@ class EvalReport:
 
 
 def ranked_documents(result: LookupResult, source_of_doc: dict[str, str]) -> list[str]:
-    """The post-processed evidence list (before packing), as corpus ids at their best rank."""
-    stages = [t for t in result.traces if t.stage == "post_process"]
-    keys = [key for key, _ in stages[-1].candidates] if stages else []
+    """The final evidence list (before packing), as corpus ids at their best rank."""
     ranking: list[str] = []
-    for key in keys:
+    for key in result.ranked:
         source = source_of_doc.get(key.split("#", 1)[0])
         if source is not None and source not in ranking:
             ranking.append(source)
@@ -206,7 +204,8 @@ def evaluate(*, suite: Suite, index: EvalIndex, embedder: Embedder, mode: Search
              overrides: dict[str, object] | None = None) -> EvalReport:
     search = VectorSearchService(port=milvus.searcher(index.collection), embedder=embedder)
     # Deeper lists than the agent's, and no relevance gate: ranking is what is measured.
-    overrides = {**(overrides or {}), "retrieve_k": depth, "return_n": depth,
+    overrides = {**(overrides or {}), "max_results": depth, "retrieve_k": depth,
+                 "return_n": depth,
                  "max_chunks_per_document": 1, "reference_threshold": 0.0,
                  "precise_threshold": 0.0}
     judged = [q for q in suite.queries if q in suite.qrels][:max_queries]

@@ -13,11 +13,11 @@ from datasets.auth import Caller
 from datasets.selectors import live_doc_ids
 from kbplatform.errors import ApiError
 from retrieval import milvus
-from retrieval.config import RagConfigConverter, RagConfigError, RagSettings
+from retrieval.config import MODE_OVERRIDES, RagConfigConverter, RagConfigError, RagSettings
 from retrieval.embedders import EmbeddingError
 from retrieval.index_versions import IndexNotReady, serving_index
 from retrieval.l0 import DocumentsView, documents_view
-from retrieval.lookup import LookupKnowledgeTool, LookupRequest
+from retrieval.lookup import LookupKnowledgeTool, LookupRequest, Stages
 from retrieval.search import VectorSearchService
 from retrieval.selectors import rag_config_for
 from retrieval.transform import L0Index
@@ -54,7 +54,7 @@ class _Unavailable(Exception):
     """Something a lookup needs is broken: it answers UNAVAILABLE with this reason."""
 
 
-def _setup(filters: SearchFilters, overrides: dict[str, Any] | None,
+def _setup(filters: SearchFilters, overrides: dict[str, Any] | None, mode: SearchMode | None,
            search: VectorSearchService | None) -> _Setup:
     try:
         settings, version = rag_config_for(tenant_id=filters.tenant_id,
@@ -66,6 +66,8 @@ def _setup(filters: SearchFilters, overrides: dict[str, Any] | None,
         logger.error("tenant %s: the stored RagConfig does not validate: %s",
                      filters.tenant_id, exc)
         raise _Unavailable(f"RagConfigError: {exc}") from exc
+    if mode is not None:
+        overrides = {**MODE_OVERRIDES[mode], **(overrides or {})}
     if overrides:
         settings = RagConfigConverter.to_settings(overrides, base=settings)
     if search is None:
@@ -91,14 +93,14 @@ def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = 
     request = LookupRequest(query=query, filters=filters, tool_call_id=tool_call_id,
                             session_id=session_id)
     try:
-        setup = _setup(filters, overrides, search)
+        setup = _setup(filters, overrides, mode, search)
     except (_Unavailable, EmbeddingError, DatabaseError) as exc:
         broken = str(exc) if isinstance(exc, _Unavailable) else f"{type(exc).__name__}: {exc}"
-        tool = _tool(RagSettings(), None, None, None, mode)
+        tool = _tool(RagSettings(), None, None, None)
         return replace(tool.unavailable_result(request, error=broken), config={})
     if setup.view is not None:
         request = replace(request, filters=replace(filters, excluded_doc_ids=setup.view.excluded))
-    tool = _tool(setup.settings, setup.config_version, setup.search, setup.view, mode)
+    tool = _tool(setup.settings, setup.config_version, setup.search, setup.view)
     if setup.view is None or setup.search is None:
         # Nothing to search: EMPTY, without a search that would need a dataset or an index.
         return tool.empty_result(request)
@@ -106,9 +108,14 @@ def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = 
 
 
 def _tool(settings: RagSettings, version: int | None, search: VectorSearchService | None,
-          view: DocumentsView | None, mode: SearchMode | None) -> LookupKnowledgeTool:
+          view: DocumentsView | None) -> LookupKnowledgeTool:
     return LookupKnowledgeTool(
         search=search, l0_index=lambda: view.l0 if view else L0Index(()),
         live_documents=lambda f, ids: live_doc_ids(tenant_id=f.tenant_id,
                                                    dataset_ids=f.dataset_ids, doc_ids=ids),
-        settings=settings, config_version=version, mode=mode)
+        settings=settings, config_version=version, stages=_stages(search))
+
+
+def _stages(search: VectorSearchService | None) -> Stages:
+    """The optional stages this process has (see retrieval/graph/ports.py)."""
+    return Stages()

@@ -18,7 +18,6 @@ from datasets.models import Dataset, Tenant
 from retrieval import config as cfg
 
 D = cfg.RagSettings()  # the defaults, so that a column can never drift from the dataclass
-LATER = "Not used by lookups yet (stored for the planned graph stages)."
 
 
 def _choices(values: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -43,81 +42,106 @@ class RagConfig(models.Model):
         help_text="Empty: the tenant's default, for every lookup of the tenant. Set: an "
                   "override, used only by lookups that search this one dataset alone.")
 
-    # Graph / agentic options (seed 003 §3), stored and validated for later stages: the help
-    # texts say so, and must change when a stage starts reading one.
-    max_results = models.PositiveIntegerField(
-        default=D.max_results,
-        help_text=f"{LATER} Lookups return at most return_n items instead.")
-    min_score = models.FloatField(
-        default=D.min_score,
-        help_text=f"{LATER} Lookups judge relevance with reference_threshold and "
-                  "precise_threshold instead.")
+    # The retrieval graph (seed 003 §3, docs/retrieval-graph.md); the admin groups the
+    # fields by the stage that reads them.
     enable_query_transform = models.BooleanField(
         default=D.enable_query_transform,
-        help_text=f"{LATER} No model rewrites the query; lookups always derive domain, "
-                  "keyword and category hints from it.")
+        help_text="Rewrite the query before searching, with query_transform_strategy (no "
+                  "model: deterministic rules and the documents' frontmatter keywords).")
     query_transform_strategy = models.CharField(
         max_length=20, default=D.query_transform_strategy,
         choices=_choices(cfg.QUERY_TRANSFORM_STRATEGIES),
-        help_text=f"{LATER} How a query transform would rewrite the query.")
+        help_text="REWRITE: strip filler words; EXPAND: add the matched domain's keywords; "
+                  "DECOMPOSE: one search per sub-question; MULTI_QUERY: the original, "
+                  "rewritten and expanded queries, each searched and the results aggregated.")
     enabled_retrievers = models.JSONField(
         default=_default_retrievers,
-        help_text=f"{LATER} search_mode decides how lookups search.")
+        help_text="Which retrievers run: VECTOR (vector similarity), BM25 (keywords, "
+                  "identifiers), HYBRID (both, fused by rank; recommended). SIMPLE takes "
+                  "one, PARALLEL and SEQUENTIAL several, HYBRID exactly VECTOR and BM25.")
     retrieval_execution_mode = models.CharField(
         max_length=20, default=D.retrieval_execution_mode,
         choices=_choices(cfg.EXECUTION_MODES),
-        help_text=f"{LATER} How several retrievers would run (one, in parallel, in turn).")
-    enable_rerank = models.BooleanField(
-        default=D.enable_rerank, help_text=f"{LATER} No reranker is called.")
-    rerank_top_n = models.PositiveIntegerField(
-        default=D.rerank_top_n,
-        help_text=f"{LATER} How many candidates a reranker would reorder (at most "
-                  "retrieve_k when rerank is on).")
-    enable_quality_assessment = models.BooleanField(
-        default=D.enable_quality_assessment,
-        help_text=f"{LATER} Lookups always grade their results with the thresholds.")
-    quality_threshold = models.FloatField(
-        default=D.quality_threshold,
-        help_text=f"{LATER} The score (0–1) a quality assessment would ask for.")
-    enable_correction = models.BooleanField(
-        default=D.enable_correction,
-        help_text=f"{LATER} Retry with a corrected query when the quality is low; needs "
-                  "enable_quality_assessment.")
-    max_retry_count = models.PositiveIntegerField(
-        default=D.max_retry_count,
-        help_text=f"{LATER} How many corrected queries would be tried.")
+        help_text="SIMPLE: one retriever. PARALLEL: all at once, within timeout_millis. "
+                  "SEQUENTIAL: the next only when the evidence so far scores below "
+                  "quality_threshold. HYBRID: Milvus fuses VECTOR and BM25 in one request.")
+    max_results = models.PositiveIntegerField(
+        default=D.max_results,
+        help_text="How many candidates each retriever fetches (per query).")
+    min_score = models.FloatField(
+        default=D.min_score,
+        help_text="The vector similarity (0–1, the scale of the thresholds) a retriever's "
+                  "candidate needs to be kept; 0 keeps all. BM25-only candidates have no "
+                  "similarity and are kept.")
     aggregation_strategy = models.CharField(
         max_length=20, default=D.aggregation_strategy,
         choices=_choices(cfg.AGGREGATION_STRATEGIES),
-        help_text=f"{LATER} How the results of several retrievers would be combined.")
+        help_text="How several candidate lists (retrievers × queries) become one: MERGE by "
+                  "similarity, RANK by weighted rank fusion, DEDUPLICATE list after list. "
+                  "Each chunk appears once.")
+    enable_rerank = models.BooleanField(
+        default=D.enable_rerank,
+        help_text="Reorder the candidates with the reranker of RERANK_BASE_URL; without "
+                  "one the lookup falls back (enable_fallback) or answers UNAVAILABLE.")
+    rerank_top_n = models.PositiveIntegerField(
+        default=D.rerank_top_n,
+        help_text="With rerank on: how many of the reranked candidates go on to the "
+                  "relevance gate (at most retrieve_k).")
+    enable_quality_assessment = models.BooleanField(
+        default=D.enable_quality_assessment,
+        help_text="Score the evidence set (top similarity, query-term coverage, rank "
+                  "agreement; recorded in the trace). Below quality_threshold the answer is "
+                  "never PRECISE.")
+    quality_threshold = models.FloatField(
+        default=D.quality_threshold,
+        help_text="The evidence score (0–1) that counts as good enough: for the quality "
+                  "assessment, SEQUENTIAL execution and correction.")
+    enable_correction = models.BooleanField(
+        default=D.enable_correction,
+        help_text="Below quality_threshold, search again with a changed plan (wider, then "
+                  "other retrievers and an expanded query) and keep the best attempt; needs "
+                  "enable_quality_assessment.")
+    max_retry_count = models.PositiveIntegerField(
+        default=D.max_retry_count,
+        help_text="How many corrected attempts a lookup may make.")
     metadata_filters = models.JSONField(
         default=dict, blank=True,
-        help_text=f"{LATER} Would limit searches to chunks whose metadata match, e.g. "
-                  '{"category": "ops"} or {"domain": ["cache", "db"]}; keys: category, '
-                  "domain, business_key, file_name.")
+        help_text='Only chunks whose document matches, e.g. {"category": "ops"} or '
+                  '{"domain": ["cache", "db"]}; applied inside the vector store query. '
+                  "Keys: category, domain, doc_type, file_name, business_key, "
+                  "updated_after, updated_before.")
     enable_fallback = models.BooleanField(
         default=D.enable_fallback,
-        help_text=f"{LATER} A fallback answer when the graph fails or runs out of time.")
+        help_text="When a stage fails or the deadline passes, answer with the plain "
+                  "hybrid search instead of UNAVAILABLE (the trace says why).")
     timeout_millis = models.PositiveIntegerField(
         default=D.timeout_millis,
-        help_text=f"{LATER} One deadline for the whole graph, in milliseconds (each Milvus "
-                  "call has its own: MILVUS_TIMEOUT_SECONDS).")
+        help_text="One deadline for the whole lookup, in milliseconds (each Milvus call "
+                  "also has its own: MILVUS_TIMEOUT_SECONDS).")
+    neighbour_expansion = models.CharField(
+        max_length=10, default=D.neighbour_expansion,
+        choices=_choices(cfg.NEIGHBOUR_EXPANSIONS),
+        help_text="Add context after each hit: ADJACENT, the chunks before and after it "
+                  "(neighbour_window each side); SECTION, the rest of its section. Within "
+                  "max_context_chars.")
+    neighbour_window = models.PositiveIntegerField(
+        default=D.neighbour_window,
+        help_text="ADJACENT: how many chunks on each side; SECTION: at most twice this many.")
 
     # lookup_knowledge (seed 000 §6).
-    search_mode = models.CharField(
-        max_length=10, default=D.search_mode, choices=_choices(cfg.SEARCH_MODES),
-        help_text="How lookups search. hybrid: vector similarity and BM25 keyword search, "
-                  "fused by rank (recommended); dense: vector similarity only.")
     rrf_k = models.PositiveIntegerField(
         default=D.rrf_k,
-        help_text="Hybrid only: each search adds weight / (rrf_k + rank) to a chunk's fused "
-                  "score. Smaller values favour the top few of each search more.")
+        help_text="HYBRID retriever and RANK aggregation: each list adds weight / (rrf_k + "
+                  "rank) to a chunk's fused score. Smaller values favour the top few of each "
+                  "list more.")
     dense_weight = models.FloatField(
         default=D.dense_weight,
-        help_text="Hybrid only: how much the vector search counts in the fusion (0–1).")
+        help_text="How much the vector search counts in rank fusion (HYBRID retriever, RANK "
+                  "aggregation), 0–1.")
     bm25_weight = models.FloatField(
         default=D.bm25_weight,
-        help_text="Hybrid only: how much the BM25 keyword search counts in the fusion (0–1).")
+        help_text="How much the BM25 keyword search counts in rank fusion (HYBRID retriever, "
+                  "RANK aggregation), 0–1.")
     retrieve_k = models.PositiveIntegerField(
         default=D.retrieve_k,
         help_text="How many candidates a search fetches before they are filtered down to "
@@ -143,7 +167,8 @@ class RagConfig(models.Model):
                   "distance (squared L2, up to 4) at which a chunk's quality falls to 0.")
     kb_scope = models.CharField(
         max_length=cfg.KB_SCOPE_MAX_CHARS, blank=True, default=D.kb_scope,
-        help_text=f"{LATER} The kb_scope stored with indexed chunks is the dataset's own.")
+        help_text="Empty: every dataset. Set: only datasets whose kb_scope is this value; "
+                  "applied inside the vector store query.")
     max_context_chars = models.PositiveIntegerField(
         default=D.max_context_chars,
         help_text="The most characters of evidence text one answer carries: the item that "
@@ -187,8 +212,6 @@ class RagConfig(models.Model):
             _check(Q(max_l2_distance__isnull=True)
                    | Q(max_l2_distance__gt=0, max_l2_distance__lte=4), "max_l2_in_range",
                    "max_l2_distance must be in (0, 4]"),
-            _check(Q(search_mode__in=list(cfg.SEARCH_MODES)), "search_mode_valid",
-                   "search_mode must be dense or hybrid"),
         ]
 
     def __str__(self) -> str:

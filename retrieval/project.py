@@ -81,6 +81,7 @@ def trace_details(result: LookupResult) -> dict[str, Any]:
             "truncated": result.pack.truncated,
             "evidence_keys": [item.chunk.evidence_key for item in result.pack.items],
         },
+        "graph": result.graph,
         "config_version": result.config_version,
         "error": result.error,
         "timings": {name: _number(ms) for name, ms in result.timings_ms.items()},

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, Protocol
 
-SearchMode = Literal["dense", "hybrid", "bm25"]
+SearchMode = Literal["dense", "hybrid", "bm25", "milvus_hybrid"]
 
 
 class EvidenceStatus(StrEnum):
@@ -136,10 +136,13 @@ class LookupResult:
     pack: ContextPack
     hints: QueryHints
     filters: SearchFilters
-    mode: SearchMode
+    mode: str  # "hybrid", "dense", … or "parallel:VECTOR+BM25": what the graph ran
     retry: RetryDecision
     traces: tuple[StageTrace, ...]
     config: dict[str, Any]
     config_version: int | None
     error: str = ""
     timings_ms: dict[str, float] = field(default_factory=dict)
+    graph: dict[str, Any] = field(default_factory=dict)  # the plan, attempts, fallback
+    # The evidence keys in their final order before packing (evaluation ranks by these).
+    ranked: tuple[str, ...] = ()

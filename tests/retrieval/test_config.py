@@ -20,16 +20,18 @@ def errors_of(values: dict[str, object], **kwargs: object) -> dict[str, str]:
 
 def test_defaults_are_the_seed_values() -> None:
     s = convert({})
-    assert (s.max_results, s.min_score, s.enable_query_transform) == (3, 0.6, False)
+    # Seed 003 §2: each retriever fetches 20 (the seed's internal retriever), no score floor.
+    assert (s.max_results, s.min_score, s.enable_query_transform) == (20, 0.0, False)
     assert s.query_transform_strategy == "REWRITE"
-    assert s.enabled_retrievers == ("VECTOR",)
+    assert s.enabled_retrievers == ("HYBRID",)  # seed 000 §6: hybrid (DESIGN.md)
     assert (s.retrieval_execution_mode, s.aggregation_strategy) == ("SIMPLE", "MERGE")
     assert (s.enable_rerank, s.rerank_top_n) == (False, 5)
     assert (s.enable_quality_assessment, s.quality_threshold) == (False, 0.7)
     assert (s.enable_correction, s.max_retry_count) == (False, 2)
     assert dict(s.metadata_filters) == {}
     assert (s.enable_fallback, s.timeout_millis) == (True, 30000)
-    assert (s.search_mode, s.retrieve_k, s.return_n) == ("hybrid", 20, 5)
+    assert (s.retrieve_k, s.return_n) == (20, 5)
+    assert (s.neighbour_expansion, s.neighbour_window) == ("NONE", 1)
     # Fusion departs from the seed's plain RRF(60) by measurement (docs/benchmarks.md).
     assert (s.rrf_k, s.dense_weight, s.bm25_weight) == (5, 0.7, 1.0)
     assert s.max_chunks_per_document == 2
@@ -91,23 +93,42 @@ def test_max_l2_distance_upper_bound_is_four() -> None:
 
 
 def test_enums_are_checked_and_canonicalised() -> None:
-    s = convert({"search_mode": "DENSE", "query_transform_strategy": "multi_query",
-                 "retrieval_execution_mode": "parallel", "aggregation_strategy": "rank"})
-    assert (s.search_mode, s.query_transform_strategy) == ("dense", "MULTI_QUERY")
+    s = convert({"neighbour_expansion": "adjacent", "query_transform_strategy": "multi_query",
+                 "retrieval_execution_mode": "parallel", "aggregation_strategy": "rank",
+                 "enabled_retrievers": ["VECTOR", "BM25"]})
+    assert (s.neighbour_expansion, s.query_transform_strategy) == ("ADJACENT", "MULTI_QUERY")
     assert (s.retrieval_execution_mode, s.aggregation_strategy) == ("PARALLEL", "RANK")
-    errors = errors_of({"search_mode": "bm25", "aggregation_strategy": "SUM",
+    errors = errors_of({"neighbour_expansion": "all", "aggregation_strategy": "SUM",
                         "query_transform_strategy": 1})
-    assert set(errors) == {"search_mode", "aggregation_strategy", "query_transform_strategy"}
+    assert set(errors) == {"neighbour_expansion", "aggregation_strategy",
+                           "query_transform_strategy"}
 
 
 def test_enabled_retrievers() -> None:
-    assert convert({"enabled_retrievers": ["bm25", "VECTOR", "BM25"]}).enabled_retrievers == (
-        "BM25", "VECTOR")
-    assert convert({"enabled_retrievers": "VECTOR, HYBRID"}).enabled_retrievers == (
+    several = {"retrieval_execution_mode": "PARALLEL"}
+    assert convert({"enabled_retrievers": ["bm25", "VECTOR", "BM25"], **several}
+                   ).enabled_retrievers == ("BM25", "VECTOR")
+    assert convert({"enabled_retrievers": "VECTOR, HYBRID", **several}).enabled_retrievers == (
         "VECTOR", "HYBRID")
     bads: list[object] = [[], "", " , ", ["VECTOR", "GRAPH"], 3, [None]]
     for bad in bads:
         assert "enabled_retrievers" in errors_of({"enabled_retrievers": bad})
+
+
+@pytest.mark.parametrize("mode, retrievers, ok", [
+    ("SIMPLE", ["BM25"], True), ("SIMPLE", ["VECTOR", "BM25"], False),
+    ("PARALLEL", ["VECTOR", "BM25"], True), ("PARALLEL", ["HYBRID"], False),
+    ("SEQUENTIAL", ["BM25", "HYBRID"], True), ("SEQUENTIAL", ["VECTOR"], False),
+    ("HYBRID", ["VECTOR", "BM25"], True), ("HYBRID", ["HYBRID"], False),
+    ("HYBRID", ["VECTOR", "BM25", "HYBRID"], False),
+])
+def test_each_execution_mode_takes_the_retrievers_it_can_run(
+        mode: str, retrievers: list[str], ok: bool) -> None:
+    values = {"retrieval_execution_mode": mode, "enabled_retrievers": retrievers}
+    if ok:
+        assert convert(values).retrieval_execution_mode == mode
+    else:
+        assert set(errors_of(values)) == {"enabled_retrievers"}
 
 
 def test_metadata_filters_whitelist_and_values() -> None:
@@ -167,13 +188,13 @@ def test_cross_field_rules_see_the_base() -> None:
 
 
 def test_values_override_base() -> None:
-    base = convert({"return_n": 3, "search_mode": "dense"})
+    base = convert({"return_n": 3, "enabled_retrievers": ["VECTOR"]})
     s = convert({"return_n": 4}, base=base)
-    assert (s.return_n, s.search_mode) == (4, "dense")
+    assert (s.return_n, s.enabled_retrievers) == (4, ("VECTOR",))
 
 
 def test_to_dict_is_json_safe_and_round_trips() -> None:
-    s = convert({"enabled_retrievers": ["VECTOR", "BM25"],
+    s = convert({"enabled_retrievers": ["VECTOR", "BM25"], "retrieval_execution_mode": "HYBRID",
                  "metadata_filters": {"domain": ["a", "b"], "category": "c"}})
     data = RagConfigConverter.to_dict(s)
     assert set(data) == set(SETTING_NAMES)

@@ -64,7 +64,7 @@ def test_dense_and_hybrid_search_modes_both_answer(acme: Imported, make_key: Mak
     top_fused = (defaults.dense_weight + defaults.bm25_weight) / (defaults.rrf_k + 1)
     assert scores and max(scores) <= top_fused  # fused reciprocal-rank scores
 
-    rag_config_update(config=None, tenant=acme.tenant, values={"search_mode": "dense"},
+    rag_config_update(config=None, tenant=acme.tenant, values={"enabled_retrievers": ["VECTOR"]},
                       changed_by="test")
     stems, trace, scores = answer(f"s-{uuid.uuid4().hex}")
     assert stems == {"kafka"} and trace["mode"] == "dense"

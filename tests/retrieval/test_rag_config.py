@@ -100,15 +100,15 @@ def test_selector_precedence(tenant: Tenant, dataset: Dataset) -> None:
 
     rag_config_update(config=None, tenant=tenant, values={"return_n": 3}, changed_by="a")
     rag_config_update(config=None, tenant=tenant, dataset=dataset,
-                      values={"return_n": 4, "search_mode": "dense"}, changed_by="a")
+                      values={"return_n": 4, "enabled_retrievers": ["VECTOR"]}, changed_by="a")
     rag_config_update(config=None, tenant=tenant, dataset=dataset, values={"return_n": 2},
                       changed_by="a")
 
     settings, version = rag_config_for(tenant_id=tenant.pk, dataset_ids=[dataset.pk])
-    assert (settings.return_n, settings.search_mode, version) == (2, "dense", 2)
+    assert (settings.return_n, settings.enabled_retrievers, version) == (2, ("VECTOR",), 2)
     # several datasets, or one without an override: the tenant default
     settings, version = rag_config_for(tenant_id=tenant.pk, dataset_ids=[dataset.pk, other.pk])
-    assert (settings.return_n, settings.search_mode, version) == (3, "hybrid", 1)
+    assert (settings.return_n, settings.enabled_retrievers, version) == (3, ("HYBRID",), 1)
     assert rag_config_for(tenant_id=tenant.pk, dataset_ids=[other.pk])[0].return_n == 3
     assert rag_config_for(tenant_id=tenant.pk, dataset_ids=[])[0].return_n == 3
 

@@ -1,0 +1,42 @@
+"""The graph's ports to the stages behind them: query transform, rerank, neighbours."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from retrieval.types import QueryHints, ScoredChunk, SearchFilters
+
+
+class Transformed(Protocol):
+    @property
+    def queries(self) -> tuple[str, ...]: ...
+
+    @property
+    def note(self) -> str: ...
+
+
+class QueryTransformPort(Protocol):
+    def transform(self, query: str, hints: QueryHints) -> Transformed: ...
+
+
+class RerankPort(Protocol):
+    """retrieval.rerank.Reranker: best first, at most top_n; raises on any failure."""
+
+    name: str
+
+    def rerank(self, query: str, documents: Sequence[str], *, top_n: int,
+               timeout_s: float) -> Sequence[Ranked]: ...
+
+
+class Ranked(Protocol):
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def score(self) -> float: ...
+
+
+class NeighbourPort(Protocol):
+    def expand(self, chunks: Sequence[ScoredChunk],
+               filters: SearchFilters) -> tuple[ScoredChunk, ...]: ...

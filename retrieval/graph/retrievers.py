@@ -1,0 +1,70 @@
+"""The registered retrievers: VECTOR, BM25 and HYBRID over the knowledge search port."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from retrieval.graph.registry import Param, RetrieverCall, RetrieverRegistry, RetrieverSpec
+from retrieval.types import KnowledgeSearchPort, SearchHit, SearchMode, SearchRequest
+
+
+class _PortRetriever:
+    spec: ClassVar[RetrieverSpec]
+    mode: ClassVar[SearchMode]
+
+    def __init__(self, *, port: KnowledgeSearchPort) -> None:
+        self.port = port
+
+    def retrieve(self, call: RetrieverCall) -> list[SearchHit]:
+        return self.port.search(self._request(call))
+
+    def _request(self, call: RetrieverCall) -> SearchRequest:
+        return SearchRequest(query_text=call.query, query_vector=call.vector, mode=self.mode,
+                             limit=call.limit, filters=call.filters)
+
+
+class VectorRetriever(_PortRetriever):
+    """Dense ANN on the chunk vectors (squared L2)."""
+
+    spec = RetrieverSpec(name="VECTOR")
+    mode = "dense"
+
+
+class BM25Retriever(_PortRetriever):
+    """Milvus's BM25 on the analysed chunk text (jieba): exact terms, identifiers, codes."""
+
+    spec = RetrieverSpec(name="BM25", needs_vector=False)
+    mode = "bm25"
+
+
+class HybridRetriever(_PortRetriever):
+    """Dense + BM25 fused: weighted RRF in the app, or Milvus's RRF in one request."""
+
+    spec = RetrieverSpec(name="HYBRID", params=(
+        Param("rrf_k", int, 5, "each arm adds weight / (rrf_k + rank)"),
+        Param("dense_weight", float, 0.7, "app fusion only"),
+        Param("bm25_weight", float, 1.0, "app fusion only"),
+        Param("fusion", str, "app", "app: weighted RRF here; milvus: hybrid_search + RRFRanker"),
+    ))
+    mode = "hybrid"
+
+    def _request(self, call: RetrieverCall) -> SearchRequest:
+        args = self.spec.arguments(call.arguments)
+        if args["fusion"] not in ("app", "milvus"):
+            raise ValueError("HYBRID fusion is app or milvus")
+        return SearchRequest(
+            query_text=call.query, query_vector=call.vector,
+            mode="milvus_hybrid" if args["fusion"] == "milvus" else "hybrid",
+            limit=call.limit, filters=call.filters, rrf_k=int(args["rrf_k"]),  # type: ignore[call-overload]
+            dense_weight=float(args["dense_weight"]),  # type: ignore[arg-type]
+            bm25_weight=float(args["bm25_weight"]))  # type: ignore[arg-type]
+
+
+def default_registry() -> RetrieverRegistry:
+    registry = RetrieverRegistry()
+    for retriever in (VectorRetriever, BM25Retriever, HybridRetriever):
+        registry.register(retriever.spec, retriever)
+    return registry
+
+
+REGISTRY = default_registry()
