@@ -1,0 +1,248 @@
+"""Every RagConfig field changes what a lookup does: one test per field, through the REST tool
+endpoint on real Milvus, reading the answer and the audit trace an operator reads."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from retrieval.config import SETTING_NAMES
+from retrieval.services import rag_config_update
+from tests.retrieval.conftest import Imported, MakeKey, client_for, evidence_ids, last_trace, lookup
+
+KAFKA_LAG = "kafka consumer group lag keeps growing"
+# No domain, title or keyword of any document in it: no category hint narrows the search, so
+# every chunk of the dataset is a candidate.
+PLAIN = "messages are read more slowly than they are written"
+# Which test proves which field (the last test checks that none is missing).
+FIELD_TESTS: dict[str, str] = {}
+
+
+def proves(*names: str) -> Any:
+    def mark(test: Any) -> Any:
+        for name in names:
+            FIELD_TESTS[name] = test.__name__
+        return test
+    return mark
+
+
+class Tool:
+    """The tenant's agent and operator, and its default config."""
+
+    def __init__(self, imported: Imported, make_key: MakeKey) -> None:
+        self.imported = imported
+        self.agent = client_for(make_key("acme")[1])
+        self.admin = client_for(make_key("acme", role="admin")[1])
+
+    def configure(self, **values: Any) -> None:
+        rag_config_update(config=None, tenant=self.imported.tenant, values=values,
+                          changed_by="test")
+
+    def ask(self, query: str = KAFKA_LAG, **values: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(answer, trace) of one lookup with the config changed by `values` first."""
+        if values:
+            self.configure(**values)
+        session = f"s-{uuid.uuid4().hex}"
+        response = lookup(self.agent, query, session_id=session)
+        assert response.status_code in (200, 503), response.content
+        return response.json(), last_trace(self.admin, session)
+
+    def stems(self, body: dict[str, Any]) -> list[str | None]:
+        return [self.imported.stem_of(e) for e in evidence_ids(body)]
+
+
+@pytest.fixture
+def tool(acme: Imported, make_key: MakeKey) -> Tool:
+    return Tool(acme, make_key)
+
+
+def stage(trace: dict[str, Any], name: str) -> dict[str, Any]:
+    found = [s for s in trace["stages"] if s["stage"] == name]
+    assert found, [s["stage"] for s in trace["stages"]]
+    return found[-1]
+
+
+def ran(trace: dict[str, Any]) -> list[str]:
+    """The retrievers that finished, in the order they were called."""
+    return [e["retriever"] for e in trace["graph"]["retrievers"] if e["event"] == "finish"]
+
+
+@pytest.mark.django_db
+@proves("enabled_retrievers")
+def test_enabled_retrievers_choose_the_search(tool: Tool) -> None:
+    for retrievers, mode in ((["VECTOR"], "dense"), (["BM25"], "bm25"), (["HYBRID"], "hybrid")):
+        body, trace = tool.ask(enabled_retrievers=retrievers)
+        assert body["evidence_status"] == "READY" and "kafka" in tool.stems(body)
+        assert trace["mode"] == mode and ran(trace) == retrievers
+
+
+@pytest.mark.django_db
+@proves("retrieval_execution_mode")
+def test_execution_modes_run_the_retrievers_as_they_say(tool: Tool) -> None:
+    body, trace = tool.ask(retrieval_execution_mode="PARALLEL",
+                           enabled_retrievers=["VECTOR", "BM25"])
+    assert sorted(ran(trace)) == ["BM25", "VECTOR"] and "kafka" in tool.stems(body)
+    assert trace["mode"] == "parallel:VECTOR+BM25"
+
+    # SEQUENTIAL: the second retriever only when the first scored below the threshold.
+    _, trace = tool.ask(retrieval_execution_mode="SEQUENTIAL", quality_threshold=0.0,
+                        enabled_retrievers=["BM25", "VECTOR"])
+    assert ran(trace) == ["BM25"]
+    _, trace = tool.ask(quality_threshold=1.0)
+    assert ran(trace) == ["BM25", "VECTOR"]
+    assert "below the threshold" in stage(trace, "sequential[BM25]")["note"]
+
+    # HYBRID: one Milvus request fuses the two arms.
+    body, trace = tool.ask(retrieval_execution_mode="HYBRID",
+                           enabled_retrievers=["VECTOR", "BM25"])
+    assert trace["mode"] == "milvus_hybrid" and ran(trace) == ["HYBRID"]
+    assert body["evidence_status"] == "READY" and "kafka" in tool.stems(body)
+
+
+@pytest.mark.django_db
+@proves("max_results")
+def test_max_results_is_what_each_retriever_fetches(tool: Tool) -> None:
+    _, trace = tool.ask(PLAIN)
+    [hits] = [e["hits"] for e in trace["graph"]["retrievers"] if e["event"] == "finish"]
+    assert hits > 2
+    body, trace = tool.ask(PLAIN, max_results=2)
+    assert [e["hits"] for e in trace["graph"]["retrievers"] if e["event"] == "finish"] == [2]
+    assert len(body["evidence"]) <= 2
+
+
+@pytest.mark.django_db
+@proves("min_score")
+def test_min_score_drops_candidates_below_it(tool: Tool) -> None:
+    body, _ = tool.ask(enabled_retrievers=["VECTOR"])
+    assert body["evidence_status"] == "READY"
+    body, trace = tool.ask(min_score=0.99)
+    assert body["evidence_status"] == "EMPTY"
+    assert trace["graph"]["plan"]["min_score"] == 0.99
+
+
+@pytest.mark.django_db
+@proves("aggregation_strategy")
+def test_aggregation_strategies_order_the_lists_as_they_say(tool: Tool) -> None:
+    parallel = {"retrieval_execution_mode": "PARALLEL", "enabled_retrievers": ["VECTOR", "BM25"]}
+    orders = {}
+    for strategy in ("DEDUPLICATE", "RANK", "MERGE"):
+        _, trace = tool.ask(PLAIN, aggregation_strategy=strategy, **parallel)
+        retrieved = stage(trace, "retrieve")["candidates"]
+        aggregated = stage(trace, "aggregate")
+        assert aggregated["note"] == f"{strategy} of 2 lists"
+        keys = [c["evidence_key"] for c in aggregated["candidates"]]
+        assert len(keys) == len(set(keys))  # each chunk once
+        orders[strategy] = keys
+        if strategy == "DEDUPLICATE":  # the first list, then what the second adds
+            listed = list(dict.fromkeys(c["evidence_key"] for c in retrieved))
+            assert keys == listed[:len(keys)]
+        else:
+            scores = [c["score"] for c in aggregated["candidates"]]
+            assert scores == sorted(scores, reverse=True)
+    assert orders["DEDUPLICATE"] != orders["RANK"] or orders["RANK"] != orders["MERGE"]
+
+
+@pytest.mark.django_db
+@proves("rrf_k", "dense_weight", "bm25_weight")
+def test_fusion_weights_and_k_are_the_fused_scores(tool: Tool) -> None:
+    _, trace = tool.ask(PLAIN, rrf_k=9, dense_weight=1.0, bm25_weight=0.0)
+    scores = [c["score"] for c in stage(trace, "retrieve")["candidates"]]
+    assert scores[0] == pytest.approx(1 / 10, abs=1e-6)  # dense rank 1 alone counts
+    _, trace = tool.ask(PLAIN, rrf_k=60, dense_weight=0.0, bm25_weight=1.0)
+    scores = [c["score"] for c in stage(trace, "retrieve")["candidates"]]
+    assert scores[0] == pytest.approx(1 / 61, abs=1e-6)
+
+
+@pytest.mark.django_db
+@proves("retrieve_k")
+def test_retrieve_k_bounds_the_candidates_after_aggregation(tool: Tool) -> None:
+    parallel = {"retrieval_execution_mode": "PARALLEL", "enabled_retrievers": ["VECTOR", "BM25"]}
+    _, trace = tool.ask(PLAIN, retrieve_k=20, **parallel)
+    assert len(stage(trace, "aggregate")["candidates"]) > 5
+    _, trace = tool.ask(PLAIN, retrieve_k=5)
+    assert len(stage(trace, "aggregate")["candidates"]) == 5
+
+
+@pytest.mark.django_db
+@proves("return_n", "max_chunks_per_document")
+def test_return_n_and_the_per_document_limit(tool: Tool) -> None:
+    body, _ = tool.ask(return_n=5, max_chunks_per_document=1)
+    assert tool.stems(body).count("kafka") == 1
+    body, _ = tool.ask(max_chunks_per_document=3)
+    assert tool.stems(body).count("kafka") == 3
+    body, _ = tool.ask(return_n=2)
+    assert len(body["evidence"]) == 2
+
+
+@pytest.mark.django_db
+@proves("reference_threshold", "precise_threshold", "max_l2_distance")
+def test_thresholds_and_the_distance_scale_decide_relevance(tool: Tool) -> None:
+    body, _ = tool.ask()
+    assert body["relevance_level"] == "PRECISE"
+    body, _ = tool.ask(precise_threshold=1.0)
+    assert (body["evidence_status"], body["relevance_level"]) == ("READY", "REFERENCE")
+    body, _ = tool.ask(reference_threshold=1.0)
+    assert body["evidence_status"] == "EMPTY"
+    tool.configure(reference_threshold=0.35, precise_threshold=0.6)
+    body, _ = tool.ask(max_l2_distance=0.01)  # every chunk is "far": quality 0
+    assert body["evidence_status"] == "EMPTY"
+
+
+@pytest.mark.django_db
+@proves("max_context_chars", "max_excerpt_chars")
+def test_packing_limits_bound_the_excerpts(tool: Tool) -> None:
+    body, _ = tool.ask(max_excerpt_chars=200, max_chunks_per_document=5)
+    assert body["evidence"] and all(len(e["excerpt"]) <= 200 for e in body["evidence"])
+    body, _ = tool.ask(max_context_chars=250)
+    assert sum(len(e["excerpt"]) for e in body["evidence"]) <= 250 and body["truncated"]
+
+
+@pytest.mark.django_db
+@proves("enable_quality_assessment", "quality_threshold")
+def test_quality_assessment_grades_the_evidence_and_caps_the_level(tool: Tool) -> None:
+    body, trace = tool.ask(enable_quality_assessment=True, quality_threshold=0.0)
+    assert "quality" in stage(trace, "quality[0]")["note"]
+    assert body["relevance_level"] == "PRECISE"
+    assert trace["graph"]["attempts"][0]["quality"] > 0.5
+    body, trace = tool.ask(quality_threshold=1.0)  # nothing reaches it
+    assert (body["evidence_status"], body["relevance_level"]) == ("READY", "REFERENCE")
+    _, trace = tool.ask(enable_quality_assessment=False)
+    assert trace["graph"]["attempts"][0]["quality"] is None
+
+
+@pytest.mark.django_db
+@proves("enable_correction", "max_retry_count")
+def test_correction_retries_with_a_changed_plan_and_stops(tool: Tool) -> None:
+    body, trace = tool.ask(enable_quality_assessment=True, enable_correction=True,
+                           quality_threshold=1.0, max_retry_count=2)
+    attempts = trace["graph"]["attempts"]
+    assert [a["attempt"] for a in attempts] == [0, 1, 2]  # never more than 1 + max_retry_count
+    assert attempts[1]["change"].startswith("wider")
+    assert attempts[2]["retrievers"] == ["VECTOR", "BM25"]  # the hybrid search's arms
+    assert body["evidence_status"] == "READY"
+    _, trace = tool.ask(max_retry_count=0)
+    assert len(trace["graph"]["attempts"]) == 1
+    _, trace = tool.ask(max_retry_count=2, quality_threshold=0.0)  # good at once: no retry
+    assert len(trace["graph"]["attempts"]) == 1
+
+
+@pytest.mark.django_db
+@proves("enable_fallback")
+def test_a_failing_stage_falls_back_or_answers_unavailable(tool: Tool) -> None:
+    # Rerank on, but this process has no reranker: the stage fails.
+    body, trace = tool.ask(enable_rerank=True, enable_fallback=True)
+    assert body["evidence_status"] == "READY" and "kafka" in tool.stems(body)
+    assert "no reranker is configured" in trace["graph"]["fallback"]
+    assert any(s["stage"] == "fallback" for s in trace["stages"])
+    body, trace = tool.ask(enable_fallback=False)
+    assert body["evidence_status"] == "UNAVAILABLE"
+    assert "no reranker is configured" in trace["error"]
+
+
+def test_every_field_has_its_test() -> None:
+    pending = {"enable_query_transform", "query_transform_strategy", "enable_rerank",
+               "rerank_top_n", "timeout_millis", "metadata_filters", "kb_scope",
+               "neighbour_expansion", "neighbour_window"}
+    assert sorted(set(SETTING_NAMES) - set(FIELD_TESTS) - pending) == []
