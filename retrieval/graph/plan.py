@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from retrieval.config import RagSettings
-from retrieval.graph.registry import RetrieverRegistry
+from retrieval.graph.registry import NestedGraphError, RetrieverRegistry
 
 # The correction stage never widens past this (it is also the converter's top for retrieve_k).
 MAX_DEPTH = 200
@@ -108,7 +108,10 @@ def build_graph(settings: RagSettings, registry: RetrieverRegistry) -> Retrieval
         steps = tuple(RetrieverStep(name, _hybrid_arguments(settings) if name == "HYBRID"
                                     else ()) for name in settings.enabled_retrievers)
     for step in steps:
-        registry.spec(step.name).arguments(dict(step.arguments))  # fail here, not mid-lookup
+        spec = registry.spec(step.name)
+        if spec.advanced:
+            raise NestedGraphError(f"{step.name} runs the whole graph: not inside it")
+        spec.arguments(dict(step.arguments))  # fail here, not mid-lookup
     correcting = settings.enable_quality_assessment and settings.enable_correction
     return RetrievalGraph(
         transform=settings.query_transform_strategy if settings.enable_query_transform

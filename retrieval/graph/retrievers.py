@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from retrieval.graph.advanced import register_advanced
 from retrieval.graph.registry import Param, RetrieverCall, RetrieverRegistry, RetrieverSpec
 from retrieval.types import KnowledgeSearchPort, SearchHit, SearchMode, SearchRequest
 
@@ -64,6 +65,7 @@ def default_registry() -> RetrieverRegistry:
     registry = RetrieverRegistry()
     for retriever in (VectorRetriever, BM25Retriever, HybridRetriever):
         registry.register(retriever.spec, retriever)
+    register_advanced(registry)  # for outside callers; the graph's node refuses it
     return registry
 
 
