@@ -18,6 +18,7 @@ from retrieval.graph.executor import (
 )
 from retrieval.graph.plan import build_graph
 from retrieval.graph.ports import NeighbourPort, QueryTransformPort, RerankPort
+from retrieval.graph.query_transform import DeterministicQueryTransformer
 from retrieval.graph.retrievers import REGISTRY
 from retrieval.pack import KnowledgeContextPacker
 from retrieval.post_process import KnowledgeEvidencePostProcessor
@@ -48,7 +49,7 @@ class LookupRequest:
 class Stages:
     """The optional stages' implementations (None: not available here)."""
 
-    transformer: Callable[[str], QueryTransformPort] | None = None
+    transformer: Callable[[str, L0Index], QueryTransformPort] = DeterministicQueryTransformer
     reranker: RerankPort | None = None
     neighbours: Callable[[str, int], NeighbourPort] | None = None
 

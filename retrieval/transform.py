@@ -54,6 +54,7 @@ class _Domain:
     name: str
     terms: frozenset[str]  # normalized: the domain name, titles and keywords
     categories: frozenset[str]
+    keywords: tuple[str, ...]  # as written in the frontmatter, first seen first
 
 
 class L0Index:
@@ -63,6 +64,7 @@ class L0Index:
         terms: dict[str, set[str]] = {}
         categories: dict[str, set[str]] = {}
         names: dict[str, str] = {}
+        written: dict[str, dict[str, str]] = {}  # domain → normalized keyword → as written
         keywords: set[str] = set()
         for doc in documents:
             doc_keywords = {normalize_text(k).strip() for k in doc.keywords}
@@ -74,9 +76,14 @@ class L0Index:
             terms.setdefault(domain, {domain}).update(
                 doc_keywords | {normalize_text(doc.title).strip()})
             categories.setdefault(domain, set()).add(doc.category.strip())
+            for keyword in doc.keywords:
+                written.setdefault(domain, {}).setdefault(normalize_text(keyword).strip(),
+                                                          keyword.strip())
         self._domains: Mapping[str, _Domain] = MappingProxyType({
             key: _Domain(names[key], frozenset(t for t in terms[key] if len(t) >= MIN_TERM_CHARS),
-                         frozenset(categories[key]))
+                         frozenset(categories[key]),
+                         tuple(w for k, w in written.get(key, {}).items()
+                               if len(k) >= MIN_TERM_CHARS))
             for key in sorted(terms)
         })
         self._keywords = frozenset(k for k in keywords if len(k) >= MIN_TERM_CHARS)
@@ -93,6 +100,16 @@ class L0Index:
             category = next(iter(domains[0].categories)) or None
         return QueryHints(domains=tuple(sorted(d.name for d in domains)),
                           keywords=tuple(keywords), category_filter=category)
+
+
+    def domain_keywords(self, domains: Iterable[str]) -> tuple[str, ...]:
+        """The frontmatter keywords of `domains` (names as in QueryHints.domains)."""
+        out: dict[str, str] = {}
+        for name in domains:
+            domain = self._domains.get(normalize_text(name).strip())
+            for keyword in domain.keywords if domain else ():
+                out.setdefault(normalize_text(keyword), keyword)
+        return tuple(out.values())
 
 
 class KnowledgeQueryTransformer:

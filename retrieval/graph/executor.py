@@ -23,6 +23,7 @@ from retrieval.graph.aggregate import Aggregator, CandidateList
 from retrieval.graph.plan import RetrievalGraph, fallback_graph
 from retrieval.graph.ports import NeighbourPort, QueryTransformPort, RerankPort
 from retrieval.graph.quality import QualityAssessor, QualityScore
+from retrieval.graph.query_transform import DeterministicQueryTransformer
 from retrieval.graph.registry import (
     RetrieverCall,
     RetrieverEvent,
@@ -144,7 +145,9 @@ class GraphParts:
     live_documents: LiveDocuments
     weights: dict[str, float]
     rrf_k: int
-    transformer: Callable[[str], QueryTransformPort] | None = None
+    # A query transform strategy and the L0 index → the transformer (deterministic by default;
+    # the LLM-backed strategies implement the same port).
+    transformer: Callable[[str, L0Index], QueryTransformPort] = DeterministicQueryTransformer
     reranker: RerankPort | None = None
     neighbours: Callable[[str, int], NeighbourPort] | None = None
 
@@ -255,11 +258,10 @@ class GraphExecutor:
                  suffix: str) -> tuple[str, ...]:
         if plan.transform is None:
             return (query,)
-        if self.parts.transformer is None:
-            raise StageUnavailable("no query transformer is available")
         stage = "query_transform" + suffix
         with clock.stage(stage):
-            transformed = self.parts.transformer(plan.transform).transform(query, hints)
+            transformer = self.parts.transformer(plan.transform, self.parts.l0_index())
+            transformed = transformer.transform(query, hints)
         clock.record(stage, note=f"{plan.transform}: {transformed.note} "
                                  f"({len(transformed.queries)} queries)")
         return transformed.queries or (query,)

@@ -70,6 +70,24 @@ def ran(trace: dict[str, Any]) -> list[str]:
 
 
 @pytest.mark.django_db
+@proves("enable_query_transform", "query_transform_strategy")
+def test_query_transform_changes_what_is_searched(tool: Tool) -> None:
+    _, trace = tool.ask("kafka lag", enable_query_transform=True,
+                        query_transform_strategy="EXPAND")
+    assert "consumer lag" in stage(trace, "query_transform")["note"]
+    # DECOMPOSE: each sub-question is its own search.
+    body, trace = tool.ask("why does kafka lag grow? how do I alert on it?",
+                           query_transform_strategy="DECOMPOSE")
+    assert stage(trace, "query_transform")["note"].startswith("DECOMPOSE: 2 sub-question")
+    assert ran(trace) == ["HYBRID", "HYBRID"] and "kafka" in tool.stems(body)
+    _, trace = tool.ask("请问 kafka lag 怎么办", query_transform_strategy="MULTI_QUERY")
+    assert len(ran(trace)) == 3  # original, rewritten, expanded
+    _, trace = tool.ask(enable_query_transform=False)
+    assert not [s for s in trace["stages"] if s["stage"].startswith("query_transform")]
+    assert ran(trace) == ["HYBRID"]
+
+
+@pytest.mark.django_db
 @proves("enabled_retrievers")
 def test_enabled_retrievers_choose_the_search(tool: Tool) -> None:
     for retrievers, mode in ((["VECTOR"], "dense"), (["BM25"], "bm25"), (["HYBRID"], "hybrid")):
@@ -242,7 +260,7 @@ def test_a_failing_stage_falls_back_or_answers_unavailable(tool: Tool) -> None:
 
 
 def test_every_field_has_its_test() -> None:
-    pending = {"enable_query_transform", "query_transform_strategy", "enable_rerank",
+    pending = {"enable_rerank",
                "rerank_top_n", "timeout_millis", "metadata_filters", "kb_scope",
                "neighbour_expansion", "neighbour_window"}
     assert sorted(set(SETTING_NAMES) - set(FIELD_TESTS) - pending) == []
