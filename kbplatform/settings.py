@@ -187,6 +187,16 @@ KB_EMBEDDING_DIMENSIONS = env_int("KB_EMBEDDING_DIMENSIONS", 0, minimum=0)
 KB_EMBEDDING_BATCH_SIZE = env_int("KB_EMBEDDING_BATCH_SIZE", 10, minimum=1)
 KB_EMBEDDING_TIMEOUT_SECONDS = env_int("KB_EMBEDDING_TIMEOUT_SECONDS", 30, minimum=1)
 
+# Rerank (RagConfig.enable_rerank): an endpoint speaking POST {base}/rerank; without one a
+# lookup with rerank on falls back to the plain hybrid search or answers UNAVAILABLE.
+KB_RERANK_BASE_URL = env_str("KB_RERANK_BASE_URL")
+if KB_RERANK_BASE_URL and not KB_RERANK_BASE_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(
+        f"KB_RERANK_BASE_URL={KB_RERANK_BASE_URL!r} must start with http:// or https://")
+KB_RERANK_API_KEY = env_str("KB_RERANK_API_KEY")
+KB_RERANK_MODEL = env_str("KB_RERANK_MODEL", "rerank")
+KB_RERANK_TIMEOUT_SECONDS = env_int("KB_RERANK_TIMEOUT_SECONDS", 10, minimum=1)
+
 # Ingestion.
 KB_KNOWLEDGE_DIR = Path(env_str("KB_KNOWLEDGE_DIR", str(BASE_DIR / "knowledge_base")))
 KB_MAX_UPLOAD_BYTES = env_int("KB_MAX_UPLOAD_BYTES", 2 * 1024 * 1024, minimum=1)

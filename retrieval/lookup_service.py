@@ -18,6 +18,7 @@ from retrieval.embedders import EmbeddingError
 from retrieval.index_versions import IndexNotReady, serving_index
 from retrieval.l0 import DocumentsView, documents_view
 from retrieval.lookup import LookupKnowledgeTool, LookupRequest, Stages
+from retrieval.rerank import configured_reranker
 from retrieval.search import VectorSearchService
 from retrieval.selectors import rag_config_for
 from retrieval.transform import L0Index
@@ -118,4 +119,4 @@ def _tool(settings: RagSettings, version: int | None, search: VectorSearchServic
 
 def _stages(search: VectorSearchService | None) -> Stages:
     """The optional stages this process has (see retrieval/graph/ports.py)."""
-    return Stages()
+    return Stages(reranker=configured_reranker())

@@ -81,7 +81,7 @@ class RagConfig(models.Model):
                   "Each chunk appears once.")
     enable_rerank = models.BooleanField(
         default=D.enable_rerank,
-        help_text="Reorder the candidates with the reranker of RERANK_BASE_URL; without "
+        help_text="Reorder the candidates with the reranker of KB_RERANK_BASE_URL; without "
                   "one the lookup falls back (enable_fallback) or answers UNAVAILABLE.")
     rerank_top_n = models.PositiveIntegerField(
         default=D.rerank_top_n,

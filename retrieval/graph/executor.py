@@ -184,8 +184,14 @@ class GraphExecutor:
             clock.record("fallback", note=f"plain hybrid search because {reason}")
             grace = Deadline(max(deadline.remaining_s() * 1000, min(FALLBACK_GRACE_MS,
                                                                     self.graph.timeout_ms)))
-            return self._run(fallback_graph(self.graph), query, filters, hints, clock, run,
-                             grace)
+            try:
+                return self._run(fallback_graph(self.graph), query, filters, hints, clock, run,
+                                 grace)
+            except BACKEND_ERRORS:
+                raise
+            except Exception as again:  # the fallback overran too: UNAVAILABLE, never a 500
+                raise StageFailed(f"{reason}; the fallback failed too: "
+                                  f"{type(again).__name__}: {again}") from again
 
     # --- one graph: attempts with correction, then neighbours and the pack ----------------
 
@@ -380,7 +386,7 @@ class GraphExecutor:
         reranker = self.parts.reranker
         if reranker is None:
             raise StageUnavailable("rerank is on but no reranker is configured "
-                                   "(RERANK_BASE_URL)")
+                                   "(KB_RERANK_BASE_URL)")
         documents = [" ".join(filter(None, (str(h.metadata.get("title") or ""),
                                             str(h.metadata.get("breadcrumb") or ""),
                                             h.content))) for h in hits]

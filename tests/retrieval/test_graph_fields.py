@@ -3,7 +3,9 @@ endpoint on real Milvus, reading the answer and the audit trace an operator read
 
 from __future__ import annotations
 
+import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from retrieval.config import SETTING_NAMES
 from retrieval.services import rag_config_update
 from tests.retrieval.conftest import Imported, MakeKey, client_for, evidence_ids, last_trace, lookup
+from tests.retrieval.rerank_server import RerankServer, rerank_server
 
 KAFKA_LAG = "kafka consumer group lag keeps growing"
 # No domain, title or keyword of any document in it: no category hint narrows the search, so
@@ -56,6 +59,14 @@ class Tool:
 @pytest.fixture
 def tool(acme: Imported, make_key: MakeKey) -> Tool:
     return Tool(acme, make_key)
+
+
+@pytest.fixture
+def reranker(settings: Any) -> Iterator[RerankServer]:
+    """A real rerank endpoint (scripted), configured as KB_RERANK_BASE_URL."""
+    with rerank_server() as server:
+        settings.KB_RERANK_BASE_URL = server.url
+        yield server
 
 
 def stage(trace: dict[str, Any], name: str) -> dict[str, Any]:
@@ -259,8 +270,38 @@ def test_a_failing_stage_falls_back_or_answers_unavailable(tool: Tool) -> None:
     assert "no reranker is configured" in trace["error"]
 
 
+@pytest.mark.django_db
+@proves("enable_rerank", "rerank_top_n")
+def test_rerank_reorders_the_candidates_and_keeps_its_top_n(tool: Tool,
+                                                            reranker: RerankServer) -> None:
+    reranker.favourite = "alert"
+    body, trace = tool.ask(max_chunks_per_document=5, enable_rerank=True, rerank_top_n=5)
+    assert "Alert when" in body["evidence"][0]["excerpt"]
+    assert stage(trace, "rerank")["note"].startswith("http: top 5 of")
+    [sent] = reranker.requests
+    assert sent["query"] == KAFKA_LAG and sent["top_n"] == 5
+    reranker.favourite = "partitions"
+    body, _ = tool.ask(rerank_top_n=1)
+    assert len(body["evidence"]) == 1 and "partition" in body["evidence"][0]["excerpt"]
+    _, trace = tool.ask(enable_rerank=False)
+    assert len(reranker.requests) == 2 and "rerank" not in [s["stage"] for s in trace["stages"]]
+
+
+@pytest.mark.django_db
+@proves("timeout_millis")
+def test_one_deadline_bounds_the_whole_lookup(tool: Tool, reranker: RerankServer) -> None:
+    reranker.behaviour, reranker.delay_s = "slow", 5.0
+    started = time.monotonic()
+    body, trace = tool.ask(enable_rerank=True, timeout_millis=1000, enable_fallback=False)
+    assert time.monotonic() - started < 4.0
+    assert body["evidence_status"] == "UNAVAILABLE"
+    assert "the reranker did not answer within" in trace["error"]
+    body, trace = tool.ask(enable_fallback=True)
+    assert body["evidence_status"] == "READY" and "kafka" in tool.stems(body)
+    assert "did not answer within" in trace["graph"]["fallback"]
+
+
 def test_every_field_has_its_test() -> None:
-    pending = {"enable_rerank",
-               "rerank_top_n", "timeout_millis", "metadata_filters", "kb_scope",
+    pending = {"metadata_filters", "kb_scope",
                "neighbour_expansion", "neighbour_window"}
     assert sorted(set(SETTING_NAMES) - set(FIELD_TESTS) - pending) == []

@@ -1,0 +1,111 @@
+"""The reranker behind the graph's RerankPort: an HTTP reranker speaking the common protocol.
+
+`POST {KB_RERANK_BASE_URL}/rerank {model, query, documents, top_n}` answered by
+`{"results": [{"index": i, "relevance_score": s}, ...]}` is what self-hosted rerank servers
+expose (Jina, Xinference, vLLM, LocalAI, TEI's OpenAI-style route). Every failure — no answer
+in time, a refused key, a body that is not that shape — raises RerankError with a reason a
+person can act on; the graph then falls back or answers UNAVAILABLE, never reorders blindly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+# Bounds of one call: what is sent (a chunk is at most 4× the chunk size) and read back.
+MAX_DOCUMENT_CHARS = 8000
+MAX_RESPONSE_BYTES = 1 << 20
+
+
+class RerankError(RuntimeError):
+    """The reranker failed; the message names why (never the key)."""
+
+
+@dataclass(frozen=True)
+class RankedDocument:
+    index: int  # into the documents sent
+    score: float
+
+
+class HttpReranker:
+    name = "http"
+
+    def __init__(self, *, base_url: str, api_key: str, model: str, timeout_s: float) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError("the reranker's base URL must start with http:// or https://")
+        self.url = base_url.rstrip("/") + "/rerank"
+        self.api_key = api_key
+        self.model = model
+        self.timeout_s = timeout_s
+
+    def rerank(self, query: str, documents: Sequence[str], *, top_n: int,
+               timeout_s: float) -> list[RankedDocument]:
+        """The best `top_n` documents, best first."""
+        if not documents:
+            return []
+        body = json.dumps({"model": self.model, "query": query, "top_n": top_n,
+                           "documents": [d[:MAX_DOCUMENT_CHARS] for d in documents]}).encode()
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+        timeout = max(min(self.timeout_s, timeout_s), 0.001)
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+                raw = response.read(MAX_RESPONSE_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            if exc.code in (401, 403):
+                raise RerankError(f"the reranker refused the API key ({exc.code})") from None
+            raise RerankError(f"the reranker answered HTTP {exc.code}") from None
+        except TimeoutError:
+            raise RerankError(f"the reranker did not answer within {timeout:.2f} s") from None
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, TimeoutError):
+                raise RerankError(f"the reranker did not answer within {timeout:.2f} s") from None
+            raise RerankError(f"cannot reach the reranker: {exc.reason}") from None
+        except OSError as exc:  # a connection reset mid-answer
+            raise RerankError(f"the reranker's connection failed: {type(exc).__name__}") from None
+        if len(raw) > MAX_RESPONSE_BYTES:
+            raise RerankError(f"the reranker's answer is over {MAX_RESPONSE_BYTES} bytes")
+        return parse_results(raw, n_documents=len(documents), top_n=top_n)
+
+
+def parse_results(raw: bytes, *, n_documents: int, top_n: int) -> list[RankedDocument]:
+    """The answer's results, checked: each index once and in range, each score a number."""
+    try:
+        payload: Any = json.loads(raw)
+    except ValueError:
+        raise RerankError("the reranker's answer is not JSON") from None
+    results = payload.get("results") if isinstance(payload, dict) else None
+    if not isinstance(results, list):
+        raise RerankError("the reranker's answer has no results list")
+    ranked: dict[int, float] = {}
+    for item in results:
+        if not isinstance(item, dict):
+            raise RerankError("the reranker's answer is malformed: a result is not an object")
+        index, score = item.get("index"), item.get("relevance_score", item.get("score"))
+        if (not isinstance(index, int) or isinstance(index, bool)
+                or not 0 <= index < n_documents or index in ranked):
+            raise RerankError(f"the reranker's answer is malformed: index {index!r}")
+        if (not isinstance(score, int | float) or isinstance(score, bool)
+                or not math.isfinite(score)):
+            raise RerankError(f"the reranker's answer is malformed: score {score!r}")
+        ranked[index] = float(score)
+    best = sorted(ranked.items(), key=lambda pair: -pair[1])[:top_n]
+    return [RankedDocument(index, score) for index, score in best]
+
+
+def configured_reranker() -> HttpReranker | None:
+    """The reranker of KB_RERANK_BASE_URL, or None when none is configured."""
+    if not settings.KB_RERANK_BASE_URL:
+        return None
+    return HttpReranker(base_url=settings.KB_RERANK_BASE_URL,
+                        api_key=settings.KB_RERANK_API_KEY, model=settings.KB_RERANK_MODEL,
+                        timeout_s=settings.KB_RERANK_TIMEOUT_SECONDS)
