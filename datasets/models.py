@@ -6,6 +6,7 @@ import secrets
 
 from django.core.validators import RegexValidator
 from django.db import models
+from django.utils import timezone
 
 SLUG = RegexValidator(r"^[a-z0-9][a-z0-9_-]{0,62}$", "lowercase letters, digits, - and _")
 
@@ -106,6 +107,10 @@ class Document(models.Model):
     keywords = models.JSONField(default=list, blank=True)
     category = models.CharField(max_length=100, blank=True)
     source_text = models.TextField(help_text="The markdown as uploaded; rebuilds read it.")
+    content_updated_at = models.DateTimeField(
+        default=timezone.now, editable=False,
+        help_text="When the content last changed: what RagConfig.metadata_filters' "
+                  "updated_after / updated_before compare.")
     content_hash = models.CharField(max_length=64)
     activated = models.BooleanField(default=True)
     deleted = models.BooleanField(default=False)

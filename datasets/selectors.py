@@ -85,6 +85,14 @@ def job_get(*, caller: Caller, job_id: int | str) -> Job:
     return job
 
 
+def datasets_in_scope(*, tenant_id: int, dataset_ids: Sequence[int],
+                      kb_scope: str) -> tuple[int, ...]:
+    """Those of `dataset_ids` whose kb_scope is `kb_scope` (RagConfig.kb_scope)."""
+    return tuple(Dataset.objects.filter(tenant_id=tenant_id, pk__in=dataset_ids,
+                                        kb_scope=kb_scope)
+                 .order_by("pk").values_list("pk", flat=True))
+
+
 def live_doc_ids(*, tenant_id: int, dataset_ids: Sequence[int],
                  doc_ids: Collection[int]) -> set[int]:
     """Of `doc_ids`, those a lookup may serve right now: live, activated, in an activated

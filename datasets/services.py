@@ -169,6 +169,7 @@ def _fill(document: Document, valid: Validated) -> None:
     document.business_key = parsed.business_key[:200]
     document.source_text = valid.source
     document.content_hash = valid.digest
+    document.content_updated_at = timezone.now()
     document.deleted = False
     document.error = ""
 

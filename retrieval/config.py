@@ -11,14 +11,20 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
+from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
+
+from retrieval.types import MetadataFilter
 
 FilterValue = str | tuple[str, ...]
 
 # Users may filter on these metadata keys only; tenant, dataset and activation filters are
-# always built on the server (seed 003 §7) and can never be set here.
-METADATA_FILTER_KEYS = frozenset({"category", "domain", "business_key", "file_name"})
+# always built on the server (seed 003 §7) and can never be set here. Each is a scalar field of
+# the chunk entity (retrieval/milvus/collections.py), compared inside the Milvus query.
+TEXT_FILTER_KEYS = ("category", "domain", "business_key", "file_name")
+DATE_FILTER_KEYS = ("updated_after", "updated_before")  # when the document's content changed
+METADATA_FILTER_KEYS = frozenset((*TEXT_FILTER_KEYS, *DATE_FILTER_KEYS))
 MAX_FILTER_VALUE_CHARS = 200
 MAX_FILTER_VALUES = 50
 
@@ -189,6 +195,19 @@ def _filter_text(key: str, raw: object) -> str:
     return raw
 
 
+def _filter_date(key: str, raw: object) -> str:
+    """An ISO 8601 date or date-time (UTC unless it says otherwise), normalised."""
+    text = _filter_text(key, raw).strip()
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{key}: {text[:40]!r} is not an ISO 8601 date or date-time "
+                         "(e.g. 2026-01-31 or 2026-01-31T08:00:00+08:00)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.isoformat()
+
+
 def _parse_filters(raw: object) -> Mapping[str, FilterValue]:
     if not isinstance(raw, Mapping):
         raise ValueError("must be an object of key → value or list of values")
@@ -197,13 +216,35 @@ def _parse_filters(raw: object) -> Mapping[str, FilterValue]:
         if key not in METADATA_FILTER_KEYS:
             allowed = ", ".join(sorted(METADATA_FILTER_KEYS))
             raise ValueError(f"{key!r} is not a filterable key (allowed: {allowed})")
-        if isinstance(value, list | tuple):
+        if key in DATE_FILTER_KEYS:
+            parsed[key] = _filter_date(key, value)
+        elif isinstance(value, list | tuple):
             if not value or len(value) > MAX_FILTER_VALUES:
                 raise ValueError(f"{key}: give between 1 and {MAX_FILTER_VALUES} values")
             parsed[key] = tuple(_filter_text(key, item) for item in value)
         else:
             parsed[key] = _filter_text(key, value)
+    after, before = parsed.get("updated_after"), parsed.get("updated_before")
+    if isinstance(after, str) and isinstance(before, str) and \
+            datetime.fromisoformat(after) >= datetime.fromisoformat(before):
+        raise ValueError("updated_after must be earlier than updated_before")
     return MappingProxyType(parsed)
+
+
+def metadata_filter(filters: Mapping[str, FilterValue]) -> MetadataFilter:
+    """Validated metadata_filters as the search filter compares them."""
+    def texts(key: str) -> tuple[str, ...]:
+        value = filters.get(key)
+        return () if value is None else (value,) if isinstance(value, str) else tuple(value)
+
+    def epoch(key: str) -> int | None:
+        value = filters.get(key)
+        return int(datetime.fromisoformat(value).timestamp()) if isinstance(value, str) else None
+
+    return MetadataFilter(category=texts("category"), domain=texts("domain"),
+                          business_key=texts("business_key"), file_name=texts("file_name"),
+                          updated_after=epoch("updated_after"),
+                          updated_before=epoch("updated_before"))
 
 
 def _parse_kb_scope(raw: object) -> str:

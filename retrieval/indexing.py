@@ -79,8 +79,10 @@ def chunk_rows(document: Document, prepared: Prepared) -> list[ChunkRow]:
     return [ChunkRow(
         id=evidence_key(document.doc_id, draft.index), tenant_id=dataset.tenant_id,
         dataset_id=dataset.pk, doc_id=document.doc_id, activated=True,
-        category=document.category, content=draft.content, search_text=draft.search_text,
-        vector=vector,
+        category=document.category, domain=document.domain,
+        business_key=document.business_key, file_name=document.file_name,
+        updated_at=int(document.content_updated_at.timestamp()),
+        content=draft.content, search_text=draft.search_text, vector=vector,
         metadata={"docId": str(document.doc_id), "chunkIndex": draft.index,
                   "title": document.title, "breadcrumb": draft.breadcrumb,
                   "source": document.source_path, "category": document.category,

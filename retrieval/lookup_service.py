@@ -10,10 +10,16 @@ from typing import Any
 from django.db import DatabaseError
 
 from datasets.auth import Caller
-from datasets.selectors import live_doc_ids
+from datasets.selectors import datasets_in_scope, live_doc_ids
 from kbplatform.errors import ApiError
 from retrieval import milvus
-from retrieval.config import MODE_OVERRIDES, RagConfigConverter, RagConfigError, RagSettings
+from retrieval.config import (
+    MODE_OVERRIDES,
+    RagConfigConverter,
+    RagConfigError,
+    RagSettings,
+    metadata_filter,
+)
 from retrieval.embedders import EmbeddingError
 from retrieval.index_versions import IndexNotReady, serving_index
 from retrieval.l0 import DocumentsView, documents_view
@@ -47,6 +53,7 @@ def lookup_scope(*, caller: Caller, requested: Sequence[int] | None) -> SearchFi
 class _Setup:
     settings: RagSettings
     config_version: int | None
+    filters: SearchFilters  # the key's scope, narrowed by the config's kb_scope and filters
     search: VectorSearchService | None  # None: nothing has been indexed yet
     view: DocumentsView | None  # None: no dataset to search
 
@@ -80,9 +87,21 @@ def _setup(filters: SearchFilters, overrides: dict[str, Any] | None, mode: Searc
                                          embedder=index.embedder)
         except IndexNotReady:
             search = None
+    filters = configured_filters(filters, settings)
     view = (documents_view(tenant_id=filters.tenant_id, dataset_ids=filters.dataset_ids)
             if filters.dataset_ids else None)
-    return _Setup(settings, version, search, view)
+    return _Setup(settings, version, filters, search, view)
+
+
+def configured_filters(filters: SearchFilters, settings: RagSettings) -> SearchFilters:
+    """The config's kb_scope (the datasets in it) and metadata_filters (compared inside the
+    Milvus query) narrow the key's scope; nothing here can widen it."""
+    dataset_ids = filters.dataset_ids
+    if settings.kb_scope and dataset_ids:
+        dataset_ids = datasets_in_scope(tenant_id=filters.tenant_id, dataset_ids=dataset_ids,
+                                        kb_scope=settings.kb_scope)
+    return replace(filters, dataset_ids=dataset_ids,
+                   metadata=metadata_filter(settings.metadata_filters))
 
 
 def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = "",
@@ -99,8 +118,10 @@ def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = 
         broken = str(exc) if isinstance(exc, _Unavailable) else f"{type(exc).__name__}: {exc}"
         tool = _tool(RagSettings(), None, None, None)
         return replace(tool.unavailable_result(request, error=broken), config={})
+    request = replace(request, filters=setup.filters)
     if setup.view is not None:
-        request = replace(request, filters=replace(filters, excluded_doc_ids=setup.view.excluded))
+        request = replace(request, filters=replace(setup.filters,
+                                                   excluded_doc_ids=setup.view.excluded))
     tool = _tool(setup.settings, setup.config_version, setup.search, setup.view)
     if setup.view is None or setup.search is None:
         # Nothing to search: EMPTY, without a search that would need a dataset or an index.

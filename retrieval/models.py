@@ -108,8 +108,9 @@ class RagConfig(models.Model):
         default=dict, blank=True,
         help_text='Only chunks whose document matches, e.g. {"category": "ops"} or '
                   '{"domain": ["cache", "db"]}; applied inside the vector store query. '
-                  "Keys: category, domain, doc_type, file_name, business_key, "
-                  "updated_after, updated_before.")
+                  "Keys: category, domain, file_name, business_key (a value or a list of "
+                  "values), updated_after, updated_before (ISO dates: when the document's "
+                  "content last changed).")
     enable_fallback = models.BooleanField(
         default=D.enable_fallback,
         help_text="When a stage fails or the deadline passes, answer with the plain "

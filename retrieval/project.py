@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from audit.types import InvocationRecord, ReadyEvidence
+from retrieval.milvus.expressions import metadata_clauses
 from retrieval.types import EvidenceStatus, LookupResult, RelevanceLevel
 
 
@@ -58,6 +59,8 @@ def trace_details(result: LookupResult) -> dict[str, Any]:
             "datasets": list(result.filters.dataset_ids),
             "category": result.filters.category,
             "excluded_documents": len(result.filters.excluded_doc_ids),
+            # RagConfig.metadata_filters as the Milvus query compared them.
+            "metadata": metadata_clauses(result.filters.metadata).removeprefix(" and "),
         },
         "hints": {
             "domains": list(result.hints.domains),

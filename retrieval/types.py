@@ -22,14 +22,33 @@ class RelevanceLevel(StrEnum):
 
 
 @dataclass(frozen=True)
+class MetadataFilter:
+    """RagConfig.metadata_filters, validated: document fields stored on every chunk entity.
+    An empty tuple or None matches everything."""
+
+    category: tuple[str, ...] = ()
+    domain: tuple[str, ...] = ()
+    business_key: tuple[str, ...] = ()
+    file_name: tuple[str, ...] = ()
+    updated_after: int | None = None  # epoch seconds, inclusive
+    updated_before: int | None = None  # epoch seconds, exclusive
+
+    def __bool__(self) -> bool:
+        return any((self.category, self.domain, self.business_key, self.file_name,
+                    self.updated_after is not None, self.updated_before is not None))
+
+
+@dataclass(frozen=True)
 class SearchFilters:
-    """Built on the server from the caller's API key; never taken from a request body."""
+    """Built on the server from the caller's API key and the tenant's RagConfig; never taken
+    from a request body."""
 
     tenant_id: int
     dataset_ids: tuple[int, ...]
-    category: str | None = None
+    category: str | None = None  # the L0 category hint
     # Documents no lookup may serve (deactivated, or deleted and not yet removed from Milvus).
     excluded_doc_ids: tuple[int, ...] = ()
+    metadata: MetadataFilter = MetadataFilter()
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,16 @@ import numpy as np
 
 from retrieval.analysis import bm25_text
 from retrieval.fusion import weighted_rrf
-from retrieval.milvus.connection import MilvusConnection
-from retrieval.milvus.expressions import filter_expression
+from retrieval.milvus.collections import collection_fields
+from retrieval.milvus.connection import MilvusConnection, VectorStoreUnavailable
+from retrieval.milvus.expressions import fields_used, filter_expression
 from retrieval.types import SearchHit, SearchRequest
 
 _OUTPUT = ("id", "content", "metadata")
+
+
+class IndexOutdated(VectorStoreUnavailable):
+    """The serving collection lacks a field the search needs: a rebuild adds it."""
 
 
 class MilvusSearch:
@@ -22,6 +27,13 @@ class MilvusSearch:
         self.collection = collection
 
     def search(self, request: SearchRequest) -> list[SearchHit]:
+        missing = fields_used(request.filters.metadata) - collection_fields(self.connection,
+                                                                            self.collection)
+        if missing:
+            raise IndexOutdated(
+                f"the serving index {self.collection} was built before chunks carried "
+                f"{', '.join(sorted(missing))}: rebuild it (manage.py rebuild_hybrid_knowledge "
+                "--confirm REBUILD) to filter on them")
         expr = filter_expression(request.filters)
         if request.mode == "hybrid":
             return self._hybrid(expr, request)

@@ -7,11 +7,15 @@ One collection per index version (`biz_v3`). Filter fields are scalars with INVE
 from __future__ import annotations
 
 from retrieval.milvus.connection import MilvusConnection
+from retrieval.milvus.expressions import DATE_FIELD, TEXT_FIELDS
 from retrieval.milvus.imports import DataType, Function, FunctionType
 
 MAX_CONTENT = 16_000
 MAX_SEARCH_TEXT = 20_000
 MAX_CATEGORY = 100
+MAX_DOMAIN = 100
+MAX_BUSINESS_KEY = 200
+MAX_FILE_NAME = 255
 
 
 class MilvusCollections:
@@ -24,6 +28,7 @@ class MilvusCollections:
         call, timeout = self.connection.call, self.connection.timeout
         if call("has_collection", lambda c: c.has_collection(name, timeout=timeout)):
             return
+        _fields.pop((self.connection.uri, name), None)
         client = self.connection.client()
         schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=128)
@@ -32,7 +37,12 @@ class MilvusCollections:
         schema.add_field("doc_id", DataType.INT64)
         schema.add_field("activated", DataType.BOOL)
         schema.add_field("category", DataType.VARCHAR, max_length=MAX_CATEGORY)
+        # The document's fields that RagConfig.metadata_filters compare (expressions.py).
         # max_length counts bytes on a Milvus server: room for 4-byte characters.
+        schema.add_field("domain", DataType.VARCHAR, max_length=MAX_DOMAIN * 4)
+        schema.add_field("business_key", DataType.VARCHAR, max_length=MAX_BUSINESS_KEY * 4)
+        schema.add_field("file_name", DataType.VARCHAR, max_length=MAX_FILE_NAME * 4)
+        schema.add_field("updated_at", DataType.INT64)
         schema.add_field("content", DataType.VARCHAR, max_length=MAX_CONTENT * 4)
         schema.add_field("search_text", DataType.VARCHAR, max_length=MAX_SEARCH_TEXT * 4,
                          enable_analyzer=True, analyzer_params={"tokenizer": "jieba"})
@@ -45,7 +55,8 @@ class MilvusCollections:
         index = client.prepare_index_params()
         index.add_index("vector", index_type="IVF_FLAT", metric_type="L2", params={"nlist": 128})
         index.add_index("sparse_vector", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
-        for field in ("tenant_id", "dataset_id", "doc_id", "activated", "category"):
+        for field in ("tenant_id", "dataset_id", "doc_id", "activated", *TEXT_FIELDS,
+                      DATE_FIELD):
             index.add_index(field, index_type="INVERTED")
         call("create_collection",
              lambda c: c.create_collection(name, schema=schema, timeout=timeout))
@@ -53,6 +64,11 @@ class MilvusCollections:
         # (AllocTimestamp), retrying for seconds per index.
         call("create_index", lambda c: c.create_index(name, index, sync=False, timeout=timeout))
         self.load(name)
+
+    def fields(self, name: str) -> frozenset[str]:
+        """The fields of `name`'s schema (collections built before a field was added lack
+        it: the writer leaves it out, a filter on it asks for a rebuild)."""
+        return collection_fields(self.connection, name)
 
     def names(self) -> list[str]:
         return list(self.connection.call(
@@ -96,3 +112,16 @@ class MilvusCollections:
             name, filter="", output_fields=["count(*)"], timeout=self.connection.timeout),
             collection=name)
         return int(rows[0]["count(*)"])
+
+
+# A collection's schema never changes under its name: asked once per process and name.
+_fields: dict[tuple[str, str], frozenset[str]] = {}
+
+
+def collection_fields(connection: MilvusConnection, name: str) -> frozenset[str]:
+    key = (connection.uri, name)
+    if key not in _fields:
+        described = connection.call("describe_collection", lambda c: c.describe_collection(
+            name, timeout=connection.timeout), collection=name)
+        _fields[key] = frozenset(str(f["name"]) for f in described["fields"])
+    return _fields[key]

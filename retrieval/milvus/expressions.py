@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from retrieval.types import SearchFilters
+from retrieval.types import MetadataFilter, SearchFilters
 
 # The Milvus Lite lexer (milvus_lite/search/filter/tokens.py) knows only the escapes
 # \\ \" \' \n \r \t and rejects a raw CR or LF inside a literal; every other character (C0
@@ -39,4 +39,28 @@ def filter_expression(filters: SearchFilters) -> str:
         expr += f" and doc_id not in {ints(filters.excluded_doc_ids)}"
     if filters.category:
         expr += f" and category == {quote(filters.category)}"
-    return expr
+    return expr + metadata_clauses(filters.metadata)
+
+
+# The entity fields behind RagConfig.metadata_filters (collections.py indexes them).
+TEXT_FIELDS = ("category", "domain", "business_key", "file_name")
+DATE_FIELD = "updated_at"  # epoch seconds of the document's last content change
+
+
+def metadata_clauses(metadata: MetadataFilter) -> str:
+    """RagConfig.metadata_filters: each value quoted, each key a scalar field of the entity."""
+    clauses = [f"{field} in [{', '.join(quote(v) for v in getattr(metadata, field))}]"
+               for field in TEXT_FIELDS if getattr(metadata, field)]
+    if metadata.updated_after is not None:
+        clauses.append(f"{DATE_FIELD} >= {int(metadata.updated_after)}")
+    if metadata.updated_before is not None:
+        clauses.append(f"{DATE_FIELD} < {int(metadata.updated_before)}")
+    return "".join(f" and {clause}" for clause in clauses)
+
+
+def fields_used(metadata: MetadataFilter) -> set[str]:
+    """The entity fields `metadata_clauses` compares."""
+    used = {field for field in TEXT_FIELDS if getattr(metadata, field)}
+    if metadata.updated_after is not None or metadata.updated_before is not None:
+        used.add(DATE_FIELD)
+    return used

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from retrieval.analysis import bm25_text
-from retrieval.milvus.collections import MAX_CONTENT, MAX_SEARCH_TEXT
+from retrieval.milvus.collections import MAX_CONTENT, MAX_SEARCH_TEXT, collection_fields
 from retrieval.milvus.connection import MilvusConnection
 from retrieval.milvus.expressions import ints
 from retrieval.writer_lock import milvus_writer
@@ -33,6 +33,11 @@ class ChunkRow:
     search_text: str
     vector: list[float]
     metadata: dict[str, Any]
+    # What RagConfig.metadata_filters compare (with category above).
+    domain: str = ""
+    business_key: str = ""
+    file_name: str = ""
+    updated_at: int = 0  # epoch seconds of the document's last content change
 
 
 @dataclass(frozen=True)
@@ -48,10 +53,12 @@ class StoredChunk:
 UPSERT_BATCH = 100  # rows per upsert call
 
 
-def _entities(rows: Sequence[ChunkRow]) -> list[dict[str, Any]]:
-    """Rows as Milvus entities; BM25 reads the analysed text (retrieval/analysis.py)."""
-    return [row.__dict__ | {"content": row.content[:MAX_CONTENT],
-                            "search_text": bm25_text(row.search_text[:MAX_SEARCH_TEXT])}
+def _entities(rows: Sequence[ChunkRow], fields: frozenset[str]) -> list[dict[str, Any]]:
+    """Rows as Milvus entities of a collection with `fields` (one built before a field was
+    added does not get it); BM25 reads the analysed text (retrieval/analysis.py)."""
+    return [{k: v for k, v in row.__dict__.items() if k in fields}
+            | {"content": row.content[:MAX_CONTENT],
+               "search_text": bm25_text(row.search_text[:MAX_SEARCH_TEXT])}
             for row in rows]
 
 
@@ -80,7 +87,7 @@ class MilvusWriter:
         Leftovers (a document that now has fewer chunks) are found by the scalar doc_id and
         deleted by primary key, so no orphan chunk stays searchable.
         """
-        data = _entities(rows)
+        data = _entities(rows, collection_fields(self.connection, collection)) if rows else []
         with milvus_writer(scope):
             # A bounded request each: a 2,000-chunk document is many calls of one timeout.
             for start in range(0, len(data), UPSERT_BATCH):

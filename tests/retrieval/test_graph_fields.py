@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from datasets.models import Dataset
 from retrieval.config import SETTING_NAMES
 from retrieval.services import rag_config_update
 from tests.retrieval.conftest import Imported, MakeKey, client_for, evidence_ids, last_trace, lookup
@@ -301,7 +302,46 @@ def test_one_deadline_bounds_the_whole_lookup(tool: Tool, reranker: RerankServer
     assert "did not answer within" in trace["graph"]["fallback"]
 
 
+NGINX_502 = "nginx 502 bad gateway upstream connection refused"
+
+
+@pytest.mark.django_db
+@proves("metadata_filters")
+def test_metadata_filters_narrow_the_search_inside_milvus(tool: Tool) -> None:
+    body, _ = tool.ask(NGINX_502)
+    assert tool.stems(body)[0] == "nginx"
+    body, trace = tool.ask(NGINX_502, metadata_filters={"category": "messaging"})
+    assert set(tool.stems(body)) <= {"kafka"}
+    assert trace["filters"]["metadata"] == 'category in ["messaging"]'
+    body, _ = tool.ask(NGINX_502, metadata_filters={"domain": ["web", "messaging"]})
+    assert tool.stems(body)[0] == "nginx"
+    body, _ = tool.ask(NGINX_502, metadata_filters={"file_name": "kafka.md"})
+    assert set(tool.stems(body)) <= {"kafka"}
+    body, _ = tool.ask(NGINX_502, metadata_filters={"updated_after": "2000-01-01"})
+    assert tool.stems(body)[0] == "nginx"
+    body, trace = tool.ask(NGINX_502, metadata_filters={"updated_before": "2000-01-01"})
+    assert body["evidence_status"] == "EMPTY"
+    assert trace["filters"]["metadata"] == "updated_at < 946684800"
+    # A value is a quoted literal: it cannot end the string early and add a clause.
+    body, _ = tool.ask(NGINX_502, metadata_filters={
+        "category": 'web" or tenant_id != 0 or category == "x'})
+    assert body["evidence_status"] == "EMPTY"
+
+
+@pytest.mark.django_db
+@proves("kb_scope")
+def test_kb_scope_searches_only_the_datasets_in_it(tool: Tool, acme_edge: Imported) -> None:
+    Dataset.objects.filter(pk=acme_edge.dataset.pk).update(kb_scope="edge")
+    body, _ = tool.ask(NGINX_502)
+    assert {acme_edge.stem_of(d) or tool.imported.stem_of(d) for d in evidence_ids(body)} >= {
+        "edge-502", "nginx"}
+    body, trace = tool.ask(NGINX_502, kb_scope="edge")
+    assert [acme_edge.stem_of(d) for d in evidence_ids(body)] == ["edge-502"]
+    assert trace["filters"]["datasets"] == [acme_edge.dataset.pk]
+    body, _ = tool.ask(NGINX_502, kb_scope="nowhere")
+    assert body["evidence_status"] == "EMPTY"
+
+
 def test_every_field_has_its_test() -> None:
-    pending = {"metadata_filters", "kb_scope",
-               "neighbour_expansion", "neighbour_window"}
+    pending = {"neighbour_expansion", "neighbour_window"}
     assert sorted(set(SETTING_NAMES) - set(FIELD_TESTS) - pending) == []

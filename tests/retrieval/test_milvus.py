@@ -225,3 +225,53 @@ def test_a_row_milvus_refuses_is_a_permanent_error_not_a_transient_one(store, db
     with pytest.raises(VectorStoreRejected, match="refused"):
         milvus.writer().replace_documents([], [_row("10#chunk-0", category="x" * 101)],
                                           collection="biz_r")
+
+
+def test_metadata_filters_are_quoted_clauses_on_the_entitys_fields() -> None:
+    from retrieval.types import MetadataFilter
+
+    metadata = MetadataFilter(category=(INJECTION,), file_name=("a.md", "b.md"),
+                              updated_after=10, updated_before=20)
+    expr = filter_expression(SearchFilters(tenant_id=1, dataset_ids=(2,), metadata=metadata))
+    assert expr == ('tenant_id == 1 and dataset_id in [2] and '
+                    'category in ["ops\\" or tenant_id == 2 or category == \\""] and '
+                    'file_name in ["a.md", "b.md"] and updated_at >= 10 and updated_at < 20')
+
+
+def test_a_collection_built_before_the_filter_fields_takes_writes_and_asks_for_a_rebuild(
+        store, db) -> None:  # type: ignore[no-untyped-def]
+    from retrieval.milvus.arms import IndexOutdated
+    from retrieval.milvus.imports import DataType, Function, FunctionType
+    from retrieval.types import MetadataFilter
+
+    client = milvus.collections().connection.client()
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+    for name, kind, extra in (("id", DataType.VARCHAR, {"is_primary": True, "max_length": 128}),
+                              ("tenant_id", DataType.INT64, {}),
+                              ("dataset_id", DataType.INT64, {}), ("doc_id", DataType.INT64, {}),
+                              ("activated", DataType.BOOL, {}),
+                              ("category", DataType.VARCHAR, {"max_length": 100}),
+                              ("content", DataType.VARCHAR, {"max_length": 1000}),
+                              ("search_text", DataType.VARCHAR, {
+                                  "max_length": 1000, "enable_analyzer": True,
+                                  "analyzer_params": {"tokenizer": "jieba"}}),
+                              ("sparse_vector", DataType.SPARSE_FLOAT_VECTOR, {}),
+                              ("vector", DataType.FLOAT_VECTOR, {"dim": DIM}),
+                              ("metadata", DataType.JSON, {})):
+        schema.add_field(name, kind, **extra)
+    schema.add_function(Function(name="bm25", function_type=FunctionType.BM25,
+                                 input_field_names=["search_text"],
+                                 output_field_names=["sparse_vector"]))
+    index = client.prepare_index_params()
+    index.add_index("vector", index_type="IVF_FLAT", metric_type="L2")
+    index.add_index("sparse_vector", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+    client.create_collection("biz_old", schema=schema, index_params=index)
+
+    milvus.writer().replace_documents([], [_row("10#chunk-0")], collection="biz_old")
+    assert _search("biz_old", "dense") == ["10#chunk-0"]
+    request = SearchRequest(query_text="redis", query_vector=[1.0, 0.0, 0.0, 0.0], mode="dense",
+                            limit=5, filters=SearchFilters(
+                                tenant_id=1, dataset_ids=(1,),
+                                metadata=MetadataFilter(domain=("cache",))))
+    with pytest.raises(IndexOutdated, match="built before chunks carried domain: rebuild it"):
+        milvus.searcher("biz_old").search(request)
