@@ -10,6 +10,9 @@ from django.db import DatabaseError
 
 from retrieval import milvus
 from retrieval.index_versions import active_version, spec_difference
+from retrieval.milvus.expressions import DATE_FIELD, TEXT_FIELDS
+
+FILTER_FIELDS = frozenset((*TEXT_FIELDS, DATE_FIELD))
 
 
 @register(Tags.database, deploy=True)
@@ -25,5 +28,19 @@ def check_services(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         return [Error(f"cannot read the index version: {exc}", id="kbplatform.E009")]
     if version is None:
         return []
+    found: list[CheckMessage] = []
     difference = spec_difference(version)
-    return [Warning(difference, id="kbplatform.W008")] if difference else []
+    if difference:
+        found.append(Warning(difference, id="kbplatform.W008"))
+    try:
+        missing = FILTER_FIELDS - milvus.collections().fields(version.collection_name)
+    except milvus.VectorStoreUnavailable as exc:
+        return [*found, Error(f"cannot describe the serving collection: {exc}",
+                              id="kbplatform.E007")]
+    if missing:
+        found.append(Warning(
+            f"the serving index {version.collection_name} was built before chunks carried "
+            f"{', '.join(sorted(missing))}: lookups whose RagConfig.metadata_filters use them "
+            "answer UNAVAILABLE until a rebuild", id="kbplatform.W011",
+            hint="python manage.py rebuild_hybrid_knowledge --confirm REBUILD"))
+    return found

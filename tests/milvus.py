@@ -43,3 +43,31 @@ class MilvusProbe:
 
     def chunk_ids(self, doc_id: int, collection: str | None = None) -> list[str]:
         return [str(row["id"]) for row in self.rows(doc_id, collection=collection)]
+
+
+def collection_before_filter_fields(name: str, dimension: int) -> None:
+    """A collection with the schema of before the metadata filter fields (domain, ...)."""
+    from retrieval.milvus.imports import DataType, Function, FunctionType
+
+    client = get_connection().client()
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+    for field, kind, extra in (("id", DataType.VARCHAR, {"is_primary": True, "max_length": 128}),
+                              ("tenant_id", DataType.INT64, {}),
+                              ("dataset_id", DataType.INT64, {}), ("doc_id", DataType.INT64, {}),
+                              ("activated", DataType.BOOL, {}),
+                              ("category", DataType.VARCHAR, {"max_length": 100}),
+                              ("content", DataType.VARCHAR, {"max_length": 1000}),
+                              ("search_text", DataType.VARCHAR, {
+                                  "max_length": 1000, "enable_analyzer": True,
+                                  "analyzer_params": {"tokenizer": "jieba"}}),
+                              ("sparse_vector", DataType.SPARSE_FLOAT_VECTOR, {}),
+                              ("vector", DataType.FLOAT_VECTOR, {"dim": dimension}),
+                              ("metadata", DataType.JSON, {})):
+        schema.add_field(field, kind, **extra)
+    schema.add_function(Function(name="bm25", function_type=FunctionType.BM25,
+                                 input_field_names=["search_text"],
+                                 output_field_names=["sparse_vector"]))
+    index = client.prepare_index_params()
+    index.add_index("vector", index_type="IVF_FLAT", metric_type="L2")
+    index.add_index("sparse_vector", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+    client.create_collection(name, schema=schema, index_params=index)

@@ -134,6 +134,23 @@ def test_W008_deploy_check_when_the_index_was_built_differently(store, settings)
     assert "rebuild_hybrid_knowledge --confirm REBUILD" in problems[0].msg
 
 
+@pytest.mark.django_db
+def test_W011_deploy_check_when_the_serving_index_predates_the_filter_fields(store) -> None:
+    from retrieval.embedders import get_embedder
+    from retrieval.index_versions import wanted_spec
+    from retrieval.models import IndexVersion
+    from tests.milvus import collection_before_filter_fields
+
+    embedder = get_embedder()
+    collection_before_filter_fields("biz_v1", embedder.dimension)
+    IndexVersion.objects.create(collection_name="biz_v1", status=IndexVersion.Status.ACTIVE,
+                                **wanted_spec(embedder))
+    problems = check_services()
+    assert _ids(problems) == ["kbplatform.W011"]
+    assert "business_key, domain, file_name, updated_at" in problems[0].msg
+    assert "rebuild_hybrid_knowledge" in (problems[0].hint or "")
+
+
 def test_W010_deploy_check_when_the_secret_key_was_generated(settings) -> None:
     from kbplatform.checks import check_secret_key
 

@@ -17,6 +17,7 @@ from retrieval.milvus.expressions import filter_expression, quote
 from retrieval.milvus.writer import ChunkRow
 from retrieval.types import SearchFilters, SearchRequest
 from tests.conftest import ROOT
+from tests.milvus import collection_before_filter_fields
 
 DIM = 4
 INJECTION = 'ops" or tenant_id == 2 or category == "'
@@ -241,31 +242,9 @@ def test_metadata_filters_are_quoted_clauses_on_the_entitys_fields() -> None:
 def test_a_collection_built_before_the_filter_fields_takes_writes_and_asks_for_a_rebuild(
         store, db) -> None:  # type: ignore[no-untyped-def]
     from retrieval.milvus.arms import IndexOutdated
-    from retrieval.milvus.imports import DataType, Function, FunctionType
     from retrieval.types import MetadataFilter
 
-    client = milvus.collections().connection.client()
-    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
-    for name, kind, extra in (("id", DataType.VARCHAR, {"is_primary": True, "max_length": 128}),
-                              ("tenant_id", DataType.INT64, {}),
-                              ("dataset_id", DataType.INT64, {}), ("doc_id", DataType.INT64, {}),
-                              ("activated", DataType.BOOL, {}),
-                              ("category", DataType.VARCHAR, {"max_length": 100}),
-                              ("content", DataType.VARCHAR, {"max_length": 1000}),
-                              ("search_text", DataType.VARCHAR, {
-                                  "max_length": 1000, "enable_analyzer": True,
-                                  "analyzer_params": {"tokenizer": "jieba"}}),
-                              ("sparse_vector", DataType.SPARSE_FLOAT_VECTOR, {}),
-                              ("vector", DataType.FLOAT_VECTOR, {"dim": DIM}),
-                              ("metadata", DataType.JSON, {})):
-        schema.add_field(name, kind, **extra)
-    schema.add_function(Function(name="bm25", function_type=FunctionType.BM25,
-                                 input_field_names=["search_text"],
-                                 output_field_names=["sparse_vector"]))
-    index = client.prepare_index_params()
-    index.add_index("vector", index_type="IVF_FLAT", metric_type="L2")
-    index.add_index("sparse_vector", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
-    client.create_collection("biz_old", schema=schema, index_params=index)
+    collection_before_filter_fields("biz_old", DIM)
 
     milvus.writer().replace_documents([], [_row("10#chunk-0")], collection="biz_old")
     assert _search("biz_old", "dense") == ["10#chunk-0"]
