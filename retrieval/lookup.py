@@ -17,7 +17,7 @@ from retrieval.graph.executor import (
     StageFailed,
 )
 from retrieval.graph.plan import build_graph
-from retrieval.graph.ports import NeighbourPort, QueryTransformPort, RerankPort
+from retrieval.graph.ports import QueryTransformPort, RerankPort
 from retrieval.graph.query_transform import DeterministicQueryTransformer
 from retrieval.graph.retrievers import REGISTRY
 from retrieval.pack import KnowledgeContextPacker
@@ -51,7 +51,6 @@ class Stages:
 
     transformer: Callable[[str, L0Index], QueryTransformPort] = DeterministicQueryTransformer
     reranker: RerankPort | None = None
-    neighbours: Callable[[str, int], NeighbourPort] | None = None
 
 
 class LookupKnowledgeTool:
@@ -80,8 +79,7 @@ class LookupKnowledgeTool:
             packer=KnowledgeContextPacker(s.max_context_chars, s.max_excerpt_chars),
             l0_index=self.l0_index, live_documents=self.live_documents,
             weights={"VECTOR": s.dense_weight, "BM25": s.bm25_weight}, rrf_k=s.rrf_k,
-            transformer=self.stages.transformer, reranker=self.stages.reranker,
-            neighbours=self.stages.neighbours)
+            transformer=self.stages.transformer, reranker=self.stages.reranker)
         clock = Clock()
         log = GraphRun(plan=self.graph.describe())
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, Protocol
@@ -77,6 +78,11 @@ class SearchHit:
 
 class KnowledgeSearchPort(Protocol):
     def search(self, request: SearchRequest) -> list[SearchHit]: ...
+
+    def fetch(self, filters: SearchFilters, *, limit: int, ids: Sequence[str] = (),
+              doc_id: int | None = None, content: bool = True) -> list[SearchHit]:
+        """Chunks by evidence key or of one document, within `filters`, unranked (rank 0)."""
+        ...
 
 
 @dataclass(frozen=True)

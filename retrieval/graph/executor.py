@@ -20,6 +20,7 @@ from django.db import DatabaseError
 
 from retrieval.embedders import EmbeddingError
 from retrieval.graph.aggregate import Aggregator, CandidateList
+from retrieval.graph.neighbours import NeighbourExpander
 from retrieval.graph.plan import RetrievalGraph, fallback_graph
 from retrieval.graph.ports import NeighbourPort, QueryTransformPort, RerankPort
 from retrieval.graph.quality import QualityAssessor, QualityScore
@@ -149,7 +150,8 @@ class GraphParts:
     # the LLM-backed strategies implement the same port).
     transformer: Callable[[str, L0Index], QueryTransformPort] = DeterministicQueryTransformer
     reranker: RerankPort | None = None
-    neighbours: Callable[[str, int], NeighbourPort] | None = None
+    # A neighbour expansion mode, its window and the search port → the expander.
+    neighbours: Callable[..., NeighbourPort] = NeighbourExpander
 
 
 class StageUnavailable(RuntimeError):
@@ -411,11 +413,15 @@ class GraphExecutor:
     def _neighbours(self, graph: RetrievalGraph, chunks: tuple[ScoredChunk, ...],
                     filters: SearchFilters, clock: Clock) -> tuple[ScoredChunk, ...]:
         assert graph.neighbours is not None
-        if self.parts.neighbours is None:
-            raise StageUnavailable("neighbour expansion is not available")
         mode, window = graph.neighbours
+        packer = self.parts.packer
+        # What the hits themselves take of the pack: neighbours only fill the rest.
+        budget = packer.max_context_chars - sum(
+            min(len(c.content.strip()), packer.max_excerpt_chars) for c in chunks)
         with clock.stage("neighbours"):
-            found = self.parts.neighbours(mode, window).expand(chunks, filters)
+            expander = self.parts.neighbours(mode, window, port=self.parts.search.port)
+            found = expander.expand(chunks, filters, budget=budget,
+                                    excerpt_chars=packer.max_excerpt_chars)
         clock.record("neighbours", note=f"{mode} ±{window}: {len(found)} added",
                      hits=tuple((c.evidence_key, round(c.quality, 4)) for c in found))
         after: dict[str, list[ScoredChunk]] = {}

@@ -38,5 +38,5 @@ class Ranked(Protocol):
 
 
 class NeighbourPort(Protocol):
-    def expand(self, chunks: Sequence[ScoredChunk],
-               filters: SearchFilters) -> tuple[ScoredChunk, ...]: ...
+    def expand(self, chunks: Sequence[ScoredChunk], filters: SearchFilters, *,
+               budget: int, excerpt_chars: int) -> tuple[ScoredChunk, ...]: ...

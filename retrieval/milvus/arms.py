@@ -11,8 +11,8 @@ from retrieval.analysis import bm25_text
 from retrieval.fusion import weighted_rrf
 from retrieval.milvus.collections import collection_fields
 from retrieval.milvus.connection import MilvusConnection, VectorStoreUnavailable
-from retrieval.milvus.expressions import fields_used, filter_expression
-from retrieval.types import SearchHit, SearchRequest
+from retrieval.milvus.expressions import fields_used, filter_expression, quote
+from retrieval.types import SearchFilters, SearchHit, SearchRequest
 
 _OUTPUT = ("id", "content", "metadata")
 
@@ -26,15 +26,34 @@ class MilvusSearch:
         self.connection = connection
         self.collection = collection
 
-    def search(self, request: SearchRequest) -> list[SearchHit]:
-        missing = fields_used(request.filters.metadata) - collection_fields(self.connection,
-                                                                            self.collection)
+    def _expression(self, filters: SearchFilters) -> str:
+        missing = fields_used(filters.metadata) - collection_fields(self.connection,
+                                                                    self.collection)
         if missing:
             raise IndexOutdated(
                 f"the serving index {self.collection} was built before chunks carried "
                 f"{', '.join(sorted(missing))}: rebuild it (manage.py rebuild_hybrid_knowledge "
                 "--confirm REBUILD) to filter on them")
-        expr = filter_expression(request.filters)
+        return filter_expression(filters)
+
+    def fetch(self, filters: SearchFilters, *, limit: int, ids: Sequence[str] = (),
+              doc_id: int | None = None, content: bool = True) -> list[SearchHit]:
+        """Chunks by evidence key or of one document, within the caller's filters."""
+        expr = self._expression(filters)
+        if ids:
+            expr += f" and id in [{', '.join(quote(i) for i in ids)}]"
+        if doc_id is not None:
+            expr += f" and doc_id == {int(doc_id)}"
+        rows = self.connection.call("query", lambda c: c.query(
+            self.collection, filter=expr, limit=limit, timeout=self.connection.timeout,
+            output_fields=list(_OUTPUT if content else ("id", "metadata"))),
+            collection=self.collection)
+        return [SearchHit(chunk_id=str(row["id"]), content=str(row.get("content", "")),
+                          metadata=dict(row.get("metadata") or {}), rank=0, score=0.0)
+                for row in rows]
+
+    def search(self, request: SearchRequest) -> list[SearchHit]:
+        expr = self._expression(request.filters)
         if request.mode == "hybrid":
             return self._hybrid(expr, request)
         found = self._dense(expr, request) if request.mode == "dense" else \

@@ -13,7 +13,15 @@ import pytest
 from datasets.models import Dataset
 from retrieval.config import SETTING_NAMES
 from retrieval.services import rag_config_update
-from tests.retrieval.conftest import Imported, MakeKey, client_for, evidence_ids, last_trace, lookup
+from tests.retrieval.conftest import (
+    Imported,
+    MakeKey,
+    client_for,
+    evidence_ids,
+    import_runbooks,
+    last_trace,
+    lookup,
+)
 from tests.retrieval.rerank_server import RerankServer, rerank_server
 
 KAFKA_LAG = "kafka consumer group lag keeps growing"
@@ -342,6 +350,74 @@ def test_kb_scope_searches_only_the_datasets_in_it(tool: Tool, acme_edge: Import
     assert body["evidence_status"] == "EMPTY"
 
 
+STEPS = [
+    "find the largest directories with du -sh /var/* | sort -h and look at what grew",
+    "rotate the application logs with logrotate -f /etc/logrotate.d/app now",
+    "shrink the systemd journal with journalctl --vacuum-size=200M on the host",
+    "remove unused container images with docker image prune --all --force",
+    "delete old core dumps from /var/crash that are older than seven days",
+    "check for deleted files still held open with lsof +L1 and restart their process",
+]
+# One section long enough for several chunks, then another section.
+DISK = """---
+title: Disk full on a Linux host
+domain: storage
+keywords: [disk full]
+category: storage
+---
+# Disk full on a Linux host
+
+## Freeing disk space
+
+""" + "\n\n".join(
+    f"Step {n}: {text}. " + "This step is safe on a production host and takes a few minutes; "
+    "write down what was removed and how much space it gave back, so that the next on-call "
+    "engineer can see what was done and repeat it if the disk fills up again later. " * 2
+    for n, text in enumerate(STEPS, 1)) + """
+
+## Preventing a full disk
+
+Alert when a filesystem passes 80 percent and keep log retention short.
+"""
+
+
+@pytest.fixture
+def manuals(acme: Imported, tmp_path: Any) -> Imported:
+    return import_runbooks(tmp_path / "acme-manuals", tenant="acme", dataset="manuals",
+                           files={"disk.md": DISK})
+
+
+@pytest.mark.django_db
+@proves("neighbour_expansion", "neighbour_window")
+def test_neighbours_add_the_text_around_a_hit(tool: Tool, manuals: Imported) -> None:
+    disk = manuals.documents["disk"]
+    chunks = {c.chunk_index: c for c in disk.chunks.all()}
+    section = sorted(i for i, c in chunks.items() if c.breadcrumb.endswith("Freeing disk space"))
+    assert len(section) >= 4
+    query = "shrink the systemd journal journalctl vacuum-size"
+    one = {"return_n": 1, "max_chunks_per_document": 1, "max_context_chars": 100_000,
+           "max_excerpt_chars": 20_000}
+
+    def indexes(body: dict[str, Any]) -> list[int]:
+        return [int(e["document_id"].rsplit("-", 1)[1]) for e in body["evidence"]]
+
+    body, _ = tool.ask(query, **one)
+    [hit] = indexes(body)
+    assert section[0] < hit < section[-1]
+    body, trace = tool.ask(query, neighbour_expansion="ADJACENT", neighbour_window=1)
+    assert indexes(body) == [hit, hit - 1, hit + 1]  # the hit first, then its neighbours
+    assert stage(trace, "neighbours")["note"] == "ADJACENT ±1: 2 added"
+    body, _ = tool.ask(query, neighbour_window=2)
+    assert sorted(indexes(body)) == [i for i in range(hit - 2, hit + 3) if i in chunks]
+    body, _ = tool.ask(query, neighbour_expansion="SECTION")
+    assert indexes(body)[0] == hit and sorted(indexes(body)) == section
+    # The budget: neighbours fill only what the hit leaves, the hit itself always stays.
+    body, _ = tool.ask(query, max_context_chars=len(chunks[hit].content) + 50,
+                       max_excerpt_chars=len(chunks[hit].content) + 50)
+    assert indexes(body) == [hit]
+    body, _ = tool.ask(query, neighbour_expansion="NONE", **one)
+    assert indexes(body) == [hit]
+
+
 def test_every_field_has_its_test() -> None:
-    pending = {"neighbour_expansion", "neighbour_window"}
-    assert sorted(set(SETTING_NAMES) - set(FIELD_TESTS) - pending) == []
+    assert sorted(set(SETTING_NAMES) - set(FIELD_TESTS)) == []
