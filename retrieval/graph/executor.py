@@ -322,7 +322,8 @@ class GraphExecutor:
             for text in queries:
                 call = RetrieverCall(query=text, vector=vectors.get(text) if spec.needs_vector
                                      else None, filters=filters, limit=plan.per_retriever,
-                                     arguments=dict(step.arguments))
+                                     arguments=dict(step.arguments),
+                                     distances=self._distances_needed(plan))
                 jobs.append((step.name, text, _POOL.submit(run_retriever, retriever, call,
                                                            listeners)))
                 if not (spec.parallel and plan.execution == "PARALLEL"):
@@ -400,6 +401,17 @@ class GraphExecutor:
         clock.record("rerank", note=f"{reranker.name}: top {len(reordered)} of {len(hits)}",
                      hits=tuple((h.chunk_id, round(h.score, 6)) for h in reordered))
         return reordered
+
+    def _distances_needed(self, plan: RetrievalGraph) -> bool:
+        """Whether anything reads the dense distance of a hit the dense arm did not return:
+        the relevance gate, min_score, quality and MERGE of several lists (evaluation runs
+        with the gate off and skips the work)."""
+        post = self.parts.post
+        merge = plan.aggregation == "MERGE" and (len(plan.retrievers) > 1
+                                                 or plan.transform is not None)
+        return (post.reference_threshold > 0 or post.precise_threshold > 0
+                or plan.min_score > 0 or plan.assess or plan.max_attempts > 1
+                or plan.execution == "SEQUENTIAL" or merge)
 
     def _retry_decision(self, filtered: PostProcessed) -> RetryDecision:
         threshold = self.parts.post.reference_threshold

@@ -65,6 +65,7 @@ class RetrieverCall:
     filters: SearchFilters
     limit: int
     arguments: Mapping[str, object] = field(default_factory=dict)
+    distances: bool = True  # the dense distance of every hit is wanted (SearchRequest)
 
 
 class Retriever(Protocol):

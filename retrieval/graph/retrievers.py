@@ -21,7 +21,7 @@ class _PortRetriever:
 
     def _request(self, call: RetrieverCall) -> SearchRequest:
         return SearchRequest(query_text=call.query, query_vector=call.vector, mode=self.mode,
-                             limit=call.limit, filters=call.filters)
+                             limit=call.limit, filters=call.filters, distances=call.distances)
 
 
 class VectorRetriever(_PortRetriever):
@@ -58,7 +58,8 @@ class HybridRetriever(_PortRetriever):
             mode="milvus_hybrid" if args["fusion"] == "milvus" else "hybrid",
             limit=call.limit, filters=call.filters, rrf_k=int(args["rrf_k"]),  # type: ignore[call-overload]
             dense_weight=float(args["dense_weight"]),  # type: ignore[arg-type]
-            bm25_weight=float(args["bm25_weight"]))  # type: ignore[arg-type]
+            bm25_weight=float(args["bm25_weight"]),  # type: ignore[arg-type]
+            distances=call.distances)
 
 
 def default_registry() -> RetrieverRegistry:

@@ -132,11 +132,14 @@ def test_execution_modes_run_the_retrievers_as_they_say(tool: Tool) -> None:
     assert ran(trace) == ["BM25", "VECTOR"]
     assert "below the threshold" in stage(trace, "sequential[BM25]")["note"]
 
-    # HYBRID: one Milvus request fuses the two arms.
+    # HYBRID: one Milvus request fuses the two arms, with Milvus's RRF of rrf_k.
     body, trace = tool.ask(retrieval_execution_mode="HYBRID",
-                           enabled_retrievers=["VECTOR", "BM25"])
+                           enabled_retrievers=["VECTOR", "BM25"], rrf_k=5)
     assert trace["mode"] == "milvus_hybrid" and ran(trace) == ["HYBRID"]
     assert body["evidence_status"] == "READY" and "kafka" in tool.stems(body)
+    [retrieved] = [s for s in trace["stages"] if s["stage"].startswith("retrieve")]
+    top = retrieved["candidates"][0]["score"]
+    assert 1 / 6 < top <= 2 / 6 + 1e-6  # in both arms' lists, near their tops: fused ranks
 
 
 @pytest.mark.django_db
