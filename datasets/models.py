@@ -38,9 +38,10 @@ class Dataset(models.Model):
     evaluation = models.BooleanField(
         default=False, help_text="Loaded by `manage.py evaluate` into its own collection; "
                                  "never part of the serving index or a rebuild.")
-    # Bumped by every change of a document that lookups must see (content, activation,
-    # deletion): each process rebuilds its cached view of the dataset (L0 hints, the
-    # documents to exclude) when it moves, with one small query per lookup.
+    # Changed (to a fresh random value) by every change of a document that lookups must see
+    # (content, activation, deletion): each process rebuilds its cached view of the dataset
+    # (L0 hints, the documents to exclude and to serve) when it moves, with one small query
+    # per lookup.
     documents_revision = models.PositiveBigIntegerField(default=0, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -206,8 +207,9 @@ def document_set_activation(*, document: Document, activated: bool) -> Document:
 
 
 def _documents_changed(dataset_id: int) -> None:
-    Dataset.objects.filter(pk=dataset_id).update(
-        documents_revision=F("documents_revision") + 1)
+    # A fresh random value, not a count: a count reached again after a rolled-back change
+    # (a savepoint, a failed request) would pass a view of the discarded state for current.
+    Dataset.objects.filter(pk=dataset_id).update(documents_revision=secrets.randbits(62))
 
 
 def document_delete(*, document: Document) -> None:

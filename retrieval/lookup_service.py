@@ -10,7 +10,7 @@ from typing import Any
 from django.db import DatabaseError
 
 from datasets.auth import Caller
-from datasets.selectors import datasets_in_scope, live_doc_ids
+from datasets.selectors import datasets_in_scope
 from kbplatform.errors import ApiError
 from retrieval import milvus
 from retrieval.config import (
@@ -133,8 +133,7 @@ def _tool(settings: RagSettings, version: int | None, search: VectorSearchServic
           view: DocumentsView | None) -> LookupKnowledgeTool:
     return LookupKnowledgeTool(
         search=search, l0_index=lambda: view.l0 if view else L0Index(()),
-        live_documents=lambda f, ids: live_doc_ids(tenant_id=f.tenant_id,
-                                                   dataset_ids=f.dataset_ids, doc_ids=ids),
+        live_documents=lambda f, ids: set(ids) & view.live if view else set(),
         settings=settings, config_version=version, stages=_stages(search))
 
 
