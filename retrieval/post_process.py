@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from retrieval.transform import contains_term, normalize_text
@@ -84,9 +85,11 @@ def evidence_key_of(hit: SearchHit) -> str:
 
 def _hit_reasons(hit: SearchHit, hints: QueryHints) -> tuple[str, ...]:
     meta = hit.metadata
-    text = normalize_text(" ".join((_text(meta, "title"), _text(meta, "breadcrumb"),
-                                    hit.content)))
-    reasons = [f"keyword:{k}" for k in hints.keywords if contains_term(text, k)]
+    reasons = []
+    if hints.keywords:  # normalising the whole text is the costly part: only when needed
+        text = normalize_text(" ".join((_text(meta, "title"), _text(meta, "breadcrumb"),
+                                        hit.content)))
+        reasons = [f"keyword:{k}" for k in hints.keywords if contains_term(text, k)]
     domain = normalize_text(_text(meta, "domain")).strip()
     reasons += [f"domain:{d}" for d in hints.domains if domain and normalize_text(d) == domain]
     category = _text(meta, "category")
@@ -114,6 +117,7 @@ class KnowledgeEvidencePostProcessor:
                 hints: QueryHints) -> PostProcessed:
         ordered = sorted(hits, key=lambda h: h.rank)  # stable: ties keep the store's order
         candidates: list[ScoredChunk] = []
+        hit_of: dict[str, SearchHit] = {}
         seen: set[str] = set()
         for position, hit in enumerate(ordered, start=1):
             key = evidence_key_of(hit)
@@ -122,7 +126,8 @@ class KnowledgeEvidencePostProcessor:
             seen.add(key)
             quality = self.normalizer.gate_quality(hit, mode=mode, rank=position,
                                                    n=len(ordered))
-            candidates.append(self._scored(hit, key, quality, mode, hints))
+            candidates.append(self._scored(hit, key, quality, mode))
+            hit_of[key] = hit
 
         top_quality = max((c.quality for c in candidates), default=0.0)
         level = self._level(top_quality)
@@ -141,7 +146,9 @@ class KnowledgeEvidencePostProcessor:
             if per_document.get(document, 0) >= self.max_chunks_per_document:
                 continue
             per_document[document] = per_document.get(document, 0) + 1
-            kept.append(chunk)
+            # Explained here, for the few kept: the reasons read the chunk's whole text.
+            kept.append(replace(chunk, hit_reasons=_hit_reasons(hit_of[chunk.evidence_key],
+                                                                hints)))
             if len(kept) == self.return_n:
                 break
         return PostProcessed(chunks=tuple(kept), relevance_level=level, top_quality=top_quality)
@@ -154,8 +161,7 @@ class KnowledgeEvidencePostProcessor:
         return RelevanceLevel.NONE
 
     @staticmethod
-    def _scored(hit: SearchHit, key: str, quality: float, mode: SearchMode,
-                hints: QueryHints) -> ScoredChunk:
+    def _scored(hit: SearchHit, key: str, quality: float, mode: SearchMode) -> ScoredChunk:
         meta = hit.metadata
         dense_l2 = hit.dense_l2 if hit.dense_l2 is not None else (
             hit.score if mode == "dense" else None)
@@ -172,6 +178,5 @@ class KnowledgeEvidencePostProcessor:
             raw_score=hit.score,
             quality=quality,
             dense_l2=dense_l2,
-            hit_reasons=_hit_reasons(hit, hints),
             dataset_id=_int(meta, "datasetId"),
         )
