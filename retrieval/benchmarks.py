@@ -13,6 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from retrieval.analysis import bm25_text
+from retrieval.milvus.connection import MilvusConnection
+from retrieval.milvus.imports import AnnSearchRequest, RRFRanker
+
 WORDS_EN = ("redis memory eviction latency replica lag mysql slow query index deadlock jvm heap "
             "gc pause thread dump kubernetes pod crashloop oomkilled node notready dns timeout "
             "tls certificate disk inode io nginx gateway kafka consumer rabbitmq queue backlog "
@@ -57,3 +61,14 @@ def timed_ms(call: Callable[[int], object], argument: int) -> float:
     started = time.perf_counter()
     call(argument)
     return (time.perf_counter() - started) * 1000
+
+
+def raw_hybrid_search(connection: MilvusConnection, collection: str, *, expr: str,
+                      vector: list[float], text: str, k: int) -> None:
+    """The floor: one raw pymilvus `hybrid_search` (RRF k=60) with the lookup's filters."""
+    connection.client().hybrid_search(
+        collection, [AnnSearchRequest([vector], "vector", {"metric_type": "L2",
+                                      "params": {"nprobe": 16}}, k, expr=expr),
+                     AnnSearchRequest([bm25_text(text)], "sparse_vector",
+                                      {"metric_type": "BM25"}, k, expr=expr)],
+        RRFRanker(60), limit=k, output_fields=["id", "content", "metadata"])

