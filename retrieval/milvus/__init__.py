@@ -1,5 +1,6 @@
 """The Milvus store, split by concern: connection and errors, collections and the alias,
-writes, search arms, filter expressions. These helpers hand out the process's parts."""
+writes (the write port), search arms (the search port), filter expressions. These helpers
+hand out the process's parts."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from retrieval.milvus.connection import (
     get_connection,
     reset_connection,
 )
-from retrieval.milvus.writer import ChunkRow, MilvusWriter
+from retrieval.milvus.writer import ChunkRow, KnowledgeWritePort, MilvusWriter
+from retrieval.types import KnowledgeSearchPort
 
-__all__ = ["ChunkRow", "MilvusCollections", "MilvusSearch", "MilvusWriter",
+__all__ = ["ChunkRow", "KnowledgeWritePort", "MilvusCollections", "MilvusSearch", "MilvusWriter",
            "VectorStoreRejected", "VectorStoreUnavailable", "collections", "reset_connection",
            "searcher", "writer"]
 
@@ -24,9 +26,9 @@ def collections() -> MilvusCollections:
     return MilvusCollections(get_connection(), alias=settings.MILVUS_COLLECTION)
 
 
-def writer() -> MilvusWriter:
+def writer() -> KnowledgeWritePort:
     return MilvusWriter(get_connection())
 
 
-def searcher(collection: str) -> MilvusSearch:
+def searcher(collection: str) -> KnowledgeSearchPort:
     return MilvusSearch(get_connection(), collection)

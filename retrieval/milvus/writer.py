@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from retrieval.analysis import bm25_text
 from retrieval.milvus.collections import MAX_CONTENT, MAX_SEARCH_TEXT, collection_fields
@@ -48,6 +48,21 @@ class StoredChunk:
     doc_id: int
     dataset_id: int
     content_hash: str
+
+
+class KnowledgeWritePort(Protocol):
+    """What indexing, rebuild and reconciliation write through (MilvusWriter below)."""
+
+    def replace_documents(self, doc_ids: Sequence[int], rows: Sequence[ChunkRow], *,
+                          collection: str, scope: str = "all") -> None: ...
+
+    def delete_ids(self, ids: Sequence[str], *, collection: str, scope: str = "all",
+                   flush: bool = True) -> None: ...
+
+    def delete_document(self, doc_id: int, *, collection: str, scope: str = "all") -> None: ...
+
+    def stored_chunks(self, collection: str, *,
+                      batch_size: int = 1000) -> Iterator[StoredChunk]: ...
 
 
 UPSERT_BATCH = 100  # rows per upsert call
