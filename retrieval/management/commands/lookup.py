@@ -4,6 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from retrieval.config import MODE_OVERRIDES
 from retrieval.lookup_service import lookup_knowledge
 from retrieval.management.scope import command_filters
 from retrieval.project import RagResultProjector
@@ -16,7 +17,8 @@ class Command(BaseCommand):
         parser.add_argument("query")
         parser.add_argument("--tenant", required=True)
         parser.add_argument("--dataset", action="append", default=[])
-        parser.add_argument("--mode", choices=["dense", "hybrid", "bm25"])
+        parser.add_argument("--mode", choices=list(MODE_OVERRIDES),
+                            help="the retrievers and how they run (default: the RagConfig's)")
         parser.add_argument("--trace", action="store_true",
                             help="print the internal LookupResult (scores, traces) instead")
 
