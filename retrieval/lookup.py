@@ -17,8 +17,7 @@ from retrieval.graph.executor import (
     StageFailed,
 )
 from retrieval.graph.plan import build_graph
-from retrieval.graph.ports import QueryTransformPort, RerankPort
-from retrieval.graph.query_transform import DeterministicQueryTransformer
+from retrieval.graph.ports import RerankPort
 from retrieval.graph.retrievers import REGISTRY
 from retrieval.pack import KnowledgeContextPacker
 from retrieval.post_process import KnowledgeEvidencePostProcessor
@@ -45,26 +44,19 @@ class LookupRequest:
     session_id: str = ""
 
 
-@dataclass(frozen=True)
-class Stages:
-    """The optional stages' implementations (None: not available here)."""
-
-    transformer: Callable[[str, L0Index], QueryTransformPort] = DeterministicQueryTransformer
-    reranker: RerankPort | None = None
-
-
 class LookupKnowledgeTool:
     """One lookup with one configuration. Backend failures become UNAVAILABLE, never EMPTY."""
 
     def __init__(self, *, search: VectorSearchService | None, l0_index: Callable[[], L0Index],
                  live_documents: LiveDocuments, settings: RagSettings,
-                 config_version: int | None = None, stages: Stages = Stages()) -> None:
+                 config_version: int | None = None,
+                 reranker: RerankPort | None = None) -> None:
         self.search = search  # None: nothing to search (the result is EMPTY or UNAVAILABLE)
         self.l0_index = l0_index
         self.live_documents = live_documents
         self.settings = settings
         self.config_version = config_version
-        self.stages = stages
+        self.reranker = reranker  # None: this process has no reranker (KB_RERANK_BASE_URL)
         self.graph = build_graph(settings, REGISTRY)
 
     def run(self, request: LookupRequest) -> LookupResult:
@@ -79,7 +71,7 @@ class LookupKnowledgeTool:
             packer=KnowledgeContextPacker(s.max_context_chars, s.max_excerpt_chars),
             l0_index=self.l0_index, live_documents=self.live_documents,
             weights={"VECTOR": s.dense_weight, "BM25": s.bm25_weight}, rrf_k=s.rrf_k,
-            transformer=self.stages.transformer, reranker=self.stages.reranker)
+            reranker=self.reranker)
         clock = Clock()
         log = GraphRun(plan=self.graph.describe())
         try:

@@ -23,7 +23,7 @@ from retrieval.config import (
 from retrieval.embedders import EmbeddingError
 from retrieval.index_versions import IndexNotReady, serving_index
 from retrieval.l0 import DocumentsView, documents_view
-from retrieval.lookup import LookupKnowledgeTool, LookupRequest, Stages
+from retrieval.lookup import LookupKnowledgeTool, LookupRequest
 from retrieval.rerank import configured_reranker
 from retrieval.search import VectorSearchService
 from retrieval.selectors import rag_config_for
@@ -134,9 +134,4 @@ def _tool(settings: RagSettings, version: int | None, search: VectorSearchServic
     return LookupKnowledgeTool(
         search=search, l0_index=lambda: view.l0 if view else L0Index(()),
         live_documents=lambda f, ids: set(ids) & view.live if view else set(),
-        settings=settings, config_version=version, stages=_stages(search))
-
-
-def _stages(search: VectorSearchService | None) -> Stages:
-    """The optional stages this process has (see retrieval/graph/ports.py)."""
-    return Stages(reranker=configured_reranker())
+        settings=settings, config_version=version, reranker=configured_reranker())

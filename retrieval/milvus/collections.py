@@ -28,7 +28,7 @@ class MilvusCollections:
         call, timeout = self.connection.call, self.connection.timeout
         if call("has_collection", lambda c: c.has_collection(name, timeout=timeout)):
             return
-        _fields.pop((self.connection.uri, name), None)
+        self.connection.schema_fields.pop(name, None)
         client = self.connection.client()
         schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=128)
@@ -101,6 +101,7 @@ class MilvusCollections:
             raise ValueError(f"refusing to drop {name!r}: it is the alias or what it serves")
         self.connection.call("drop_collection", lambda c: c.drop_collection(
             name, timeout=self.connection.timeout))
+        self.connection.schema_fields.pop(name, None)
 
     def load(self, name: str) -> None:
         """Collections come back unloaded after a Milvus Lite restart; searches need them."""
@@ -114,14 +115,13 @@ class MilvusCollections:
         return int(rows[0]["count(*)"])
 
 
-# A collection's schema never changes under its name: asked once per process and name.
-_fields: dict[tuple[str, str], frozenset[str]] = {}
-
-
 def collection_fields(connection: MilvusConnection, name: str) -> frozenset[str]:
-    key = (connection.uri, name)
-    if key not in _fields:
+    """The fields of `name`, asked once per connection (a schema never changes under a name
+    while it exists; creating or dropping it forgets the answer)."""
+    fields = connection.schema_fields.get(name)
+    if fields is None:
         described = connection.call("describe_collection", lambda c: c.describe_collection(
             name, timeout=connection.timeout), collection=name)
-        _fields[key] = frozenset(str(f["name"]) for f in described["fields"])
-    return _fields[key]
+        fields = connection.schema_fields[name] = frozenset(
+            str(f["name"]) for f in described["fields"])
+    return fields

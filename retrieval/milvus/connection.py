@@ -56,6 +56,7 @@ class MilvusConnection:
         self._token = token
         self._client: MilvusClient | None = None
         self._lock = threading.Lock()
+        self.schema_fields: dict[str, frozenset[str]] = {}  # collections.collection_fields
 
     @property
     def is_local(self) -> bool:
