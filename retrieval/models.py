@@ -76,9 +76,9 @@ class RagConfig(models.Model):
     aggregation_strategy = models.CharField(
         max_length=20, default=D.aggregation_strategy,
         choices=_choices(cfg.AGGREGATION_STRATEGIES),
-        help_text="How several candidate lists (retrievers × queries) become one: MERGE by "
-                  "similarity, RANK by weighted rank fusion, DEDUPLICATE list after list. "
-                  "Each chunk appears once.")
+        help_text="How several candidate lists (retrievers × queries) become one: RANK by "
+                  "weighted rank fusion (recommended), MERGE by vector similarity, "
+                  "DEDUPLICATE list after list. Each chunk appears once.")
     enable_rerank = models.BooleanField(
         default=D.enable_rerank,
         help_text="Reorder the candidates with the reranker of KB_RERANK_BASE_URL; without "

@@ -15,8 +15,9 @@ run() {  # label, then evaluate's arguments
     --json "$@" 2>/dev/null | python -c '
 import json, sys
 r = json.load(sys.stdin)
-print(f"| {sys.argv[1]} | {r[\"ndcg@10\"]:.3f} | {r[\"recall@100\"]:.3f} | "
-      f"{r[\"mrr@10\"]:.3f} | {r[\"latency_p50_ms\"]} | {r[\"latency_p95_ms\"]} |")' "$label"
+cells = [sys.argv[1]] + ["%.3f" % r[k] for k in ("ndcg@10", "recall@100", "mrr@10")]
+cells += [str(r["latency_p50_ms"]), str(r["latency_p95_ms"])]
+print("| " + " | ".join(cells) + " |")' "$label"
 }
 
 parallel=(--set retrieval_execution_mode=PARALLEL --set enabled_retrievers=VECTOR,BM25)

@@ -24,7 +24,7 @@ def test_defaults_are_the_seed_values() -> None:
     assert (s.max_results, s.min_score, s.enable_query_transform) == (20, 0.0, False)
     assert s.query_transform_strategy == "REWRITE"
     assert s.enabled_retrievers == ("HYBRID",)  # seed 000 §6: hybrid (DESIGN.md)
-    assert (s.retrieval_execution_mode, s.aggregation_strategy) == ("SIMPLE", "MERGE")
+    assert (s.retrieval_execution_mode, s.aggregation_strategy) == ("SIMPLE", "RANK")
     assert (s.enable_rerank, s.rerank_top_n) == (False, 5)
     assert (s.enable_quality_assessment, s.quality_threshold) == (False, 0.7)
     assert (s.enable_correction, s.max_retry_count) == (False, 2)
