@@ -96,7 +96,7 @@ class MilvusSearch:
                              k=request.rrf_k, dense_weight=request.dense_weight,
                              bm25_weight=request.bm25_weight, limit=request.limit)
         known = {str(item["id"]): float(item["distance"]) for item in dense}
-        return [_hit(items[f.id], rank, f.score, known.get(f.id) if f.id in known
+        return [_hit(items[f.id], rank, f.score, known[f.id] if f.id in known
                      else _l2(items[f.id], request.query_vector))
                 for rank, f in enumerate(fused, 1)]
 
