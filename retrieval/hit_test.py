@@ -16,7 +16,7 @@ from typing import Any
 
 from retrieval.lookup_service import lookup_knowledge
 from retrieval.project import RagResultProjector
-from retrieval.types import SearchFilters
+from retrieval.types import SearchFilters, SearchMode
 
 MAX_BYTES = 1_000_000
 MAX_QUESTIONS = 2_000
@@ -215,11 +215,14 @@ def hit_test_run(*, questions: Iterable[Question], ask: Ask) -> HitReport:
     return HitReport(tuple(Outcome.of(q, ask(q.query)) for q in questions))
 
 
-def lookup_asker(filters: SearchFilters) -> Ask:
-    """The in-process tool call: the tenant's serving config and index, the REST projection."""
+def lookup_asker(filters: SearchFilters, *, mode: SearchMode | None = None,
+                 overrides: dict[str, Any] | None = None) -> Ask:
+    """The in-process tool call: the tenant's serving config and index (with `mode` and
+    `overrides` over the config, when given), the REST projection."""
     projector = RagResultProjector()
 
     def ask(query: str) -> dict[str, Any]:
-        return projector.project(lookup_knowledge(filters=filters, query=query))
+        return projector.project(lookup_knowledge(filters=filters, query=query, mode=mode,
+                                                  overrides=overrides))
 
     return ask

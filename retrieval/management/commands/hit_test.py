@@ -12,6 +12,7 @@ from retrieval.hit_test import (
     questions_load,
     questions_of_split,
 )
+from retrieval.management.overrides import add_override_arguments, parsed_overrides
 from retrieval.management.scope import command_filters
 from retrieval.management.store import StoreCommand
 
@@ -28,6 +29,9 @@ class Command(StoreCommand):
         parser.add_argument("--dataset", action="append", default=[])
         parser.add_argument("--split", choices=["held-out", "fit", "all"], default="held-out")
         parser.add_argument("--json", action="store_true", help="print one JSON object")
+        add_override_arguments(parser, mode_default=None,
+                               mode_help="the retrievers and how they run (default: the "
+                                         "tenant's RagConfig)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -38,7 +42,9 @@ class Command(StoreCommand):
         if not questions:
             raise CommandError(f"no question in split {options['split']}")
         filters = command_filters(tenant_slug=options["tenant"], dataset_names=options["dataset"])
-        report = hit_test_run(questions=questions, ask=lookup_asker(filters))
+        overrides = parsed_overrides(options["set"])
+        report = hit_test_run(questions=questions, ask=lookup_asker(
+            filters, mode=options["mode"], overrides=overrides))
         if options["json"]:
             self.stdout.write(json.dumps({"split": options["split"], **report.as_json()},
                                          ensure_ascii=False, indent=2))
