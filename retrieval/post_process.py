@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from retrieval.lexical import QueryTerms, query_terms
 from retrieval.transform import contains_term, normalize_text
 from retrieval.types import (
     PostProcessed,
@@ -22,6 +23,11 @@ from retrieval.types import (
     SearchHit,
     SearchMode,
 )
+
+# How much of a calibrated dense quality a chunk that shares none of the query's content terms
+# loses before the REFERENCE threshold (fitted on the hit-test set's `fit` half; see
+# docs/benchmarks.md, "Hit test").
+LEXICAL_DISCOUNT = 0.3
 
 
 class RetrievalScoreNormalizer:
@@ -83,13 +89,19 @@ def evidence_key_of(hit: SearchHit) -> str:
     return f"rank:{hit.rank}"
 
 
-def _hit_reasons(hit: SearchHit, hints: QueryHints) -> tuple[str, ...]:
+def _searchable(hit: SearchHit) -> str:
+    meta = hit.metadata
+    return " ".join((_text(meta, "title"), _text(meta, "breadcrumb"), hit.content))
+
+
+def _hit_reasons(hit: SearchHit, hints: QueryHints, terms: QueryTerms) -> tuple[str, ...]:
     meta = hit.metadata
     reasons = []
     if hints.keywords:  # normalising the whole text is the costly part: only when needed
-        text = normalize_text(" ".join((_text(meta, "title"), _text(meta, "breadcrumb"),
-                                        hit.content)))
+        text = normalize_text(_searchable(hit))
         reasons = [f"keyword:{k}" for k in hints.keywords if contains_term(text, k)]
+    if terms.identifiers:
+        reasons += [f"identifier:{t}" for t in terms.identifiers_in(_searchable(hit))]
     domain = normalize_text(_text(meta, "domain")).strip()
     reasons += [f"domain:{d}" for d in hints.domains if domain and normalize_text(d) == domain]
     category = _text(meta, "category")
@@ -113,10 +125,13 @@ class KnowledgeEvidencePostProcessor:
         self.precise_threshold = precise_threshold
         self.normalizer = RetrievalScoreNormalizer(max_l2_distance)
 
-    def process(self, hits: Sequence[SearchHit], mode: SearchMode,
-                hints: QueryHints) -> PostProcessed:
+    def process(self, hits: Sequence[SearchHit], mode: SearchMode, hints: QueryHints,
+                query: str = "") -> PostProcessed:
+        """The gate reads each chunk's quality and its lexical support (see `_judged`);
+        `query` is the caller's question, whose own words the chunks' text is checked for."""
         ordered = sorted(hits, key=lambda h: h.rank)  # stable: ties keep the store's order
-        candidates: list[ScoredChunk] = []
+        terms = query_terms(query)
+        judged: list[tuple[ScoredChunk, float]] = []
         hit_of: dict[str, SearchHit] = {}
         seen: set[str] = set()
         for position, hit in enumerate(ordered, start=1):
@@ -126,21 +141,26 @@ class KnowledgeEvidencePostProcessor:
             seen.add(key)
             quality = self.normalizer.gate_quality(hit, mode=mode, rank=position,
                                                    n=len(ordered))
-            candidates.append(self._scored(hit, key, quality, mode))
+            quality, support = self._judged(hit, quality, terms, distance_known=(
+                hit.dense_l2 is not None or mode == "dense"))
+            judged.append((self._scored(hit, key, quality, mode), support))
             hit_of[key] = hit
 
-        top_quality = max((c.quality for c in candidates), default=0.0)
-        level = self._level(top_quality)
+        top_quality = max((c.quality for c, _ in judged), default=0.0)
+        top_support = max((support for _, support in judged), default=0.0)
+        level = (RelevanceLevel.PRECISE if top_quality >= self.precise_threshold else
+                 RelevanceLevel.REFERENCE if top_support >= self.reference_threshold else
+                 RelevanceLevel.NONE)
         if level is RelevanceLevel.NONE:
             # Nothing relevant: the answer is EMPTY, not the least bad junk.
             return PostProcessed(chunks=(), relevance_level=level, top_quality=top_quality)
 
         kept: list[ScoredChunk] = []
         per_document: dict[str, int] = {}
-        for chunk in candidates:
+        for chunk, support in judged:
             # Below-reference chunks are dropped before the limits so they do not take the
             # place of a relevant chunk further down, and never sit under a precise hit.
-            if chunk.quality < self.reference_threshold:
+            if support < self.reference_threshold and chunk.quality < self.precise_threshold:
                 continue
             document = chunk.doc_id or chunk.evidence_key
             if per_document.get(document, 0) >= self.max_chunks_per_document:
@@ -148,17 +168,30 @@ class KnowledgeEvidencePostProcessor:
             per_document[document] = per_document.get(document, 0) + 1
             # Explained here, for the few kept: the reasons read the chunk's whole text.
             kept.append(replace(chunk, hit_reasons=_hit_reasons(hit_of[chunk.evidence_key],
-                                                                hints)))
+                                                                hints, terms)))
             if len(kept) == self.return_n:
                 break
         return PostProcessed(chunks=tuple(kept), relevance_level=level, top_quality=top_quality)
 
-    def _level(self, quality: float) -> RelevanceLevel:
-        if quality >= self.precise_threshold:
-            return RelevanceLevel.PRECISE
-        if quality >= self.reference_threshold:
-            return RelevanceLevel.REFERENCE
-        return RelevanceLevel.NONE
+    def _judged(self, hit: SearchHit, quality: float, terms: QueryTerms, *,
+                distance_known: bool) -> tuple[float, float]:
+        """(quality, support): quality decides PRECISE, support REFERENCE.
+
+        A chunk that contains every identifier of the query is PRECISE whatever its dense
+        distance. Otherwise a calibrated distance is discounted by up to LEXICAL_DISCOUNT
+        for the query's content terms the chunk lacks: a chunk that shares none of the
+        query's words needs a closer distance to count as a reference (an off-topic question
+        still has a nearest chunk). Without a gate (evaluation) no text is read.
+        """
+        if self.precise_threshold == 0:  # no gate: both thresholds are 0
+            return quality, quality
+        text = _searchable(hit)
+        if terms.identifiers and len(terms.identifiers_in(text)) == len(terms.identifiers):
+            quality = max(quality, self.precise_threshold)
+            return quality, quality
+        if not distance_known or not terms.terms:  # a rank is no distance; no words, no test
+            return quality, quality
+        return quality, quality * (1.0 - LEXICAL_DISCOUNT * (1.0 - terms.coverage(text)))
 
     @staticmethod
     def _scored(hit: SearchHit, key: str, quality: float, mode: SearchMode) -> ScoredChunk:

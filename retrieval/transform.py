@@ -17,6 +17,8 @@ from retrieval.types import QueryHints
 
 # A one-character term ("a", "库") would match nearly every query.
 MIN_TERM_CHARS = 2
+# Words joined by identifier punctuation: MALLOC_ARENA_MAX, com.example.cache, kube-proxy.
+_COMPOUND = re.compile(r"[0-9a-z]+(?:[_.:/\\-][0-9a-z]+)+")
 
 
 def normalize_text(text: str) -> str:
@@ -87,9 +89,13 @@ class L0Index:
             for key in sorted(terms)
         })
         self._keywords = frozenset(k for k in keywords if len(k) >= MIN_TERM_CHARS)
+        self._terms = self._keywords.union(*(d.terms for d in self._domains.values()))
 
     def match(self, query: str) -> QueryHints:
-        text = normalize_text(query)
+        # A compound identifier is one term: "cache" in com.example.cache.LocalCache says
+        # nothing of the query's domain (and must not filter the search to it).
+        text = _COMPOUND.sub(lambda m: m.group(0) if m.group(0) in self._terms else " ",
+                             normalize_text(query))
         domains = [d for d in self._domains.values()
                    if any(contains_term(text, term) for term in d.terms)]
         keywords = sorted(k for k in self._keywords if contains_term(text, k))

@@ -373,7 +373,7 @@ class GraphExecutor:
             deadline.check("rerank")
             served = self._rerank(plan.rerank_top_n, query, served, clock, deadline)
         with clock.stage("post_process"):
-            result = post.process(served, _gate_mode(plan), hints)
+            result = post.process(served, _gate_mode(plan), hints, query)
         clock.record("post_process", result, note=f"top_quality={result.top_quality:.4f}")
         return result
 

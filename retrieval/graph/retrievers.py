@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from retrieval.graph.advanced import register_advanced
 from retrieval.graph.registry import Param, RetrieverCall, RetrieverRegistry, RetrieverSpec
+from retrieval.lexical import query_terms
 from retrieval.types import KnowledgeSearchPort, SearchHit, SearchMode, SearchRequest
 
 
@@ -39,7 +40,11 @@ class BM25Retriever(_PortRetriever):
 
 
 class HybridRetriever(_PortRetriever):
-    """Dense + BM25 fused: weighted RRF in the app, or Milvus's RRF in one request."""
+    """Dense + BM25 fused: weighted RRF in the app, or Milvus's RRF in one request.
+
+    The dense weight shrinks by the share of the query's words that are identifiers: an
+    embedding knows little of `0x5d09`, so a query that is only identifiers is ranked by BM25.
+    """
 
     spec = RetrieverSpec(name="HYBRID", params=(
         Param("rrf_k", int, 5, "each arm adds weight / (rrf_k + rank)"),
@@ -57,7 +62,8 @@ class HybridRetriever(_PortRetriever):
             query_text=call.query, query_vector=call.vector,
             mode="milvus_hybrid" if args["fusion"] == "milvus" else "hybrid",
             limit=call.limit, filters=call.filters, rrf_k=int(args["rrf_k"]),  # type: ignore[call-overload]
-            dense_weight=float(args["dense_weight"]),  # type: ignore[arg-type]
+            dense_weight=float(args["dense_weight"])  # type: ignore[arg-type]
+            * (1.0 - query_terms(call.query).identifier_share),
             bm25_weight=float(args["bm25_weight"]),  # type: ignore[arg-type]
             distances=call.distances)
 

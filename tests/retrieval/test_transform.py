@@ -84,3 +84,9 @@ def test_index_is_a_snapshot_of_its_input() -> None:
     index = L0Index(docs)
     docs.clear()
     assert index.match("redis").domains == ("cache",)
+
+
+def test_a_domain_word_inside_a_compound_identifier_is_no_hint() -> None:
+    # "heap" is a jvm keyword, but com.example.heap.Cache names a class: no category filter.
+    assert transform("com.example.heap.Cache") == QueryHints()
+    assert transform("heap com.example.Cache").domains == ("jvm",)

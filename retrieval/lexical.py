@@ -1,0 +1,97 @@
+"""What the query's own words find in a chunk's text: its identifiers and its terms.
+
+The relevance gate reads a dense distance, and a dense distance is a weak witness twice:
+an embedding knows little of an identifier (`0x5d09`, `ERROR 1040`, `MALLOC_ARENA_MAX`,
+`pt-query-digest`, `v2.3`, `BurstBalance`, `C++`: terms whose meaning is their spelling), and
+an off-topic question still has a nearest chunk. The chunk's text settles both: a chunk that
+contains every identifier of the query is relevant whatever its distance, and a chunk that
+shares none of the query's words needs a closer distance to count. Everything here is read
+from the query and the chunk alone, never from index statistics (Milvus Lite's BM25 scores
+are per segment), so one query is judged the same way on every collection.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from retrieval.analysis import bm25_text
+from retrieval.transform import contains_term, normalize_text
+
+# A run of Latin letters, digits and the joiners identifiers use; CJK and spaces end it.
+_RUN = re.compile(r"[0-9A-Za-z][0-9A-Za-z_.+#:/\\-]*")
+_EDGE = ".,:;/\\-"  # a sentence's trailing punctuation, not the term's ("v2.3." → "v2.3")
+_JOINED = re.compile(r"[0-9A-Za-z][_.+#:/\\-]+[0-9A-Za-z+#]|\+\+$|#$")
+_WORD = re.compile(r"[0-9a-z]+")
+_CJK_RUN = re.compile(r"[\u3400-\u9fff]+")
+_QUERY_WORD = re.compile(r"[0-9A-Za-z]+|[\u3400-\u9fff]")
+MIN_IDENTIFIER_CHARS = 3
+MIN_WORD_CHARS = 3
+# Question words and fillers: they say nothing about which runbook is meant.
+_STOP_WORDS = frozenset(bm25_text(" ".join("""
+    about after all also and any are because been before being both but can cannot could did
+    does doing done during each every few for from get gets getting got had has have having
+    her here his how into its just like make many more most much must not now off once only
+    other our out over own same should some such than that the their them then there these
+    they this those through too under until use used using very was way were what when where
+    which while who whom why will with would you your yours
+    """.split())).split())
+
+
+def _is_identifier(term: str) -> bool:
+    if len(term) < MIN_IDENTIFIER_CHARS:
+        return False
+    letters = sum(c.isalpha() for c in term)
+    digits = sum(c.isdigit() for c in term)
+    upper = sum(c.isupper() for c in term)
+    return bool(
+        (letters and digits)  # 0x5d09, v2, ext4, x86_64
+        or (digits and not letters)  # 1040, 137, 3.12
+        or _JOINED.search(term)  # MALLOC_ARENA_MAX, pt-query-digest, a.b.C, C++
+        or 2 <= upper < letters  # BurstBalance, OOMKilled, MySQL
+        or upper == letters  # SLOWLOG, PLEG
+        or (term[0].islower() and upper))  # useEffect, iPhone
+
+
+def _terms(normalized: str) -> list[str]:
+    """Latin words (stemmed as BM25 stems them, stop words out) and CJK character bigrams."""
+    terms = [w for w in _WORD.findall(bm25_text(normalized))
+             if len(w) >= MIN_WORD_CHARS and w not in _STOP_WORDS]
+    for run in _CJK_RUN.findall(normalized):
+        terms += [run[i:i + 2] for i in range(len(run) - 1)] or [run]
+    return list(dict.fromkeys(terms))
+
+
+@dataclass(frozen=True)
+class QueryTerms:
+    identifiers: tuple[str, ...]  # as written, first seen first
+    terms: tuple[str, ...]  # normalized content terms, see _terms
+    identifier_share: float  # of the query's words (Latin runs, CJK characters) in identifiers
+
+    def identifiers_in(self, text: str) -> tuple[str, ...]:
+        """The identifiers that occur in `text` as whole terms (case folded)."""
+        normalized = normalize_text(text)
+        return tuple(t for t in self.identifiers
+                     if contains_term(normalized, normalize_text(t)))
+
+    def coverage(self, text: str) -> float:
+        """The share of the query's content terms that occur in `text` (0 when it has none)."""
+        if not self.terms:
+            return 0.0
+        normalized = normalize_text(text)
+        stemmed = bm25_text(normalized)
+        found = sum(contains_term(normalized if _CJK_RUN.match(t) else stemmed, t)
+                    for t in self.terms)
+        return found / len(self.terms)
+
+
+def query_terms(query: str) -> QueryTerms:
+    identifiers: list[str] = []
+    for match in _RUN.finditer(query):
+        term = match.group(0).rstrip(_EDGE)
+        if _is_identifier(term) and term not in identifiers:
+            identifiers.append(term)
+    words = len(_QUERY_WORD.findall(query))
+    in_identifiers = sum(len(_QUERY_WORD.findall(t)) for t in identifiers)
+    return QueryTerms(identifiers=tuple(identifiers), terms=tuple(_terms(normalize_text(query))),
+                      identifier_share=min(in_identifiers / words, 1.0) if words else 0.0)

@@ -1,0 +1,125 @@
+"""The query's own words in a chunk's text: identifiers, content terms, and the gate that
+reads them (no database)."""
+
+from __future__ import annotations
+
+import pytest
+
+from retrieval.graph.registry import RetrieverCall
+from retrieval.graph.retrievers import REGISTRY
+from retrieval.lexical import query_terms
+from retrieval.post_process import LEXICAL_DISCOUNT, KnowledgeEvidencePostProcessor
+from retrieval.types import QueryHints, RelevanceLevel, SearchFilters, SearchHit, SearchRequest
+from tests.retrieval.test_post_process import hit
+
+
+@pytest.mark.parametrize("query, identifiers", [
+    ("0x5d09", ("0x5d09",)),
+    ("ERROR 1040", ("ERROR", "1040")),
+    ("MALLOC_ARENA_MAX", ("MALLOC_ARENA_MAX",)),
+    ("how to use pt-query-digest?", ("pt-query-digest",)),
+    ("com.example.cache.LocalCache", ("com.example.cache.LocalCache",)),
+    ("upgrade to v2.3.", ("v2.3",)),
+    ("C++ build fails", ("C++",)),
+    ("BurstBalance 一直下降", ("BurstBalance",)),
+    ("PLEG is not healthy", ("PLEG",)),
+    ("exit code 137 OOMKilled", ("137", "OOMKilled")),
+    ("How do I reverse a linked list in Python?", ()),
+    ("Kafka consumers are falling behind", ()),
+    ("今天北京天气怎么样", ()),
+])
+def test_identifiers_are_recognised_by_their_shape(query: str,
+                                                    identifiers: tuple[str, ...]) -> None:
+    assert query_terms(query).identifiers == identifiers
+
+
+def test_the_identifier_share_counts_words_and_cjk_characters() -> None:
+    assert query_terms("0x5d09").identifier_share == 1.0
+    assert query_terms("MALLOC_ARENA_MAX").identifier_share == 1.0  # one term of three words
+    assert query_terms("PLEG is not healthy").identifier_share == 0.25
+    assert query_terms("RabbitMQ 消息堆积").identifier_share == pytest.approx(1 / 5)
+    assert query_terms("disk full").identifier_share == 0.0
+
+
+def test_identifiers_match_whole_terms_case_folded() -> None:
+    terms = query_terms("ERROR 1040")
+    assert terms.identifiers_in("mysql: error 1040 (HY000): Too many connections") == (
+        "ERROR", "1040")
+    assert terms.identifiers_in("ERROR 10400 elsewhere") == ("ERROR",)
+
+
+def test_coverage_is_the_share_of_content_terms_stemmed_as_bm25_stems_them() -> None:
+    terms = query_terms("Why are the Kafka consumers falling behind?")
+    assert terms.terms == ("kafka", "consum", "fall", "behind")  # stop words left out
+    assert terms.coverage("a Kafka consumer that falls behind the producer") == 1.0
+    assert terms.coverage("nothing of it") == 0.0
+    chinese = query_terms("消息堆积")
+    assert chinese.terms == ("消息", "息堆", "堆积")
+    assert chinese.coverage("队列消息很多") == pytest.approx(1 / 3)
+    assert query_terms("how do I").coverage("anything") == 0.0
+
+
+def _gate(hits: list[SearchHit], query: str):  # type: ignore[no-untyped-def]
+    post = KnowledgeEvidencePostProcessor(5, 2, 0.35, 0.6, max_l2_distance=2.0)
+    return post.process(hits, "hybrid", QueryHints(), query)
+
+
+def test_a_chunk_with_every_identifier_of_the_query_is_precise_at_any_distance() -> None:
+    far = 1.9  # dense quality 0.05: the gate alone would answer EMPTY
+    result = _gate([hit(1, "jvm", content="\"main\" nid=0x5d09 runnable", l2=far),
+                    hit(2, "redis", content="unrelated", l2=1.2)], "0x5d09")
+    assert result.relevance_level is RelevanceLevel.PRECISE
+    [chunk] = result.chunks  # the unrelated chunk stays under the threshold
+    assert chunk.doc_id == "jvm" and "identifier:0x5d09" in chunk.hit_reasons
+    # One identifier of two is not enough.
+    assert _gate([hit(1, content="ERROR 1045 access denied", l2=far)],
+                 "ERROR 1040").relevance_level is RelevanceLevel.NONE
+
+
+def test_a_chunk_that_shares_no_word_with_the_query_needs_a_closer_distance() -> None:
+    # dense quality 0.4: above the reference threshold (0.35) on its own
+    l2 = 1.2
+    assert 0.4 * (1 - LEXICAL_DISCOUNT) < 0.35
+    off = _gate([hit(1, content="consumer group lag on kafka", l2=l2)],
+                "How do I reverse a linked list in Python?")
+    assert off.relevance_level is RelevanceLevel.NONE and off.chunks == ()
+    on = _gate([hit(1, content="consumer group lag on kafka", l2=l2)],
+               "kafka consumer lag")
+    assert on.relevance_level is RelevanceLevel.REFERENCE and len(on.chunks) == 1
+    # A precise distance is precise whatever the words (a paraphrase).
+    close = _gate([hit(1, content="consumer group lag on kafka", l2=0.4)], "消息积压")
+    assert close.relevance_level is RelevanceLevel.PRECISE
+
+
+def test_without_a_gate_no_text_is_judged() -> None:
+    post = KnowledgeEvidencePostProcessor(5, 2, 0.0, 0.0, max_l2_distance=2.0)
+    result = post.process([hit(1, content="x", l2=1.9)], "hybrid", QueryHints(), "reverse list")
+    assert [c.quality for c in result.chunks] == [pytest.approx(0.05)]
+
+
+class _Port:
+    def __init__(self) -> None:
+        self.requests: list[SearchRequest] = []
+
+    def search(self, request: SearchRequest) -> list[SearchHit]:
+        self.requests.append(request)
+        return []
+
+    def fetch(self, *args: object, **kwargs: object) -> list[SearchHit]:
+        return []
+
+
+@pytest.mark.parametrize("query, dense_weight", [
+    ("0x5d09", 0.0),  # only identifiers: BM25's order
+    ("PLEG is not healthy", 0.7 * 0.75),
+    ("kafka consumer lag", 0.7),
+])
+def test_the_hybrid_dense_weight_shrinks_by_the_identifier_share(query: str,
+                                                                  dense_weight: float) -> None:
+    port = _Port()
+    retriever = REGISTRY.inner("HYBRID", port=port)
+    args = retriever.spec.arguments({})
+    retriever.retrieve(RetrieverCall(query, [0.0], SearchFilters(tenant_id=1, dataset_ids=(1,)),
+                                     5, args))
+    [request] = port.requests
+    assert request.dense_weight == pytest.approx(dense_weight) and request.bm25_weight == 1.0
