@@ -66,11 +66,46 @@ def chunk_drafts(document: Document, *, chunk_size: int, chunk_overlap: int) -> 
 def prepare(documents: Sequence[Document], *, chunk_size: int, chunk_overlap: int,
             embedder: Embedder) -> list[Prepared]:
     """Split every document and embed all their chunks in one call."""
-    drafts = [chunk_drafts(d, chunk_size=chunk_size, chunk_overlap=chunk_overlap)
-              for d in documents]
+    return _embedded(documents, [chunk_drafts(d, chunk_size=chunk_size,
+                                              chunk_overlap=chunk_overlap) for d in documents],
+                     embedder)
+
+
+def _embedded(documents: Sequence[Document], drafts: Sequence[list[ChunkDraft]],
+              embedder: Embedder) -> list[Prepared]:
     vectors = iter(embedder.embed_documents([c.search_text for chunks in drafts for c in chunks]))
     return [Prepared(document=d, drafts=chunks, vectors=[next(vectors) for _ in chunks])
             for d, chunks in zip(documents, drafts, strict=True)]
+
+
+def _companions(document: Document) -> list[Document]:
+    """Other documents waiting for their first index (their syncs are queued behind this
+    one), to write with it: Milvus Lite pays about a second per flush, whatever it holds, so
+    one write for BATCH documents makes a queue of small uploads as fast as the embedder.
+    Only with the single writer (Milvus Lite): with per-document locks each has its own."""
+    if not settings.KB_MILVUS_SINGLE_WRITER:
+        return []
+    return list(Document.objects.select_related("dataset")
+                .filter(status=Document.Status.PENDING, deleted=False,
+                        dataset__evaluation=False)
+                .exclude(pk=document.pk).order_by("pk")[:BATCH - 1])
+
+
+def _prepare_with_companions(document: Document, *, chunk_size: int, chunk_overlap: int,
+                             embedder: Embedder) -> list[Prepared]:
+    """`document` prepared (its errors raise), with what of its companions splits cleanly:
+    a companion that does not is left to its own sync, which records why."""
+    documents, drafts = [document], [chunk_drafts(document, chunk_size=chunk_size,
+                                                  chunk_overlap=chunk_overlap)]
+    for companion in _companions(document):
+        try:
+            drafts.append(chunk_drafts(companion, chunk_size=chunk_size,
+                                       chunk_overlap=chunk_overlap))
+        except Exception:  # noqa: BLE001 - its own sync fails it, with its reason
+            logger.debug("document %s is left to its own sync", companion.pk, exc_info=True)
+            continue
+        documents.append(companion)
+    return _embedded(documents, drafts, embedder)
 
 
 def chunk_rows(document: Document, prepared: Prepared) -> list[ChunkRow]:
@@ -151,14 +186,16 @@ def document_sync(*, document_id: int) -> Document | None:
         _synced(document.pk, document.revision)  # indexed already: nothing to follow
         return document
     Document.objects.filter(pk=document.pk).update(status=Document.Status.INDEXING)
-    prepared = prepare([document], chunk_size=index.chunk_size,
-                       chunk_overlap=index.chunk_overlap, embedder=index.embedder)
+    prepared = _prepare_with_companions(document, chunk_size=index.chunk_size,
+                                        chunk_overlap=index.chunk_overlap,
+                                        embedder=index.embedder)
     with milvus_writer(scope):
         current = serving_index()
         if current.version.pk != index.version.pk:  # a rebuild switched meanwhile
             return document_sync(document_id=document_id)
         written = write_prepared(prepared, collection=index.collection, scope=scope)
-    return written[0] if written else _fresh([document.pk]).get(document.pk)
+    mine = [d for d in written if d.pk == document.pk]
+    return mine[0] if mine else _fresh([document.pk]).get(document.pk)
 
 
 def _remove(document: Document, *, scope: str) -> Document | None:
