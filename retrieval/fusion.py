@@ -1,4 +1,4 @@
-"""Weighted reciprocal rank fusion of the dense and BM25 candidate lists."""
+"""Fusion of the dense and BM25 candidate lists: weighted RRF, or a convex combination."""
 
 from __future__ import annotations
 
@@ -32,3 +32,34 @@ def weighted_rrf(dense_ids: Sequence[str], bm25_ids: Sequence[str], *, k: int,
     worst = len(dense_ids) + len(bm25_ids) + 1
     fused.sort(key=lambda f: (-f.score, f.dense_rank or worst, f.bm25_rank or worst))
     return fused[:limit]
+
+
+def convex(dense: Sequence[tuple[str, float]], bm25: Sequence[tuple[str, float]], *,
+           dense_weight: float, bm25_weight: float, limit: int) -> list[Fused]:
+    """score = α·d + (1 − α)·b with α = dense_weight / (dense_weight + bm25_weight).
+
+    `dense` holds (id, squared L2), `bm25` (id, BM25 score); d and b are each list's scores
+    min-max normalised within this query (the closest chunk and the best BM25 match are 1, the
+    last of each list 0), so neither arm's scale matters, and BM25's per-segment statistics on
+    Milvus Lite only move scores within one query's list. A chunk one list lacks gets 0 there.
+    Ties keep the better dense rank, then the better BM25 rank.
+    """
+    if dense_weight < 0 or bm25_weight < 0 or dense_weight + bm25_weight <= 0:
+        raise ValueError("the weights must be non-negative and not both 0")
+    alpha = dense_weight / (dense_weight + bm25_weight)
+    dense_score = dict(zip([i for i, _ in dense], _min_max([-l2 for _, l2 in dense]),
+                           strict=True))
+    bm25_score = dict(zip([i for i, _ in bm25], _min_max([s for _, s in bm25]), strict=True))
+    dense_rank = {id_: rank for rank, (id_, _) in enumerate(dense, 1)}
+    bm25_rank = {id_: rank for rank, (id_, _) in enumerate(bm25, 1)}
+    score = {id_: alpha * dense_score.get(id_, 0.0) + (1 - alpha) * bm25_score.get(id_, 0.0)
+             for id_ in dict.fromkeys([*dense_score, *bm25_score])}
+    worst = len(dense) + len(bm25) + 1
+    fused = [Fused(id_, s, dense_rank.get(id_), bm25_rank.get(id_)) for id_, s in score.items()]
+    fused.sort(key=lambda f: (-f.score, f.dense_rank or worst, f.bm25_rank or worst))
+    return fused[:limit]
+
+
+def _min_max(values: Sequence[float]) -> list[float]:
+    low, high = min(values, default=0.0), max(values, default=0.0)
+    return [(v - low) / (high - low) if high > low else 1.0 for v in values]

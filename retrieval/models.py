@@ -130,6 +130,12 @@ class RagConfig(models.Model):
         help_text="ADJACENT: how many chunks on each side; SECTION: at most twice this many.")
 
     # lookup_knowledge (seed 000 §6).
+    fusion_method = models.CharField(
+        max_length=20, default=D.fusion_method, choices=_choices(cfg.FUSION_METHODS),
+        help_text="How the HYBRID retriever fuses its vector and BM25 lists: RRF, weighted "
+                  "reciprocal rank fusion with rrf_k; CONVEX, each list's scores normalised "
+                  "to 0–1 within the query and combined dense_weight : bm25_weight. "
+                  "(HYBRID execution: Milvus's RRF.)")
     rrf_k = models.PositiveIntegerField(
         default=D.rrf_k,
         help_text="HYBRID retriever and RANK aggregation: each list adds weight / (rrf_k + "
@@ -137,11 +143,12 @@ class RagConfig(models.Model):
                   "list more.")
     dense_weight = models.FloatField(
         default=D.dense_weight,
-        help_text="How much the vector search counts in rank fusion (HYBRID retriever, RANK "
-                  "aggregation), 0–1.")
+        help_text="How much the vector search counts in fusion (HYBRID retriever, RANK "
+                  "aggregation), 0–1; with CONVEX, the ratio dense_weight : bm25_weight is "
+                  "what counts.")
     bm25_weight = models.FloatField(
         default=D.bm25_weight,
-        help_text="How much the BM25 keyword search counts in rank fusion (HYBRID retriever, "
+        help_text="How much the BM25 keyword search counts in fusion (HYBRID retriever, "
                   "RANK aggregation), 0–1.")
     retrieve_k = models.PositiveIntegerField(
         default=D.retrieve_k,

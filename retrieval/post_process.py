@@ -1,9 +1,10 @@
 """Post-processing: one quality scale across modes, chunk identity, dedup, limits, relevance.
 
-Seed 000 §6.2 / §7: the order is the store's order (RRF order for hybrid) and is never changed
-here; L0 overlap only explains a hit (`hit_reasons`). Thresholds look at the gate quality,
-which prefers the absolute dense L2 distance over the rank, because a rank says nothing about
-whether the best hit is any good.
+Seed 000 §6.2 / §7: the order is the store's order (the fused order for hybrid) and is never
+changed here; L0 overlap only explains a hit (`hit_reasons`). Thresholds look at the gate
+quality, which prefers the absolute dense L2 distance over the rank, because a rank says
+nothing about whether the best hit is any good, and at the query's own words in the chunk's
+text (`_judged`).
 """
 
 from __future__ import annotations

@@ -62,6 +62,7 @@ class SearchRequest:
     rrf_k: int = 60
     dense_weight: float = 1.0
     bm25_weight: float = 1.0
+    fusion_method: str = "RRF"  # hybrid: RRF (weighted, rrf_k) or CONVEX (normalised scores)
     # Measure the dense distance of hybrid hits the dense arm did not return (the relevance
     # gate reads it); a lookup whose gate and aggregation ignore it skips that work.
     distances: bool = True

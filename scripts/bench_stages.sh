@@ -24,7 +24,7 @@ parallel=(--set retrieval_execution_mode=PARALLEL --set enabled_retrievers=VECTO
 transform=(--set enable_query_transform=true --set query_transform_strategy)
 echo "| stages (\`evaluate --set ...\`) | nDCG@10 | Recall@100 | MRR@10 | p50 ms | p95 ms |"
 echo "|---|---|---|---|---|---|"
-run "default: SIMPLE, HYBRID retriever (weighted RRF k=5, dense 0.7)"
+run "default: SIMPLE, HYBRID retriever (CONVEX, dense 0.3 : BM25 0.7)"
 run "VECTOR alone (--mode dense)" --mode dense
 run "BM25 alone (--mode bm25)" --mode bm25
 run "HYBRID execution: Milvus hybrid_search, RRF k=5" --mode milvus_hybrid

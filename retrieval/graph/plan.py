@@ -96,7 +96,7 @@ class RetrievalGraph:
 def _hybrid_arguments(s: RagSettings, *, fusion: str = "app"
                       ) -> tuple[tuple[str, object], ...]:
     return (("rrf_k", s.rrf_k), ("dense_weight", s.dense_weight),
-            ("bm25_weight", s.bm25_weight), ("fusion", fusion))
+            ("bm25_weight", s.bm25_weight), ("fusion", fusion), ("method", s.fusion_method))
 
 
 def build_graph(settings: RagSettings, registry: RetrieverRegistry) -> RetrievalGraph:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from retrieval.config import FUSION_METHODS, RagSettings
 from retrieval.graph.advanced import register_advanced
 from retrieval.graph.registry import Param, RetrieverCall, RetrieverRegistry, RetrieverSpec
 from retrieval.lexical import query_terms
@@ -39,6 +40,9 @@ class BM25Retriever(_PortRetriever):
     mode = "bm25"
 
 
+_DEFAULTS = RagSettings()
+
+
 class HybridRetriever(_PortRetriever):
     """Dense + BM25 fused: weighted RRF in the app, or Milvus's RRF in one request.
 
@@ -47,10 +51,13 @@ class HybridRetriever(_PortRetriever):
     """
 
     spec = RetrieverSpec(name="HYBRID", params=(
-        Param("rrf_k", int, 5, "each arm adds weight / (rrf_k + rank)"),
-        Param("dense_weight", float, 0.7, "app fusion only"),
-        Param("bm25_weight", float, 1.0, "app fusion only"),
-        Param("fusion", str, "app", "app: weighted RRF here; milvus: hybrid_search + RRFRanker"),
+        Param("rrf_k", int, _DEFAULTS.rrf_k, "RRF: each arm adds weight / (rrf_k + rank)"),
+        Param("dense_weight", float, _DEFAULTS.dense_weight, "app fusion only"),
+        Param("bm25_weight", float, _DEFAULTS.bm25_weight, "app fusion only"),
+        Param("fusion", str, "app", "app: fused here; milvus: hybrid_search + RRFRanker"),
+        Param("method", str, _DEFAULTS.fusion_method,
+              "app fusion: RRF (weighted, rrf_k) or CONVEX (normalised scores weighted by "
+              "dense_weight : bm25_weight)"),
     ))
     mode = "hybrid"
 
@@ -58,6 +65,8 @@ class HybridRetriever(_PortRetriever):
         args = self.spec.arguments(call.arguments)
         if args["fusion"] not in ("app", "milvus"):
             raise ValueError("HYBRID fusion is app or milvus")
+        if args["method"] not in FUSION_METHODS:
+            raise ValueError(f"HYBRID method is one of {', '.join(FUSION_METHODS)}")
         return SearchRequest(
             query_text=call.query, query_vector=call.vector,
             mode="milvus_hybrid" if args["fusion"] == "milvus" else "hybrid",
@@ -65,7 +74,7 @@ class HybridRetriever(_PortRetriever):
             dense_weight=float(args["dense_weight"])  # type: ignore[arg-type]
             * (1.0 - query_terms(call.query).identifier_share),
             bm25_weight=float(args["bm25_weight"]),  # type: ignore[arg-type]
-            distances=call.distances)
+            fusion_method=str(args["method"]), distances=call.distances)
 
 
 def default_registry() -> RetrieverRegistry:

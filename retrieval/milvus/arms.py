@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from retrieval.analysis import bm25_text
-from retrieval.fusion import weighted_rrf
+from retrieval.fusion import convex, weighted_rrf
 from retrieval.milvus.collections import collection_fields
 from retrieval.milvus.connection import MilvusConnection, VectorStoreUnavailable
 from retrieval.milvus.expressions import fields_used, filter_expression, quote
@@ -82,7 +82,7 @@ class MilvusSearch:
                             field="sparse_vector", params=_BM25_PARAMS, output=output)
 
     def _hybrid(self, expr: str, request: SearchRequest) -> list[SearchHit]:
-        """Dense ANN and BM25 as two searches, fused here with weighted RRF.
+        """Dense ANN and BM25 as two searches, fused here (weighted RRF or CONVEX).
 
         Two plain searches cost what one `hybrid_search` does on Milvus Lite, and the fusion
         can then weight a weak embedder down (RRFRanker has no weights). The BM25 arm returns
@@ -92,9 +92,15 @@ class MilvusSearch:
         dense = self._dense(expr, request)
         sparse = self._bm25(expr, request, output=_with_vector(request))
         items = {str(item["id"]): item for item in [*sparse, *dense]}
-        fused = weighted_rrf([str(i["id"]) for i in dense], [str(i["id"]) for i in sparse],
-                             k=request.rrf_k, dense_weight=request.dense_weight,
-                             bm25_weight=request.bm25_weight, limit=request.limit)
+        if request.fusion_method == "CONVEX":
+            fused = convex([(str(i["id"]), float(i["distance"])) for i in dense],
+                           [(str(i["id"]), abs(float(i["distance"]))) for i in sparse],
+                           dense_weight=request.dense_weight, bm25_weight=request.bm25_weight,
+                           limit=request.limit)
+        else:
+            fused = weighted_rrf([str(i["id"]) for i in dense], [str(i["id"]) for i in sparse],
+                                 k=request.rrf_k, dense_weight=request.dense_weight,
+                                 bm25_weight=request.bm25_weight, limit=request.limit)
         known = {str(item["id"]): float(item["distance"]) for item in dense}
         return [_hit(items[f.id], rank, f.score, known[f.id] if f.id in known
                      else _l2(items[f.id], request.query_vector))

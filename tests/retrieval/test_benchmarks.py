@@ -51,6 +51,26 @@ def test_metrics_on_a_known_ranking() -> None:
 
 
 @pytest.mark.django_db
+def test_fusion_grid_scores_every_candidate_beside_the_arms(store: Any, suite: Path) -> None:
+    out = StringIO()
+    call_command("fusion_grid", "--suite", str(suite), "--json", "--depth", "10", stdout=out)
+    rows = {r["name"]: r for r in json.loads(out.getvalue())["rows"]}
+    assert list(rows)[:2] == ["dense alone", "BM25 alone"]
+    default = rows["CONVEX, dense 0.3 : BM25 0.7"]
+    assert default["ndcg_at_10"] > 0.9 and default["recall_at_100"] == 1.0
+    # The same lists through evaluate's lookup give the same figure for the default fusion.
+    out = StringIO()
+    call_command("evaluate", "--suite", str(suite), "--json", "--depth", "10", stdout=out)
+    assert json.loads(out.getvalue())["ndcg@10"] == pytest.approx(default["ndcg_at_10"],
+                                                                  abs=1e-3)
+    text = StringIO()
+    call_command("fusion_grid", "--suite", str(suite), "--depth", "10", stdout=text)
+    assert "vs better arm" in text.getvalue()
+    with pytest.raises(CommandError, match="--depth"):
+        call_command("fusion_grid", "--suite", str(suite), "--depth", "5")
+
+
+@pytest.mark.django_db
 def test_evaluate_finds_the_right_documents_and_reuses_its_index(store: Any, suite: Path,
                                                                  capsys: Any) -> None:
     out = StringIO()

@@ -186,14 +186,22 @@ def test_aggregation_strategies_order_the_lists_as_they_say(tool: Tool) -> None:
 
 
 @pytest.mark.django_db
-@proves("rrf_k", "dense_weight", "bm25_weight")
+@proves("fusion_method", "rrf_k", "dense_weight", "bm25_weight")
 def test_fusion_weights_and_k_are_the_fused_scores(tool: Tool) -> None:
-    _, trace = tool.ask(PLAIN, rrf_k=9, dense_weight=1.0, bm25_weight=0.0)
+    _, trace = tool.ask(PLAIN, fusion_method="RRF", rrf_k=9, dense_weight=1.0, bm25_weight=0.0)
     scores = [c["score"] for c in stage(trace, "retrieve")["candidates"]]
     assert scores[0] == pytest.approx(1 / 10, abs=1e-6)  # dense rank 1 alone counts
     _, trace = tool.ask(PLAIN, rrf_k=60, dense_weight=0.0, bm25_weight=1.0)
     scores = [c["score"] for c in stage(trace, "retrieve")["candidates"]]
     assert scores[0] == pytest.approx(1 / 61, abs=1e-6)
+    # CONVEX: BM25's scores normalised within the query, its best 1 and its last 0; the dense
+    # list (weight 0) adds nothing, and rrf_k plays no part.
+    _, trace = tool.ask(PLAIN, fusion_method="CONVEX", dense_weight=0.0, bm25_weight=1.0)
+    scores = [c["score"] for c in stage(trace, "retrieve")["candidates"]]
+    assert scores[0] == pytest.approx(1.0) and min(scores) == pytest.approx(0.0)
+    _, trace = tool.ask(PLAIN, fusion_method="CONVEX", dense_weight=0.3, bm25_weight=0.7)
+    scores = [c["score"] for c in stage(trace, "retrieve")["candidates"]]
+    assert 0.3 <= scores[0] <= 1.0 and scores == sorted(scores, reverse=True)
 
 
 @pytest.mark.django_db

@@ -3,13 +3,18 @@ reads them (no database)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from datasets.services import dataset_create
 from retrieval.graph.registry import RetrieverCall
 from retrieval.graph.retrievers import REGISTRY
 from retrieval.lexical import query_terms
 from retrieval.post_process import LEXICAL_DISCOUNT, KnowledgeEvidencePostProcessor
 from retrieval.types import QueryHints, RelevanceLevel, SearchFilters, SearchHit, SearchRequest
+from tests.datasets.builders import markdown
+from tests.retrieval.conftest import client_for, lookup, ready
 from tests.retrieval.test_post_process import hit
 
 
@@ -111,8 +116,8 @@ class _Port:
 
 @pytest.mark.parametrize("query, dense_weight", [
     ("0x5d09", 0.0),  # only identifiers: BM25's order
-    ("PLEG is not healthy", 0.7 * 0.75),
-    ("kafka consumer lag", 0.7),
+    ("PLEG is not healthy", 0.3 * 0.75),
+    ("kafka consumer lag", 0.3),
 ])
 def test_the_hybrid_dense_weight_shrinks_by_the_identifier_share(query: str,
                                                                   dense_weight: float) -> None:
@@ -122,4 +127,35 @@ def test_the_hybrid_dense_weight_shrinks_by_the_identifier_share(query: str,
     retriever.retrieve(RetrieverCall(query, [0.0], SearchFilters(tenant_id=1, dataset_ids=(1,)),
                                      5, args))
     [request] = port.requests
-    assert request.dense_weight == pytest.approx(dense_weight) and request.bm25_weight == 1.0
+    assert request.dense_weight == pytest.approx(dense_weight) and request.bm25_weight == 0.7
+
+
+# --- through the REST tool, on real Milvus ---------------------------------------------------
+
+IDENTIFIER_RUNBOOKS = {
+    # name: (the text holding the identifier, a decoy holding its parts)
+    "v2.3": ("Upgrade the agent to v2.3 before the cut-over.",
+             "Version v2 of the agent ships 3 plugins."),
+    "C++": ("The C++ build needs the new toolchain.",
+            "The C build needs a new toolchain too."),
+    "ERR_CONNECTION_RESET": ("Browsers show ERR_CONNECTION_RESET when the proxy drops the socket.",
+                             "A connection reset by peer is an error of the proxy."),
+    "0x80070005": ("Windows update fails with 0x80070005: access denied.",
+                   "The update fails with code 0x8007 and 0005 in the log."),
+}
+
+
+@pytest.mark.django_db
+def test_an_identifier_finds_the_chunk_that_holds_it_not_the_one_with_its_parts(
+        ingest: Any, make_key: Any) -> None:
+    key, _ = make_key(role="admin")
+    dataset = dataset_create(tenant=key.tenant, name="ids")
+    for number, (holder, decoy) in enumerate(IDENTIFIER_RUNBOOKS.values()):
+        ingest(dataset, f"holder-{number}.md", markdown(f"Note {number}", {"Fix": holder}))
+        ingest(dataset, f"decoy-{number}.md", markdown(f"Other {number}", {"Fix": decoy}))
+    agent = client_for(make_key()[1])
+
+    for number, identifier in enumerate(IDENTIFIER_RUNBOOKS):
+        body = ready(lookup(agent, identifier))
+        assert body["evidence"][0]["source"] == f"holder-{number}.md", identifier
+        assert body["relevance_level"] == "PRECISE", identifier
