@@ -17,8 +17,9 @@ from retrieval.types import QueryHints
 
 # A one-character term ("a", "库") would match nearly every query.
 MIN_TERM_CHARS = 2
-# Words joined by identifier punctuation: MALLOC_ARENA_MAX, com.example.cache, kube-proxy.
-_COMPOUND = re.compile(r"[0-9a-z]+(?:[_.:/\\-][0-9a-z]+)+")
+# Words joined the way code joins them: com.example.cache.LocalCache, MALLOC_ARENA_MAX, a/b.
+# (Not by hyphens: redis-cli and kube-proxy name their domain.)
+_COMPOUND = re.compile(r"[0-9a-z]+(?:[_.:/\\][0-9a-z]+)+")
 
 
 def normalize_text(text: str) -> str:

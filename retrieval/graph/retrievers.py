@@ -44,7 +44,7 @@ _DEFAULTS = RagSettings()
 
 
 class HybridRetriever(_PortRetriever):
-    """Dense + BM25 fused: weighted RRF in the app, or Milvus's RRF in one request.
+    """Dense + BM25 fused in the app (CONVEX or weighted RRF), or by Milvus's RRF in one request.
 
     The dense weight shrinks by the share of the query's words that are identifiers: an
     embedding knows little of `0x5d09`, so a query that is only identifiers is ranked by BM25.

@@ -90,3 +90,7 @@ def test_a_domain_word_inside_a_compound_identifier_is_no_hint() -> None:
     # "heap" is a jvm keyword, but com.example.heap.Cache names a class: no category filter.
     assert transform("com.example.heap.Cache") == QueryHints()
     assert transform("heap com.example.Cache").domains == ("jvm",)
+
+
+def test_a_hyphenated_tool_name_still_names_its_domain() -> None:
+    assert transform("redis-cli --bigkeys").domains == ("cache",)
