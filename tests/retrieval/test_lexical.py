@@ -116,11 +116,11 @@ class _Port:
 
 @pytest.mark.parametrize("query, dense_weight", [
     ("0x5d09", 0.0),  # only identifiers: BM25's order
-    ("PLEG is not healthy", 0.3 * 0.75),
+    ("ERROR 1040", 0.0),
+    ("PLEG is not healthy", 0.3),  # words besides: the config's weights
     ("kafka consumer lag", 0.3),
 ])
-def test_the_hybrid_dense_weight_shrinks_by_the_identifier_share(query: str,
-                                                                  dense_weight: float) -> None:
+def test_a_query_of_identifiers_only_is_ranked_by_bm25(query: str, dense_weight: float) -> None:
     port = _Port()
     retriever = REGISTRY.inner("HYBRID", port=port)
     args = retriever.spec.arguments({})
