@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from retrieval.analysis import bm25_text
 from retrieval.transform import contains_term, normalize_text
@@ -53,10 +54,20 @@ def _is_identifier(term: str) -> bool:
         or (term[0].islower() and upper))  # useEffect, iPhone
 
 
+@lru_cache(maxsize=100_000)
+def _stem(word: str) -> str:
+    """One run of letters and digits as BM25 sees it (`bm25_text` of the run alone)."""
+    return bm25_text(word)
+
+
+def _stems(normalized: str) -> list[str]:
+    """The text's Latin words stemmed as BM25 stems them, each once, first seen first."""
+    return [_stem(w) for w in dict.fromkeys(_WORD.findall(normalized))]
+
+
 def _terms(normalized: str) -> list[str]:
-    """Latin words (stemmed as BM25 stems them, stop words out) and CJK character bigrams."""
-    terms = [w for w in _WORD.findall(bm25_text(normalized))
-             if len(w) >= MIN_WORD_CHARS and w not in _STOP_WORDS]
+    """Latin words (stemmed, stop words out) and CJK character bigrams."""
+    terms = [w for w in _stems(normalized) if len(w) >= MIN_WORD_CHARS and w not in _STOP_WORDS]
     for run in _CJK_RUN.findall(normalized):
         terms += [run[i:i + 2] for i in range(len(run) - 1)] or [run]
     return list(dict.fromkeys(terms))
@@ -64,23 +75,25 @@ def _terms(normalized: str) -> list[str]:
 
 @dataclass(frozen=True)
 class QueryTerms:
+    """A query's identifiers and content terms. The methods take the chunk's text already
+    through `normalize_text` (one normalisation serves them all)."""
+
     identifiers: tuple[str, ...]  # as written, first seen first
+    folded: tuple[str, ...]  # the identifiers through normalize_text
     terms: tuple[str, ...]  # normalized content terms, see _terms
-    identifier_share: float  # of the query's words (Latin runs, CJK characters) in identifiers
+    identifiers_only: bool  # every word of the query (Latin runs, CJK characters) is in one
 
-    def identifiers_in(self, text: str) -> tuple[str, ...]:
-        """The identifiers that occur in `text` as whole terms (case folded)."""
-        normalized = normalize_text(text)
-        return tuple(t for t in self.identifiers
-                     if contains_term(normalized, normalize_text(t)))
+    def identifiers_in(self, normalized: str) -> tuple[str, ...]:
+        """The identifiers that occur in the text as whole terms (case folded)."""
+        return tuple(t for t, f in zip(self.identifiers, self.folded, strict=True)
+                     if contains_term(normalized, f))
 
-    def coverage(self, text: str) -> float:
-        """The share of the query's content terms that occur in `text` (0 when it has none)."""
+    def coverage(self, normalized: str) -> float:
+        """The share of the query's content terms that occur in the text (0 when it has none)."""
         if not self.terms:
             return 0.0
-        normalized = normalize_text(text)
-        stemmed = bm25_text(normalized)
-        found = sum(contains_term(normalized if _CJK_RUN.match(t) else stemmed, t)
+        stems = set(_stems(normalized))
+        found = sum(contains_term(normalized, t) if _CJK_RUN.match(t) else t in stems
                     for t in self.terms)
         return found / len(self.terms)
 
@@ -93,5 +106,7 @@ def query_terms(query: str) -> QueryTerms:
             identifiers.append(term)
     words = len(_QUERY_WORD.findall(query))
     in_identifiers = sum(len(_QUERY_WORD.findall(t)) for t in identifiers)
-    return QueryTerms(identifiers=tuple(identifiers), terms=tuple(_terms(normalize_text(query))),
-                      identifier_share=min(in_identifiers / words, 1.0) if words else 0.0)
+    return QueryTerms(identifiers=tuple(identifiers),
+                      folded=tuple(normalize_text(t) for t in identifiers),
+                      terms=tuple(_terms(normalize_text(query))),
+                      identifiers_only=bool(words) and in_identifiers >= words)

@@ -91,18 +91,19 @@ def evidence_key_of(hit: SearchHit) -> str:
 
 
 def _searchable(hit: SearchHit) -> str:
+    """The chunk's title, breadcrumb and content, through normalize_text."""
     meta = hit.metadata
-    return " ".join((_text(meta, "title"), _text(meta, "breadcrumb"), hit.content))
+    return normalize_text(" ".join((_text(meta, "title"), _text(meta, "breadcrumb"),
+                                    hit.content)))
 
 
 def _hit_reasons(hit: SearchHit, hints: QueryHints, terms: QueryTerms) -> tuple[str, ...]:
     meta = hit.metadata
     reasons = []
-    if hints.keywords:  # normalising the whole text is the costly part: only when needed
-        text = normalize_text(_searchable(hit))
+    if hints.keywords or terms.identifiers:  # normalising the text is the costly part
+        text = _searchable(hit)
         reasons = [f"keyword:{k}" for k in hints.keywords if contains_term(text, k)]
-    if terms.identifiers:
-        reasons += [f"identifier:{t}" for t in terms.identifiers_in(_searchable(hit))]
+        reasons += [f"identifier:{t}" for t in terms.identifiers_in(text)]
     domain = normalize_text(_text(meta, "domain")).strip()
     reasons += [f"domain:{d}" for d in hints.domains if domain and normalize_text(d) == domain]
     category = _text(meta, "category")
@@ -182,17 +183,22 @@ class KnowledgeEvidencePostProcessor:
         distance. Otherwise a calibrated distance is discounted by up to LEXICAL_DISCOUNT
         for the query's content terms the chunk lacks: a chunk that shares none of the
         query's words needs a closer distance to count as a reference (an off-topic question
-        still has a nearest chunk). Without a gate (evaluation) no text is read.
+        still has a nearest chunk). The text is read only where it can change a decision:
+        support is compared with the reference threshold alone, so outside the band the
+        discount can reach, the quality stands for it.
         """
-        if self.precise_threshold == 0:  # no gate: both thresholds are 0
+        if self.precise_threshold == 0:  # no gate (evaluation): both thresholds are 0
             return quality, quality
-        text = _searchable(hit)
-        if terms.identifiers and len(terms.identifiers_in(text)) == len(terms.identifiers):
-            quality = max(quality, self.precise_threshold)
+        text: str | None = None
+        if terms.identifiers and quality < self.precise_threshold:
+            text = _searchable(hit)
+            if len(terms.identifiers_in(text)) == len(terms.identifiers):
+                return self.precise_threshold, self.precise_threshold
+        in_band = quality * (1.0 - LEXICAL_DISCOUNT) < self.reference_threshold <= quality
+        if not (distance_known and terms.terms and in_band):  # a rank is no distance
             return quality, quality
-        if not distance_known or not terms.terms:  # a rank is no distance; no words, no test
-            return quality, quality
-        return quality, quality * (1.0 - LEXICAL_DISCOUNT * (1.0 - terms.coverage(text)))
+        coverage = terms.coverage(text if text is not None else _searchable(hit))
+        return quality, quality * (1.0 - LEXICAL_DISCOUNT * (1.0 - coverage))
 
     @staticmethod
     def _scored(hit: SearchHit, key: str, quality: float, mode: SearchMode) -> ScoredChunk:

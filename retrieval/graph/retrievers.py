@@ -69,7 +69,7 @@ class HybridRetriever(_PortRetriever):
         if args["method"] not in FUSION_METHODS:
             raise ValueError(f"HYBRID method is one of {', '.join(FUSION_METHODS)}")
         bm25_weight = float(args["bm25_weight"])  # type: ignore[arg-type]
-        identifiers_only = query_terms(call.query).identifier_share == 1.0 and bm25_weight > 0
+        identifiers_only = query_terms(call.query).identifiers_only and bm25_weight > 0
         return SearchRequest(
             query_text=call.query, query_vector=call.vector,
             mode="milvus_hybrid" if args["fusion"] == "milvus" else "hybrid",

@@ -12,6 +12,7 @@ from retrieval.graph.registry import RetrieverCall
 from retrieval.graph.retrievers import REGISTRY
 from retrieval.lexical import query_terms
 from retrieval.post_process import LEXICAL_DISCOUNT, KnowledgeEvidencePostProcessor
+from retrieval.transform import normalize_text
 from retrieval.types import QueryHints, RelevanceLevel, SearchFilters, SearchHit, SearchRequest
 from tests.datasets.builders import markdown
 from tests.retrieval.conftest import client_for, lookup, ready
@@ -38,25 +39,26 @@ def test_identifiers_are_recognised_by_their_shape(query: str,
     assert query_terms(query).identifiers == identifiers
 
 
-def test_the_identifier_share_counts_words_and_cjk_characters() -> None:
-    assert query_terms("0x5d09").identifier_share == 1.0
-    assert query_terms("MALLOC_ARENA_MAX").identifier_share == 1.0  # one term of three words
-    assert query_terms("PLEG is not healthy").identifier_share == 0.25
-    assert query_terms("RabbitMQ 消息堆积").identifier_share == pytest.approx(1 / 5)
-    assert query_terms("disk full").identifier_share == 0.0
+def test_a_query_of_identifiers_only_counts_words_and_cjk_characters() -> None:
+    assert query_terms("0x5d09").identifiers_only
+    assert query_terms("MALLOC_ARENA_MAX").identifiers_only  # one term of three words
+    assert query_terms("ERROR 1040").identifiers_only
+    assert not query_terms("PLEG is not healthy").identifiers_only
+    assert not query_terms("RabbitMQ 消息堆积").identifiers_only
+    assert not query_terms("").identifiers_only
 
 
 def test_identifiers_match_whole_terms_case_folded() -> None:
     terms = query_terms("ERROR 1040")
-    assert terms.identifiers_in("mysql: error 1040 (HY000): Too many connections") == (
-        "ERROR", "1040")
-    assert terms.identifiers_in("ERROR 10400 elsewhere") == ("ERROR",)
+    assert terms.identifiers_in(normalize_text(
+        "mysql: error 1040 (HY000): Too many connections")) == ("ERROR", "1040")
+    assert terms.identifiers_in(normalize_text("ERROR 10400 elsewhere")) == ("ERROR",)
 
 
 def test_coverage_is_the_share_of_content_terms_stemmed_as_bm25_stems_them() -> None:
     terms = query_terms("Why are the Kafka consumers falling behind?")
     assert terms.terms == ("kafka", "consum", "fall", "behind")  # stop words left out
-    assert terms.coverage("a Kafka consumer that falls behind the producer") == 1.0
+    assert terms.coverage(normalize_text("a Kafka consumer that falls behind the producer")) == 1
     assert terms.coverage("nothing of it") == 0.0
     chinese = query_terms("消息堆积")
     assert chinese.terms == ("消息", "息堆", "堆积")
@@ -159,3 +161,11 @@ def test_an_identifier_finds_the_chunk_that_holds_it_not_the_one_with_its_parts(
         body = ready(lookup(agent, identifier))
         assert body["evidence"][0]["source"] == f"holder-{number}.md", identifier
         assert body["relevance_level"] == "PRECISE", identifier
+
+
+def test_the_chunk_side_stems_each_word_as_bm25_analysis_does() -> None:
+    from retrieval.analysis import bm25_text
+    from retrieval.lexical import _WORD, _stems
+
+    text = normalize_text("Consumers were LAGGING: err_connection_reset, 2xx codes, x86_64 hosts")
+    assert _stems(text) == list(dict.fromkeys(_WORD.findall(bm25_text(text))))
