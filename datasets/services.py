@@ -27,7 +27,7 @@ from datasets.ingestion.parse import (
     ParsedDocument,
     parse_markdown,
 )
-from datasets.ingestion.pipeline import build_chunks
+from datasets.ingestion.pipeline import Chunking, build_chunks
 from datasets.ingestion.source import stored_source
 from datasets.models import Chunk, Dataset, Document, Job, Tenant
 from kbplatform.errors import ApiError
@@ -101,6 +101,12 @@ def check_file_name(file_name: str) -> str:
     return name
 
 
+def configured_chunking() -> Chunking:
+    """The chunking the settings ask for (an index keeps the one it was built with)."""
+    return Chunking(size=settings.KB_CHUNK_SIZE, overlap=settings.KB_CHUNK_OVERLAP,
+                    whole_document=settings.KB_WHOLE_DOCUMENT_CHARS)
+
+
 def document_validate(*, file_name: str, raw: bytes, max_bytes: int) -> Validated:
     """Everything an upload must pass before a row is written; raises a 4xx ApiError.
 
@@ -110,8 +116,7 @@ def document_validate(*, file_name: str, raw: bytes, max_bytes: int) -> Validate
     name = check_file_name(file_name.rsplit("/", 1)[-1])
     try:
         parsed = parse_markdown(raw, file_name=name, max_bytes=max_bytes)
-        build_chunks(parsed, chunk_size=settings.KB_CHUNK_SIZE,
-                     chunk_overlap=settings.KB_CHUNK_OVERLAP, redact=settings.KB_REDACT_SECRETS)
+        build_chunks(parsed, chunking=configured_chunking(), redact=settings.KB_REDACT_SECRETS)
     except DocumentTooLarge as exc:
         raise DocumentTooBig(str(exc)) from exc
     except DocumentParseError as exc:

@@ -204,8 +204,8 @@ class IndexVersionOutput(serializers.ModelSerializer[IndexVersion]):
     class Meta:
         model = IndexVersion
         fields = ["id", "collection_name", "embedder", "dimension", "chunk_size",
-                  "chunk_overlap", "splitter", "status", "progress", "created_at",
-                  "activated_at"]
+                  "chunk_overlap", "whole_document_chars", "splitter", "status", "progress",
+                  "created_at", "activated_at"]
         read_only_fields = fields
 
 

@@ -21,7 +21,12 @@ from pathlib import Path
 from django.conf import settings
 
 from datasets.models import Dataset, Document
-from datasets.services import content_hash, document_store, tenant_get_or_create
+from datasets.services import (
+    configured_chunking,
+    content_hash,
+    document_store,
+    tenant_get_or_create,
+)
 from retrieval import milvus
 from retrieval.benchmarks import Timing
 from retrieval.embedders import Embedder, get_embedder
@@ -109,7 +114,10 @@ class EvalIndex:
 def _collection_name(suite: str, embedder: Embedder) -> str:
     """One collection per suite and index spec: a changed splitter or analyzer starts afresh."""
     slug = re.sub(r"[^a-z0-9]+", "_", embedder.name.lower()).strip("_")
-    spec = f"{SPLITTER}/{settings.KB_CHUNK_SIZE}/{settings.KB_CHUNK_OVERLAP}"
+    chunking = configured_chunking()
+    spec = f"{SPLITTER}/{chunking.size}/{chunking.overlap}"
+    if chunking.whole_document:  # so that collections built before keep their names
+        spec += f"/{chunking.whole_document}"
     return f"eval_{suite}_{slug}_{hashlib.sha256(spec.encode()).hexdigest()[:8]}"[:200]
 
 
@@ -153,10 +161,9 @@ def eval_index_load(*, suite: Suite, embedder: Embedder, progress: Progress,
             progress(f"stored {number}/{len(suite.corpus)} documents")
     collections.load(collection)
     for start in range(0, len(stale), batch_size):
-        written = write_prepared(prepare(stale[start:start + batch_size],
-                                         chunk_size=settings.KB_CHUNK_SIZE,
-                                         chunk_overlap=settings.KB_CHUNK_OVERLAP,
-                                         embedder=embedder), collection=collection)
+        prepared = prepare(stale[start:start + batch_size], chunking=configured_chunking(),
+                           embedder=embedder)
+        written = write_prepared(prepared, collection=collection)
         for document in written:
             Document.objects.filter(pk=document.pk).update(
                 indexed_hash=eval_marker(document, collection))

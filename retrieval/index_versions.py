@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from datasets.ingestion.pipeline import Chunking
+from datasets.services import configured_chunking
 from retrieval.analysis import VERSION as ANALYSIS_VERSION
 from retrieval.embedders import Embedder, embedder_named, get_embedder
 from retrieval.milvus.collections import MilvusCollections
@@ -42,18 +43,15 @@ class ServingIndex:
         return embedder_named(self.version.embedder)
 
     @property
-    def chunk_size(self) -> int:
-        return self.version.chunk_size
-
-    @property
-    def chunk_overlap(self) -> int:
-        return self.version.chunk_overlap
+    def chunking(self) -> Chunking:
+        return self.version.chunking
 
 
 def wanted_spec(embedder: Embedder) -> dict[str, object]:
+    chunking = configured_chunking()
     return {"embedder": embedder.name, "dimension": embedder.dimension,
-            "chunk_size": settings.KB_CHUNK_SIZE, "chunk_overlap": settings.KB_CHUNK_OVERLAP,
-            "splitter": SPLITTER}
+            "chunk_size": chunking.size, "chunk_overlap": chunking.overlap,
+            "whole_document_chars": chunking.whole_document, "splitter": SPLITTER}
 
 
 def spec_difference(version: IndexVersion) -> str:
@@ -62,11 +60,15 @@ def spec_difference(version: IndexVersion) -> str:
     if all(getattr(version, key) == value for key, value in spec.items()):
         return ""
     return (f"the serving index {version.collection_name} was built with {version.embedder} "
-            f"({version.dimension}d, chunks {version.chunk_size}/{version.chunk_overlap}, "
-            f"{version.splitter}) but the configuration asks for {spec['embedder']} "
-            f"({spec['dimension']}d, chunks {spec['chunk_size']}/{spec['chunk_overlap']}, "
-            f"{spec['splitter']}); it keeps serving until "
+            f"({version.dimension}d, chunks {_chunks(version.chunking)}, {version.splitter}) "
+            f"but the configuration asks for {spec['embedder']} ({spec['dimension']}d, chunks "
+            f"{_chunks(configured_chunking())}, {spec['splitter']}); it keeps serving until "
             "`python manage.py rebuild_hybrid_knowledge --confirm REBUILD`")
+
+
+def _chunks(chunking: Chunking) -> str:
+    whole = f", whole up to {chunking.whole_document}" if chunking.whole_document else ""
+    return f"{chunking.size}/{chunking.overlap}{whole}"
 
 
 def index_version_create(*, collections: MilvusCollections, embedder: Embedder,

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import transaction
 
 from datasets.ingestion.parse import parse_markdown
-from datasets.ingestion.pipeline import ChunkDraft, build_chunks
+from datasets.ingestion.pipeline import ChunkDraft, Chunking, build_chunks
 from datasets.models import Chunk, Document, evidence_key
 from retrieval import milvus
 from retrieval.embedders import Embedder
@@ -56,18 +56,16 @@ def lock_scope(document: Document) -> str:
     return f"doc:{document.pk}"
 
 
-def chunk_drafts(document: Document, *, chunk_size: int, chunk_overlap: int) -> list[ChunkDraft]:
+def chunk_drafts(document: Document, *, chunking: Chunking) -> list[ChunkDraft]:
     raw = document.source_text.encode("utf-8")
     return build_chunks(parse_markdown(raw, file_name=document.file_name, max_bytes=len(raw) + 1),
-                        chunk_size=chunk_size, chunk_overlap=chunk_overlap,
-                        redact=settings.KB_REDACT_SECRETS)
+                        chunking=chunking, redact=settings.KB_REDACT_SECRETS)
 
 
-def prepare(documents: Sequence[Document], *, chunk_size: int, chunk_overlap: int,
+def prepare(documents: Sequence[Document], *, chunking: Chunking,
             embedder: Embedder) -> list[Prepared]:
     """Split every document and embed all their chunks in one call."""
-    return _embedded(documents, [chunk_drafts(d, chunk_size=chunk_size,
-                                              chunk_overlap=chunk_overlap) for d in documents],
+    return _embedded(documents, [chunk_drafts(d, chunking=chunking) for d in documents],
                      embedder)
 
 
@@ -91,16 +89,14 @@ def _companions(document: Document) -> list[Document]:
                 .exclude(pk=document.pk).order_by("pk")[:BATCH - 1])
 
 
-def _prepare_with_companions(document: Document, *, chunk_size: int, chunk_overlap: int,
+def _prepare_with_companions(document: Document, *, chunking: Chunking,
                              embedder: Embedder) -> list[Prepared]:
     """`document` prepared (its errors raise), with what of its companions splits cleanly:
     a companion that does not is left to its own sync, which records why."""
-    documents, drafts = [document], [chunk_drafts(document, chunk_size=chunk_size,
-                                                  chunk_overlap=chunk_overlap)]
+    documents, drafts = [document], [chunk_drafts(document, chunking=chunking)]
     for companion in _companions(document):
         try:
-            drafts.append(chunk_drafts(companion, chunk_size=chunk_size,
-                                       chunk_overlap=chunk_overlap))
+            drafts.append(chunk_drafts(companion, chunking=chunking))
         except Exception:  # noqa: BLE001 - its own sync fails it, with its reason
             logger.debug("document %s is left to its own sync", companion.pk, exc_info=True)
             continue
@@ -186,8 +182,7 @@ def document_sync(*, document_id: int) -> Document | None:
         _synced(document.pk, document.revision)  # indexed already: nothing to follow
         return document
     Document.objects.filter(pk=document.pk).update(status=Document.Status.INDEXING)
-    prepared = _prepare_with_companions(document, chunk_size=index.chunk_size,
-                                        chunk_overlap=index.chunk_overlap,
+    prepared = _prepare_with_companions(document, chunking=index.chunking,
                                         embedder=index.embedder)
     with milvus_writer(scope):
         current = serving_index()
@@ -219,8 +214,7 @@ def record_written(written: dict[int, tuple[int, str]], *, version: IndexVersion
                 revision, content_hash = written[document.pk]
                 if document.content_hash != content_hash:
                     continue  # new content since: its own sync writes it
-                _record(document.pk, chunk_drafts(document, chunk_size=version.chunk_size,
-                                                  chunk_overlap=version.chunk_overlap),
+                _record(document.pk, chunk_drafts(document, chunking=version.chunking),
                         revision=revision, content_hash=content_hash)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from django.db import models
 from django.db.models import F, Q
 
+from datasets.ingestion.pipeline import Chunking
 from datasets.models import Dataset, Tenant
 from retrieval import config as cfg
 
@@ -280,6 +281,8 @@ class IndexVersion(models.Model):
     dimension = models.PositiveIntegerField()
     chunk_size = models.PositiveIntegerField()
     chunk_overlap = models.PositiveIntegerField()
+    # Versions built before whole-document chunks existed cut every document (0).
+    whole_document_chars = models.PositiveIntegerField(default=0)
     splitter = models.CharField(max_length=50, default="markdown-heading-v1")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.BUILDING)
     progress = models.JSONField(default=dict, blank=True)
@@ -299,6 +302,11 @@ class IndexVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.collection_name} ({self.embedder}, {self.dimension}d, {self.status})"
+
+    @property
+    def chunking(self) -> Chunking:
+        return Chunking(size=self.chunk_size, overlap=self.chunk_overlap,
+                        whole_document=self.whole_document_chars)
 
 
 class EmbeddingCache(models.Model):

@@ -93,8 +93,7 @@ def _catch_up(version: IndexVersion, written: dict[int, Written]) -> dict[int, W
         else:
             written[pk] = Written(revision, content_hash)
     for documents in document_batches(reindex):
-        written.update(_copy(prepare(documents, chunk_size=version.chunk_size,
-                                     chunk_overlap=version.chunk_overlap,
+        written.update(_copy(prepare(documents, chunking=version.chunking,
                                      embedder=embedder_named(version.embedder)),
                              version=version))
     return written
@@ -120,8 +119,7 @@ def _rebuild(job: Job | None, progress: Progress | None) -> IndexVersion:
     try:
         done = 0
         for documents in document_batches(pks):
-            written.update(_copy(prepare(documents, chunk_size=version.chunk_size,
-                                         chunk_overlap=version.chunk_overlap, embedder=embedder),
+            written.update(_copy(prepare(documents, chunking=version.chunking, embedder=embedder),
                                  version=version))
             done += len(documents)
             job_update(job, done=done)

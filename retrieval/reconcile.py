@@ -99,7 +99,7 @@ def _drift(report: ReconcileReport, version: IndexVersion, document: Document,
     """Record the document's drift; whether it must be indexed again."""
     doc_id = document.doc_id
     expected = {evidence_key(doc_id, d.index) for d in chunk_drafts(
-        document, chunk_size=version.chunk_size, chunk_overlap=version.chunk_overlap)}
+        document, chunking=version.chunking)}
     have = {c.id for c in rows}
     if chunk_ids != expected:
         report.add("chunk_rows", str(doc_id))
@@ -122,6 +122,5 @@ def _repair(version: IndexVersion, orphans: list[str], reindex: list[int]) -> No
             writer.delete_ids(orphans[start:start + 1000], collection=version.collection_name)
         embedder = embedder_named(version.embedder)
         for documents in document_batches(reindex):
-            write_prepared(prepare(documents, chunk_size=version.chunk_size,
-                                   chunk_overlap=version.chunk_overlap, embedder=embedder),
+            write_prepared(prepare(documents, chunking=version.chunking, embedder=embedder),
                            collection=version.collection_name)

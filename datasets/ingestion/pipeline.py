@@ -14,6 +14,19 @@ _REDACTOR = SecretRedactor()
 
 
 @dataclass(frozen=True)
+class Chunking:
+    """How documents are cut (see MarkdownSplitter); an index keeps the one it was built with."""
+
+    size: int
+    overlap: int
+    whole_document: int = 0
+
+    def splitter(self) -> MarkdownSplitter:
+        return MarkdownSplitter(chunk_size=self.size, chunk_overlap=self.overlap,
+                                whole_document=self.whole_document)
+
+
+@dataclass(frozen=True)
 class ChunkDraft:
     index: int
     content: str  # the raw chunk text an agent reads
@@ -25,14 +38,13 @@ class ChunkDraft:
 def build_chunks(
     parsed: ParsedDocument,
     *,
-    chunk_size: int,
-    chunk_overlap: int,
+    chunking: Chunking,
     redact: bool,
     max_chunks: int = MAX_CHUNKS_PER_DOCUMENT,
 ) -> list[ChunkDraft]:
     """The chunks of one document; DocumentTooLarge when there would be over `max_chunks`."""
     body = transform_document(parsed.body, redactor=_REDACTOR if redact else None)
-    splitter = MarkdownSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
+    splitter = chunking.splitter()
     drafts: list[ChunkDraft] = []
     count = 0
     for segment in splitter.iter_split(body):

@@ -103,18 +103,27 @@ class MarkdownSplitter:
     Headings are cut to MAX_HEADING_CHARS (in breadcrumbs and in the heading line that opens
     a segment) and breadcrumbs to MAX_BREADCRUMB_CHARS, so no segment grows with the length
     of a heading.
+
+    A document of at most `whole_document` characters that is one section (an abstract under
+    its title, a note without headings) is one segment: cut for its length alone, each half
+    would be judged on half of what it says. A short document with sections keeps them, the
+    author's own units. 0 turns this off.
     """
 
-    def __init__(self, *, chunk_size: int = 800, chunk_overlap: int = 100) -> None:
+    def __init__(self, *, chunk_size: int = 800, chunk_overlap: int = 100,
+                 whole_document: int = 0) -> None:
         if chunk_size < 100:
             raise ValueError(f"chunk_size must be at least 100, got {chunk_size}")
         if not 0 <= chunk_overlap < chunk_size // 2:
             raise ValueError(
                 f"chunk_overlap must be in [0, {chunk_size // 2}), got {chunk_overlap}"
             )
+        if whole_document < 0:
+            raise ValueError(f"whole_document must be at least 0, got {whole_document}")
         self._size = chunk_size
         self._overlap = chunk_overlap
         self._max_atomic = MAX_ATOMIC_FACTOR * chunk_size
+        self._whole_document = whole_document
 
     def split(self, markdown: str) -> list[Segment]:
         return list(self.iter_split(markdown))
@@ -124,6 +133,17 @@ class MarkdownSplitter:
         text = markdown.replace("\r\n", "\n").replace("\r", "\n")
         if not text.strip():
             return
+        whole = _LEADING_BLANK_LINES.sub("", text).rstrip()
+        if len(whole) > self._whole_document:
+            yield from self._pieces(text)
+            return
+        pieces = list(self._pieces(text))  # a short document: a few pieces at most
+        if len({piece.headings for piece in pieces}) == 1:  # one section, cut for its length
+            yield Segment(0, whole, pieces[0].breadcrumb, pieces[0].headings)
+        else:
+            yield from pieces
+
+    def _pieces(self, text: str) -> Iterator[Segment]:
         source = _Source(text)
         root = SyntaxTreeNode(_BLOCK_PARSER.parse(text))
         # In document order and disjoint (a table cannot hold a fence), as _inside requires.

@@ -30,7 +30,7 @@ from datasets.ingestion.parse import (
     ParsedDocument,
     parse_markdown,
 )
-from datasets.ingestion.pipeline import ChunkDraft, build_chunks
+from datasets.ingestion.pipeline import ChunkDraft, Chunking, build_chunks
 from datasets.ingestion.splitter import MarkdownSplitter, Segment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +52,7 @@ def parse_error(text: str) -> str:
 
 def chunks(text: str, *, chunk_size: int = 800, max_chunks: int = MAX_CHUNKS_PER_DOCUMENT,
            file_name: str = "doc.md") -> list[ChunkDraft]:
-    return build_chunks(parse(text, file_name), chunk_size=chunk_size, chunk_overlap=100,
+    return build_chunks(parse(text, file_name), chunking=Chunking(size=chunk_size, overlap=100),
                         redact=True, max_chunks=max_chunks)
 
 
@@ -340,7 +340,7 @@ import django
 django.setup()
 
 from datasets.ingestion.parse import DocumentTooLarge, parse_markdown
-from datasets.ingestion.pipeline import build_chunks
+from datasets.ingestion.pipeline import Chunking, build_chunks
 from retrieval.embedders import build_embedder
 
 
@@ -353,7 +353,7 @@ def status_mb(field):
 def ingest(raw):
     try:
         parsed = parse_markdown(raw, file_name="upload.md", max_bytes=2 * 2**20)
-        return build_chunks(parsed, chunk_size=800, chunk_overlap=100, redact=True), ""
+        return build_chunks(parsed, chunking=Chunking(size=800, overlap=100), redact=True), ""
     except DocumentTooLarge as exc:
         return [], str(exc)
 

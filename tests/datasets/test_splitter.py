@@ -226,3 +226,36 @@ def _shared_prefix_suffix(previous: str, current: str) -> int:
         if previous.endswith(current[:length]):
             return length
     return 0
+
+
+ABSTRACT = "# Aspirin and platelets\n\n" + "Aspirin inhibits platelet aggregation. " * 40
+
+
+def test_a_short_document_of_one_section_is_one_segment() -> None:
+    cut = MarkdownSplitter(chunk_size=800, chunk_overlap=100).split(ABSTRACT)
+    assert len(cut) == 3  # 1,600 characters
+    whole = MarkdownSplitter(chunk_size=800, chunk_overlap=100,
+                             whole_document=len(ABSTRACT.strip()))
+    # As written (line ends normalised, outer blank lines dropped), under its heading.
+    assert whole.split("\n\n" + ABSTRACT.replace("\n", "\r\n")) == [
+        Segment(0, ABSTRACT.strip(), "Aspirin and platelets", ("Aspirin and platelets",))]
+    untitled = ABSTRACT.split("\n", 2)[2]
+    assert whole.split(untitled) == [Segment(0, untitled.strip(), "", ())]
+
+
+def test_a_longer_document_or_one_with_sections_is_cut_as_before() -> None:
+    longer = MarkdownSplitter(chunk_size=800, chunk_overlap=100,
+                              whole_document=len(ABSTRACT.strip()) - 1)
+    assert longer.split(ABSTRACT) == MarkdownSplitter(chunk_size=800).split(ABSTRACT)
+    sections = MarkdownSplitter(whole_document=2000)
+    assert sections.split(THREE_LEVELS) == split(THREE_LEVELS)
+    assert len(split(THREE_LEVELS)) == 5
+
+
+def test_a_short_document_of_headings_only_has_no_segment() -> None:
+    assert MarkdownSplitter(whole_document=2000).split("# Title\n\n## Section\n") == []
+
+
+def test_a_negative_whole_document_limit_is_rejected() -> None:
+    with pytest.raises(ValueError, match="whole_document"):
+        MarkdownSplitter(whole_document=-1)

@@ -146,9 +146,10 @@ def test_production_settings_come_from_the_environment(monkeypatch, tmp_path) ->
     ({"DATABASE_URL": "postgres://kb@db/kb"}, "DATABASE_URL must be sqlite"),
     ({"KB_MAX_UPLOAD_BYTES": "0"}, "KB_MAX_UPLOAD_BYTES=0 must be at least 1"),
     ({"KB_CHUNK_SIZE": "big"}, "KB_CHUNK_SIZE='big' is not an integer"),
+    ({"KB_WHOLE_DOCUMENT_CHARS": "5000"}, "KB_WHOLE_DOCUMENT_CHARS=5000 must be at most 3200"),
     ({"DJANGO_SECRET_KEY_FILE": "/nonexistent/kb/secret"}, "DJANGO_SECRET_KEY_FILE="),
 ], ids=["debug", "eager", "secret-required", "postgres", "upload-limit", "chunk-size",
-        "secret-file"])
+        "whole-document", "secret-file"])
 def test_a_bad_environment_stops_the_start_with_a_clear_message(monkeypatch, tmp_path, env,
                                                                 message) -> None:
     with pytest.raises(ImproperlyConfigured, match=message.replace("(", r"\(")):

@@ -9,10 +9,18 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from datasets.models import Document, Job
+from retrieval.checks import check_services
 from retrieval.embedders import reset_embedders
 from retrieval.models import IndexVersion
 from retrieval.reconcile import reconcile
-from tests.datasets.builders import api_client, found_doc_ids, lookup, runbook, top_doc_id
+from tests.datasets.builders import (
+    api_client,
+    found_doc_ids,
+    lookup,
+    markdown,
+    runbook,
+    top_doc_id,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -125,3 +133,29 @@ def test_rollback_through_the_api_is_a_platform_job(kb, store, ingest, make_key,
     assert [v["status"] for v in versions] == ["retired", "active"]
     assert Job.objects.get(pk=job["id"]).tenant is None
     assert Document.objects.get().status == Document.Status.READY
+
+
+ABSTRACT = markdown("Zeppelin turbines", {}) + b"Zeppelin turbines spin on ceramic bearings. " * 30
+
+
+def test_the_serving_index_keeps_its_chunking_until_a_rebuild(kb, store, ingest,
+                                                              settings) -> None:
+    """A short one-section document is one chunk; turning that off (KB_WHOLE_DOCUMENT_CHARS=0)
+    is what the next rebuild builds, and the check says so until then."""
+    assert len(ABSTRACT) < settings.KB_WHOLE_DOCUMENT_CHARS
+    first = ingest(kb.dataset, "a.md", ABSTRACT)
+    assert first.chunk_count == 1 == len(store.chunk_ids(first.doc_id))
+
+    settings.KB_WHOLE_DOCUMENT_CHARS = 0
+    second = ingest(kb.dataset, "b.md", ABSTRACT.replace(b"ceramic", b"glass"))
+    assert second.chunk_count == 1  # written with the serving index's own chunking
+    [warning] = [m for m in check_services() if m.id == "kbplatform.W008"]
+    assert "chunks 800/100, whole up to 2000, markdown" in warning.msg  # built with
+    assert "chunks 800/100, markdown" in warning.msg  # asked for
+
+    call_command("rebuild_hybrid_knowledge", "--confirm", "REBUILD", stdout=io.StringIO())
+
+    assert IndexVersion.objects.get(status="active").whole_document_chars == 0
+    for document in (first, second):
+        assert len(store.chunk_ids(document.doc_id)) == 2
+    assert not [m for m in check_services() if m.id == "kbplatform.W008"]

@@ -9,7 +9,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from datasets.ingestion.parse import parse_markdown
 from datasets.ingestion.pipeline import build_chunks
 from datasets.models import Dataset, Document, Job
-from datasets.services import document_delete, document_store, tenant_get_or_create
+from datasets.services import (
+    configured_chunking,
+    document_delete,
+    document_store,
+    tenant_get_or_create,
+)
 from kbplatform.celery import app
 from retrieval.benchmarks import synthetic_text
 from retrieval.embedders import CachedEmbedder, get_embedder
@@ -100,8 +105,7 @@ class Command(BaseCommand):
         raw = embedder.inner if isinstance(embedder, CachedEmbedder) else embedder
         batches = [[d.search_text for d in build_chunks(
             parse_markdown(doc, file_name="b.md", max_bytes=len(doc) + 1),
-            chunk_size=settings.KB_CHUNK_SIZE, chunk_overlap=settings.KB_CHUNK_OVERLAP,
-            redact=settings.KB_REDACT_SECRETS)] for doc in docs]
+            chunking=configured_chunking(), redact=settings.KB_REDACT_SECRETS)] for doc in docs]
         started = time.perf_counter()
         for batch in batches:  # one call per document, as the indexing task makes
             raw.embed_documents(batch)
