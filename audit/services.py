@@ -34,11 +34,14 @@ def query_fingerprint(query: str) -> str:
 def invocation_record(*, api_key: ApiKey | None, latency_ms: float,
                       result: InvocationRecord | None = None,
                       payload: Mapping[str, Any] | None = None,
-                      error: Exception | None = None) -> None:
-    """Write the audit row of one tool call. Never raises: the audit must not break a lookup."""
+                      error: Exception | None = None,
+                      tool_name: str = "lookup_knowledge") -> None:
+    """Write the audit row of one tool call. Never raises: the audit must not break a lookup.
+    `tool_name` names the tool of a failed call (an answered one carries its own)."""
     try:
         row = _invocation_row(api_key=api_key, latency_ms=latency_ms, result=result,
                               payload=payload, error=error)
+        row.tool_name = result.tool_name if result is not None else tool_name
         if transaction.get_connection().in_atomic_block:
             # A savepoint: a failed insert must not poison the caller's transaction.
             with transaction.atomic():
@@ -62,12 +65,16 @@ def _invocation_row(*, api_key: ApiKey | None, latency_ms: float,
         row.tool_call_id = result.tool_call_id[:IDENT_MAX]
         row.session_id = result.session_id[:IDENT_MAX]
         row.outcome = OUTCOME_OF_STATUS[result.evidence_status]
+        if result.answer and result.answer.get("answer_status") == "UNAVAILABLE":
+            row.outcome = Outcome.UNAVAILABLE  # evidence found, but the answer could not be made
         row.evidence_status = result.evidence_status
         row.relevance_level = result.relevance_level
         row.returned_count = result.returned_count
         row.config_version = result.config_version
         row.error = result.error[:200]
         row.details = {"retrievalDetails": result.details}
+        if result.answer is not None:
+            row.details["answer"] = result.answer
         query = result.query
     else:
         body = payload if isinstance(payload, Mapping) else {}

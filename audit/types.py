@@ -32,3 +32,5 @@ class InvocationRecord:
     error: str
     details: dict[str, Any]  # retrievalDetails, JSON-ready
     ready: tuple[ReadyEvidence, ...] = field(default=())
+    tool_name: str = "lookup_knowledge"
+    answer: dict[str, Any] | None = None  # a RAG answer's generation: status, citations, usage

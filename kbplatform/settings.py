@@ -197,6 +197,18 @@ KB_RERANK_API_KEY = env_str("KB_RERANK_API_KEY")
 KB_RERANK_MODEL = env_str("KB_RERANK_MODEL", "rerank")
 KB_RERANK_TIMEOUT_SECONDS = env_int("KB_RERANK_TIMEOUT_SECONDS", 10, minimum=1)
 
+# The chat model of the answer endpoint (and the LLM stages): an OpenAI-compatible
+# /v1/chat/completions endpoint; without one every stage uses its offline fallback
+# (answers are extractive).
+KB_CHAT_BASE_URL = env_str("KB_CHAT_BASE_URL")
+if KB_CHAT_BASE_URL and not KB_CHAT_BASE_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(
+        f"KB_CHAT_BASE_URL={KB_CHAT_BASE_URL!r} must start with http:// or https://")
+KB_CHAT_API_KEY = env_str("KB_CHAT_API_KEY")
+KB_CHAT_MODEL = env_str("KB_CHAT_MODEL", "chat")
+KB_CHAT_TIMEOUT_SECONDS = env_int("KB_CHAT_TIMEOUT_SECONDS", 30, minimum=1)
+KB_CHAT_MAX_TOKENS = env_int("KB_CHAT_MAX_TOKENS", 800, minimum=16, maximum=32_000)
+
 # Ingestion.
 KB_KNOWLEDGE_DIR = Path(env_str("KB_KNOWLEDGE_DIR", str(BASE_DIR / "knowledge_base")))
 KB_MAX_UPLOAD_BYTES = env_int("KB_MAX_UPLOAD_BYTES", 2 * 1024 * 1024, minimum=1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from django.conf import settings
@@ -21,17 +22,18 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit.canonical import canonical_store, ready_evidence
 from audit.services import invocation_record
 from datasets.auth import Caller, IsPlatformKey, caller
 from datasets.models import ApiKey, Job
-from datasets.selectors import MAX_DB_ID, NotFound, db_id, live_doc_ids
+from datasets.selectors import MAX_DB_ID, NotFound, db_id
 from datasets.serializers import JobOutput
 from kbplatform.errors import ApiError, ServiceUnavailable
 from kbplatform.openapi import ErrorSerializer, errors
+from retrieval.answer import AnswerStatus
+from retrieval.answer_service import rag_answer
+from retrieval.chat import configured_chat_model
 from retrieval.health import health_checks
-from retrieval.lookup import as_unavailable
-from retrieval.lookup_service import lookup_knowledge, lookup_scope
+from retrieval.lookup_service import confirmed_evidence, lookup_scope, served_lookup
 from retrieval.models import IndexVersion
 from retrieval.project import RagResultProjector, invocation_of
 from retrieval.rebuild import CONFIRM_WORD, ROLLBACK_WORD
@@ -76,69 +78,32 @@ class EvidenceGuardOutput(serializers.Serializer[dict[str, Any]]):
     not_ready = serializers.ListField(child=serializers.CharField())
 
 
-class LookupKnowledgeApi(APIView):
-    """The tool. Exactly one audit row per call: `post` writes it for an answer (READY, EMPTY,
+@extend_schema_serializer(component_name="Lookup")
+class LookupInput(serializers.Serializer[dict[str, Any]]):
+    query = serializers.CharField(trim_whitespace=True, max_length=settings.KB_MAX_QUERY_CHARS)
+    tool_call_id = serializers.RegexField(IDENT, required=False)
+    session_id = serializers.RegexField(IDENT, required=False)
+    dataset_ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=MAX_DB_ID), required=False,
+        max_length=100)
+
+
+class _AuditedToolApi(APIView):
+    """A tool call with exactly one audit row: `post` writes it for an answer (READY, EMPTY,
     UNAVAILABLE), `handle_exception` for every failure, a 401 from `initial` included."""
 
+    tool_name = "lookup_knowledge"
     started = 0.0
-
-    @extend_schema_serializer(component_name="Lookup")
-    class InputSerializer(serializers.Serializer[dict[str, Any]]):
-        query = serializers.CharField(trim_whitespace=True, max_length=settings.KB_MAX_QUERY_CHARS)
-        tool_call_id = serializers.RegexField(IDENT, required=False)
-        session_id = serializers.RegexField(IDENT, required=False)
-        dataset_ids = serializers.ListField(
-            child=serializers.IntegerField(min_value=1, max_value=MAX_DB_ID), required=False,
-            max_length=100)
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         self.started = time.perf_counter()  # before authentication: a 401 has a latency too
         super().initial(request, *args, **kwargs)
 
-    @extend_schema(
-        operation_id="lookup_knowledge", summary="The lookup_knowledge tool",
-        description="Tenant and datasets come from the API key; `dataset_ids` can only narrow "
-                    "them. Any role.",
-        request=InputSerializer,
-        responses={
-            200: OpenApiResponse(RagToolResultOutput, description="READY or EMPTY."),
-            503: OpenApiResponse(PolymorphicProxySerializer(
-                component_name="LookupUnavailable",
-                serializers=[RagToolResultOutput, ErrorSerializer],
-                resource_type_field_name=None),
-                description="A backend failed: the agent contract with `evidence_status` "
-                            "UNAVAILABLE (or the error shape when the database is down)."),
-            **errors(400, 401, 415,
-                     e400="Invalid input, or a dataset id the key may not read."),
-        })
-    def post(self, request: Request) -> Response:
-        who = caller(request)
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        values = data.validated_data
-        filters = lookup_scope(caller=who, requested=values.get("dataset_ids"))
-        result = lookup_knowledge(filters=filters, query=values["query"],
-                                  tool_call_id=values.get("tool_call_id", ""),
-                                  session_id=values.get("session_id", ""))
-        try:
-            canonical_store(invocation_of(result))
-        except ServiceUnavailable:
-            # Evidence the guard could not confirm later is not handed out at all.
-            result = as_unavailable(result, error="the canonical invocation store is "
-                                                  "unavailable")
-        body = RagResultProjector().project(result)
-        # Last, so that anything raising above is audited once, by handle_exception.
-        invocation_record(api_key=who.api_key, result=invocation_of(result),
-                          latency_ms=self._elapsed_ms())
-        unavailable = result.evidence_status == EvidenceStatus.UNAVAILABLE
-        return Response(body, status=status.HTTP_503_SERVICE_UNAVAILABLE if unavailable
-                        else status.HTTP_200_OK)
-
     def handle_exception(self, exc: Exception) -> Response:
         key = self._audit_key()
         # A stranger's body is not parsed: no tenant could trace its ids anyway.
         invocation_record(api_key=key, payload=self._audit_payload() if key else None,
-                          error=exc, latency_ms=self._elapsed_ms())
+                          error=exc, latency_ms=self._elapsed_ms(), tool_name=self.tool_name)
         return super().handle_exception(exc)
 
     def _elapsed_ms(self) -> float:
@@ -157,6 +122,96 @@ class LookupKnowledgeApi(APIView):
         except exceptions.APIException:  # an unparsable body; the error is the one audited
             return None
         return data if isinstance(data, Mapping) else None
+
+
+class LookupKnowledgeApi(_AuditedToolApi):
+    """The tool."""
+
+    @extend_schema(
+        operation_id="lookup_knowledge", summary="The lookup_knowledge tool",
+        description="Tenant and datasets come from the API key; `dataset_ids` can only narrow "
+                    "them. Any role.",
+        request=LookupInput,
+        responses={
+            200: OpenApiResponse(RagToolResultOutput, description="READY or EMPTY."),
+            503: OpenApiResponse(PolymorphicProxySerializer(
+                component_name="LookupUnavailable",
+                serializers=[RagToolResultOutput, ErrorSerializer],
+                resource_type_field_name=None),
+                description="A backend failed: the agent contract with `evidence_status` "
+                            "UNAVAILABLE (or the error shape when the database is down)."),
+            **errors(400, 401, 415,
+                     e400="Invalid input, or a dataset id the key may not read."),
+        })
+    def post(self, request: Request) -> Response:
+        who = caller(request)
+        data = LookupInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        filters = lookup_scope(caller=who, requested=values.get("dataset_ids"))
+        result = served_lookup(filters=filters, query=values["query"],
+                               tool_call_id=values.get("tool_call_id", ""),
+                               session_id=values.get("session_id", ""))
+        body = RagResultProjector().project(result)
+        # Last, so that anything raising above is audited once, by handle_exception.
+        invocation_record(api_key=who.api_key, result=invocation_of(result),
+                          latency_ms=self._elapsed_ms())
+        unavailable = result.evidence_status == EvidenceStatus.UNAVAILABLE
+        return Response(body, status=status.HTTP_503_SERVICE_UNAVAILABLE if unavailable
+                        else status.HTTP_200_OK)
+
+
+@extend_schema_serializer(component_name="RagAnswerResult")
+class RagAnswerOutput(serializers.Serializer[dict[str, Any]]):
+    answer = serializers.CharField(allow_blank=True, help_text="Empty unless ANSWERED. Built "
+                                   "from retrieved text: cite it by `citations`.")
+    citations = serializers.ListField(
+        child=serializers.CharField(), help_text="Evidence `document_id`s the answer rests on, "
+        "each confirmed by the evidence guard for this call.")
+    answer_status = serializers.ChoiceField(
+        choices=[s.value for s in AnswerStatus],
+        help_text="ANSWERED; NO_ANSWER: evidence was found but does not answer; EMPTY: nothing "
+                  "relevant; UNAVAILABLE: a backend failed (HTTP 503).")
+    evidence_status = serializers.ChoiceField(choices=[s.value for s in EvidenceStatus])
+    tool_call_id = serializers.CharField()
+    query = serializers.CharField(allow_blank=True)
+    evidence = EvidenceOutput(many=True, help_text="The lookup's evidence, as the tool returns "
+                                                   "it.")
+
+
+class RagAnswerApi(_AuditedToolApi):
+    """The standard RAG answer: the tool's lookup, then an answer with citations."""
+
+    tool_name = "rag_answer"
+
+    @extend_schema(
+        operation_id="rag_answer", summary="An answer with citations (standard RAG)",
+        description="Runs the lookup_knowledge tool (same scope, config and audit), then "
+                    "answers from its evidence: with the chat model of KB_CHAT_BASE_URL, else "
+                    "extractively. Any role.",
+        request=LookupInput,
+        responses={200: OpenApiResponse(RagAnswerOutput, description="ANSWERED, NO_ANSWER or "
+                                                                      "EMPTY."),
+                   503: OpenApiResponse(RagAnswerOutput, description="UNAVAILABLE."),
+                   **errors(400, 401, 415)})
+    def post(self, request: Request) -> Response:
+        who = caller(request)
+        data = LookupInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        filters = lookup_scope(caller=who, requested=values.get("dataset_ids"))
+        outcome = rag_answer(filters=filters, query=values["query"],
+                             tool_call_id=values.get("tool_call_id", ""),
+                             session_id=values.get("session_id", ""),
+                             model=configured_chat_model())
+        body = {"answer": outcome.answer, "citations": list(outcome.citations),
+                "answer_status": outcome.status.value, **outcome.body}
+        invocation_record(api_key=who.api_key, latency_ms=self._elapsed_ms(),
+                          result=replace(invocation_of(outcome.result), tool_name=self.tool_name,
+                                         answer=outcome.trace()))
+        unavailable = outcome.status is AnswerStatus.UNAVAILABLE
+        return Response(body, status=status.HTTP_503_SERVICE_UNAVAILABLE if unavailable
+                        else status.HTTP_200_OK)
 
 
 class EvidenceGuardApi(APIView):
@@ -186,15 +241,12 @@ class EvidenceGuardApi(APIView):
         who = caller(request)
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        datasets = ready_evidence(tenant_id=who.tenant.pk, **data.validated_data)
-        readable = who.readable_dataset_ids()
-        in_scope = {key: ds for key, ds in datasets.items() if ds in readable}
-        doc_ids = {db_id(key.split("#", 1)[0]) for key in in_scope}
-        live = live_doc_ids(tenant_id=who.tenant.pk, dataset_ids=readable,
-                            doc_ids={d for d in doc_ids if d is not None})
-        ready = [key for key in in_scope if db_id(key.split("#", 1)[0]) in live]
-        return Response({"ready": ready,
-                         "not_ready": [key for key in datasets if key not in ready]})
+        values = data.validated_data
+        asked = list(dict.fromkeys(values["document_ids"]))
+        ready = confirmed_evidence(tenant_id=who.tenant.pk, readable=who.readable_dataset_ids(),
+                                   document_ids=asked, tool_call_id=values.get("tool_call_id", ""),
+                                   session_id=values.get("session_id", ""))
+        return Response({"ready": ready, "not_ready": [key for key in asked if key not in ready]})
 
 
 # --- platform operators: index versions, rebuild, rollback, reconcile ----------------------

@@ -50,6 +50,8 @@ class Suite:
     corpus: dict[str, tuple[str, str]]  # id → (title, text)
     queries: dict[str, str]
     qrels: dict[str, dict[str, int]]  # query id → {doc id: grade}
+    # Gold answers of the queries that carry them (metadata.answers, e.g. CMRC 2018).
+    answers: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def _jsonl(path: Path) -> Iterator[dict[str, object]]:
@@ -67,7 +69,14 @@ def _jsonl(path: Path) -> Iterator[dict[str, object]]:
 def load_suite(folder: Path) -> Suite:
     corpus = {str(d["_id"]): (str(d.get("title") or ""), str(d.get("text") or ""))
               for d in _jsonl(folder / "corpus.jsonl")}
-    queries = {str(q["_id"]): str(q["text"]) for q in _jsonl(folder / "queries.jsonl")}
+    queries: dict[str, str] = {}
+    answers: dict[str, tuple[str, ...]] = {}
+    for q in _jsonl(folder / "queries.jsonl"):
+        queries[str(q["_id"])] = str(q["text"])
+        metadata = q.get("metadata")
+        gold = metadata.get("answers") if isinstance(metadata, dict) else None
+        if isinstance(gold, list) and gold:
+            answers[str(q["_id"])] = tuple(str(a) for a in gold)
     qrels_path = folder / "qrels" / "test.tsv"
     if not qrels_path.is_file():
         raise SuiteError(f"{qrels_path} is missing")
@@ -80,7 +89,7 @@ def load_suite(folder: Path) -> Suite:
     if not corpus or not qrels:
         raise SuiteError(f"{folder} has no documents or no judged queries")
     name = re.sub(r"[^a-z0-9]+", "_", folder.resolve().name.lower()).strip("_") or "suite"
-    return Suite(name=name, corpus=corpus, queries=queries, qrels=qrels)
+    return Suite(name=name, corpus=corpus, queries=queries, qrels=qrels, answers=answers)
 
 
 # --- metrics -------------------------------------------------------------------------------

@@ -9,9 +9,10 @@ from typing import Any
 
 from django.db import DatabaseError
 
+from audit.canonical import canonical_store, ready_evidence
 from datasets.auth import Caller
-from datasets.selectors import datasets_in_scope
-from kbplatform.errors import ApiError
+from datasets.selectors import datasets_in_scope, db_id, live_doc_ids
+from kbplatform.errors import ApiError, ServiceUnavailable
 from retrieval import milvus
 from retrieval.config import (
     MODE_OVERRIDES,
@@ -23,7 +24,8 @@ from retrieval.config import (
 from retrieval.embedders import EmbeddingError
 from retrieval.index_versions import IndexNotReady, serving_index
 from retrieval.l0 import DocumentsView, documents_view
-from retrieval.lookup import LookupKnowledgeTool, LookupRequest
+from retrieval.lookup import LookupKnowledgeTool, LookupRequest, as_unavailable
+from retrieval.project import invocation_of
 from retrieval.rerank import configured_reranker
 from retrieval.search import VectorSearchService
 from retrieval.selectors import rag_config_for
@@ -127,6 +129,32 @@ def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = 
         # Nothing to search: EMPTY, without a search that would need a dataset or an index.
         return tool.empty_result(request)
     return tool.run(request)
+
+
+def served_lookup(*, filters: SearchFilters, query: str, tool_call_id: str = "",
+                  session_id: str = "") -> LookupResult:
+    """A lookup whose READY evidence the guard can confirm later: the call is stored as its
+    canonical invocation first, and evidence that could not be stored is not handed out."""
+    result = lookup_knowledge(filters=filters, query=query, tool_call_id=tool_call_id,
+                              session_id=session_id)
+    try:
+        canonical_store(invocation_of(result))
+    except ServiceUnavailable:
+        result = as_unavailable(result, error="the canonical invocation store is unavailable")
+    return result
+
+
+def confirmed_evidence(*, tenant_id: int, readable: Sequence[int], document_ids: Sequence[str],
+                       tool_call_id: str = "", session_id: str = "") -> list[str]:
+    """The evidence guard: of `document_ids`, those that were READY evidence of the call (or
+    session), from a dataset in `readable`, of a document that may still be served."""
+    datasets = ready_evidence(tenant_id=tenant_id, document_ids=document_ids,
+                              tool_call_id=tool_call_id, session_id=session_id)
+    in_scope = [key for key, dataset in datasets.items() if dataset in readable]
+    doc_ids = {db_id(key.split("#", 1)[0]) for key in in_scope}
+    live = live_doc_ids(tenant_id=tenant_id, dataset_ids=readable,
+                        doc_ids={d for d in doc_ids if d is not None})
+    return [key for key in in_scope if db_id(key.split("#", 1)[0]) in live]
 
 
 def _tool(settings: RagSettings, version: int | None, search: VectorSearchService | None,

@@ -217,6 +217,8 @@ def test_a_client_session_answers_as_documented(world: World, monkeypatch: Any) 
                    body={"tool_call_id": "c-1", "document_ids": [answer["evidence"][0]
                                                                  ["document_id"], "x#chunk-0"]})
     assert verdict["not_ready"] == ["x#chunk-0"]
+    answered = call(world.tool, "POST", "/api/rag/answer", 200, body={"query": "kafka"})
+    assert answered["answer_status"] == "ANSWERED" and answered["citations"]
     trace = call(admin, "GET", "/api/diagnosis/{session_id}/trace", 200,
                  path_parameters={"session_id": "s-1"})
     assert [row["retrievalDetails"] is None for row in trace["toolInvocations"]] == [False, True]
@@ -242,9 +244,11 @@ def test_a_client_session_answers_as_documented(world: World, monkeypatch: Any) 
     def down(*args: Any, **kwargs: Any) -> None:
         raise ServiceUnavailable("the canonical invocation store is unavailable")
 
-    monkeypatch.setattr("retrieval.apis.canonical_store", down)
+    monkeypatch.setattr("retrieval.lookup_service.canonical_store", down)
     failed = call(world.tool, "POST", "/api/tools/lookup_knowledge", 503, body={"query": "redis"})
     assert failed["evidence_status"] == "UNAVAILABLE"
+    failed = call(world.tool, "POST", "/api/rag/answer", 503, body={"query": "redis"})
+    assert failed["answer_status"] == "UNAVAILABLE"
 
 
 @pytest.mark.django_db

@@ -14,6 +14,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from retrieval.evaluation import mrr_at, ndcg_at, recall_at
+from tests.retrieval.chat_server import chat_server
 
 CORPUS = [
     ("d1", "Redis eviction", "When Redis reaches maxmemory it evicts keys by the policy."),
@@ -25,6 +26,8 @@ CORPUS = [
 QUERIES = [("q1", "redis maxmemory eviction policy", "d1"),
            ("q2", "replica lag Seconds_Behind_Master", "d2"),
            ("q3", "磁盘空间满了怎么办", "d4")]
+GOLD = {"q1": ["evicts keys by the policy"], "q2": ["the SQL thread lags"],
+        "q3": ["df -h"]}
 
 
 @pytest.fixture
@@ -35,7 +38,8 @@ def suite(tmp_path: Path) -> Path:
         json.dumps({"_id": i, "title": t, "text": x}, ensure_ascii=False)
         for i, t, x in CORPUS), encoding="utf-8")
     (folder / "queries.jsonl").write_text("\n".join(
-        json.dumps({"_id": q, "text": t}, ensure_ascii=False) for q, t, _ in QUERIES),
+        json.dumps({"_id": q, "text": t, "metadata": {"answers": GOLD[q]}}, ensure_ascii=False)
+        for q, t, _ in QUERIES),
         encoding="utf-8")
     (folder / "qrels" / "test.tsv").write_text(
         "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for q, _, d in QUERIES))
@@ -83,6 +87,27 @@ def test_evaluate_finds_the_right_documents_and_reuses_its_index(store: Any, sui
     again = StringIO()
     call_command("evaluate", "--suite", str(suite), "--json", "--depth", "10", stdout=again)
     assert json.loads(again.getvalue())["index"]["indexed_now"] == 0  # nothing re-embedded
+
+
+@pytest.mark.django_db
+def test_evaluate_answers_measures_the_extractive_answer_and_the_model(
+        store: Any, suite: Path, settings: Any) -> None:
+    out = StringIO()
+    call_command("evaluate", "--suite", str(suite), "--answers", "--json", stdout=out)
+    report = json.loads(out.getvalue())
+    assert (report["mode"], report["generator"], report["queries"]) == ("answers", "extractive", 3)
+    assert report["answer_accuracy"] == 1.0 and report["citation_precision"] == 1.0, report
+    assert report["share_answered"] == 1.0 and report["share_empty"] == 0.0
+
+    with chat_server() as server:
+        settings.KB_CHAT_BASE_URL, settings.KB_CHAT_MODEL = server.url, "local-chat"
+        out = StringIO()
+        call_command("evaluate", "--suite", str(suite), "--answers", "--json", stdout=out)
+    report = json.loads(out.getvalue())
+    assert report["generator"] == "openai/local-chat" and len(server.requests) == 3
+    assert report["answer_accuracy"] == 1.0
+    with pytest.raises(CommandError, match="no --set or --mode"):
+        call_command("evaluate", "--suite", str(suite), "--answers", "--set", "return_n=2")
 
 
 @pytest.mark.django_db

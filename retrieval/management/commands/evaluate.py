@@ -1,9 +1,20 @@
 import json
 from typing import Any
 
-from django.core.management.base import CommandParser
+from django.core.management.base import CommandError, CommandParser
 
-from retrieval.evaluation import embedder_for, eval_index_load, evaluate, evaluation_overrides
+from retrieval.answer_eval import evaluate_answers
+from retrieval.chat import configured_chat_model
+from retrieval.embedders import Embedder
+from retrieval.evaluation import (
+    EvalIndex,
+    Progress,
+    Suite,
+    embedder_for,
+    eval_index_load,
+    evaluate,
+    evaluation_overrides,
+)
 from retrieval.management.overrides import add_override_arguments, parsed_overrides
 from retrieval.management.store import StoreCommand
 from retrieval.management.suite import add_suite_arguments, suite_of
@@ -18,6 +29,10 @@ class Command(StoreCommand):
                             depth_help="retrieve-k and return-n for this run (default 100)")
         add_override_arguments(parser, mode_default="hybrid",
                                mode_help="the retrievers and how they run (shorthand for --set)")
+        parser.add_argument("--answers", action="store_true",
+                            help="measure the RAG answer instead (queries with gold answers, "
+                                 "e.g. CMRC 2018): with the chat model of KB_CHAT_BASE_URL, "
+                                 "else extractive; the agent's own settings")
 
     def handle(self, *args: Any, **options: Any) -> None:
         suite = suite_of(options)
@@ -31,6 +46,9 @@ class Command(StoreCommand):
         progress(f"{len(suite.corpus)} documents, {len(suite.qrels)} judged queries, "
                  f"embedder {embedder.name}")
         index = eval_index_load(suite=suite, embedder=embedder, progress=progress)
+        if options["answers"]:
+            self._answers(suite, index, embedder, options, progress)
+            return
         report = evaluate(suite=suite, index=index, embedder=embedder, mode=options["mode"],
                           depth=options["depth"], max_queries=options["queries"],
                           overrides=overrides, progress=progress)
@@ -41,5 +59,25 @@ class Command(StoreCommand):
                           f"  queries {report.queries}")
         for name, value in report.metrics.items():
             self.stdout.write(f"  {name:<11} {value:.4f}")
+        self.stdout.write(f"  latency     p50 {report.latency_ms['p50']} ms, "
+                          f"p95 {report.latency_ms['p95']} ms")
+
+    def _answers(self, suite: Suite, index: EvalIndex, embedder: Embedder,
+                 options: dict[str, Any], progress: Progress) -> None:
+        if not suite.answers:
+            raise CommandError(f"no query of {suite.name} carries gold answers "
+                               "(metadata.answers)")
+        if options["set"] or options["mode"] != "hybrid":
+            raise CommandError("--answers measures the agent's own settings: no --set or --mode")
+        report = evaluate_answers(suite=suite, index=index, embedder=embedder,
+                                  model=configured_chat_model(), max_queries=options["queries"],
+                                  progress=progress)
+        if options["json"]:
+            self.stdout.write(json.dumps(report.as_json(), ensure_ascii=False))
+            return
+        self.stdout.write(f"suite {report.suite}  answers by {report.generator}  embedder "
+                          f"{report.embedder}  queries {report.queries}")
+        for name, value in report.metrics.items():
+            self.stdout.write(f"  {name:<20} {value:.4f}")
         self.stdout.write(f"  latency     p50 {report.latency_ms['p50']} ms, "
                           f"p95 {report.latency_ms['p95']} ms")

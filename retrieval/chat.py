@@ -1,0 +1,115 @@
+"""The chat model behind the LLM stages: any OpenAI-compatible `/v1/chat/completions` endpoint.
+
+One port, `ChatModel.complete`, through the `openai` client. Every failure — a refused key, no
+answer in time, an HTTP error, a reply that is not the JSON asked for — raises ChatModelError
+with a reason a person can act on (never the key); the stage that called it falls back or
+answers UNAVAILABLE, never with a silent empty answer. Each reply carries its token counts for
+the audit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from django.conf import settings
+
+# What one reply may hold: a stage asks for a few hundred tokens, never a book.
+MAX_REPLY_CHARS = 32_000
+
+
+class ChatModelError(RuntimeError):
+    """The chat model failed; the message names why (never the key)."""
+
+
+@dataclass(frozen=True)
+class ChatReply:
+    text: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+
+    def usage(self) -> dict[str, Any]:
+        return {"model": self.model, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens}
+
+
+class ChatModel(Protocol):
+    name: str
+
+    def complete(self, messages: Sequence[Mapping[str, str]], *, timeout_s: float,
+                 json_object: bool = False) -> ChatReply: ...
+
+
+class OpenAIChatModel:
+    def __init__(self, *, base_url: str, api_key: str, model: str, timeout_s: float,
+                 max_tokens: int) -> None:
+        from openai import OpenAI
+
+        # No retries inside the client: the stage's deadline is the caller's to spend.
+        self._client = OpenAI(base_url=base_url, api_key=api_key or "unused",
+                              timeout=timeout_s, max_retries=0)
+        self.model = model
+        self.name = f"openai/{model}"
+        self.timeout_s = timeout_s
+        self.max_tokens = max_tokens
+
+    def complete(self, messages: Sequence[Mapping[str, str]], *, timeout_s: float,
+                 json_object: bool = False) -> ChatReply:
+        import openai
+
+        timeout = max(min(self.timeout_s, timeout_s), 0.001)
+        try:
+            response = self._client.chat.completions.create(
+                model=self.model, messages=[dict(m) for m in messages],  # type: ignore[misc]
+                max_tokens=self.max_tokens, temperature=0, timeout=timeout,
+                response_format={"type": "json_object"} if json_object else openai.omit)
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            raise ChatModelError(f"the chat model refused the API key ({exc.status_code})") \
+                from None
+        except openai.APITimeoutError:
+            raise ChatModelError(f"the chat model did not answer within {timeout:.2f} s") \
+                from None
+        except openai.APIStatusError as exc:
+            raise ChatModelError(f"the chat model answered HTTP {exc.status_code}") from None
+        except openai.APIConnectionError:
+            raise ChatModelError("cannot reach the chat model") from None
+        except (openai.OpenAIError, ValueError) as exc:  # a body that is not a completion
+            raise ChatModelError(f"the chat model's answer is malformed: "
+                                 f"{type(exc).__name__}") from None
+        choices = getattr(response, "choices", None)
+        text = choices[0].message.content if choices else None
+        if not isinstance(text, str):
+            raise ChatModelError("the chat model's answer has no message content")
+        if len(text) > MAX_REPLY_CHARS:
+            raise ChatModelError(f"the chat model's answer is over {MAX_REPLY_CHARS} characters")
+        usage = response.usage
+        return ChatReply(text=text, model=response.model or self.model,
+                         prompt_tokens=usage.prompt_tokens if usage else 0,
+                         completion_tokens=usage.completion_tokens if usage else 0)
+
+
+def json_reply(reply: ChatReply) -> dict[str, Any]:
+    """The reply's JSON object; ChatModelError when it is not one."""
+    text = reply.text.strip()
+    if text.startswith("```"):  # some models fence JSON even when asked for an object
+        text = text.strip("`").removeprefix("json").strip()
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        raise ChatModelError("the chat model's answer is not JSON") from None
+    if not isinstance(payload, dict):
+        raise ChatModelError("the chat model's answer is not a JSON object")
+    return payload
+
+
+def configured_chat_model() -> OpenAIChatModel | None:
+    """The model of KB_CHAT_BASE_URL, or None: the stages then use their offline fallbacks."""
+    if not settings.KB_CHAT_BASE_URL:
+        return None
+    return OpenAIChatModel(base_url=settings.KB_CHAT_BASE_URL, api_key=settings.KB_CHAT_API_KEY,
+                           model=settings.KB_CHAT_MODEL,
+                           timeout_s=settings.KB_CHAT_TIMEOUT_SECONDS,
+                           max_tokens=settings.KB_CHAT_MAX_TOKENS)

@@ -1,0 +1,101 @@
+"""A real local HTTP server speaking the OpenAI chat-completions protocol, scripted for tests.
+
+`POST /v1/chat/completions {model, messages, ...}` → a `chat.completion` object with usage.
+By default it answers like a careful model: the first sentence of the first source in the
+prompt, citing that source's id, as the JSON the answer stage asks for. `reply` replaces that
+script; `behaviour` switches to one of a model endpoint's failure modes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+_SOURCE = re.compile(r'<source id="([^"]+)"[^>]*>\n(.*?)\n</source>', re.DOTALL)
+
+
+def careful_reply(body: dict[str, Any]) -> str:
+    """The first sentence of the first source, citing it; not answerable without sources."""
+    found = _SOURCE.findall(body["messages"][-1]["content"])
+    if not found:
+        return json.dumps({"answerable": False, "answer": "", "citations": []})
+    document_id, text = found[0]
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    sentence = re.split(r"(?<=[.。!?])\s", lines[0] if lines else text)[0]
+    return json.dumps({"answerable": True, "answer": f"{sentence} [{document_id}]",
+                       "citations": [document_id]}, ensure_ascii=False)
+
+
+class ChatServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.reply: Callable[[dict[str, Any]], str] = careful_reply
+        self.behaviour = "ok"  # ok | slow | 401 | 500 | not_json | html
+        self.delay_s = 3.0
+        self.requests: list[dict[str, Any]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def answer(self, body: dict[str, Any]) -> tuple[int, bytes]:
+        if self.behaviour == "slow":
+            time.sleep(self.delay_s)
+        if self.behaviour == "401":
+            return 401, b'{"error": {"message": "invalid api key", "type": "auth"}}'
+        if self.behaviour == "500":
+            return 500, b'{"error": {"message": "boom"}}'
+        if self.behaviour == "html":
+            return 200, b"<html>gateway</html>"
+        content = "Sure! The answer is 42." if self.behaviour == "not_json" else self.reply(body)
+        prompt_tokens = sum(len(m["content"].split()) for m in body["messages"])
+        return 200, json.dumps({
+            "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion",
+            "created": int(time.time()), "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(content.split()),
+                      "total_tokens": prompt_tokens + len(content.split())},
+        }).encode()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ChatServer
+
+    def do_POST(self) -> None:  # noqa: N802 (the http.server API)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append({"path": self.path,
+                                     "authorization": self.headers.get("Authorization"),
+                                     **body})
+        status, raw = self.server.answer(body)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up waiting (the timeout tests)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+
+@contextmanager
+def chat_server() -> Iterator[ChatServer]:
+    server = ChatServer()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
