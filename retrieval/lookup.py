@@ -5,7 +5,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
+from retrieval.chat import ChatModel
 from retrieval.config import RagConfigConverter, RagSettings
 from retrieval.graph.executor import (
     BACKEND_ERRORS,
@@ -16,8 +18,10 @@ from retrieval.graph.executor import (
     LiveDocuments,
     StageFailed,
 )
+from retrieval.graph.model_transform import ModelQueryTransformer
 from retrieval.graph.plan import build_graph
-from retrieval.graph.ports import RerankPort
+from retrieval.graph.ports import QueryTransformPort, RerankPort
+from retrieval.graph.query_transform import DeterministicQueryTransformer
 from retrieval.graph.retrievers import REGISTRY
 from retrieval.pack import KnowledgeContextPacker
 from retrieval.post_process import KnowledgeEvidencePostProcessor
@@ -50,13 +54,14 @@ class LookupKnowledgeTool:
     def __init__(self, *, search: VectorSearchService | None, l0_index: Callable[[], L0Index],
                  live_documents: LiveDocuments, settings: RagSettings,
                  config_version: int | None = None,
-                 reranker: RerankPort | None = None) -> None:
+                 reranker: RerankPort | None = None, chat: ChatModel | None = None) -> None:
         self.search = search  # None: nothing to search (the result is EMPTY or UNAVAILABLE)
         self.l0_index = l0_index
         self.live_documents = live_documents
         self.settings = settings
         self.config_version = config_version
         self.reranker = reranker  # None: this process has no reranker (KB_RERANK_BASE_URL)
+        self.chat = chat  # None: no chat model (KB_CHAT_BASE_URL); the rules transform queries
         self.graph = build_graph(settings, REGISTRY)
 
     def run(self, request: LookupRequest) -> LookupResult:
@@ -71,7 +76,7 @@ class LookupKnowledgeTool:
             packer=KnowledgeContextPacker(s.max_context_chars, s.max_excerpt_chars),
             l0_index=self.l0_index, live_documents=self.live_documents,
             weights={"VECTOR": s.dense_weight, "BM25": s.bm25_weight}, rrf_k=s.rrf_k,
-            reranker=self.reranker)
+            reranker=self.reranker, transformer=self._transformer())
         clock = Clock()
         log = GraphRun(plan=self.graph.describe())
         try:
@@ -90,6 +95,12 @@ class LookupKnowledgeTool:
                                       outcome.filters, outcome.retry, clock, log),
                        mode=outcome.mode,
                        ranked=tuple(c.evidence_key for c in outcome.chunks))
+
+    def _transformer(self) -> Callable[[str, L0Index], QueryTransformPort]:
+        if self.chat is None:
+            return DeterministicQueryTransformer
+        return partial(ModelQueryTransformer, model=self.chat,
+                       timeout_s=self.settings.timeout_millis / 1000)
 
     def empty_result(self, request: LookupRequest) -> LookupResult:
         return self._assemble(request, EvidenceStatus.EMPTY, RelevanceLevel.NONE, EMPTY_PACK,

@@ -14,6 +14,7 @@ from datasets.auth import Caller
 from datasets.selectors import datasets_in_scope, db_id, live_doc_ids
 from kbplatform.errors import ApiError, ServiceUnavailable
 from retrieval import milvus
+from retrieval.chat import configured_chat_model
 from retrieval.config import (
     MODE_OVERRIDES,
     RagConfigConverter,
@@ -162,4 +163,5 @@ def _tool(settings: RagSettings, version: int | None, search: VectorSearchServic
     return LookupKnowledgeTool(
         search=search, l0_index=lambda: view.l0 if view else L0Index(()),
         live_documents=lambda f, ids: set(ids) & view.live if view else set(),
-        settings=settings, config_version=version, reranker=configured_reranker())
+        settings=settings, config_version=version, reranker=configured_reranker(),
+        chat=configured_chat_model())

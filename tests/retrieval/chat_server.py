@@ -1,8 +1,9 @@
 """A real local HTTP server speaking the OpenAI chat-completions protocol, scripted for tests.
 
 `POST /v1/chat/completions {model, messages, ...}` → a `chat.completion` object with usage.
-By default it answers like a careful model: the first sentence of the first source in the
-prompt, citing that source's id, as the JSON the answer stage asks for. `reply` replaces that
+By default it answers like a careful model: a query transform with the question itself, an
+answer with the first sentence of the first source in the prompt, citing that source's id, as
+the JSON each stage asks for. `reply` replaces that
 script; `behaviour` switches to one of a model endpoint's failure modes.
 """
 
@@ -17,11 +18,16 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+_QUESTION = re.compile(r"<question>\n(.*?)\n</question>", re.DOTALL)
 _SOURCE = re.compile(r'<source id="([^"]+)"[^>]*>\n(.*?)\n</source>', re.DOTALL)
 
 
 def careful_reply(body: dict[str, Any]) -> str:
-    """The first sentence of the first source, citing it; not answerable without sources."""
+    """A query transform: the question as the one query. An answer: the first sentence of
+    the first source, citing it; not answerable without sources."""
+    question = _QUESTION.search(body["messages"][-1]["content"])
+    if question:
+        return json.dumps({"queries": [question.group(1)]}, ensure_ascii=False)
     found = _SOURCE.findall(body["messages"][-1]["content"])
     if not found:
         return json.dumps({"answerable": False, "answer": "", "citations": []})
