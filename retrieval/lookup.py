@@ -18,6 +18,7 @@ from retrieval.graph.executor import (
     LiveDocuments,
     StageFailed,
 )
+from retrieval.graph.model_judge import ModelQualityJudge
 from retrieval.graph.model_transform import ModelQueryTransformer
 from retrieval.graph.plan import build_graph
 from retrieval.graph.ports import QueryTransformPort, RerankPort
@@ -61,7 +62,8 @@ class LookupKnowledgeTool:
         self.settings = settings
         self.config_version = config_version
         self.reranker = reranker  # None: this process has no reranker (KB_RERANK_BASE_URL)
-        self.chat = chat  # None: no chat model (KB_CHAT_BASE_URL); the rules transform queries
+        # None: no chat model (KB_CHAT_BASE_URL); the rules transform queries and grade evidence
+        self.chat = chat
         self.graph = build_graph(settings, REGISTRY)
 
     def run(self, request: LookupRequest) -> LookupResult:
@@ -76,7 +78,8 @@ class LookupKnowledgeTool:
             packer=KnowledgeContextPacker(s.max_context_chars, s.max_excerpt_chars),
             l0_index=self.l0_index, live_documents=self.live_documents,
             weights={"VECTOR": s.dense_weight, "BM25": s.bm25_weight}, rrf_k=s.rrf_k,
-            reranker=self.reranker, transformer=self._transformer())
+            reranker=self.reranker, transformer=self._transformer(),
+            judge=ModelQualityJudge(self.chat) if self.chat else None)
         clock = Clock()
         log = GraphRun(plan=self.graph.describe())
         try:

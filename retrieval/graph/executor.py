@@ -22,8 +22,13 @@ from retrieval.embedders import EmbeddingError
 from retrieval.graph.aggregate import Aggregator, CandidateList
 from retrieval.graph.neighbours import NeighbourExpander
 from retrieval.graph.plan import RetrievalGraph, fallback_graph
-from retrieval.graph.ports import NeighbourPort, QueryTransformPort, RerankPort
-from retrieval.graph.quality import QualityAssessor, QualityScore
+from retrieval.graph.ports import (
+    NeighbourPort,
+    QualityJudgePort,
+    QueryTransformPort,
+    RerankPort,
+)
+from retrieval.graph.quality import Quality, QualityAssessor
 from retrieval.graph.query_transform import DeterministicQueryTransformer
 from retrieval.graph.registry import (
     RetrieverCall,
@@ -130,7 +135,7 @@ class GraphOutcome:
     hints: QueryHints
     filters: SearchFilters
     retry: RetryDecision
-    quality: QualityScore | None
+    quality: Quality | None
     mode: str
 
 
@@ -150,6 +155,8 @@ class GraphParts:
     # the LLM-backed strategies implement the same port).
     transformer: Callable[[str, L0Index], QueryTransformPort] = DeterministicQueryTransformer
     reranker: RerankPort | None = None
+    # None: the rules grade the evidence (quality.py); else the chat model's judge.
+    judge: QualityJudgePort | None = None
     # A neighbour expansion mode, its window and the search port → the expander.
     neighbours: Callable[..., NeighbourPort] = NeighbourExpander
 
@@ -200,17 +207,22 @@ class GraphExecutor:
     def _run(self, graph: RetrievalGraph, query: str, filters: SearchFilters,
              hints: QueryHints, clock: Clock, run: GraphRun,
              deadline: Deadline) -> GraphOutcome:
-        best: tuple[PostProcessed, SearchFilters, RetryDecision, QualityScore | None,
+        best: tuple[PostProcessed, SearchFilters, RetryDecision, Quality | None,
                     RetrievalGraph] | None = None
         plan = graph
+        quality: Quality | None = None
         for attempt in range(graph.max_attempts):
-            change = "as configured"
+            change, searched = "as configured", query
             if attempt:
                 deadline.check(f"correction attempt {attempt}")
                 plan, change = graph.corrected(attempt)
-            result, used, retry = self._attempt(plan, query, filters, hints, clock, deadline,
+                if quality is not None and quality.correction:
+                    # The judge's better query is searched; the question judged stays the same.
+                    searched = quality.correction
+                    change += f"; the judge's query {searched!r}"
+            result, used, retry = self._attempt(plan, searched, filters, hints, clock, deadline,
                                                 attempt)
-            quality = (self.assessor.assess(query, result.chunks)
+            quality = (self._assess(query, result.chunks, clock, deadline, attempt)
                        if plan.assess or graph.max_attempts > 1 else None)
             run.attempts.append({
                 "attempt": attempt, "change": change, "execution": plan.execution,
@@ -241,6 +253,15 @@ class GraphExecutor:
                                         for i in pack.items))
         return GraphOutcome(result=result, chunks=chunks, pack=pack, hints=hints, filters=used,
                             retry=retry, quality=quality, mode=plan.label())
+
+    def _assess(self, query: str, chunks: tuple[ScoredChunk, ...], clock: Clock,
+                deadline: Deadline, attempt: int) -> Quality:
+        judge = self.parts.judge
+        if judge is None:
+            return self.assessor.assess(query, chunks)
+        deadline.check("quality")
+        with clock.stage(f"quality[{attempt}]"):
+            return judge.assess(query, chunks, timeout_s=max(deadline.remaining_s(), 0.001))
 
     def _attempt(self, plan: RetrievalGraph, query: str, filters: SearchFilters,
                  hints: QueryHints, clock: Clock, deadline: Deadline,

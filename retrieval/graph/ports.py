@@ -1,10 +1,12 @@
-"""The graph's ports to the stages behind them: query transform, rerank, neighbours."""
+"""The graph's ports to the stages behind them: query transform, rerank, quality judge,
+neighbours."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Protocol
 
+from retrieval.graph.quality import Quality
 from retrieval.types import QueryHints, ScoredChunk, SearchFilters
 
 
@@ -40,3 +42,11 @@ class Ranked(Protocol):
 class NeighbourPort(Protocol):
     def expand(self, chunks: Sequence[ScoredChunk], filters: SearchFilters, *,
                budget: int, excerpt_chars: int) -> tuple[ScoredChunk, ...]: ...
+
+
+class QualityJudgePort(Protocol):
+    """retrieval.graph.model_judge.ModelQualityJudge: a grade of the evidence; raises on any
+    failure."""
+
+    def assess(self, query: str, chunks: Sequence[ScoredChunk], *,
+               timeout_s: float) -> Quality: ...

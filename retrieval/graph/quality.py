@@ -1,4 +1,5 @@
-"""Quality assessment of an evidence set without a model (seed 003 §3; an LLM judge comes later).
+"""Quality assessment of an evidence set without a model (seed 003 §3); the chat model's
+judge (model_judge.py) gives the same shape.
 
 score = 0.6 · top quality (the best chunk's dense distance on the embedder's calibrated scale:
         the same number the relevance thresholds read)
@@ -14,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from retrieval.transform import normalize_text
 from retrieval.types import ScoredChunk
@@ -24,12 +26,25 @@ _CJK = re.compile(r"[\u3400-\u9fff]+")
 _MAX_TERMS = 64
 
 
+class Quality(Protocol):
+    """A grade in [0, 1] of one evidence set, and a better query when the grader has one."""
+
+    @property
+    def score(self) -> float: ...
+
+    @property
+    def correction(self) -> str: ...
+
+    def note(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class QualityScore:
     score: float
     top: float
     coverage: float
     agreement: float
+    correction: str = ""  # the rules have no better query to offer
 
     def note(self) -> str:
         return (f"quality {self.score:.3f} (top {self.top:.3f}, coverage {self.coverage:.3f}, "

@@ -1,10 +1,10 @@
 """A real local HTTP server speaking the OpenAI chat-completions protocol, scripted for tests.
 
 `POST /v1/chat/completions {model, messages, ...}` → a `chat.completion` object with usage.
-By default it answers like a careful model: a query transform with the question itself, an
-answer with the first sentence of the first source in the prompt, citing that source's id, as
-the JSON each stage asks for. `reply` replaces that
-script; `behaviour` switches to one of a model endpoint's failure modes.
+By default it answers like a careful model, as the JSON each stage asks for: a judge with a
+good grade, a query transform with the question itself, an answer with the first sentence of
+the first source in the prompt, citing that source's id. `reply` replaces that script;
+`behaviour` switches to one of a model endpoint's failure modes.
 """
 
 from __future__ import annotations
@@ -23,12 +23,17 @@ _SOURCE = re.compile(r'<source id="([^"]+)"[^>]*>\n(.*?)\n</source>', re.DOTALL)
 
 
 def careful_reply(body: dict[str, Any]) -> str:
-    """A query transform: the question as the one query. An answer: the first sentence of
-    the first source, citing it; not answerable without sources."""
-    question = _QUESTION.search(body["messages"][-1]["content"])
+    """A judge: the evidence answers (0.9). A query transform: the question as the one
+    query. An answer: the first sentence of the first source, citing it; not answerable
+    without sources."""
+    content = body["messages"][-1]["content"]
+    question = _QUESTION.search(content)
+    if question and "<sources>" in content:  # the quality judge
+        return json.dumps({"score": 0.9, "reason": "the evidence answers the question",
+                           "better_query": ""})
     if question:
         return json.dumps({"queries": [question.group(1)]}, ensure_ascii=False)
-    found = _SOURCE.findall(body["messages"][-1]["content"])
+    found = _SOURCE.findall(content)
     if not found:
         return json.dumps({"answerable": False, "answer": "", "citations": []})
     document_id, text = found[0]
