@@ -112,6 +112,7 @@ class RagConfigAdmin(admin.ModelAdmin):
         ("7. Neighbours and packing", {"fields": ["neighbour_expansion", "neighbour_window",
                                                   "max_context_chars", "max_excerpt_chars"]}),
         ("8. Deadline and fallback", {"fields": ["timeout_millis", "enable_fallback"]}),
+        ("9. Agentic RAG", {"fields": ["agentic_graph"]}),
     ]
 
     @admin.display(description="retrievers")

@@ -80,14 +80,14 @@ def answer_from(result: LookupResult, *, model: ChatModel | None, started: float
     deadline_s = result.config.get("timeout_millis", _DEFAULT_TIMEOUT_MS) / 1000
     left_s = max(deadline_s - (time.perf_counter() - started), 0.001)
     try:
-        draft = _generate(result.query, sources, model=model, timeout_s=left_s,
+        draft = generate(result.query, sources, model=model, timeout_s=left_s,
                           fallback=result.config.get("enable_fallback", True))
     except ChatModelError as exc:
         return RagAnswer(result, body, AnswerStatus.UNAVAILABLE, None, str(exc))
     return RagAnswer(result, body, draft.status, draft)
 
 
-def _generate(query: str, sources: list[Source], *, model: ChatModel | None, timeout_s: float,
+def generate(query: str, sources: list[Source], *, model: ChatModel | None, timeout_s: float,
               fallback: bool) -> Draft:
     extractive = ExtractiveAnswerer()
     if model is None:

@@ -29,6 +29,7 @@ from datasets.selectors import MAX_DB_ID, NotFound, db_id
 from datasets.serializers import JobOutput
 from kbplatform.errors import ApiError, ServiceUnavailable
 from kbplatform.openapi import ErrorSerializer, errors
+from retrieval.agentic import Route, agentic_answer
 from retrieval.answer import AnswerStatus
 from retrieval.answer_service import rag_answer
 from retrieval.chat import configured_chat_model
@@ -88,6 +89,16 @@ class LookupInput(serializers.Serializer[dict[str, Any]]):
         max_length=100)
 
 
+def _unavailable(component: str, contract: type[serializers.Serializer[Any]]
+                 ) -> OpenApiResponse:
+    return OpenApiResponse(
+        PolymorphicProxySerializer(component_name=component,
+                                   serializers=[contract, ErrorSerializer],
+                                   resource_type_field_name=None),
+        description="A backend failed: the contract with UNAVAILABLE (or the error shape "
+                    "when the database is down).")
+
+
 class _AuditedToolApi(APIView):
     """A tool call with exactly one audit row: `post` writes it for an answer (READY, EMPTY,
     UNAVAILABLE), `handle_exception` for every failure, a 401 from `initial` included."""
@@ -134,12 +145,7 @@ class LookupKnowledgeApi(_AuditedToolApi):
         request=LookupInput,
         responses={
             200: OpenApiResponse(RagToolResultOutput, description="READY or EMPTY."),
-            503: OpenApiResponse(PolymorphicProxySerializer(
-                component_name="LookupUnavailable",
-                serializers=[RagToolResultOutput, ErrorSerializer],
-                resource_type_field_name=None),
-                description="A backend failed: the agent contract with `evidence_status` "
-                            "UNAVAILABLE (or the error shape when the database is down)."),
+            503: _unavailable("LookupUnavailable", RagToolResultOutput),
             **errors(400, 401, 415,
                      e400="Invalid input, or a dataset id the key may not read."),
         })
@@ -192,7 +198,7 @@ class RagAnswerApi(_AuditedToolApi):
         request=LookupInput,
         responses={200: OpenApiResponse(RagAnswerOutput, description="ANSWERED, NO_ANSWER or "
                                                                       "EMPTY."),
-                   503: OpenApiResponse(RagAnswerOutput, description="UNAVAILABLE."),
+                   503: _unavailable("RagAnswerUnavailable", RagAnswerOutput),
                    **errors(400, 401, 415)})
     def post(self, request: Request) -> Response:
         who = caller(request)
@@ -209,6 +215,76 @@ class RagAnswerApi(_AuditedToolApi):
         invocation_record(api_key=who.api_key, latency_ms=self._elapsed_ms(),
                           result=replace(invocation_of(outcome.result), tool_name=self.tool_name,
                                          answer=outcome.trace()))
+        unavailable = outcome.status is AnswerStatus.UNAVAILABLE
+        return Response(body, status=status.HTTP_503_SERVICE_UNAVAILABLE if unavailable
+                        else status.HTTP_200_OK)
+
+
+@extend_schema_serializer(component_name="AgenticIteration")
+class AgenticIterationOutput(serializers.Serializer[dict[str, Any]]):
+    iteration = serializers.IntegerField(min_value=0)
+    route = serializers.ChoiceField(choices=[r.value for r in Route])
+    query = serializers.CharField(required=False, help_text="What this iteration searched.")
+    next = serializers.CharField(required=False, help_text="What the next iteration searches.")
+    evidence_status = serializers.CharField(required=False)
+    returned = serializers.IntegerField(required=False)
+    quality = serializers.FloatField(required=False, help_text="The judge's grade, 0-1.")
+    reason = serializers.CharField(required=False)
+
+
+@extend_schema_serializer(component_name="RagAgenticResult")
+class RagAgenticOutput(serializers.Serializer[dict[str, Any]]):
+    answer = serializers.CharField(allow_blank=True)
+    citations = serializers.ListField(child=serializers.CharField(), help_text="Evidence "
+                                      "`document_id`s, confirmed by the evidence guard for "
+                                      "the call's session.")
+    answer_status = serializers.ChoiceField(choices=[s.value for s in AnswerStatus])
+    confidence = serializers.FloatField(help_text="The mean grade of the sub-questions, 0-1.")
+    iterations = serializers.IntegerField(min_value=0)
+    routes = AgenticIterationOutput(many=True, help_text="The route taken after each "
+                                                         "iteration.")
+    evidence = EvidenceOutput(many=True, help_text="What the answer was built from.")
+    tool_call_id = serializers.CharField()
+    session_id = serializers.CharField(help_text="Each iteration's lookup is recorded under "
+                                                 "it: check citations with the guard.")
+    query = serializers.CharField()
+
+
+class RagAgenticApi(_AuditedToolApi):
+    """Agentic RAG: plan, retrieve, evaluate, self-correct, then answer with citations."""
+
+    tool_name = "rag_agentic"
+
+    @extend_schema(
+        operation_id="rag_agentic", summary="An answer with citations (agentic RAG)",
+        description="Plans sub-questions, runs the tool's lookup for each, grades the evidence "
+                    "and corrects weak searches (the chat model of KB_CHAT_BASE_URL when set, "
+                    "else rules), then answers. RagConfig.agentic_graph SIMPLIFIED searches "
+                    "once. Any role.",
+        request=LookupInput,
+        responses={200: OpenApiResponse(RagAgenticOutput, description="ANSWERED, NO_ANSWER "
+                                                                       "or EMPTY."),
+                   503: _unavailable("RagAgenticUnavailable", RagAgenticOutput),
+                   **errors(400, 401, 415)})
+    def post(self, request: Request) -> Response:
+        who = caller(request)
+        data = LookupInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        filters = lookup_scope(caller=who, requested=values.get("dataset_ids"))
+        outcome = agentic_answer(filters=filters, query=values["query"],
+                                 tool_call_id=values.get("tool_call_id", ""),
+                                 session_id=values.get("session_id", ""),
+                                 model=configured_chat_model())
+        state = outcome.state
+        body = {"answer": outcome.answer, "citations": list(outcome.citations),
+                "answer_status": outcome.status.value, "confidence": outcome.confidence,
+                "iterations": state.iteration, "routes": state.routes,
+                "evidence": list(state.candidates.values()),
+                "tool_call_id": outcome.tool_call_id, "session_id": outcome.session_id,
+                "query": state.query}
+        invocation_record(api_key=who.api_key, latency_ms=self._elapsed_ms(),
+                          result=outcome.invocation(filters))
         unavailable = outcome.status is AnswerStatus.UNAVAILABLE
         return Response(body, status=status.HTTP_503_SERVICE_UNAVAILABLE if unavailable
                         else status.HTTP_200_OK)

@@ -34,6 +34,7 @@ EXECUTION_MODES = ("SIMPLE", "PARALLEL", "SEQUENTIAL", "HYBRID")
 AGGREGATION_STRATEGIES = ("MERGE", "RANK", "DEDUPLICATE")
 NEIGHBOUR_EXPANSIONS = ("NONE", "ADJACENT", "SECTION")
 FUSION_METHODS = ("RRF", "CONVEX")
+AGENTIC_GRAPHS = ("FULL", "SIMPLIFIED")
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ class RagSettings:
         default_factory=lambda: MappingProxyType({}))
     enable_fallback: bool = True
     timeout_millis: int = 30000
+    # Seed 003 §4: the agentic RAG graph of /api/rag/agentic. SIMPLIFIED: no evaluation and no
+    # query optimisation (one search, then the answer), for cost-sensitive tenants.
+    agentic_graph: str = "FULL"
     # Seed 000 §6 (lookup_knowledge).
     # CONVEX: each arm's scores min-max normalised within the query, weighted 0.3 : 0.7. Chosen
     # over weighted RRF (the earlier default: k=5, 0.7 : 1.0) from the plateau of weights whose
@@ -123,6 +127,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "aggregation_strategy": AGGREGATION_STRATEGIES,
     "neighbour_expansion": NEIGHBOUR_EXPANSIONS,
     "fusion_method": FUSION_METHODS,
+    "agentic_graph": AGENTIC_GRAPHS,
 }
 _TRUE, _FALSE = {"1", "true"}, {"0", "false"}
 _INT_RE = re.compile(r"[+-]?\d+")

@@ -120,6 +120,12 @@ class RagConfig(models.Model):
         default=D.timeout_millis,
         help_text="One deadline for the whole lookup, in milliseconds (each Milvus call "
                   "also has its own: MILVUS_TIMEOUT_SECONDS).")
+    agentic_graph = models.CharField(
+        max_length=10, default=D.agentic_graph, choices=_choices(cfg.AGENTIC_GRAPHS),
+        help_text="The agentic RAG graph of /api/rag/agentic: FULL plans sub-questions, grades "
+                  "each retrieval and corrects weak ones (up to max_retry_count); SIMPLIFIED "
+                  "searches once and answers (no evaluation, no query optimisation: fewer "
+                  "model calls).")
     neighbour_expansion = models.CharField(
         max_length=10, default=D.neighbour_expansion,
         choices=_choices(cfg.NEIGHBOUR_EXPANSIONS),

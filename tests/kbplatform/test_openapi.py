@@ -86,6 +86,10 @@ def test_both_key_headers_are_security_schemes_of_every_operation(
         assert "401" in op["responses"], (path, method)
 
 
+TOOL_CONTRACTS = {"/api/tools/lookup_knowledge": "RagToolResult",
+                  "/api/rag/answer": "RagAnswerResult", "/api/rag/agentic": "RagAgenticResult"}
+
+
 def test_every_documented_error_has_the_one_error_shape(schema: dict[str, Any]) -> None:
     error = schema["components"]["schemas"]["Error"]
     assert set(error["required"]) == {"code", "message", "extra"}
@@ -94,11 +98,11 @@ def test_every_documented_error_has_the_one_error_shape(schema: dict[str, Any]) 
             if int(status) < 400:
                 continue
             ref = response["content"]["application/json"]["schema"]["$ref"]
-            if path == "/api/tools/lookup_knowledge" and status == "503":
+            if path in TOOL_CONTRACTS and status == "503":
                 # The agent contract (UNAVAILABLE), or the error shape if the database is down.
                 one_of = schema["components"]["schemas"][ref.rsplit("/", 1)[1]]["oneOf"]
-                assert {r["$ref"] for r in one_of} == {"#/components/schemas/RagToolResult",
-                                                       "#/components/schemas/Error"}
+                assert {r["$ref"] for r in one_of} == {
+                    f"#/components/schemas/{TOOL_CONTRACTS[path]}", "#/components/schemas/Error"}
             else:
                 assert ref == "#/components/schemas/Error", (path, method, status)
 

@@ -13,6 +13,7 @@ import pytest
 from datasets.models import Dataset
 from retrieval.config import SETTING_NAMES
 from retrieval.services import rag_config_update
+from tests.retrieval.chat_server import chat_server
 from tests.retrieval.conftest import (
     Imported,
     MakeKey,
@@ -432,3 +433,30 @@ def test_neighbours_add_the_text_around_a_hit(tool: Tool, manuals: Imported) -> 
 
 def test_every_field_has_its_test() -> None:
     assert sorted(set(SETTING_NAMES) - set(FIELD_TESTS)) == []
+
+
+@pytest.mark.django_db
+@proves("agentic_graph")
+def test_the_simplified_agentic_graph_searches_once_without_evaluation(
+        tool: Tool, settings: Any) -> None:
+    with chat_server() as server:
+        settings.KB_CHAT_BASE_URL = server.url
+        question = "How do I fix nginx 502 bad gateway? Why does kafka consumer lag grow?"
+
+        def agentic() -> dict[str, Any]:
+            response = tool.agent.post("/api/rag/agentic", {"query": question}, format="json")
+            assert response.status_code == 200, response.content
+            body: dict[str, Any] = response.json()
+            return body
+
+        full = agentic()
+        assert full["iterations"] >= 2 and any("<sources>" in r["messages"][-1]["content"]
+                                               and "<question>" in r["messages"][-1]["content"]
+                                               for r in server.requests)  # judged
+        tool.configure(agentic_graph="SIMPLIFIED")
+        server.requests.clear()
+        simple = agentic()
+    assert [hop["route"] for hop in simple["routes"]] == ["synthesize"]
+    assert simple["iterations"] == 1 and simple["answer_status"] == "ANSWERED"
+    [answering] = server.requests  # one model call: the answer, no judge, no plan
+    assert "<question>" not in answering["messages"][-1]["content"]

@@ -1,0 +1,251 @@
+"""Agentic RAG (seed 003 §4): needs-retrieval → analysis and plan → retrieve → evaluate → route.
+
+The state is the original query, the analysis, the plan (its sub-questions), the candidates
+gathered, the quality of each sub-question, the iteration count, the corrected query and the
+final answer. After each retrieval the route is one of:
+
+- continue: this sub-question is answered well enough and the plan has another;
+- self_correct: the evidence is weak and corrections are left: search a corrected query (the
+  judge's better query, else the question without its words of asking);
+- synthesize: the plan is done: answer from every iteration's evidence;
+- no_answer: nothing relevant was found.
+
+A question with no content word ("thanks", "你好") needs no retrieval: route `direct`, no
+answer. The judge is the chat model when one is configured, else the rules of the retrieval
+graph's quality stage (calibrated retrieval scores); the answer is the standard answer's
+generator. The simplified graph (RagConfig.agentic_graph SIMPLIFIED) searches the question once
+and synthesizes: no evaluation, no query optimisation. Corrections are bounded by
+`max_retry_count`, the whole call by `timeout_millis`; each retrieval is the tool's own lookup
+(one canonical record per iteration, under the call's session), so the evidence guard confirms
+every citation.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from audit.types import InvocationRecord
+from retrieval.answer import AnswerStatus, Draft, Source
+from retrieval.answer_service import generate
+from retrieval.chat import ChatModel, ChatModelError
+from retrieval.config import RagConfigError, RagSettings
+from retrieval.graph.model_judge import ModelQualityJudge
+from retrieval.graph.quality import QualityAssessor
+from retrieval.graph.query_transform import decompose, rewrite
+from retrieval.lexical import query_terms
+from retrieval.lookup_service import confirmed_evidence, served_lookup
+from retrieval.project import RagResultProjector, invocation_of
+from retrieval.selectors import rag_config_for
+from retrieval.types import EvidenceStatus, LookupResult, RelevanceLevel, SearchFilters
+
+MAX_SOURCES = 8  # what the answer is built from, over every iteration
+_IDENT_ROOM = 120  # a tool call id of at most 128 characters, with "-{iteration}"
+_NOT_WORDS = re.compile(r"[\W_]+")
+_PLEASANTRIES = frozenset("""
+    hi hello hey thanks thankyou thx ok okay great cool bye goodbye goodmorning
+    你好 您好 谢谢 多谢 谢谢你 好的 好 再见 早上好 嗯 收到
+""".split())
+
+
+class Route(StrEnum):
+    DIRECT = "direct"
+    CONTINUE = "continue"
+    SELF_CORRECT = "self_correct"
+    SYNTHESIZE = "synthesize"
+    NO_ANSWER = "no_answer"
+
+
+@dataclass
+class AgenticState:
+    query: str
+    analysis: dict[str, Any] = field(default_factory=dict)
+    plan: list[str] = field(default_factory=list)
+    candidates: dict[str, dict[str, Any]] = field(default_factory=dict)  # agent-facing items
+    quality: list[float] = field(default_factory=list)  # the best of each sub-question
+    iteration: int = 0
+    corrected_query: str = ""
+    routes: list[dict[str, Any]] = field(default_factory=list)
+    answer: Draft | None = None
+
+
+@dataclass(frozen=True)
+class AgenticOutcome:
+    state: AgenticState
+    status: AnswerStatus
+    tool_call_id: str
+    session_id: str
+    last: LookupResult | None  # the last lookup, for the audit's retrievalDetails
+    error: str = ""
+
+    @property
+    def answer(self) -> str:
+        draft = self.state.answer
+        return draft.answer if draft and self.status is AnswerStatus.ANSWERED else ""
+
+    @property
+    def citations(self) -> tuple[str, ...]:
+        draft = self.state.answer
+        return draft.citations if draft and self.status is AnswerStatus.ANSWERED else ()
+
+    @property
+    def confidence(self) -> float:
+        quality = self.state.quality
+        return round(sum(quality) / len(quality), 4) if quality else 0.0
+
+    def invocation(self, filters: SearchFilters) -> InvocationRecord:
+        """The audit row of the call: its last lookup's details, the whole run's answer."""
+        if self.last is not None:
+            record = invocation_of(self.last)
+        else:  # no lookup ran (no retrieval needed, or the config did not validate)
+            record = InvocationRecord(
+                tenant_id=filters.tenant_id, tool_call_id="", session_id="",
+                query=self.state.query, evidence_status=EvidenceStatus.EMPTY.value,
+                relevance_level=RelevanceLevel.NONE.value, returned_count=0,
+                config_version=None, error=self.error, details={})
+        return replace(record, tool_call_id=self.tool_call_id, session_id=self.session_id,
+                       error=self.error or record.error,
+                       returned_count=len(self.state.candidates), tool_name="rag_agentic",
+                       answer=self.trace())
+
+    def trace(self) -> dict[str, Any]:
+        draft = self.state.answer.trace() if self.state.answer else {}
+        return {**draft, "answer_status": self.status.value, "error": self.error
+                or draft.get("error", ""), "analysis": self.state.analysis,
+                "plan": self.state.plan, "iterations": self.state.routes,
+                "confidence": self.confidence}
+
+
+def needs_retrieval(query: str) -> bool:
+    """Whether the question names anything a knowledge base could hold: not a pleasantry,
+    and at least one content word or identifier."""
+    if _NOT_WORDS.sub("", query).lower() in _PLEASANTRIES:
+        return False
+    terms = query_terms(query)
+    return bool(terms.terms or terms.identifiers)
+
+
+def agentic_answer(*, filters: SearchFilters, query: str, tool_call_id: str = "",
+                   session_id: str = "", model: ChatModel | None) -> AgenticOutcome:
+    started = time.perf_counter()
+    call = tool_call_id or f"call_{uuid.uuid4().hex}"
+    session = session_id or f"agentic_{uuid.uuid4().hex}"
+    state = AgenticState(query=query)
+    try:
+        settings, _ = rag_config_for(tenant_id=filters.tenant_id,
+                                     dataset_ids=filters.dataset_ids)
+    except RagConfigError as exc:
+        return AgenticOutcome(state, AnswerStatus.UNAVAILABLE, call, session, None,
+                              f"RagConfigError: {exc}")
+    run = _Run(state, settings, filters, model, call, session, started)
+    return run.execute()
+
+
+@dataclass
+class _Run:
+    state: AgenticState
+    settings: RagSettings
+    filters: SearchFilters
+    model: ChatModel | None
+    call: str
+    session: str
+    started: float
+    last: LookupResult | None = None
+
+    @property
+    def full(self) -> bool:
+        return self.settings.agentic_graph == "FULL"
+
+    def left_s(self) -> float:
+        return self.settings.timeout_millis / 1000 - (time.perf_counter() - self.started)
+
+    def outcome(self, status: AnswerStatus, error: str = "") -> AgenticOutcome:
+        return AgenticOutcome(self.state, status, self.call, self.session, self.last, error)
+
+    def execute(self) -> AgenticOutcome:
+        state = self.state
+        if not needs_retrieval(state.query):
+            state.routes.append({"iteration": 0, "route": Route.DIRECT.value,
+                                 "reason": "the question names nothing to look up"})
+            return self.outcome(AnswerStatus.NO_ANSWER)
+        terms = query_terms(state.query)
+        state.plan = list(decompose(state.query)) if self.full else [state.query]
+        state.analysis = {"identifiers": list(terms.identifiers), "terms": len(terms.terms),
+                          "sub_questions": len(state.plan), "graph": self.settings.agentic_graph}
+        corrections = self.settings.max_retry_count if self.full else 0
+        step, current, best = 0, state.plan[0], 0.0
+        while True:
+            state.iteration += 1
+            result = served_lookup(filters=self.filters, query=current,
+                                   tool_call_id=f"{self.call[:_IDENT_ROOM]}-{state.iteration}",
+                                   session_id=self.session)
+            self.last = result
+            if result.evidence_status is EvidenceStatus.UNAVAILABLE:
+                return self.outcome(AnswerStatus.UNAVAILABLE, result.error)
+            try:
+                quality, correction = self.evaluate(current, result)
+            except ChatModelError as exc:
+                return self.outcome(AnswerStatus.UNAVAILABLE, str(exc))
+            for item in RagResultProjector().project(result)["evidence"]:
+                state.candidates.setdefault(item["document_id"], item)
+            best = max(best, quality)
+            weak = result.evidence_status is EvidenceStatus.EMPTY \
+                or quality < self.settings.quality_threshold
+            hop = {"iteration": state.iteration, "query": current,
+                   "evidence_status": result.evidence_status.value,
+                   "returned": len(result.pack.items), "quality": round(quality, 4)}
+            corrected = correction or rewrite(current)
+            if (self.full and weak and corrections and corrected != current
+                    and self.left_s() > 0):
+                corrections -= 1
+                state.corrected_query = current = corrected
+                state.routes.append({**hop, "route": Route.SELF_CORRECT.value,
+                                     "next": corrected})
+                continue
+            state.quality.append(best)
+            if step + 1 < len(state.plan) and self.left_s() > 0:
+                step, best = step + 1, 0.0
+                current = state.plan[step]
+                state.routes.append({**hop, "route": Route.CONTINUE.value, "next": current})
+                continue
+            route = Route.SYNTHESIZE if state.candidates else Route.NO_ANSWER
+            state.routes.append({**hop, "route": route.value})
+            break
+        if not state.candidates:
+            return self.outcome(AnswerStatus.EMPTY)
+        return self.synthesize()
+
+    def evaluate(self, query: str, result: LookupResult) -> tuple[float, str]:
+        """The evidence's grade and a better query (the judge's; "" from the rules)."""
+        chunks = [item.chunk for item in result.pack.items]
+        if not chunks:
+            return 0.0, ""
+        if self.full and self.model is not None:
+            try:
+                judged = ModelQualityJudge(self.model).assess(
+                    query, chunks, timeout_s=max(self.left_s(), 0.001))
+                return judged.score, judged.correction
+            except ChatModelError:
+                if not self.settings.enable_fallback:
+                    raise
+        return QualityAssessor().assess(query, chunks).score, ""
+
+    def synthesize(self) -> AgenticOutcome:
+        state = self.state
+        sources = [Source(item["document_id"], item["title"], item["excerpt"])
+                   for item in list(state.candidates.values())[:MAX_SOURCES]]
+        try:
+            draft = generate(state.query, sources, model=self.model,
+                             timeout_s=max(self.left_s(), 0.001),
+                             fallback=self.settings.enable_fallback)
+        except ChatModelError as exc:
+            return self.outcome(AnswerStatus.UNAVAILABLE, str(exc))
+        confirmed = confirmed_evidence(tenant_id=self.filters.tenant_id,
+                                       readable=self.filters.dataset_ids,
+                                       document_ids=draft.citations, session_id=self.session)
+        state.answer = draft.confined_to(frozenset(confirmed))
+        return self.outcome(state.answer.status)
