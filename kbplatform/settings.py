@@ -216,9 +216,10 @@ KB_MAX_UPLOAD_BYTES = env_int("KB_MAX_UPLOAD_BYTES", 2 * 1024 * 1024, minimum=1)
 # Milvus keeps 16,000 characters of it.
 KB_CHUNK_SIZE = env_int("KB_CHUNK_SIZE", 800, minimum=100, maximum=2000)
 KB_CHUNK_OVERLAP = env_int("KB_CHUNK_OVERLAP", 100, minimum=0)
-# A document up to this many characters is one chunk (0: always cut at KB_CHUNK_SIZE). At
-# most 3,200, the largest chunk the splitter makes at the default size (a code block kept
-# whole), which the search text's bound is sized for.
+# A document up to this many characters that is one section (no heading below its title) is
+# one chunk (0: always cut at KB_CHUNK_SIZE). At most 3,200, the largest chunk the splitter
+# makes at the default size (a code block kept whole), which the search text's bound is sized
+# for.
 KB_WHOLE_DOCUMENT_CHARS = env_int("KB_WHOLE_DOCUMENT_CHARS", 2000, minimum=0, maximum=3200)
 KB_REDACT_SECRETS = env_bool("KB_REDACT_SECRETS", True)
 DATA_UPLOAD_MAX_MEMORY_SIZE = KB_MAX_UPLOAD_BYTES + 1024 * 1024

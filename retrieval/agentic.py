@@ -25,9 +25,13 @@ from __future__ import annotations
 import re
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from itertools import zip_longest
 from typing import Any
+
+from django.conf import settings
 
 from audit.types import InvocationRecord
 from retrieval.answer import AnswerStatus, Draft, Source
@@ -43,7 +47,8 @@ from retrieval.project import RagResultProjector, invocation_of
 from retrieval.selectors import rag_config_for
 from retrieval.types import EvidenceStatus, LookupResult, RelevanceLevel, SearchFilters
 
-MAX_SOURCES = 8  # what the answer is built from, over every iteration
+MAX_SOURCES = 8  # what the answer is built from, over every sub-question
+MIN_LOOKUP_MS = 100  # the shortest deadline a lookup takes (RagConfig's own minimum)
 _IDENT_ROOM = 120  # a tool call id of at most 128 characters, with "-{iteration}"
 _NOT_WORDS = re.compile(r"[\W_]+")
 _PLEASANTRIES = frozenset("""
@@ -107,17 +112,24 @@ class AgenticOutcome:
                 query=self.state.query, evidence_status=EvidenceStatus.EMPTY.value,
                 relevance_level=RelevanceLevel.NONE.value, returned_count=0,
                 config_version=None, error=self.error, details={})
+        if self.state.candidates:  # the run found evidence, whatever its last search did
+            record = replace(record, evidence_status=EvidenceStatus.READY.value)
         return replace(record, tool_call_id=self.tool_call_id, session_id=self.session_id,
                        error=self.error or record.error,
                        returned_count=len(self.state.candidates), tool_name="rag_agentic",
-                       answer=self.trace())
+                       answer=self.trace(keep_text=settings.KB_AUDIT_STORE_RAW_QUERY))
 
-    def trace(self) -> dict[str, Any]:
+    def trace(self, *, keep_text: bool) -> dict[str, Any]:
+        """What the audit keeps of the run; the queries searched only with `keep_text`
+        (KB_AUDIT_STORE_RAW_QUERY), like the question itself."""
         draft = self.state.answer.trace() if self.state.answer else {}
-        return {**draft, "answer_status": self.status.value, "error": self.error
-                or draft.get("error", ""), "analysis": self.state.analysis,
-                "plan": self.state.plan, "iterations": self.state.routes,
-                "confidence": self.confidence}
+        hidden = () if keep_text else ("query", "next")
+        iterations = [{k: v for k, v in hop.items() if k not in hidden}
+                      for hop in self.state.routes]
+        return {**draft, "answer_status": self.status.value,
+                "error": self.error or draft.get("error", ""), "analysis": self.state.analysis,
+                **({"plan": self.state.plan} if keep_text else {}),
+                "iterations": iterations, "confidence": self.confidence}
 
 
 def needs_retrieval(query: str) -> bool:
@@ -136,12 +148,12 @@ def agentic_answer(*, filters: SearchFilters, query: str, tool_call_id: str = ""
     session = session_id or f"agentic_{uuid.uuid4().hex}"
     state = AgenticState(query=query)
     try:
-        settings, _ = rag_config_for(tenant_id=filters.tenant_id,
-                                     dataset_ids=filters.dataset_ids)
+        config, _ = rag_config_for(tenant_id=filters.tenant_id,
+                                   dataset_ids=filters.dataset_ids)
     except RagConfigError as exc:
         return AgenticOutcome(state, AnswerStatus.UNAVAILABLE, call, session, None,
                               f"RagConfigError: {exc}")
-    run = _Run(state, settings, filters, model, call, session, started)
+    run = _Run(state, config, filters, model, call, session, started)
     return run.execute()
 
 
@@ -174,47 +186,58 @@ class _Run:
             return self.outcome(AnswerStatus.NO_ANSWER)
         terms = query_terms(state.query)
         state.plan = list(decompose(state.query)) if self.full else [state.query]
-        state.analysis = {"identifiers": list(terms.identifiers), "terms": len(terms.terms),
+        state.analysis = {"identifiers": len(terms.identifiers), "terms": len(terms.terms),
                           "sub_questions": len(state.plan), "graph": self.settings.agentic_graph}
         corrections = self.settings.max_retry_count if self.full else 0
-        step, current, best = 0, state.plan[0], 0.0
+        # Per sub-question: the evidence of its best-graded search, and that grade.
+        answers: list[tuple[float, list[dict[str, Any]]]] = []
+        step, current = 0, state.plan[0]
+        best: tuple[float, list[dict[str, Any]]] = (-1.0, [])
         while True:
             state.iteration += 1
-            result = served_lookup(filters=self.filters, query=current,
-                                   tool_call_id=f"{self.call[:_IDENT_ROOM]}-{state.iteration}",
-                                   session_id=self.session)
+            result = served_lookup(
+                filters=self.filters, query=current, session_id=self.session,
+                tool_call_id=f"{self.call[:_IDENT_ROOM]}-{state.iteration}",
+                overrides={"timeout_millis": max(int(self.left_s() * 1000), MIN_LOOKUP_MS)})
             self.last = result
             if result.evidence_status is EvidenceStatus.UNAVAILABLE:
                 return self.outcome(AnswerStatus.UNAVAILABLE, result.error)
-            try:
-                quality, correction = self.evaluate(current, result)
+            try:  # the sub-question is judged, whatever query found the evidence
+                quality, correction = self.evaluate(state.plan[step], result)
             except ChatModelError as exc:
                 return self.outcome(AnswerStatus.UNAVAILABLE, str(exc))
-            for item in RagResultProjector().project(result)["evidence"]:
-                state.candidates.setdefault(item["document_id"], item)
-            best = max(best, quality)
-            weak = result.evidence_status is EvidenceStatus.EMPTY \
-                or quality < self.settings.quality_threshold
+            evidence = RagResultProjector().project(result)["evidence"]
+            if quality > best[0]:
+                best = (quality, evidence)
+            weak = not evidence or quality < self.settings.quality_threshold
             hop = {"iteration": state.iteration, "query": current,
                    "evidence_status": result.evidence_status.value,
-                   "returned": len(result.pack.items), "quality": round(quality, 4)}
+                   "returned": len(evidence), "quality": round(quality, 4)}
             corrected = correction or rewrite(current)
-            if (self.full and weak and corrections and corrected != current
-                    and self.left_s() > 0):
+            in_time = self.left_s() * 1000 >= MIN_LOOKUP_MS
+            if self.full and weak and corrections and corrected != current and in_time:
                 corrections -= 1
                 state.corrected_query = current = corrected
                 state.routes.append({**hop, "route": Route.SELF_CORRECT.value,
                                      "next": corrected})
                 continue
-            state.quality.append(best)
-            if step + 1 < len(state.plan) and self.left_s() > 0:
-                step, best = step + 1, 0.0
+            answers.append(best)
+            state.quality.append(max(best[0], 0.0))
+            if step + 1 < len(state.plan) and in_time:
+                step, best = step + 1, (-1.0, [])
                 current = state.plan[step]
                 state.routes.append({**hop, "route": Route.CONTINUE.value, "next": current})
                 continue
-            route = Route.SYNTHESIZE if state.candidates else Route.NO_ANSWER
-            state.routes.append({**hop, "route": route.value})
+            found = any(items for _, items in answers)
+            state.routes.append({**hop, "route": (Route.SYNTHESIZE if found
+                                                  else Route.NO_ANSWER).value})
             break
+        # Each sub-question's evidence in turn, best first: a weak part cannot crowd out the
+        # others' evidence from what the answer is built from.
+        for item in _interleaved([items for _, items in answers]):
+            if len(state.candidates) >= MAX_SOURCES:
+                break
+            state.candidates.setdefault(item["document_id"], item)
         if not state.candidates:
             return self.outcome(AnswerStatus.EMPTY)
         return self.synthesize()
@@ -237,7 +260,7 @@ class _Run:
     def synthesize(self) -> AgenticOutcome:
         state = self.state
         sources = [Source(item["document_id"], item["title"], item["excerpt"])
-                   for item in list(state.candidates.values())[:MAX_SOURCES]]
+                   for item in state.candidates.values()]
         try:
             draft = generate(state.query, sources, model=self.model,
                              timeout_s=max(self.left_s(), 0.001),
@@ -249,3 +272,8 @@ class _Run:
                                        document_ids=draft.citations, session_id=self.session)
         state.answer = draft.confined_to(frozenset(confirmed))
         return self.outcome(state.answer.status)
+
+
+def _interleaved(lists: list[list[dict[str, Any]]]) -> Iterator[dict[str, Any]]:
+    for row in zip_longest(*lists):
+        yield from (item for item in row if item is not None)

@@ -25,6 +25,8 @@ MAX_SENTENCES = 3
 TITLE_WEIGHT = 0.5
 MAX_SENTENCE_CHARS = 400
 # A sentence ends at CJK end punctuation, at ".!?;" before a space, or at a line end.
+_CITED = re.compile(r"\[([^\[\]\s]+#chunk-\d+)\]")  # "[3101…#chunk-2]" in an answer's text
+_SPACES = re.compile(r"[ \t]{2,}")
 _SENTENCE_END = re.compile(r"(?<=[。！？；])|(?<=[.!?;])\s+|\n+")
 
 SYSTEM_PROMPT = (
@@ -68,16 +70,17 @@ class Draft:
             else AnswerStatus.NO_ANSWER
 
     def confined_to(self, allowed: set[str] | frozenset[str]) -> Draft:
-        """Only citations in `allowed`; the others removed, from the text too."""
+        """Only citations in `allowed`; the others removed, from the text too (also an id
+        cited in the text alone)."""
         kept = tuple(c for c in self.citations if c in allowed)
-        dropped = tuple(c for c in self.citations if c not in allowed)
+        in_text = (m.group(1) for m in _CITED.finditer(self.answer))
+        dropped = tuple(dict.fromkeys(c for c in (*self.citations, *in_text)
+                                      if c not in allowed))
         if not dropped:
             return self
-        answer = self.answer
-        for citation in dropped:
-            answer = answer.replace(f"[{citation}]", "")
-        return replace(self, answer=answer.strip() if kept else "", citations=kept,
-                       removed=(*self.removed, *dropped))
+        answer = _CITED.sub(lambda m: m.group(0) if m.group(1) in allowed else "", self.answer)
+        return replace(self, answer=_SPACES.sub(" ", answer).strip() if kept else "",
+                       citations=kept, removed=(*self.removed, *dropped))
 
     def trace(self) -> dict[str, Any]:
         return {"generator": self.generator, "answer_status": self.status.value,

@@ -60,7 +60,7 @@ def rag_answer(*, filters: SearchFilters, query: str, tool_call_id: str = "",
     result = served_lookup(filters=filters, query=query, tool_call_id=tool_call_id,
                            session_id=session_id)
     answered = answer_from(result, model=model, started=started)
-    if answered.draft is None:
+    if answered.draft is None or not answered.draft.citations:
         return answered
     confirmed = confirmed_evidence(tenant_id=filters.tenant_id, readable=filters.dataset_ids,
                                    document_ids=answered.draft.citations,

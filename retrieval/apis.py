@@ -1,4 +1,5 @@
-"""The tool endpoint, the evidence guard and the platform's index operations."""
+"""The tool endpoints (lookup, RAG answer, agentic RAG), the evidence guard and the platform's
+index operations."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ from retrieval.project import RagResultProjector, invocation_of
 from retrieval.rebuild import CONFIRM_WORD, ROLLBACK_WORD
 from retrieval.selectors import index_versions
 from retrieval.services import index_operation_start
-from retrieval.types import EvidenceStatus, RelevanceLevel
+from retrieval.types import EvidenceStatus, RelevanceLevel, SearchFilters
 
 IDENT = r"^[A-Za-z0-9_.:\-]{1,128}$"
 
@@ -117,6 +118,14 @@ class _AuditedToolApi(APIView):
                           error=exc, latency_ms=self._elapsed_ms(), tool_name=self.tool_name)
         return super().handle_exception(exc)
 
+    def _scoped(self, request: Request) -> tuple[Caller, dict[str, Any], SearchFilters]:
+        """The caller, its validated body and the scope its key (and body) give."""
+        who = caller(request)
+        data = LookupInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        return who, values, lookup_scope(caller=who, requested=values.get("dataset_ids"))
+
     def _elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000
 
@@ -150,11 +159,7 @@ class LookupKnowledgeApi(_AuditedToolApi):
                      e400="Invalid input, or a dataset id the key may not read."),
         })
     def post(self, request: Request) -> Response:
-        who = caller(request)
-        data = LookupInput(data=request.data)
-        data.is_valid(raise_exception=True)
-        values = data.validated_data
-        filters = lookup_scope(caller=who, requested=values.get("dataset_ids"))
+        who, values, filters = self._scoped(request)
         result = served_lookup(filters=filters, query=values["query"],
                                tool_call_id=values.get("tool_call_id", ""),
                                session_id=values.get("session_id", ""))
@@ -183,6 +188,9 @@ class RagAnswerOutput(serializers.Serializer[dict[str, Any]]):
     query = serializers.CharField(allow_blank=True)
     evidence = EvidenceOutput(many=True, help_text="The lookup's evidence, as the tool returns "
                                                    "it.")
+    relevance_level = serializers.ChoiceField(choices=[r.value for r in RelevanceLevel])
+    truncated = serializers.BooleanField()
+    returned_count = serializers.IntegerField(min_value=0)
 
 
 class RagAnswerApi(_AuditedToolApi):
@@ -201,11 +209,7 @@ class RagAnswerApi(_AuditedToolApi):
                    503: _unavailable("RagAnswerUnavailable", RagAnswerOutput),
                    **errors(400, 401, 415)})
     def post(self, request: Request) -> Response:
-        who = caller(request)
-        data = LookupInput(data=request.data)
-        data.is_valid(raise_exception=True)
-        values = data.validated_data
-        filters = lookup_scope(caller=who, requested=values.get("dataset_ids"))
+        who, values, filters = self._scoped(request)
         outcome = rag_answer(filters=filters, query=values["query"],
                              tool_call_id=values.get("tool_call_id", ""),
                              session_id=values.get("session_id", ""),
@@ -243,7 +247,8 @@ class RagAgenticOutput(serializers.Serializer[dict[str, Any]]):
     iterations = serializers.IntegerField(min_value=0)
     routes = AgenticIterationOutput(many=True, help_text="The route taken after each "
                                                          "iteration.")
-    evidence = EvidenceOutput(many=True, help_text="What the answer was built from.")
+    evidence = EvidenceOutput(many=True, help_text="What the answer was built from: each "
+                              "sub-question's best evidence in turn, at most 8 items.")
     tool_call_id = serializers.CharField()
     session_id = serializers.CharField(help_text="Each iteration's lookup is recorded under "
                                                  "it: check citations with the guard.")
@@ -267,11 +272,7 @@ class RagAgenticApi(_AuditedToolApi):
                    503: _unavailable("RagAgenticUnavailable", RagAgenticOutput),
                    **errors(400, 401, 415)})
     def post(self, request: Request) -> Response:
-        who = caller(request)
-        data = LookupInput(data=request.data)
-        data.is_valid(raise_exception=True)
-        values = data.validated_data
-        filters = lookup_scope(caller=who, requested=values.get("dataset_ids"))
+        who, values, filters = self._scoped(request)
         outcome = agentic_answer(filters=filters, query=values["query"],
                                  tool_call_id=values.get("tool_call_id", ""),
                                  session_id=values.get("session_id", ""),

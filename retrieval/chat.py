@@ -4,7 +4,8 @@ One port, `ChatModel.complete`, through the `openai` client. Every failure — a
 answer in time, an HTTP error, a reply that is not the JSON asked for — raises ChatModelError
 with a reason a person can act on (never the key); the stage that called it falls back or
 answers UNAVAILABLE, never with a silent empty answer. Each reply carries its token counts for
-the audit.
+the audit. The timeout bounds each wait on the server (the client's own): a server that
+trickles bytes could hold one call longer.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Protocol
 
 from django.conf import settings
@@ -61,11 +63,12 @@ class OpenAIChatModel:
         import openai
 
         timeout = max(min(self.timeout_s, timeout_s), 0.001)
+        extra: dict[str, Any] = {"response_format": {"type": "json_object"}} if json_object \
+            else {}
         try:
             response = self._client.chat.completions.create(
                 model=self.model, messages=[dict(m) for m in messages],  # type: ignore[misc]
-                max_tokens=self.max_tokens, temperature=0, timeout=timeout,
-                response_format={"type": "json_object"} if json_object else openai.omit)
+                max_tokens=self.max_tokens, temperature=0, timeout=timeout, **extra)
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
             raise ChatModelError(f"the chat model refused the API key ({exc.status_code})") \
                 from None
@@ -79,16 +82,19 @@ class OpenAIChatModel:
         except (openai.OpenAIError, ValueError) as exc:  # a body that is not a completion
             raise ChatModelError(f"the chat model's answer is malformed: "
                                  f"{type(exc).__name__}") from None
-        choices = getattr(response, "choices", None)
-        text = choices[0].message.content if choices else None
+        try:
+            text = response.choices[0].message.content
+            usage = response.usage
+            prompt_tokens = int(usage.prompt_tokens) if usage else 0
+            completion_tokens = int(usage.completion_tokens) if usage else 0
+        except (AttributeError, IndexError, TypeError, ValueError):
+            raise ChatModelError("the chat model's answer is not a chat completion") from None
         if not isinstance(text, str):
             raise ChatModelError("the chat model's answer has no message content")
         if len(text) > MAX_REPLY_CHARS:
             raise ChatModelError(f"the chat model's answer is over {MAX_REPLY_CHARS} characters")
-        usage = response.usage
-        return ChatReply(text=text, model=response.model or self.model,
-                         prompt_tokens=usage.prompt_tokens if usage else 0,
-                         completion_tokens=usage.completion_tokens if usage else 0)
+        return ChatReply(text=text, model=str(response.model or self.model),
+                         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
 
 
 def json_reply(reply: ChatReply) -> dict[str, Any]:
@@ -98,7 +104,7 @@ def json_reply(reply: ChatReply) -> dict[str, Any]:
         text = text.strip("`").removeprefix("json").strip()
     try:
         payload = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: thousands of nested brackets
         raise ChatModelError("the chat model's answer is not JSON") from None
     if not isinstance(payload, dict):
         raise ChatModelError("the chat model's answer is not a JSON object")
@@ -106,10 +112,17 @@ def json_reply(reply: ChatReply) -> dict[str, Any]:
 
 
 def configured_chat_model() -> OpenAIChatModel | None:
-    """The model of KB_CHAT_BASE_URL, or None: the stages then use their offline fallbacks."""
+    """The model of KB_CHAT_BASE_URL, or None: the stages then use their offline fallbacks.
+    One client (and connection pool) per process and configuration."""
     if not settings.KB_CHAT_BASE_URL:
         return None
-    return OpenAIChatModel(base_url=settings.KB_CHAT_BASE_URL, api_key=settings.KB_CHAT_API_KEY,
-                           model=settings.KB_CHAT_MODEL,
-                           timeout_s=settings.KB_CHAT_TIMEOUT_SECONDS,
-                           max_tokens=settings.KB_CHAT_MAX_TOKENS)
+    return _chat_model(settings.KB_CHAT_BASE_URL, settings.KB_CHAT_API_KEY,
+                       settings.KB_CHAT_MODEL, settings.KB_CHAT_TIMEOUT_SECONDS,
+                       settings.KB_CHAT_MAX_TOKENS)
+
+
+@lru_cache(maxsize=4)
+def _chat_model(base_url: str, api_key: str, model: str, timeout_s: float,
+                max_tokens: int) -> OpenAIChatModel:
+    return OpenAIChatModel(base_url=base_url, api_key=api_key, model=model,
+                           timeout_s=timeout_s, max_tokens=max_tokens)

@@ -102,8 +102,7 @@ class LookupKnowledgeTool:
     def _transformer(self) -> Callable[[str, L0Index], QueryTransformPort]:
         if self.chat is None:
             return DeterministicQueryTransformer
-        return partial(ModelQueryTransformer, model=self.chat,
-                       timeout_s=self.settings.timeout_millis / 1000)
+        return partial(ModelQueryTransformer, model=self.chat)
 
     def empty_result(self, request: LookupRequest) -> LookupResult:
         return self._assemble(request, EvidenceStatus.EMPTY, RelevanceLevel.NONE, EMPTY_PACK,

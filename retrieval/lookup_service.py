@@ -133,11 +133,12 @@ def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = 
 
 
 def served_lookup(*, filters: SearchFilters, query: str, tool_call_id: str = "",
-                  session_id: str = "") -> LookupResult:
+                  session_id: str = "", overrides: dict[str, Any] | None = None
+                  ) -> LookupResult:
     """A lookup whose READY evidence the guard can confirm later: the call is stored as its
     canonical invocation first, and evidence that could not be stored is not handed out."""
     result = lookup_knowledge(filters=filters, query=query, tool_call_id=tool_call_id,
-                              session_id=session_id)
+                              session_id=session_id, overrides=overrides)
     try:
         canonical_store(invocation_of(result))
     except ServiceUnavailable:

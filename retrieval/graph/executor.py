@@ -219,7 +219,7 @@ class GraphExecutor:
                 if quality is not None and quality.correction:
                     # The judge's better query is searched; the question judged stays the same.
                     searched = quality.correction
-                    change += f"; the judge's query {searched!r}"
+                    change += "; the judge's better query"
             result, used, retry = self._attempt(plan, searched, filters, hints, clock, deadline,
                                                 attempt)
             quality = (self._assess(query, result.chunks, clock, deadline, attempt)
@@ -267,7 +267,7 @@ class GraphExecutor:
                  hints: QueryHints, clock: Clock, deadline: Deadline,
                  attempt: int) -> tuple[PostProcessed, SearchFilters, RetryDecision]:
         suffix = f"[{attempt}]" if attempt else ""
-        queries = self._queries(plan, query, hints, clock, suffix)
+        queries = self._queries(plan, query, hints, clock, deadline, suffix)
         vectors = self._vectors(plan, queries, clock)
         if not (plan.category_filter and hints.category_filter):
             reason = "no category hint" if plan.category_filter else "category hint not used"
@@ -284,13 +284,14 @@ class GraphExecutor:
                             "retrieve_unfiltered" + suffix), filters, retry)
 
     def _queries(self, plan: RetrievalGraph, query: str, hints: QueryHints, clock: Clock,
-                 suffix: str) -> tuple[str, ...]:
+                 deadline: Deadline, suffix: str) -> tuple[str, ...]:
         if plan.transform is None:
             return (query,)
         stage = "query_transform" + suffix
         with clock.stage(stage):
             transformer = self.parts.transformer(plan.transform, self.parts.l0_index())
-            transformed = transformer.transform(query, hints)
+            transformed = transformer.transform(query, hints,
+                                                timeout_s=max(deadline.remaining_s(), 0.001))
         clock.record(stage, note=f"{plan.transform}: {transformed.note} "
                                  f"({len(transformed.queries)} queries)")
         return transformed.queries or (query,)

@@ -10,6 +10,7 @@ search (`enable_fallback`) or answers UNAVAILABLE, and the trace says why.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from retrieval.chat import ChatModel, ChatModelError, json_reply
@@ -17,6 +18,7 @@ from retrieval.graph.query_transform import MAX_QUERIES, TransformedQuery
 from retrieval.lexical import query_terms
 from retrieval.transform import L0Index
 from retrieval.types import QueryHints
+from retrieval.untrusted import question_block
 
 MAX_QUERY_CHARS = 500
 
@@ -39,19 +41,19 @@ SYSTEM_PROMPT = (
 
 
 class ModelQueryTransformer:
-    def __init__(self, strategy: str, index: L0Index, *, model: ChatModel,
-                 timeout_s: float) -> None:
+    def __init__(self, strategy: str, index: L0Index, *, model: ChatModel) -> None:
         if strategy not in _TASKS:
             raise ValueError(f"unknown query transform strategy {strategy!r}")
         self.strategy = strategy
         self.model = model
-        self.timeout_s = timeout_s
 
-    def transform(self, query: str, hints: QueryHints) -> TransformedQuery:
+    def transform(self, query: str, hints: QueryHints, *,
+                  timeout_s: float | None = None) -> TransformedQuery:
         messages = [{"role": "system", "content": SYSTEM_PROMPT},
                     {"role": "user", "content": f"{_TASKS[self.strategy]}\n\nQuestion:\n"
-                                                f"<question>\n{query}\n</question>"}]
-        reply = self.model.complete(messages, timeout_s=self.timeout_s, json_object=True)
+                                                f"{question_block(query)}"}]
+        reply = self.model.complete(messages, json_object=True,
+                                    timeout_s=timeout_s if timeout_s is not None else math.inf)
         queries = self._checked(json_reply(reply), query)
         usage = reply.usage()
         return TransformedQuery(queries, f"by {self.model.name} ({usage['prompt_tokens']}+"

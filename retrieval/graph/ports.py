@@ -19,7 +19,10 @@ class Transformed(Protocol):
 
 
 class QueryTransformPort(Protocol):
-    def transform(self, query: str, hints: QueryHints) -> Transformed: ...
+    """The queries to search; `timeout_s`, what is left of the deadline, bounds a model."""
+
+    def transform(self, query: str, hints: QueryHints, *,
+                  timeout_s: float | None = None) -> Transformed: ...
 
 
 class RerankPort(Protocol):

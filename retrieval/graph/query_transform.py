@@ -118,7 +118,8 @@ class DeterministicQueryTransformer:
         self.strategy = strategy
         self.index = index
 
-    def transform(self, query: str, hints: QueryHints) -> TransformedQuery:
+    def transform(self, query: str, hints: QueryHints, *,
+                  timeout_s: float | None = None) -> TransformedQuery:
         if self.strategy == "REWRITE":
             rewritten = rewrite(query)
             return TransformedQuery((rewritten,), f"rewritten to {rewritten!r}")

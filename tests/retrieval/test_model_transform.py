@@ -37,7 +37,7 @@ def queries(*given: str) -> Any:
 def transformer(server: ChatServer, strategy: str) -> ModelQueryTransformer:
     model = OpenAIChatModel(base_url=server.url, api_key="", model="local-chat", timeout_s=5,
                             max_tokens=100)
-    return ModelQueryTransformer(strategy, L0Index(()), model=model, timeout_s=5)
+    return ModelQueryTransformer(strategy, L0Index(()), model=model)
 
 
 def test_the_models_queries_are_searched_with_the_identifiers_it_dropped(
