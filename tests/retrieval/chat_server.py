@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
+
+from tests.retrieval.scripted_server import ScriptedServer, serving
 
 _QUESTION = re.compile(r"<question>\n(.*?)\n</question>", re.DOTALL)
 _SOURCE = re.compile(r'<source id="([^"]+)"[^>]*>\n(.*?)\n</source>', re.DOTALL)
@@ -43,19 +43,12 @@ def careful_reply(body: dict[str, Any]) -> str:
                        "citations": [document_id]}, ensure_ascii=False)
 
 
-class ChatServer(ThreadingHTTPServer):
-    daemon_threads = True
-
+class ChatServer(ScriptedServer):
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__()
         self.reply: Callable[[dict[str, Any]], str] = careful_reply
         self.behaviour = "ok"  # ok | slow | 401 | 500 | not_json | html
         self.delay_s = 3.0
-        self.requests: list[dict[str, Any]] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
 
     def answer(self, body: dict[str, Any]) -> tuple[int, bytes]:
         if self.behaviour == "slow":
@@ -78,35 +71,5 @@ class ChatServer(ThreadingHTTPServer):
         }).encode()
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: ChatServer
-
-    def do_POST(self) -> None:  # noqa: N802 (the http.server API)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.requests.append({"path": self.path,
-                                     "authorization": self.headers.get("Authorization"),
-                                     **body})
-        status, raw = self.server.answer(body)
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up waiting (the timeout tests)
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass
-
-
-@contextmanager
-def chat_server() -> Iterator[ChatServer]:
-    server = ChatServer()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
+def chat_server() -> AbstractContextManager[ChatServer]:
+    return serving(ChatServer())

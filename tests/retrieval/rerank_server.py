@@ -8,27 +8,19 @@ knows the order it must see; `behaviour` switches it to one of a reranker's fail
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from contextlib import AbstractContextManager
 from typing import Any
 
+from tests.retrieval.scripted_server import ScriptedServer, serving
 
-class RerankServer(ThreadingHTTPServer):
-    daemon_threads = True
 
+class RerankServer(ScriptedServer):
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__()
         self.favourite = ""
         self.behaviour = "ok"  # ok | slow | 401 | 500 | not_json | no_results | bad_index
         self.delay_s = 2.0
-        self.requests: list[dict[str, Any]] = []
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
 
     def answer(self, body: dict[str, Any]) -> tuple[int, bytes]:
         documents = body["documents"]
@@ -52,35 +44,5 @@ class RerankServer(ThreadingHTTPServer):
         return 200, json.dumps({"model": body["model"], "results": results}).encode()
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: RerankServer
-
-    def do_POST(self) -> None:  # noqa: N802 (the http.server API)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.requests.append({"path": self.path,
-                                     "authorization": self.headers.get("Authorization"),
-                                     **body})
-        status, raw = self.server.answer(body)
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up waiting (the timeout tests)
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass
-
-
-@contextmanager
-def rerank_server() -> Iterator[RerankServer]:
-    server = RerankServer()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
+def rerank_server() -> AbstractContextManager[RerankServer]:
+    return serving(RerankServer())

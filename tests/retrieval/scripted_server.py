@@ -1,0 +1,67 @@
+"""A real local HTTP server answering JSON POSTs by script: the base of the test servers that
+stand in for external endpoints (rerank, chat completions).
+
+A subclass's `answer(body)` returns (status, raw body); every request is kept in `requests`
+with its path and Authorization header, so a test reads what was sent.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, TypeVar
+
+
+class ScriptedServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.requests: list[dict[str, Any]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def answer(self, body: dict[str, Any]) -> tuple[int, bytes]:
+        raise NotImplementedError
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ScriptedServer
+
+    def do_POST(self) -> None:  # noqa: N802 (the http.server API)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append({"path": self.path,
+                                     "authorization": self.headers.get("Authorization"),
+                                     **body})
+        status, raw = self.server.answer(body)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up waiting (the timeout tests)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+
+Server = TypeVar("Server", bound=ScriptedServer)
+
+
+@contextmanager
+def serving(server: Server) -> Iterator[Server]:
+    """`server` answering on its own thread until the block ends."""
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
