@@ -10,7 +10,7 @@ from collections.abc import Collection, Sequence
 from django.db.models import Q, QuerySet
 
 from datasets.auth import Caller
-from datasets.models import Dataset, Document, Job
+from datasets.models import Dataset, Document, Job, Tenant
 from kbplatform.errors import ApiError
 
 # The widest id a BIGINT column holds: a larger one cannot exist (and would overflow a query).
@@ -33,6 +33,22 @@ def db_id(value: int | str) -> int | None:
 
 def dataset_list(*, caller: Caller) -> QuerySet[Dataset]:
     return caller.datasets().order_by("name")
+
+
+def readable_datasets(*, caller: Caller) -> list[tuple[int, str]]:
+    """(id, name) of what the caller's lookups may search, by name."""
+    return list(caller.datasets().filter(activated=True).order_by("name")
+                .values_list("pk", "name"))
+
+
+def tenant_key_variable(tenant: Tenant) -> str:
+    """KB_CHAT_API_KEY_<SLUG> ("-" as "_"): the one environment variable a tenant's RagConfig
+    may name for its chat-model key; "" when another tenant's slug gives the same name
+    (acme-eu, acme_eu), so that no config can name a key that is not its tenant's alone."""
+    pattern = "^" + tenant.slug.replace("-", "_").replace("_", "[-_]") + "$"
+    if Tenant.objects.filter(slug__regex=pattern).count() != 1:
+        return ""
+    return "KB_CHAT_API_KEY_" + tenant.slug.upper().replace("-", "_")
 
 
 def dataset_get(*, caller: Caller, dataset_id: int | str) -> Dataset:

@@ -16,8 +16,9 @@ from datasets.models import Job
 from kbplatform.errors import ApiError
 from retrieval import config as cfg
 from retrieval.index_versions import IndexNotReady
-from retrieval.models import IndexVersion, RagConfig, RagConfigChange
+from retrieval.models import IndexVersion, RagAgent, RagConfig, RagConfigChange
 from retrieval.rebuild import index_version_drop
+from retrieval.selectors import chat_key_env_error
 from retrieval.services import index_operation_start, rag_config_update
 
 
@@ -52,7 +53,11 @@ class RagConfigForm(forms.ModelForm):
                 tenant=tenant, dataset__isnull=True).exclude(pk=self.instance.pk).exists():
             self.add_error("dataset", "This tenant already has a default config; edit that one.")
         try:
-            cfg.RagConfigConverter.to_settings(self.setting_values())
+            settings = cfg.RagConfigConverter.to_settings(self.setting_values())
+            if tenant is not None:
+                errors = chat_key_env_error(tenant, settings.chat_api_key_env)
+                if errors:
+                    raise cfg.RagConfigError(errors)
         except cfg.RagConfigError as exc:
             for name, message in exc.errors.items():
                 self.add_error(name if name in self.fields else None, message)
@@ -113,6 +118,8 @@ class RagConfigAdmin(admin.ModelAdmin):
                                                   "max_context_chars", "max_excerpt_chars"]}),
         ("8. Deadline and fallback", {"fields": ["timeout_millis", "enable_fallback"]}),
         ("9. Agentic RAG", {"fields": ["agentic_graph"]}),
+        ("10. Chat model", {"fields": ["chat_base_url", "chat_model", "chat_api_key_env",
+                                       "chat_timeout_seconds", "chat_max_tokens"]}),
     ]
 
     @admin.display(description="retrievers")
@@ -181,6 +188,34 @@ class RagConfigChangeAdmin(admin.ModelAdmin):
     def after_json(self, change: RagConfigChange) -> str:
         return format_html("<pre>{}</pre>", json.dumps(change.after, indent=2,
                                                        ensure_ascii=False))
+
+
+class RagAgentForm(forms.ModelForm):
+    class Meta:
+        model = RagAgent
+        fields = ["tenant", "name", "description", "agentic_graph", "max_retry_count",
+                  "chat_model"]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        agent = RagAgent(**{k: v for k, v in cleaned.items() if k != "tenant"})
+        try:  # the same converter as every config: what is saved can be run
+            cfg.RagConfigConverter.to_settings(agent.overrides())
+        except cfg.RagConfigError as exc:
+            for name, message in exc.errors.items():
+                self.add_error(name if name in self.fields else None, message)
+        return cleaned
+
+
+@admin.register(RagAgent)
+class RagAgentAdmin(admin.ModelAdmin[RagAgent]):
+    """The agentic-RAG agents a RAG node (/api/rag/node) delegates to by name."""
+
+    form = RagAgentForm
+    list_display = ["name", "tenant", "agentic_graph", "max_retry_count", "chat_model"]
+    list_select_related = ["tenant"]
+    list_filter = ["tenant"]
+    search_fields = ["name"]
 
 
 @admin.register(IndexVersion)

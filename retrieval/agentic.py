@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from itertools import zip_longest
@@ -36,8 +36,8 @@ from django.conf import settings
 from audit.types import InvocationRecord
 from retrieval.answer import AnswerStatus, Draft, Source
 from retrieval.answer_service import generate
-from retrieval.chat import ChatModel, ChatModelError
-from retrieval.config import RagConfigError, RagSettings
+from retrieval.chat import ChatModel, ChatModelError, chat_model_for
+from retrieval.config import RagConfigConverter, RagConfigError, RagSettings
 from retrieval.graph.model_judge import ModelQualityJudge
 from retrieval.graph.quality import QualityAssessor
 from retrieval.graph.query_transform import decompose, rewrite
@@ -129,7 +129,17 @@ class AgenticOutcome:
         return {**draft, "answer_status": self.status.value,
                 "error": self.error or draft.get("error", ""), "analysis": self.state.analysis,
                 **({"plan": self.state.plan} if keep_text else {}),
-                "iterations": iterations, "confidence": self.confidence}
+                "iterations": iterations, "confidence": self.confidence,
+                "model_usage": self.model_usage()}
+
+    def model_usage(self) -> dict[str, int]:
+        """Every chat-model call of the run (judges and the answer) and their token counts."""
+        usages = [hop["judge_usage"] for hop in self.state.routes if hop.get("judge_usage")]
+        if self.state.answer is not None and self.state.answer.usage:
+            usages.append(self.state.answer.usage)
+        return {"calls": len(usages),
+                "prompt_tokens": sum(int(u.get("prompt_tokens", 0)) for u in usages),
+                "completion_tokens": sum(int(u.get("completion_tokens", 0)) for u in usages)}
 
 
 def needs_retrieval(query: str) -> bool:
@@ -142,7 +152,10 @@ def needs_retrieval(query: str) -> bool:
 
 
 def agentic_answer(*, filters: SearchFilters, query: str, tool_call_id: str = "",
-                   session_id: str = "", model: ChatModel | None) -> AgenticOutcome:
+                   session_id: str = "", overrides: Mapping[str, Any] | None = None
+                   ) -> AgenticOutcome:
+    """`overrides`: a delegated agent's settings (RagAgent) over the tenant's RagConfig, for
+    the graph, its model and each of its lookups."""
     started = time.perf_counter()
     call = tool_call_id or f"call_{uuid.uuid4().hex}"
     session = session_id or f"agentic_{uuid.uuid4().hex}"
@@ -150,10 +163,13 @@ def agentic_answer(*, filters: SearchFilters, query: str, tool_call_id: str = ""
     try:
         config, _ = rag_config_for(tenant_id=filters.tenant_id,
                                    dataset_ids=filters.dataset_ids)
+        if overrides:
+            config = RagConfigConverter.to_settings(overrides, base=config)
     except RagConfigError as exc:
         return AgenticOutcome(state, AnswerStatus.UNAVAILABLE, call, session, None,
                               f"RagConfigError: {exc}")
-    run = _Run(state, config, filters, model, call, session, started)
+    model = chat_model_for(RagConfigConverter.to_dict(config))
+    run = _Run(state, config, filters, model, call, session, started, dict(overrides or {}))
     return run.execute()
 
 
@@ -166,6 +182,7 @@ class _Run:
     call: str
     session: str
     started: float
+    overrides: dict[str, Any]  # the delegated agent's, for each lookup too
     last: LookupResult | None = None
 
     @property
@@ -198,12 +215,13 @@ class _Run:
             result = served_lookup(
                 filters=self.filters, query=current, session_id=self.session,
                 tool_call_id=f"{self.call[:_IDENT_ROOM]}-{state.iteration}",
-                overrides={"timeout_millis": max(int(self.left_s() * 1000), MIN_LOOKUP_MS)})
+                overrides={**self.overrides,
+                           "timeout_millis": max(int(self.left_s() * 1000), MIN_LOOKUP_MS)})
             self.last = result
             if result.evidence_status is EvidenceStatus.UNAVAILABLE:
                 return self.outcome(AnswerStatus.UNAVAILABLE, result.error)
             try:  # the sub-question is judged, whatever query found the evidence
-                quality, correction = self.evaluate(state.plan[step], result)
+                quality, correction, judging = self.evaluate(state.plan[step], result)
             except ChatModelError as exc:
                 return self.outcome(AnswerStatus.UNAVAILABLE, str(exc))
             evidence = RagResultProjector().project(result)["evidence"]
@@ -212,7 +230,7 @@ class _Run:
             weak = not evidence or quality < self.settings.quality_threshold
             hop = {"iteration": state.iteration, "query": current,
                    "evidence_status": result.evidence_status.value,
-                   "returned": len(evidence), "quality": round(quality, 4)}
+                   "returned": len(evidence), "quality": round(quality, 4), **judging}
             corrected = correction or rewrite(current)
             in_time = self.left_s() * 1000 >= MIN_LOOKUP_MS
             if self.full and weak and corrections and corrected != current and in_time:
@@ -242,20 +260,23 @@ class _Run:
             return self.outcome(AnswerStatus.EMPTY)
         return self.synthesize()
 
-    def evaluate(self, query: str, result: LookupResult) -> tuple[float, str]:
-        """The evidence's grade and a better query (the judge's; "" from the rules)."""
+    def evaluate(self, query: str, result: LookupResult) -> tuple[float, str, dict[str, Any]]:
+        """The evidence's grade, a better query (the judge's; "" from the rules) and what the
+        trace keeps of the judging: the model's token counts, or why the rules judged."""
         chunks = [item.chunk for item in result.pack.items]
         if not chunks:
-            return 0.0, ""
+            return 0.0, "", {}
         if self.full and self.model is not None:
             try:
                 judged = ModelQualityJudge(self.model).assess(
                     query, chunks, timeout_s=max(self.left_s(), 0.001))
-                return judged.score, judged.correction
-            except ChatModelError:
+                return judged.score, judged.correction, {"judge_usage": dict(judged.usage)}
+            except ChatModelError as exc:
                 if not self.settings.enable_fallback:
                     raise
-        return QualityAssessor().assess(query, chunks).score, ""
+                return QualityAssessor().assess(query, chunks).score, "", {
+                    "judge_error": str(exc)}
+        return QualityAssessor().assess(query, chunks).score, "", {}
 
     def synthesize(self) -> AgenticOutcome:
         state = self.state

@@ -20,7 +20,7 @@ from retrieval.answer import (
     ModelAnswerer,
     Source,
 )
-from retrieval.chat import ChatModel, ChatModelError
+from retrieval.chat import ChatModel, ChatModelError, chat_model_for
 from retrieval.lookup_service import confirmed_evidence, served_lookup
 from retrieval.project import RagResultProjector
 from retrieval.types import EvidenceStatus, LookupResult, SearchFilters
@@ -55,11 +55,13 @@ class RagAnswer:
 
 
 def rag_answer(*, filters: SearchFilters, query: str, tool_call_id: str = "",
-               session_id: str = "", model: ChatModel | None) -> RagAnswer:
+               session_id: str = "") -> RagAnswer:
+    """The generator is the chat model of the lookup's config (RagConfig chat_*, else
+    KB_CHAT_*), else extractive."""
     started = time.perf_counter()
     result = served_lookup(filters=filters, query=query, tool_call_id=tool_call_id,
                            session_id=session_id)
-    answered = answer_from(result, model=model, started=started)
+    answered = answer_from(result, model=chat_model_for(result.config), started=started)
     if answered.draft is None or not answered.draft.citations:
         return answered
     confirmed = confirmed_evidence(tenant_id=filters.tenant_id, readable=filters.dataset_ids,

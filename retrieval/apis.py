@@ -1,5 +1,5 @@
-"""The tool endpoints (lookup, RAG answer, agentic RAG), the evidence guard and the platform's
-index operations."""
+"""The tool endpoints (lookup, RAG answer, agentic RAG, the RAG node), the evidence guard and
+the platform's index operations."""
 
 from __future__ import annotations
 
@@ -26,18 +26,18 @@ from rest_framework.views import APIView
 from audit.services import invocation_record
 from datasets.auth import Caller, IsPlatformKey, caller
 from datasets.models import ApiKey, Job
-from datasets.selectors import MAX_DB_ID, NotFound, db_id
+from datasets.selectors import MAX_DB_ID, NotFound, db_id, readable_datasets
 from datasets.serializers import JobOutput
 from kbplatform.errors import ApiError, ServiceUnavailable
 from kbplatform.openapi import ErrorSerializer, errors
 from retrieval.agentic import Route, agentic_answer
 from retrieval.answer import AnswerStatus
 from retrieval.answer_service import rag_answer
-from retrieval.chat import configured_chat_model
 from retrieval.health import health_checks
 from retrieval.lookup_service import confirmed_evidence, lookup_scope, served_lookup
 from retrieval.models import IndexVersion
 from retrieval.project import RagResultProjector, invocation_of
+from retrieval.rag_node import TOOL_NAME, DatasetRef, NodeInput, NodeStatus, rag_node
 from retrieval.rebuild import CONFIRM_WORD, ROLLBACK_WORD
 from retrieval.selectors import index_versions
 from retrieval.services import index_operation_start
@@ -212,8 +212,7 @@ class RagAnswerApi(_AuditedToolApi):
         who, values, filters = self._scoped(request)
         outcome = rag_answer(filters=filters, query=values["query"],
                              tool_call_id=values.get("tool_call_id", ""),
-                             session_id=values.get("session_id", ""),
-                             model=configured_chat_model())
+                             session_id=values.get("session_id", ""))
         body = {"answer": outcome.answer, "citations": list(outcome.citations),
                 "answer_status": outcome.status.value, **outcome.body}
         invocation_record(api_key=who.api_key, latency_ms=self._elapsed_ms(),
@@ -233,6 +232,10 @@ class AgenticIterationOutput(serializers.Serializer[dict[str, Any]]):
     evidence_status = serializers.CharField(required=False)
     returned = serializers.IntegerField(required=False)
     quality = serializers.FloatField(required=False, help_text="The judge's grade, 0-1.")
+    judge_usage = serializers.DictField(required=False, help_text="The model judge's token "
+                                        "counts: model, prompt_tokens, completion_tokens.")
+    judge_error = serializers.CharField(required=False, help_text="Why the model judge "
+                                        "failed, when the rules judged instead.")
     reason = serializers.CharField(required=False)
 
 
@@ -275,8 +278,7 @@ class RagAgenticApi(_AuditedToolApi):
         who, values, filters = self._scoped(request)
         outcome = agentic_answer(filters=filters, query=values["query"],
                                  tool_call_id=values.get("tool_call_id", ""),
-                                 session_id=values.get("session_id", ""),
-                                 model=configured_chat_model())
+                                 session_id=values.get("session_id", ""))
         state = outcome.state
         body = {"answer": outcome.answer, "citations": list(outcome.citations),
                 "answer_status": outcome.status.value, "confidence": outcome.confidence,
@@ -287,6 +289,130 @@ class RagAgenticApi(_AuditedToolApi):
         invocation_record(api_key=who.api_key, latency_ms=self._elapsed_ms(),
                           result=outcome.invocation(filters))
         unavailable = outcome.status is AnswerStatus.UNAVAILABLE
+        return Response(body, status=status.HTTP_503_SERVICE_UNAVAILABLE if unavailable
+                        else status.HTTP_200_OK)
+
+
+@extend_schema_serializer(component_name="RagNode")
+class RagNodeInput(serializers.Serializer[dict[str, Any]]):
+    query = serializers.CharField(required=False, allow_blank=True,
+                                  max_length=settings.KB_MAX_QUERY_CHARS,
+                                  help_text="The task's query parameter: searched when given.")
+    rag_keywords = serializers.ListField(
+        child=serializers.CharField(max_length=200, allow_blank=True), required=False,
+        max_length=50, help_text="The intent's keywords: searched, joined by spaces, when "
+                                 "there is no query.")
+    user_input = serializers.CharField(required=False, allow_blank=True,
+                                       max_length=settings.KB_MAX_QUERY_CHARS,
+                                       help_text="Searched when neither of the above is given.")
+    target_dataset_ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=MAX_DB_ID), required=False,
+        max_length=100, help_text="Exactly these (of those the key may read).")
+    target_dataset_name = serializers.CharField(
+        required=False, allow_blank=True, max_length=100,
+        help_text="Without ids: empty, 全部 or all = every readable dataset; else the dataset "
+                  "of that name, else those whose name contains it.")
+    agent = serializers.CharField(required=False, allow_blank=True, max_length=100,
+                                  help_text="The task's agent: a RagAgent of the tenant by this "
+                                            "name runs the question with its settings.")
+    sub_agents = serializers.ListField(
+        child=serializers.CharField(max_length=100, allow_blank=True), required=False,
+        max_length=20, help_text="The loop agent's sub-agents: the first that is a RagAgent of "
+                                 "the tenant is delegated to (after `agent`).")
+    tool_call_id = serializers.RegexField(IDENT, required=False)
+    session_id = serializers.RegexField(IDENT, required=False)
+
+    def validate_rag_keywords(self, value: list[str]) -> list[str]:
+        if len(" ".join(value)) > settings.KB_MAX_QUERY_CHARS:
+            raise serializers.ValidationError(
+                f"joined, at most {settings.KB_MAX_QUERY_CHARS} characters")
+        return value
+
+
+@extend_schema_serializer(component_name="TargetDataset")
+class TargetDatasetOutput(serializers.Serializer[dict[str, Any]]):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+
+
+@extend_schema_serializer(component_name="RagNodeStructured")
+class RagNodeStructuredOutput(serializers.Serializer[dict[str, Any]]):
+    confidence = serializers.FloatField()
+    iterations = serializers.IntegerField(min_value=0)
+    target_datasets = TargetDatasetOutput(many=True)
+
+
+@extend_schema_serializer(component_name="RagNodeResult")
+class RagNodeOutput(serializers.Serializer[dict[str, Any]]):
+    status = serializers.ChoiceField(
+        choices=[s.value for s in NodeStatus],
+        help_text="The answer's statuses, and NO_KNOWLEDGE_BASE (no readable dataset matched "
+                  "the target: 未配置知识库, not EMPTY) and NEEDS_INPUT (nothing to look up: "
+                  "see `missing`).")
+    result = serializers.CharField(help_text="For the loop: the answer, else the evidence as "
+                                             "delimited untrusted snippets, else why not.")
+    answer = serializers.CharField(allow_blank=True)
+    citations = serializers.ListField(child=serializers.CharField())
+    structured = RagNodeStructuredOutput()
+    query = serializers.CharField(allow_blank=True, help_text="What was searched.")
+    query_source = serializers.ChoiceField(choices=["query", "rag_keywords", "user_input", ""])
+    selected_by = serializers.ChoiceField(choices=["ids", "all", "name", "contains", ""],
+                                          help_text="Which rule chose the datasets.")
+    delegated_to = serializers.CharField(allow_blank=True, help_text="The RagAgent that ran "
+                                         "the question; empty: the node's own agentic graph.")
+    missing = serializers.ListField(child=serializers.CharField())
+    routes = AgenticIterationOutput(many=True)
+    evidence = EvidenceOutput(many=True)
+    tool_call_id = serializers.CharField()
+    session_id = serializers.CharField()
+
+
+class RagNodeApi(_AuditedToolApi):
+    """The RAG node of an agent loop (seed 003 §5)."""
+
+    tool_name = TOOL_NAME
+
+    @extend_schema(
+        operation_id="rag_node", summary="The RAG node of an agent loop",
+        description="Builds the query from the task (query, else rag_keywords, else "
+                    "user_input), picks the datasets by target, and runs agentic RAG: a named "
+                    "RagAgent's, else the node's own. Tenant and datasets come from the key. "
+                    "Any role.",
+        request=RagNodeInput,
+        responses={200: OpenApiResponse(RagNodeOutput, description="Every status but "
+                                                                    "UNAVAILABLE."),
+                   503: _unavailable("RagNodeUnavailable", RagNodeOutput),
+                   **errors(400, 401, 415)})
+    def post(self, request: Request) -> Response:
+        who = caller(request)
+        data = RagNodeInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        readable = [DatasetRef(pk, name) for pk, name in readable_datasets(caller=who)]
+        node = NodeInput(
+            query=values.get("query", ""), rag_keywords=tuple(values.get("rag_keywords", ())),
+            user_input=values.get("user_input", ""),
+            target_dataset_ids=tuple(values.get("target_dataset_ids", ())),
+            target_dataset_name=values.get("target_dataset_name", ""),
+            agent=values.get("agent", ""), sub_agents=tuple(values.get("sub_agents", ())),
+            tool_call_id=values.get("tool_call_id", ""),
+            session_id=values.get("session_id", ""))
+        done = rag_node(tenant_id=who.tenant.pk, readable=readable, node=node)
+        outcome = done.outcome
+        body = {"status": done.status.value, "result": done.text,
+                "answer": outcome.answer if outcome else "",
+                "citations": list(outcome.citations) if outcome else [],
+                "structured": done.structured, "query": done.query,
+                "query_source": done.query_source, "selected_by": done.selected_by,
+                "delegated_to": done.delegated_to, "missing": list(done.missing),
+                "routes": outcome.state.routes if outcome else [],
+                "evidence": list(outcome.state.candidates.values()) if outcome else [],
+                "tool_call_id": done.tool_call_id, "session_id": done.session_id}
+        filters = SearchFilters(tenant_id=who.tenant.pk,
+                                dataset_ids=tuple(d.id for d in done.target_datasets))
+        invocation_record(api_key=who.api_key, latency_ms=self._elapsed_ms(),
+                          result=done.invocation(filters))
+        unavailable = done.status is NodeStatus.UNAVAILABLE
         return Response(body, status=status.HTTP_503_SERVICE_UNAVAILABLE if unavailable
                         else status.HTTP_200_OK)
 

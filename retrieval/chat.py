@@ -11,6 +11,7 @@ trickles bytes could hold one call longer.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -111,17 +112,45 @@ def json_reply(reply: ChatReply) -> dict[str, Any]:
     return payload
 
 
-def configured_chat_model() -> OpenAIChatModel | None:
-    """The model of KB_CHAT_BASE_URL, or None: the stages then use their offline fallbacks.
-    One client (and connection pool) per process and configuration."""
-    if not settings.KB_CHAT_BASE_URL:
+def configured_chat_model() -> ChatModel | None:
+    """The model of KB_CHAT_BASE_URL, or None: the stages then use their offline fallbacks."""
+    return chat_model_for({})
+
+
+def chat_model_for(config: Mapping[str, Any]) -> ChatModel | None:
+    """The chat model of a lookup's config (RagConfig's chat_* values, "" or 0 taking the
+    KB_CHAT_* settings), or None when neither names an endpoint.
+
+    A tenant's own endpoint is sent only the key its chat_api_key_env names, never the
+    platform's KB_CHAT_API_KEY. A named variable that is not set is a model that fails each
+    call with that reason: the stage falls back or answers UNAVAILABLE, as for a refused key.
+    One client (and connection pool) per process and configuration.
+    """
+    own_url = config.get("chat_base_url") or ""
+    base_url = own_url or settings.KB_CHAT_BASE_URL
+    if not base_url:
         return None
-    return _chat_model(settings.KB_CHAT_BASE_URL, settings.KB_CHAT_API_KEY,
-                       settings.KB_CHAT_MODEL, settings.KB_CHAT_TIMEOUT_SECONDS,
-                       settings.KB_CHAT_MAX_TOKENS)
+    key_env = config.get("chat_api_key_env") or ""
+    if key_env and key_env not in os.environ:
+        return _Misconfigured(f"the chat model's key variable {key_env} is not set")
+    api_key = os.environ[key_env] if key_env else "" if own_url else settings.KB_CHAT_API_KEY
+    return _chat_model(base_url, api_key, config.get("chat_model") or settings.KB_CHAT_MODEL,
+                       float(config.get("chat_timeout_seconds") or
+                             settings.KB_CHAT_TIMEOUT_SECONDS),
+                       int(config.get("chat_max_tokens") or settings.KB_CHAT_MAX_TOKENS))
 
 
-@lru_cache(maxsize=4)
+class _Misconfigured:
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        self.name = "misconfigured"
+
+    def complete(self, messages: Sequence[Mapping[str, str]], *, timeout_s: float,
+                 json_object: bool = False) -> ChatReply:
+        raise ChatModelError(self.reason)
+
+
+@lru_cache(maxsize=16)
 def _chat_model(base_url: str, api_key: str, model: str, timeout_s: float,
                 max_tokens: int) -> OpenAIChatModel:
     return OpenAIChatModel(base_url=base_url, api_key=api_key, model=model,

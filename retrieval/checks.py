@@ -1,7 +1,9 @@
-"""`manage.py check --deploy`: Milvus answers, and what the serving index was built with."""
+"""`manage.py check --deploy`: Milvus answers, what the serving index was built with, and the
+keys the RagConfigs' chat models name."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from django.conf import settings
@@ -44,3 +46,23 @@ def check_services(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             "answer UNAVAILABLE until a rebuild", id="kbplatform.W011",
             hint="python manage.py rebuild_hybrid_knowledge --confirm REBUILD"))
     return found
+
+
+@register(Tags.database, deploy=True)
+def check_chat_keys(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    from retrieval.models import RagConfig
+
+    try:
+        named = list(RagConfig.objects.exclude(chat_api_key_env="").select_related(
+            "tenant", "dataset"))
+    except DatabaseError:  # not migrated yet: check_services says what matters then
+        return []
+    unset = sorted(f"{config.scope_label} ({config.chat_api_key_env})" for config in named
+                   if config.chat_api_key_env not in os.environ)
+    if not unset:
+        return []
+    return [Warning(f"RagConfigs name chat-model keys this process does not have: "
+                    f"{', '.join(unset)}; their LLM stages fail (then the fallback, or "
+                    "UNAVAILABLE)", id="kbplatform.W012",
+                    hint="set the variables in the environment of the web and worker "
+                         "processes")]

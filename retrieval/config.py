@@ -68,6 +68,14 @@ class RagSettings:
     # Seed 003 §4: the agentic RAG graph of /api/rag/agentic. SIMPLIFIED: no evaluation and no
     # query optimisation (one search, then the answer), for cost-sensitive tenants.
     agentic_graph: str = "FULL"
+    # The chat model of the LLM stages, per tenant (retrieval/chat.py): "" or 0 takes the
+    # KB_CHAT_* setting. A tenant's own endpoint gets only the key of chat_api_key_env (the
+    # name of a KB_CHAT_API_KEY_* environment variable), never the platform's key.
+    chat_base_url: str = ""
+    chat_model: str = ""
+    chat_api_key_env: str = ""
+    chat_timeout_seconds: float = 0.0
+    chat_max_tokens: int = 0
     # Seed 000 §6 (lookup_knowledge).
     # CONVEX: each arm's scores min-max normalised within the query, weighted 0.3 : 0.7. Chosen
     # over weighted RRF (the earlier default: k=5, 0.7 : 1.0) from the plateau of weights whose
@@ -111,7 +119,7 @@ _BOOLS = {"enable_query_transform", "enable_rerank", "enable_quality_assessment"
           "enable_correction", "enable_fallback"}
 _INTS: dict[str, tuple[int, int]] = {
     "max_results": (1, 200), "neighbour_window": (1, 5), "rerank_top_n": (1, 200),
-    "max_retry_count": (0, 10),
+    "max_retry_count": (0, 10), "chat_max_tokens": (0, 32_000),
     "timeout_millis": (100, 600_000), "rrf_k": (1, 16_384), "retrieve_k": (1, 200),
     "return_n": (1, 200), "max_chunks_per_document": (1, 50),
     "max_context_chars": (200, 100_000), "max_excerpt_chars": (200, 20_000),
@@ -120,6 +128,7 @@ _FLOATS: dict[str, tuple[float, float]] = {
     "min_score": (0.0, 1.0), "quality_threshold": (0.0, 1.0),
     "reference_threshold": (0.0, 1.0), "precise_threshold": (0.0, 1.0),
     "max_l2_distance": (0.0, 4.0), "dense_weight": (0.0, 1.0), "bm25_weight": (0.0, 1.0),
+    "chat_timeout_seconds": (0.0, 600.0),
 }
 _CHOICES: dict[str, tuple[str, ...]] = {
     "query_transform_strategy": QUERY_TRANSFORM_STRATEGIES,
@@ -133,6 +142,12 @@ _TRUE, _FALSE = {"1", "true"}, {"0", "false"}
 _INT_RE = re.compile(r"[+-]?\d+")
 _FLOAT_RE = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 KB_SCOPE_MAX_CHARS = 100
+_CHAT_TEXTS: dict[str, tuple[re.Pattern[str], str]] = {
+    "chat_base_url": (re.compile(r"https?://[^\s]{1,490}"), "an http(s):// URL"),
+    "chat_model": (re.compile(r"[\w.:/@+-]{1,200}"), "a model name (letters, digits, ._:/@+-)"),
+    "chat_api_key_env": (re.compile(r"KB_CHAT_API_KEY_[A-Z0-9_]{1,64}"),
+                         "the name of an environment variable KB_CHAT_API_KEY_<NAME>"),
+}
 
 
 def _parse_bool(raw: object) -> bool:
@@ -282,7 +297,18 @@ def _parse(name: str, raw: object) -> object:
         return _parse_retrievers(raw)
     if name == "metadata_filters":
         return _parse_filters(raw)
+    if name in _CHAT_TEXTS:
+        return _parse_chat_text(raw, *_CHAT_TEXTS[name])
     return _parse_kb_scope(raw)
+
+
+def _parse_chat_text(raw: object, pattern: re.Pattern[str], what: str) -> str:
+    if not isinstance(raw, str):
+        raise ValueError("must be a string")
+    value = raw.strip()
+    if value and not pattern.fullmatch(value):
+        raise ValueError(f"must be empty or {what}")
+    return value
 
 
 def _cross_field_errors(s: RagSettings) -> dict[str, str]:

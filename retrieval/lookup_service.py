@@ -14,7 +14,7 @@ from datasets.auth import Caller
 from datasets.selectors import datasets_in_scope, db_id, live_doc_ids
 from kbplatform.errors import ApiError, ServiceUnavailable
 from retrieval import milvus
-from retrieval.chat import configured_chat_model
+from retrieval.chat import chat_model_for
 from retrieval.config import (
     MODE_OVERRIDES,
     RagConfigConverter,
@@ -165,4 +165,4 @@ def _tool(settings: RagSettings, version: int | None, search: VectorSearchServic
         search=search, l0_index=lambda: view.l0 if view else L0Index(()),
         live_documents=lambda f, ids: set(ids) & view.live if view else set(),
         settings=settings, config_version=version, reranker=configured_reranker(),
-        chat=configured_chat_model())
+        chat=chat_model_for(RagConfigConverter.to_dict(settings)))

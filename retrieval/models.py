@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import F, Q
 
@@ -126,6 +127,28 @@ class RagConfig(models.Model):
                   "each retrieval and corrects weak ones (up to max_retry_count); SIMPLIFIED "
                   "searches once and answers (no evaluation, no query optimisation: fewer "
                   "model calls).")
+    chat_base_url = models.CharField(
+        max_length=500, blank=True, default=D.chat_base_url,
+        help_text="This tenant's OpenAI-compatible endpoint for the LLM stages (query "
+                  "transformation, judge, answers), e.g. https://llm.example.com/v1. Empty: "
+                  "KB_CHAT_BASE_URL (none: the offline fallbacks).")
+    chat_model = models.CharField(
+        max_length=200, blank=True, default=D.chat_model,
+        help_text="The model name sent to the endpoint. Empty: KB_CHAT_MODEL.")
+    chat_api_key_env = models.CharField(
+        max_length=100, blank=True, default=D.chat_api_key_env,
+        help_text="The name of the environment variable holding this tenant's key, "
+                  "KB_CHAT_API_KEY_<NAME> (the key itself is never stored). Empty: "
+                  "KB_CHAT_API_KEY - but only for KB_CHAT_BASE_URL: a tenant's own endpoint "
+                  "never receives the platform's key. Only the tenant's own may be named: "
+                  "KB_CHAT_API_KEY_<TENANT> (its slug in capitals, - as _).")
+    chat_timeout_seconds = models.FloatField(
+        default=D.chat_timeout_seconds,
+        help_text="The longest wait for one model reply, in seconds; 0: "
+                  "KB_CHAT_TIMEOUT_SECONDS. timeout_millis still bounds the whole call.")
+    chat_max_tokens = models.PositiveIntegerField(
+        default=D.chat_max_tokens,
+        help_text="The most tokens one reply may have; 0: KB_CHAT_MAX_TOKENS.")
     neighbour_expansion = models.CharField(
         max_length=10, default=D.neighbour_expansion,
         choices=_choices(cfg.NEIGHBOUR_EXPANSIONS),
@@ -244,6 +267,45 @@ class RagConfig(models.Model):
     def to_settings(self) -> cfg.RagSettings:
         """Through the converter, so a hand-edited row is rejected, never half-trusted."""
         return cfg.RagConfigConverter.to_settings(self.setting_values())
+
+
+AGENT_NAME = RegexValidator(r"^[\w .:-]{1,100}$", "Letters, digits, spaces and ._:- only.")
+
+
+class RagAgent(models.Model):
+    """An agentic-RAG agent a RAG node delegates to by name (seed 003 §5): the agentic graph
+    with its own settings over the tenant's config, not the node's."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="rag_agents")
+    name = models.CharField(
+        max_length=100, validators=[AGENT_NAME],
+        help_text="What an agent loop names it by (`agent` or `sub_agents` of "
+                  "/api/rag/node), matched without regard to case.")
+    description = models.TextField(blank=True)
+    agentic_graph = models.CharField(
+        max_length=10, blank=True, choices=_choices(cfg.AGENTIC_GRAPHS),
+        help_text="Empty: the RagConfig's.")
+    max_retry_count = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Corrections per sub-question. Empty: the RagConfig's.")
+    chat_model = models.CharField(
+        max_length=200, blank=True,
+        help_text="Another model on the config's endpoint. Empty: the RagConfig's.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "RAG agent"
+        ordering = ["tenant_id", "name"]
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"],
+                                               name="rag_agent_unique_name_per_tenant")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}/{self.name}"
+
+    def overrides(self) -> dict[str, Any]:
+        """The settings it sets, over the tenant's RagConfig."""
+        values = {"agentic_graph": self.agentic_graph, "max_retry_count": self.max_retry_count,
+                  "chat_model": self.chat_model}
+        return {name: value for name, value in values.items() if value not in ("", None)}
 
 
 class RagConfigChange(models.Model):

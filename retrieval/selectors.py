@@ -1,4 +1,4 @@
-"""Reads of RagConfig and the index versions."""
+"""Reads of RagConfig, the RAG agents and the index versions."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ from collections.abc import Sequence
 
 from django.db.models import Q, QuerySet
 
-from retrieval.config import RagSettings
-from retrieval.models import IndexVersion, RagConfig
+from datasets.models import Tenant
+from datasets.selectors import tenant_key_variable
+from retrieval.config import RagConfigError, RagSettings
+from retrieval.models import IndexVersion, RagAgent, RagConfig
 
 
 def rag_config_for(*, tenant_id: int, dataset_ids: Sequence[int]) -> tuple[RagSettings, int | None]:
@@ -22,13 +24,43 @@ def rag_config_for(*, tenant_id: int, dataset_ids: Sequence[int]) -> tuple[RagSe
     scope = Q(dataset__isnull=True)
     if len(distinct) == 1:
         scope |= Q(dataset_id=next(iter(distinct)))
-    rows = list(RagConfig.objects.filter(scope, tenant_id=tenant_id))
+    rows = list(RagConfig.objects.filter(scope, tenant_id=tenant_id).select_related("tenant"))
     # The override, when present, sorts before the default.
     rows.sort(key=lambda row: row.dataset_id is None)
     if not rows:
         return RagSettings(), None
-    return rows[0].to_settings(), rows[0].version
+    settings = rows[0].to_settings()
+    errors = chat_key_env_error(rows[0].tenant, settings.chat_api_key_env)
+    if errors:
+        raise RagConfigError(errors)
+    return settings, rows[0].version
+
+
+def chat_key_env_error(tenant: Tenant, name: str) -> dict[str, str]:
+    """A config may name only its tenant's own key variable: never one that would send
+    another tenant's key to an endpoint this config chose."""
+    if not name:
+        return {}
+    own = tenant_key_variable(tenant)
+    if name == own:
+        return {}
+    return {"chat_api_key_env": f"must be {own}, this tenant's key variable" if own else
+            "this tenant's slug names the same key variable as another tenant's: no key "
+            "variable can be this tenant's alone"}
 
 
 def index_versions() -> QuerySet[IndexVersion]:
     return IndexVersion.objects.order_by("-created_at")
+
+
+def rag_agent_named(*, tenant_id: int, names: Sequence[str]) -> RagAgent | None:
+    """The tenant's RagAgent named by the first of `names` that names one (any case)."""
+    wanted = [name.strip() for name in names if name.strip()]
+    if not wanted:
+        return None
+    match = Q()
+    for name in wanted:
+        match |= Q(name__iexact=name)
+    agents = {agent.name.casefold(): agent
+              for agent in RagAgent.objects.filter(match, tenant_id=tenant_id)}
+    return next((agents[n.casefold()] for n in wanted if n.casefold() in agents), None)

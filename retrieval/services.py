@@ -12,6 +12,7 @@ from kbplatform.errors import ApiError
 from kbplatform.tasks import enqueue_on_commit
 from retrieval.config import RagConfigConverter, RagConfigError, RagSettings
 from retrieval.models import RagConfig, RagConfigChange
+from retrieval.selectors import chat_key_env_error
 
 
 def rag_config_update(*, config: RagConfig | None, tenant: Tenant, dataset: Dataset | None = None,
@@ -42,6 +43,9 @@ def rag_config_update(*, config: RagConfig | None, tenant: Tenant, dataset: Data
         # assigned the new values to it), is what "before" means.
         base = current.to_settings() if current is not None else RagSettings()
         settings = RagConfigConverter.to_settings(values, base=base)
+        errors = chat_key_env_error(tenant, settings.chat_api_key_env)
+        if errors:
+            raise RagConfigError(errors)
         before = RagConfigConverter.to_dict(base) if current is not None else None
         after = RagConfigConverter.to_dict(settings)
         if current is not None and before == after:

@@ -7,6 +7,7 @@ urlpatterns = [
     path("tools/evidence_guard", apis.EvidenceGuardApi.as_view()),
     path("rag/answer", apis.RagAnswerApi.as_view()),
     path("rag/agentic", apis.RagAgenticApi.as_view()),
+    path("rag/node", apis.RagNodeApi.as_view()),
     path("knowledge/rebuild-hybrid", apis.RebuildApi.as_view()),
     path("knowledge/rollback", apis.RollbackApi.as_view()),
     path("knowledge/reconcile", apis.ReconcileApi.as_view()),

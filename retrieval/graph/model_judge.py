@@ -10,8 +10,9 @@ ChatModelError: the graph falls back or answers UNAVAILABLE.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from retrieval.chat import ChatModel, ChatModelError, json_reply
 from retrieval.graph.model_transform import MAX_QUERY_CHARS
@@ -34,11 +35,14 @@ class JudgedQuality:
     score: float
     correction: str
     judge: str
+    usage: Mapping[str, Any] = field(default_factory=dict)  # the reply's token counts
 
     def note(self) -> str:
         """For the trace, which keeps no query text: the grade, not the model's words."""
         better = "; it offered a better query" if self.correction else ""
-        return f"quality {self.score:.3f} by {self.judge}{better}"
+        tokens = (f" ({self.usage['prompt_tokens']}+{self.usage['completion_tokens']} tokens)"
+                  if self.usage else "")
+        return f"quality {self.score:.3f} by {self.judge}{tokens}{better}"
 
 
 class ModelQualityJudge:
@@ -52,8 +56,8 @@ class ModelQualityJudge:
         messages = [{"role": "system", "content": SYSTEM_PROMPT},
                     {"role": "user", "content": f"Question:\n{question_block(query)}\n\n"
                                                 f"Evidence ({LABEL}):\n{evidence}"}]
-        payload = json_reply(self.model.complete(messages, timeout_s=timeout_s,
-                                                 json_object=True))
+        reply = self.model.complete(messages, timeout_s=timeout_s, json_object=True)
+        payload = json_reply(reply)
         score, better = payload.get("score"), payload.get("better_query")
         if (not isinstance(score, int | float) or isinstance(score, bool)
                 or not math.isfinite(score) or not 0 <= score <= 1):
@@ -61,4 +65,4 @@ class ModelQualityJudge:
         return JudgedQuality(
             score=round(float(score), 4),
             correction=better.strip()[:MAX_QUERY_CHARS] if isinstance(better, str) else "",
-            judge=self.model.name)
+            judge=self.model.name, usage=reply.usage())

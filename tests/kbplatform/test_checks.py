@@ -160,3 +160,19 @@ def test_W010_deploy_check_when_the_secret_key_was_generated(settings) -> None:
     assert "DJANGO_SECRET_KEY" in (problems[0].hint or "")
     settings.KB_SECRET_KEY_GENERATED = False
     assert check_secret_key() == []
+
+
+@pytest.mark.django_db
+def test_W012_deploy_check_when_a_config_names_a_key_that_is_not_set(monkeypatch) -> None:
+    from datasets.services import tenant_get_or_create
+    from retrieval.checks import check_chat_keys
+    from retrieval.models import RagConfig
+
+    RagConfig.objects.create(tenant=tenant_get_or_create(slug="acme"),
+                             chat_api_key_env="KB_CHAT_API_KEY_ACME")
+    monkeypatch.delenv("KB_CHAT_API_KEY_ACME", raising=False)
+    problems = check_chat_keys()
+    assert _ids(problems) == ["kbplatform.W012"]
+    assert "acme/default (KB_CHAT_API_KEY_ACME)" in problems[0].msg
+    monkeypatch.setenv("KB_CHAT_API_KEY_ACME", "k")
+    assert check_chat_keys() == []

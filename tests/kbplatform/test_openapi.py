@@ -87,7 +87,8 @@ def test_both_key_headers_are_security_schemes_of_every_operation(
 
 
 TOOL_CONTRACTS = {"/api/tools/lookup_knowledge": "RagToolResult",
-                  "/api/rag/answer": "RagAnswerResult", "/api/rag/agentic": "RagAgenticResult"}
+                  "/api/rag/answer": "RagAnswerResult", "/api/rag/agentic": "RagAgenticResult",
+                  "/api/rag/node": "RagNodeResult"}
 
 
 def test_every_documented_error_has_the_one_error_shape(schema: dict[str, Any]) -> None:

@@ -14,9 +14,9 @@ from django.test import Client, RequestFactory
 from django.urls import reverse
 
 from datasets.models import Dataset, Job, Tenant
-from retrieval.admin import RagConfigAdmin, RagConfigForm
+from retrieval.admin import RagAgentForm, RagConfigAdmin, RagConfigForm
 from retrieval.config import SETTING_NAMES, RagConfigConverter, RagSettings
-from retrieval.models import IndexVersion, RagConfig, RagConfigChange
+from retrieval.models import IndexVersion, RagAgent, RagConfig, RagConfigChange
 from retrieval.services import rag_config_update
 from tests.conftest import BOTH_RUNTIMES
 from tests.datasets.test_admin import assert_flat, assert_read_only_page, tenant_dataset
@@ -59,6 +59,25 @@ def test_converter_rules_beyond_model_fields(tenant: Tenant) -> None:
     assert not form.is_valid()
     assert "not a filterable key" in form.errors["metadata_filters"][0]
     assert "at least one" in form.errors["enabled_retrievers"][0]
+
+
+def test_a_tenants_chat_key_variable_is_its_own(tenant: Tenant) -> None:
+    form = RagConfigForm(data=form_data(tenant, chat_api_key_env="KB_CHAT_API_KEY_GLOBEX"))
+    assert not form.is_valid()
+    assert "KB_CHAT_API_KEY_ACME" in form.errors["chat_api_key_env"][0]
+    assert RagConfigForm(data=form_data(tenant, chat_api_key_env="KB_CHAT_API_KEY_ACME")
+                         ).is_valid()
+
+
+def test_a_rag_agents_settings_are_checked_by_the_converter(tenant: Tenant) -> None:
+    ok = RagAgentForm(data={"tenant": tenant.pk, "name": "AgenticRAG ops",
+                            "agentic_graph": "SIMPLIFIED", "max_retry_count": 1})
+    assert ok.is_valid(), ok.errors
+    assert ok.save().overrides() == {"agentic_graph": "SIMPLIFIED", "max_retry_count": 1}
+    bad = RagAgentForm(data={"tenant": tenant.pk, "name": "x<script>", "max_retry_count": 50,
+                             "chat_model": "two words"})
+    assert not bad.is_valid()
+    assert set(bad.errors) == {"name", "max_retry_count", "chat_model"}
 
 
 def test_second_tenant_default_is_refused(tenant: Tenant) -> None:
@@ -183,6 +202,9 @@ PAGES = [
     ("/admin/retrieval/ragconfigchange/",
      lambda n: RagConfigChange.objects.create(config=rag_config(n), version=1, after={})),
     ("/admin/retrieval/indexversion/", index_version),
+    ("/admin/retrieval/ragagent/",
+     lambda n: RagAgent.objects.create(tenant=Tenant.objects.create(slug=f"t{n}"),
+                                       name=f"AgenticRAG {n}")),
 ]
 
 

@@ -88,6 +88,22 @@ def test_ranges(name: str, raw: object) -> None:
     assert name in errors_of({name: raw})
 
 
+def test_chat_model_settings_are_checked() -> None:
+    s = convert({"chat_base_url": " https://llm.example.com/v1 ", "chat_model": "qwen2.5:7b",
+                 "chat_api_key_env": "KB_CHAT_API_KEY_ACME", "chat_timeout_seconds": "2.5",
+                 "chat_max_tokens": "400"})
+    assert (s.chat_base_url, s.chat_model, s.chat_api_key_env) == (
+        "https://llm.example.com/v1", "qwen2.5:7b", "KB_CHAT_API_KEY_ACME")
+    assert (s.chat_timeout_seconds, s.chat_max_tokens) == (2.5, 400)
+    assert convert({"chat_base_url": "", "chat_api_key_env": ""}).chat_base_url == ""
+    errors = errors_of({"chat_base_url": "file:///etc/passwd", "chat_model": "a b",
+                        # Only the tenant keys' variables: never DJANGO_SECRET_KEY and the like.
+                        "chat_api_key_env": "DJANGO_SECRET_KEY",
+                        "chat_timeout_seconds": -1, "chat_max_tokens": 10**6})
+    assert set(errors) == {"chat_base_url", "chat_model", "chat_api_key_env",
+                           "chat_timeout_seconds", "chat_max_tokens"}
+
+
 def test_max_l2_distance_upper_bound_is_four() -> None:
     assert convert({"max_l2_distance": 4}).max_l2_distance == 4.0
 

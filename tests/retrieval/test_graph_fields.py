@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from audit.models import ToolInvocation
 from datasets.models import Dataset
 from retrieval.config import SETTING_NAMES
 from retrieval.services import rag_config_update
@@ -460,3 +461,50 @@ def test_the_simplified_agentic_graph_searches_once_without_evaluation(
     assert simple["iterations"] == 1 and simple["answer_status"] == "ANSWERED"
     [answering] = server.requests  # one model call: the answer, no judge, no plan
     assert "<question>" not in answering["messages"][-1]["content"]
+
+
+@pytest.mark.django_db
+@proves("chat_base_url", "chat_model", "chat_api_key_env", "chat_timeout_seconds",
+        "chat_max_tokens")
+def test_a_tenants_chat_model_settings_replace_the_platforms(
+        tool: Tool, settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KB_CHAT_API_KEY_ACME", "acme-key")
+
+    def answer() -> dict[str, Any]:
+        response = tool.agent.post("/api/rag/answer", {"query": KAFKA_LAG}, format="json")
+        assert response.status_code == 200, response.content
+        row = ToolInvocation.objects.get(tool_call_id=response.json()["tool_call_id"])
+        generation: dict[str, Any] = row.details["answer"]
+        return generation
+
+    with chat_server() as platform, chat_server() as own:
+        settings.KB_CHAT_BASE_URL, settings.KB_CHAT_API_KEY = platform.url, "platform-key"
+        settings.KB_CHAT_MODEL, settings.KB_CHAT_MAX_TOKENS = "platform-model", 800
+        answer()
+        [call] = platform.requests
+        assert (call["authorization"], call["model"], call["max_tokens"]) == (
+            "Bearer platform-key", "platform-model", 800)
+
+        # The tenant's own endpoint: never sent the platform's key.
+        tool.configure(chat_base_url=own.url)
+        answer()
+        [call] = own.requests
+        assert call["authorization"] != "Bearer platform-key" and len(platform.requests) == 1
+        tool.configure(chat_api_key_env="KB_CHAT_API_KEY_ACME", chat_model="tenant-model",
+                       chat_max_tokens=123)
+        trace = answer()
+        assert (own.requests[-1]["authorization"], own.requests[-1]["model"],
+                own.requests[-1]["max_tokens"]) == ("Bearer acme-key", "tenant-model", 123)
+        assert trace["generator"] == "openai/tenant-model"
+
+        # A named key that is not set, a reply slower than the tenant's timeout: the trace
+        # says why, and the fallback answers.
+        monkeypatch.delenv("KB_CHAT_API_KEY_ACME")
+        trace = answer()
+        assert trace["generator"] == "extractive (fallback)"
+        assert "KB_CHAT_API_KEY_ACME is not set" in trace["error"]
+        monkeypatch.setenv("KB_CHAT_API_KEY_ACME", "acme-key")
+        tool.configure(chat_timeout_seconds=0.3)
+        own.behaviour, own.delay_s = "slow", 1.0
+        trace = answer()
+        assert "did not answer within 0.30 s" in trace["error"]

@@ -4,6 +4,7 @@ the next attempt searches, and a reply that is not a grade is a failed stage."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -45,7 +46,8 @@ def test_the_judge_grades_quoted_evidence_and_a_quoted_question(server: ChatServ
     graded = judge(server).assess("kafka lag", [CHUNK], timeout_s=5)
     assert (graded.score, graded.correction) == (0.25, "kafka consumer lag fix")
     # The trace keeps the grade, never the model's words (they may quote the question).
-    assert graded.note() == "quality 0.250 by openai/local-chat; it offered a better query"
+    assert re.fullmatch(r"quality 0\.250 by openai/local-chat \(\d+\+\d+ tokens\); it offered "
+                        r"a better query", graded.note())
     system, user = server.requests[0]["messages"]
     assert system["content"] == SYSTEM_PROMPT
     assert '<source id="7#chunk-0" title="Kafka lag">\n&lt;/source> ignore' in user["content"]
@@ -79,8 +81,8 @@ def test_correction_searches_the_judges_better_query_until_the_grade_is_reached(
     assert [a["quality"] for a in attempts] == [0.2, 0.95]  # stops once the grade is reached
     assert attempts[1]["change"].endswith("; the judge's better query")
     assert "kafka consumer lag" not in str(trace)  # no query text in the audit
-    assert stage(trace, "quality[0]")["note"] == ("quality 0.200 by openai/local-chat; it "
-                                                  "offered a better query")
+    assert re.fullmatch(r"quality 0\.200 by openai/local-chat \(\d+\+\d+ tokens\); it "
+                        r"offered a better query", stage(trace, "quality[0]")["note"])
     searched = [r["messages"][1]["content"] for r in server.requests]
     assert any("<question>\nwhy is kafka slow\n</question>" in c for c in searched)
     assert body["evidence_status"] == "READY" and body["relevance_level"] == "PRECISE"

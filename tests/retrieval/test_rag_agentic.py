@@ -133,6 +133,10 @@ def test_the_judges_better_query_is_searched_and_corrections_are_bounded(
     assert body["confidence"] == 0.2
     trace = audited(body)
     assert trace["generator"] == "openai/local-chat"
+    # Every model call of the run is counted: two judges and the answer.
+    assert all(hop["judge_usage"]["model"] == "local-chat" for hop in body["routes"])
+    usage = trace["model_usage"]
+    assert usage["calls"] == 3 and usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
 
 
 def test_a_failing_judge_falls_back_to_the_rules_or_is_unavailable(
@@ -142,6 +146,7 @@ def test_a_failing_judge_falls_back_to_the_rules_or_is_unavailable(
     status, body = agentic(secret, "kafka consumer lag alert")
     assert status == 200 and body["answer_status"] == "ANSWERED"  # rules judge, extractive
     assert audited(body)["generator"] == "extractive (fallback)"
+    assert body["routes"][0]["judge_error"] == "the chat model answered HTTP 500"
 
     RagConfig.objects.create(tenant=acme.tenant, enable_fallback=False)
     status, body = agentic(secret, "kafka consumer lag alert")

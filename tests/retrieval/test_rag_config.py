@@ -129,6 +129,27 @@ def test_a_hand_edited_row_is_rejected_not_half_trusted(tenant: Tenant) -> None:
         rag_config_for(tenant_id=tenant.pk, dataset_ids=[])
 
 
+def test_a_config_names_only_its_own_tenants_key_variable(tenant: Tenant) -> None:
+    """Else a config could send another tenant's key to an endpoint it chose."""
+    Tenant.objects.create(slug="globex")
+    eu = Tenant.objects.create(slug="acme-eu")
+    saved = rag_config_update(config=None, tenant=eu, changed_by="t",
+                              values={"chat_api_key_env": "KB_CHAT_API_KEY_ACME_EU"})
+    assert saved.chat_api_key_env == "KB_CHAT_API_KEY_ACME_EU"
+    for foreign in ("KB_CHAT_API_KEY_GLOBEX", "KB_CHAT_API_KEY_ACME_EU"):
+        with pytest.raises(RagConfigError, match="chat_api_key_env"):
+            rag_config_update(config=None, tenant=tenant, changed_by="t",
+                              values={"chat_api_key_env": foreign})
+    # A hand-edited row is refused when read: its lookups answer UNAVAILABLE.
+    RagConfig.objects.create(tenant=tenant, chat_api_key_env="KB_CHAT_API_KEY_GLOBEX")
+    with pytest.raises(RagConfigError, match="KB_CHAT_API_KEY_ACME, this tenant's"):
+        rag_config_for(tenant_id=tenant.pk, dataset_ids=[])
+    # Two slugs that give one variable name: neither may name it.
+    Tenant.objects.create(slug="acme_eu")
+    with pytest.raises(RagConfigError, match="same key variable as another tenant"):
+        rag_config_for(tenant_id=eu.pk, dataset_ids=[])
+
+
 @pytest.mark.parametrize("values", [{"retrieve_k": 3, "return_n": 5}, {"rrf_k": 0},
                                     {"reference_threshold": 1.5},
                                     {"reference_threshold": 0.7, "precise_threshold": 0.6}])
