@@ -15,8 +15,9 @@ from audit.models import ToolInvocation
 
 PROBE_LIMIT = 10_000  # a filtered list counts at most this many rows
 DETAIL_FIELDS = ("created_at", "tool_call_id", "session_id", "tenant", "api_key", "tool_name",
-                 "outcome", "evidence_status", "relevance_level", "returned_count", "latency_ms",
-                 "config_version", "query_hash", "query_length", "query_text", "error")
+                 "channel", "outcome", "evidence_status", "relevance_level", "returned_count",
+                 "latency_ms", "config_version", "query_hash", "query_length", "query_text",
+                 "error")
 
 
 class EstimatedCountPaginator(Paginator):
@@ -42,9 +43,10 @@ class EstimatedCountPaginator(Paginator):
 
 @admin.register(ToolInvocation)
 class ToolInvocationAdmin(admin.ModelAdmin):
-    list_display = ["created_at", "tool_call_id", "session_id", "tenant", "outcome",
-                    "evidence_status", "relevance_level", "returned_count", "latency_ms"]
-    list_filter = ["tenant", "outcome", "relevance_level", "created_at"]
+    list_display = ["created_at", "tool_call_id", "session_id", "tenant", "tool_name", "channel",
+                    "outcome", "evidence_status", "relevance_level", "returned_count",
+                    "latency_ms"]
+    list_filter = ["tenant", "outcome", "channel", "relevance_level", "created_at"]
     list_select_related = ["tenant"]
     # Exact matches use the indexes; a substring search would scan the whole table.
     search_fields = ["=tool_call_id", "=session_id"]

@@ -28,6 +28,11 @@ class Outcome(models.TextChoices):
     ERROR = "error", "internal error (5xx)"
 
 
+class Channel(models.TextChoices):
+    REST = "rest", "REST API"
+    MCP = "mcp", "MCP"
+
+
 class ToolInvocation(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     tool_call_id = models.CharField(max_length=128, blank=True)
@@ -38,6 +43,8 @@ class ToolInvocation(models.Model):
     api_key = models.ForeignKey(ApiKey, on_delete=models.SET_NULL, null=True, blank=True,
                                 related_name="tool_invocations")
     tool_name = models.CharField(max_length=64, default="lookup_knowledge")
+    channel = models.CharField(max_length=8, choices=Channel.choices, default=Channel.REST,
+                               help_text="How the agent called: the REST API or MCP.")
     outcome = models.CharField(max_length=16, choices=Outcome.choices)
     evidence_status = models.CharField(max_length=16, blank=True)
     relevance_level = models.CharField(max_length=16, blank=True)

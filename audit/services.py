@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 from rest_framework import exceptions
 
-from audit.models import Outcome, ToolInvocation
+from audit.models import Channel, Outcome, ToolInvocation
 from audit.types import InvocationRecord
 from datasets.models import ApiKey
 
@@ -35,13 +35,15 @@ def invocation_record(*, api_key: ApiKey | None, latency_ms: float,
                       result: InvocationRecord | None = None,
                       payload: Mapping[str, Any] | None = None,
                       error: Exception | None = None,
-                      tool_name: str = "lookup_knowledge") -> None:
+                      tool_name: str = "lookup_knowledge", channel: str = Channel.REST) -> None:
     """Write the audit row of one tool call. Never raises: the audit must not break a lookup.
-    `tool_name` names the tool of a failed call (an answered one carries its own)."""
+    `tool_name` names the tool of a failed call (an answered one carries its own); `channel`
+    is "rest" or "mcp"."""
     try:
         row = _invocation_row(api_key=api_key, latency_ms=latency_ms, result=result,
                               payload=payload, error=error)
         row.tool_name = result.tool_name if result is not None else tool_name
+        row.channel = channel
         if transaction.get_connection().in_atomic_block:
             # A savepoint: a failed insert must not poison the caller's transaction.
             with transaction.atomic():

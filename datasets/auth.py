@@ -92,23 +92,36 @@ def api_key_resolve(plaintext: str) -> ApiKey | None:
     return key
 
 
+def bearer(header: str) -> str:
+    """The key of an `Authorization: Bearer <key>` header; "" without one."""
+    return header[7:].strip() if header.lower().startswith("bearer ") else ""
+
+
+def caller_for_key(plaintext: str) -> Caller:
+    """The caller a key stands for (every channel: REST, MCP); AuthenticationFailed when it
+    is not a valid key, NotAuthenticated when there is none."""
+    if not plaintext:
+        raise exceptions.NotAuthenticated()
+    key = api_key_resolve(plaintext)
+    if key is None:
+        raise exceptions.AuthenticationFailed("the API key is not valid or was revoked")
+    now = timezone.now()
+    if key.last_used_at is None or (now - key.last_used_at).total_seconds() > 60:
+        # At most one write a minute per key: this runs on every lookup.
+        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+    return Caller(api_key=key)
+
+
 class ApiKeyAuthentication(authentication.BaseAuthentication):
     """`Authorization: Bearer <key>` or `X-API-Key: <key>`."""
 
     def authenticate(self, request: Request) -> tuple[Caller, ApiKey] | None:
-        header = request.headers.get("Authorization", "")
-        plaintext = header[7:].strip() if header.lower().startswith("bearer ") else ""
+        plaintext = bearer(request.headers.get("Authorization", ""))
         plaintext = plaintext or request.headers.get("X-API-Key", "").strip()
         if not plaintext:
             return None
-        key = api_key_resolve(plaintext)
-        if key is None:
-            raise exceptions.AuthenticationFailed("the API key is not valid or was revoked")
-        now = timezone.now()
-        if key.last_used_at is None or (now - key.last_used_at).total_seconds() > 60:
-            # At most one write a minute per key: this runs on every lookup.
-            ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
-        return Caller(api_key=key), key
+        who = caller_for_key(plaintext)
+        return who, who.api_key
 
     def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="kbplatform"'

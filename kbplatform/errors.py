@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -39,25 +40,45 @@ def error_body(code: str, message: str, extra: dict[str, Any] | None = None) -> 
     return {"code": code, "message": message, "extra": extra or {}}
 
 
+def as_api_exception(exc: Exception) -> Exception:
+    # A locked or unreachable database is a failed backend, like a down Milvus.
+    if isinstance(exc, DatabaseError):
+        return ServiceUnavailable("the database is unavailable; try again shortly")
+    # Django's own, as DRF's handler converts them.
+    if isinstance(exc, Http404):
+        return exceptions.NotFound()
+    if isinstance(exc, PermissionDenied):
+        return exceptions.PermissionDenied()
+    return exc
+
+
+def error_of(exc: Exception) -> tuple[int, dict[str, Any]]:
+    """The HTTP status and the error body the API answers for `exc`: the REST API and the
+    MCP server's tool errors say the same."""
+    exc = as_api_exception(exc)
+    if isinstance(exc, ApiError):
+        return exc.status_code, error_body(exc.code, str(exc.detail), exc.extra)
+    if isinstance(exc, exceptions.ValidationError):
+        return exc.status_code, error_body("invalid", "The request is not valid.",
+                                           {"fields": exc.detail})
+    if isinstance(exc, exceptions.APIException):
+        codes = exc.get_codes()
+        code = codes if isinstance(codes, str) else exc.default_code
+        return exc.status_code, error_body(str(code), str(exc.detail))
+    return status.HTTP_500_INTERNAL_SERVER_ERROR, error_body("internal_error",
+                                                              "Internal server error.")
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, DatabaseError):
-        # A locked or unreachable database is a failed backend, like a down Milvus.
         logger.warning("database error in %s: %r", context.get("view"), exc)
-        exc = ServiceUnavailable("the database is unavailable; try again shortly")
+    exc = as_api_exception(exc)
     response = drf_exception_handler(exc, context)
     if response is None:
         # Unexpected: log with the traceback, never leak the exception text to the client.
         logger.exception("unhandled error in %s", context.get("view"))
-        return Response(error_body("internal_error", "Internal server error."),
-                        status=status.HTTP_500_INTERNAL_SERVER_ERROR)
-    if isinstance(exc, ApiError):
-        response.data = error_body(exc.code, str(exc.detail), exc.extra)
-    elif isinstance(exc, exceptions.ValidationError):
-        response.data = error_body("invalid", "The request is not valid.", {"fields": exc.detail})
-    elif isinstance(exc, exceptions.APIException):
-        codes = exc.get_codes()
-        code = codes if isinstance(codes, str) else exc.default_code
-        response.data = error_body(str(code), str(exc.detail))
+        return Response(error_of(exc)[1], status=status.HTTP_500_INTERNAL_SERVER_ERROR)
+    response.data = error_of(exc)[1]
     return response
 
 

@@ -71,6 +71,9 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "kbplatform.urls"
 WSGI_APPLICATION = "kbplatform.wsgi.application"
+# WSGI apps served beside Django, by path prefix (kbplatform/wsgi.py): the MCP server over
+# streamable HTTP (docs/agents.md).
+KB_WSGI_MOUNTS = {"/mcp": "retrieval.agents.mcp_http.McpWsgiApp"}
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
@@ -265,7 +268,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("KB_LOG_LEVEL", "INFO")},
     "loggers": {
-        **{name: {"level": "WARNING"} for name in ("jieba", "milvus_lite", "faiss")},
+        # httpx (the MCP client's HTTP, in bench_agents) says INFO on every request.
+        **{name: {"level": "WARNING"} for name in ("jieba", "milvus_lite", "faiss", "httpx",
+                                                   "httpx2")},
         # A Milvus Lite file held by another process: the store says what to do about it.
         "milvus_lite.server_manager": {"level": "CRITICAL"},
         # pymilvus logs every failed RPC with a traceback, expected ones too (an alias that
@@ -275,6 +280,9 @@ LOGGING = {
         "pymilvus.orm.iterator": {"level": "ERROR"},
         # A folder as the broker has no host name, which kombu warns about on every connect.
         "kombu.connection": {"level": "ERROR"},
+        # The MCP transport says INFO on every stateless request (a session opened and closed).
+        "mcp.server.streamable_http": {"level": "WARNING"},
+        "mcp.server.streamable_http_manager": {"level": "WARNING"},
         # Tasks run in-process report themselves in the command that ran them.
         **({"celery.app.trace": {"level": "WARNING"}} if CELERY_TASK_ALWAYS_EAGER else {}),
     },

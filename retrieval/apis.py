@@ -4,11 +4,9 @@ the platform's index operations."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from django.conf import settings
 from django.db import DatabaseError
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -17,8 +15,11 @@ from drf_spectacular.utils import (
     PolymorphicProxySerializer,
     extend_schema,
     extend_schema_serializer,
+    extend_schema_view,
 )
 from rest_framework import exceptions, serializers, status
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -26,68 +27,33 @@ from rest_framework.views import APIView
 from audit.services import invocation_record
 from datasets.auth import Caller, IsPlatformKey, caller
 from datasets.models import ApiKey, Job
-from datasets.selectors import MAX_DB_ID, NotFound, db_id, readable_datasets
+from datasets.selectors import NotFound, db_id
 from datasets.serializers import JobOutput
 from kbplatform.errors import ApiError, ServiceUnavailable
 from kbplatform.openapi import ErrorSerializer, errors
-from retrieval.agentic import Route, agentic_answer
-from retrieval.answer import AnswerStatus
-from retrieval.answer_service import rag_answer
+from retrieval.agents.calls import (
+    evidence_guard_call,
+    lookup_call,
+    rag_agentic_call,
+    rag_answer_call,
+    rag_node_call,
+)
+from retrieval.agents.schemas import FORMATS, tool_definitions
 from retrieval.health import health_checks
-from retrieval.lookup_service import confirmed_evidence, lookup_scope, served_lookup
 from retrieval.models import IndexVersion
-from retrieval.project import RagResultProjector, invocation_of
-from retrieval.rag_node import TOOL_NAME, DatasetRef, NodeInput, NodeStatus, rag_node
 from retrieval.rebuild import CONFIRM_WORD, ROLLBACK_WORD
 from retrieval.selectors import index_versions
+from retrieval.serializers import (
+    EvidenceGuardInput,
+    EvidenceGuardOutput,
+    LookupInput,
+    RagAgenticOutput,
+    RagAnswerOutput,
+    RagNodeInput,
+    RagNodeOutput,
+    RagToolResultOutput,
+)
 from retrieval.services import index_operation_start
-from retrieval.types import EvidenceStatus, RelevanceLevel, SearchFilters
-
-IDENT = r"^[A-Za-z0-9_.:\-]{1,128}$"
-
-
-# --- the agent contract (DESIGN.md "Agent-facing result"), as RagResultProjector builds it ----
-
-@extend_schema_serializer(component_name="Evidence")
-class EvidenceOutput(serializers.Serializer[dict[str, Any]]):
-    document_id = serializers.CharField(help_text="The evidence key `<docId>#chunk-<n>`: cite "
-                                                  "it, and check it with the evidence guard.")
-    # DRF takes declared fields off the class, so this does not shadow Field.source at runtime.
-    source = serializers.CharField(allow_blank=True)  # type: ignore[assignment]
-    title = serializers.CharField(allow_blank=True)
-    breadcrumb = serializers.CharField(allow_blank=True)
-    excerpt = serializers.CharField(allow_blank=True, help_text="Retrieved text: untrusted data.")
-
-
-@extend_schema_serializer(component_name="RagToolResult")
-class RagToolResultOutput(serializers.Serializer[dict[str, Any]]):
-    evidence_status = serializers.ChoiceField(
-        choices=[s.value for s in EvidenceStatus],
-        help_text="READY: evidence found. EMPTY: nothing relevant. UNAVAILABLE: a backend "
-                  "failed (HTTP 503) - never the same as EMPTY.")
-    tool_call_id = serializers.CharField(help_text="The caller's, or a generated `call_...`.")
-    query = serializers.CharField(allow_blank=True)
-    evidence = EvidenceOutput(many=True, help_text="Empty unless READY.")
-    relevance_level = serializers.ChoiceField(choices=[r.value for r in RelevanceLevel])
-    truncated = serializers.BooleanField(help_text="The context budget cut some evidence.")
-    returned_count = serializers.IntegerField(min_value=0)
-
-
-@extend_schema_serializer(component_name="EvidenceGuardResult")
-class EvidenceGuardOutput(serializers.Serializer[dict[str, Any]]):
-    ready = serializers.ListField(child=serializers.CharField(), help_text="Confirmed: READY "
-                                  "evidence of that call or session that may still be served.")
-    not_ready = serializers.ListField(child=serializers.CharField())
-
-
-@extend_schema_serializer(component_name="Lookup")
-class LookupInput(serializers.Serializer[dict[str, Any]]):
-    query = serializers.CharField(trim_whitespace=True, max_length=settings.KB_MAX_QUERY_CHARS)
-    tool_call_id = serializers.RegexField(IDENT, required=False)
-    session_id = serializers.RegexField(IDENT, required=False)
-    dataset_ids = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=MAX_DB_ID), required=False,
-        max_length=100)
 
 
 def _unavailable(component: str, contract: type[serializers.Serializer[Any]]
@@ -105,6 +71,8 @@ class _AuditedToolApi(APIView):
     UNAVAILABLE), `handle_exception` for every failure, a 401 from `initial` included."""
 
     tool_name = "lookup_knowledge"
+    contract: type[serializers.Serializer[dict[str, Any]]] = LookupInput
+    call = staticmethod(lookup_call)
     started = 0.0
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
@@ -118,13 +86,16 @@ class _AuditedToolApi(APIView):
                           error=exc, latency_ms=self._elapsed_ms(), tool_name=self.tool_name)
         return super().handle_exception(exc)
 
-    def _scoped(self, request: Request) -> tuple[Caller, dict[str, Any], SearchFilters]:
-        """The caller, its validated body and the scope its key (and body) give."""
+    def post(self, request: Request) -> Response:
         who = caller(request)
-        data = LookupInput(data=request.data)
+        data = self.contract(data=request.data)
         data.is_valid(raise_exception=True)
-        values = data.validated_data
-        return who, values, lookup_scope(caller=who, requested=values.get("dataset_ids"))
+        done = self.call(who, data.validated_data)
+        # Last, so that anything raising above is audited once, by handle_exception.
+        invocation_record(api_key=who.api_key, result=done.record,
+                          latency_ms=self._elapsed_ms())
+        return Response(done.body, status=status.HTTP_503_SERVICE_UNAVAILABLE
+                        if done.unavailable else status.HTTP_200_OK)
 
     def _elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000
@@ -144,312 +115,118 @@ class _AuditedToolApi(APIView):
         return data if isinstance(data, Mapping) else None
 
 
+@extend_schema_view(post=extend_schema(
+    operation_id="lookup_knowledge", summary="The lookup_knowledge tool",
+    description="Tenant and datasets come from the API key; `dataset_ids` can only narrow "
+                "them. Any role.",
+    request=LookupInput,
+    responses={
+        200: OpenApiResponse(RagToolResultOutput, description="READY or EMPTY."),
+        503: _unavailable("LookupUnavailable", RagToolResultOutput),
+        **errors(400, 401, 415, e400="Invalid input, or a dataset id the key may not read."),
+    }))
 class LookupKnowledgeApi(_AuditedToolApi):
     """The tool."""
 
-    @extend_schema(
-        operation_id="lookup_knowledge", summary="The lookup_knowledge tool",
-        description="Tenant and datasets come from the API key; `dataset_ids` can only narrow "
-                    "them. Any role.",
-        request=LookupInput,
-        responses={
-            200: OpenApiResponse(RagToolResultOutput, description="READY or EMPTY."),
-            503: _unavailable("LookupUnavailable", RagToolResultOutput),
-            **errors(400, 401, 415,
-                     e400="Invalid input, or a dataset id the key may not read."),
-        })
-    def post(self, request: Request) -> Response:
-        who, values, filters = self._scoped(request)
-        result = served_lookup(filters=filters, query=values["query"],
-                               tool_call_id=values.get("tool_call_id", ""),
-                               session_id=values.get("session_id", ""))
-        body = RagResultProjector().project(result)
-        # Last, so that anything raising above is audited once, by handle_exception.
-        invocation_record(api_key=who.api_key, result=invocation_of(result),
-                          latency_ms=self._elapsed_ms())
-        unavailable = result.evidence_status == EvidenceStatus.UNAVAILABLE
-        return Response(body, status=status.HTTP_503_SERVICE_UNAVAILABLE if unavailable
-                        else status.HTTP_200_OK)
 
-
-@extend_schema_serializer(component_name="RagAnswerResult")
-class RagAnswerOutput(serializers.Serializer[dict[str, Any]]):
-    answer = serializers.CharField(allow_blank=True, help_text="Empty unless ANSWERED. Built "
-                                   "from retrieved text: cite it by `citations`.")
-    citations = serializers.ListField(
-        child=serializers.CharField(), help_text="Evidence `document_id`s the answer rests on, "
-        "each confirmed by the evidence guard for this call.")
-    answer_status = serializers.ChoiceField(
-        choices=[s.value for s in AnswerStatus],
-        help_text="ANSWERED; NO_ANSWER: evidence was found but does not answer; EMPTY: nothing "
-                  "relevant; UNAVAILABLE: a backend failed (HTTP 503).")
-    evidence_status = serializers.ChoiceField(choices=[s.value for s in EvidenceStatus])
-    tool_call_id = serializers.CharField()
-    query = serializers.CharField(allow_blank=True)
-    evidence = EvidenceOutput(many=True, help_text="The lookup's evidence, as the tool returns "
-                                                   "it.")
-    relevance_level = serializers.ChoiceField(choices=[r.value for r in RelevanceLevel])
-    truncated = serializers.BooleanField()
-    returned_count = serializers.IntegerField(min_value=0)
-
-
+@extend_schema_view(post=extend_schema(
+    operation_id="rag_answer", summary="An answer with citations (standard RAG)",
+    description="Runs the lookup_knowledge tool (same scope, config and audit), then answers "
+                "from its evidence: with the chat model of the tenant's RagConfig or "
+                "KB_CHAT_BASE_URL, else extractively. Any role.",
+    request=LookupInput,
+    responses={200: OpenApiResponse(RagAnswerOutput, description="ANSWERED, NO_ANSWER or "
+                                                                  "EMPTY."),
+               503: _unavailable("RagAnswerUnavailable", RagAnswerOutput),
+               **errors(400, 401, 415)}))
 class RagAnswerApi(_AuditedToolApi):
     """The standard RAG answer: the tool's lookup, then an answer with citations."""
 
     tool_name = "rag_answer"
-
-    @extend_schema(
-        operation_id="rag_answer", summary="An answer with citations (standard RAG)",
-        description="Runs the lookup_knowledge tool (same scope, config and audit), then "
-                    "answers from its evidence: with the chat model of KB_CHAT_BASE_URL, else "
-                    "extractively. Any role.",
-        request=LookupInput,
-        responses={200: OpenApiResponse(RagAnswerOutput, description="ANSWERED, NO_ANSWER or "
-                                                                      "EMPTY."),
-                   503: _unavailable("RagAnswerUnavailable", RagAnswerOutput),
-                   **errors(400, 401, 415)})
-    def post(self, request: Request) -> Response:
-        who, values, filters = self._scoped(request)
-        outcome = rag_answer(filters=filters, query=values["query"],
-                             tool_call_id=values.get("tool_call_id", ""),
-                             session_id=values.get("session_id", ""))
-        body = {"answer": outcome.answer, "citations": list(outcome.citations),
-                "answer_status": outcome.status.value, **outcome.body}
-        invocation_record(api_key=who.api_key, latency_ms=self._elapsed_ms(),
-                          result=replace(invocation_of(outcome.result), tool_name=self.tool_name,
-                                         answer=outcome.trace()))
-        unavailable = outcome.status is AnswerStatus.UNAVAILABLE
-        return Response(body, status=status.HTTP_503_SERVICE_UNAVAILABLE if unavailable
-                        else status.HTTP_200_OK)
+    call = staticmethod(rag_answer_call)
 
 
-@extend_schema_serializer(component_name="AgenticIteration")
-class AgenticIterationOutput(serializers.Serializer[dict[str, Any]]):
-    iteration = serializers.IntegerField(min_value=0)
-    route = serializers.ChoiceField(choices=[r.value for r in Route])
-    query = serializers.CharField(required=False, help_text="What this iteration searched.")
-    next = serializers.CharField(required=False, help_text="What the next iteration searches.")
-    evidence_status = serializers.CharField(required=False)
-    returned = serializers.IntegerField(required=False)
-    quality = serializers.FloatField(required=False, help_text="The judge's grade, 0-1.")
-    judge_usage = serializers.DictField(required=False, help_text="The model judge's token "
-                                        "counts: model, prompt_tokens, completion_tokens.")
-    judge_error = serializers.CharField(required=False, help_text="Why the model judge "
-                                        "failed, when the rules judged instead.")
-    reason = serializers.CharField(required=False)
-
-
-@extend_schema_serializer(component_name="RagAgenticResult")
-class RagAgenticOutput(serializers.Serializer[dict[str, Any]]):
-    answer = serializers.CharField(allow_blank=True)
-    citations = serializers.ListField(child=serializers.CharField(), help_text="Evidence "
-                                      "`document_id`s, confirmed by the evidence guard for "
-                                      "the call's session.")
-    answer_status = serializers.ChoiceField(choices=[s.value for s in AnswerStatus])
-    confidence = serializers.FloatField(help_text="The mean grade of the sub-questions, 0-1.")
-    iterations = serializers.IntegerField(min_value=0)
-    routes = AgenticIterationOutput(many=True, help_text="The route taken after each "
-                                                         "iteration.")
-    evidence = EvidenceOutput(many=True, help_text="What the answer was built from: each "
-                              "sub-question's best evidence in turn, at most 8 items.")
-    tool_call_id = serializers.CharField()
-    session_id = serializers.CharField(help_text="Each iteration's lookup is recorded under "
-                                                 "it: check citations with the guard.")
-    query = serializers.CharField()
-
-
+@extend_schema_view(post=extend_schema(
+    operation_id="rag_agentic", summary="An answer with citations (agentic RAG)",
+    description="Plans sub-questions, runs the tool's lookup for each, grades the evidence "
+                "and corrects weak searches (the chat model of the tenant's RagConfig or "
+                "KB_CHAT_BASE_URL when set, else rules), then answers. "
+                "RagConfig.agentic_graph SIMPLIFIED searches once. Any role.",
+    request=LookupInput,
+    responses={200: OpenApiResponse(RagAgenticOutput, description="ANSWERED, NO_ANSWER or "
+                                                                   "EMPTY."),
+               503: _unavailable("RagAgenticUnavailable", RagAgenticOutput),
+               **errors(400, 401, 415)}))
 class RagAgenticApi(_AuditedToolApi):
     """Agentic RAG: plan, retrieve, evaluate, self-correct, then answer with citations."""
 
     tool_name = "rag_agentic"
-
-    @extend_schema(
-        operation_id="rag_agentic", summary="An answer with citations (agentic RAG)",
-        description="Plans sub-questions, runs the tool's lookup for each, grades the evidence "
-                    "and corrects weak searches (the chat model of KB_CHAT_BASE_URL when set, "
-                    "else rules), then answers. RagConfig.agentic_graph SIMPLIFIED searches "
-                    "once. Any role.",
-        request=LookupInput,
-        responses={200: OpenApiResponse(RagAgenticOutput, description="ANSWERED, NO_ANSWER "
-                                                                       "or EMPTY."),
-                   503: _unavailable("RagAgenticUnavailable", RagAgenticOutput),
-                   **errors(400, 401, 415)})
-    def post(self, request: Request) -> Response:
-        who, values, filters = self._scoped(request)
-        outcome = agentic_answer(filters=filters, query=values["query"],
-                                 tool_call_id=values.get("tool_call_id", ""),
-                                 session_id=values.get("session_id", ""))
-        state = outcome.state
-        body = {"answer": outcome.answer, "citations": list(outcome.citations),
-                "answer_status": outcome.status.value, "confidence": outcome.confidence,
-                "iterations": state.iteration, "routes": state.routes,
-                "evidence": list(state.candidates.values()),
-                "tool_call_id": outcome.tool_call_id, "session_id": outcome.session_id,
-                "query": state.query}
-        invocation_record(api_key=who.api_key, latency_ms=self._elapsed_ms(),
-                          result=outcome.invocation(filters))
-        unavailable = outcome.status is AnswerStatus.UNAVAILABLE
-        return Response(body, status=status.HTTP_503_SERVICE_UNAVAILABLE if unavailable
-                        else status.HTTP_200_OK)
+    call = staticmethod(rag_agentic_call)
 
 
-@extend_schema_serializer(component_name="RagNode")
-class RagNodeInput(serializers.Serializer[dict[str, Any]]):
-    query = serializers.CharField(required=False, allow_blank=True,
-                                  max_length=settings.KB_MAX_QUERY_CHARS,
-                                  help_text="The task's query parameter: searched when given.")
-    rag_keywords = serializers.ListField(
-        child=serializers.CharField(max_length=200, allow_blank=True), required=False,
-        max_length=50, help_text="The intent's keywords: searched, joined by spaces, when "
-                                 "there is no query.")
-    user_input = serializers.CharField(required=False, allow_blank=True,
-                                       max_length=settings.KB_MAX_QUERY_CHARS,
-                                       help_text="Searched when neither of the above is given.")
-    target_dataset_ids = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=MAX_DB_ID), required=False,
-        max_length=100, help_text="Exactly these (of those the key may read).")
-    target_dataset_name = serializers.CharField(
-        required=False, allow_blank=True, max_length=100,
-        help_text="Without ids: empty, 全部 or all = every readable dataset; else the dataset "
-                  "of that name, else those whose name contains it.")
-    agent = serializers.CharField(required=False, allow_blank=True, max_length=100,
-                                  help_text="The task's agent: a RagAgent of the tenant by this "
-                                            "name runs the question with its settings.")
-    sub_agents = serializers.ListField(
-        child=serializers.CharField(max_length=100, allow_blank=True), required=False,
-        max_length=20, help_text="The loop agent's sub-agents: the first that is a RagAgent of "
-                                 "the tenant is delegated to (after `agent`).")
-    tool_call_id = serializers.RegexField(IDENT, required=False)
-    session_id = serializers.RegexField(IDENT, required=False)
-
-    def validate_rag_keywords(self, value: list[str]) -> list[str]:
-        if len(" ".join(value)) > settings.KB_MAX_QUERY_CHARS:
-            raise serializers.ValidationError(
-                f"joined, at most {settings.KB_MAX_QUERY_CHARS} characters")
-        return value
-
-
-@extend_schema_serializer(component_name="TargetDataset")
-class TargetDatasetOutput(serializers.Serializer[dict[str, Any]]):
-    id = serializers.IntegerField()
-    name = serializers.CharField()
-
-
-@extend_schema_serializer(component_name="RagNodeStructured")
-class RagNodeStructuredOutput(serializers.Serializer[dict[str, Any]]):
-    confidence = serializers.FloatField()
-    iterations = serializers.IntegerField(min_value=0)
-    target_datasets = TargetDatasetOutput(many=True)
-
-
-@extend_schema_serializer(component_name="RagNodeResult")
-class RagNodeOutput(serializers.Serializer[dict[str, Any]]):
-    status = serializers.ChoiceField(
-        choices=[s.value for s in NodeStatus],
-        help_text="The answer's statuses, and NO_KNOWLEDGE_BASE (no readable dataset matched "
-                  "the target: 未配置知识库, not EMPTY) and NEEDS_INPUT (nothing to look up: "
-                  "see `missing`).")
-    result = serializers.CharField(help_text="For the loop: the answer, else the evidence as "
-                                             "delimited untrusted snippets, else why not.")
-    answer = serializers.CharField(allow_blank=True)
-    citations = serializers.ListField(child=serializers.CharField())
-    structured = RagNodeStructuredOutput()
-    query = serializers.CharField(allow_blank=True, help_text="What was searched.")
-    query_source = serializers.ChoiceField(choices=["query", "rag_keywords", "user_input", ""])
-    selected_by = serializers.ChoiceField(choices=["ids", "all", "name", "contains", ""],
-                                          help_text="Which rule chose the datasets.")
-    delegated_to = serializers.CharField(allow_blank=True, help_text="The RagAgent that ran "
-                                         "the question; empty: the node's own agentic graph.")
-    missing = serializers.ListField(child=serializers.CharField())
-    routes = AgenticIterationOutput(many=True)
-    evidence = EvidenceOutput(many=True)
-    tool_call_id = serializers.CharField()
-    session_id = serializers.CharField()
-
-
+@extend_schema_view(post=extend_schema(
+    operation_id="rag_node", summary="The RAG node of an agent loop",
+    description="Builds the query from the task (query, else rag_keywords, else user_input), "
+                "picks the datasets by target, and runs agentic RAG: a named RagAgent's, else "
+                "the node's own. Tenant and datasets come from the key. Any role.",
+    request=RagNodeInput,
+    responses={200: OpenApiResponse(RagNodeOutput, description="Every status but "
+                                                                "UNAVAILABLE."),
+               503: _unavailable("RagNodeUnavailable", RagNodeOutput),
+               **errors(400, 401, 415)}))
 class RagNodeApi(_AuditedToolApi):
     """The RAG node of an agent loop (seed 003 §5)."""
 
-    tool_name = TOOL_NAME
-
-    @extend_schema(
-        operation_id="rag_node", summary="The RAG node of an agent loop",
-        description="Builds the query from the task (query, else rag_keywords, else "
-                    "user_input), picks the datasets by target, and runs agentic RAG: a named "
-                    "RagAgent's, else the node's own. Tenant and datasets come from the key. "
-                    "Any role.",
-        request=RagNodeInput,
-        responses={200: OpenApiResponse(RagNodeOutput, description="Every status but "
-                                                                    "UNAVAILABLE."),
-                   503: _unavailable("RagNodeUnavailable", RagNodeOutput),
-                   **errors(400, 401, 415)})
-    def post(self, request: Request) -> Response:
-        who = caller(request)
-        data = RagNodeInput(data=request.data)
-        data.is_valid(raise_exception=True)
-        values = data.validated_data
-        readable = [DatasetRef(pk, name) for pk, name in readable_datasets(caller=who)]
-        node = NodeInput(
-            query=values.get("query", ""), rag_keywords=tuple(values.get("rag_keywords", ())),
-            user_input=values.get("user_input", ""),
-            target_dataset_ids=tuple(values.get("target_dataset_ids", ())),
-            target_dataset_name=values.get("target_dataset_name", ""),
-            agent=values.get("agent", ""), sub_agents=tuple(values.get("sub_agents", ())),
-            tool_call_id=values.get("tool_call_id", ""),
-            session_id=values.get("session_id", ""))
-        done = rag_node(tenant_id=who.tenant.pk, readable=readable, node=node)
-        outcome = done.outcome
-        body = {"status": done.status.value, "result": done.text,
-                "answer": outcome.answer if outcome else "",
-                "citations": list(outcome.citations) if outcome else [],
-                "structured": done.structured, "query": done.query,
-                "query_source": done.query_source, "selected_by": done.selected_by,
-                "delegated_to": done.delegated_to, "missing": list(done.missing),
-                "routes": outcome.state.routes if outcome else [],
-                "evidence": list(outcome.state.candidates.values()) if outcome else [],
-                "tool_call_id": done.tool_call_id, "session_id": done.session_id}
-        filters = SearchFilters(tenant_id=who.tenant.pk,
-                                dataset_ids=tuple(d.id for d in done.target_datasets))
-        invocation_record(api_key=who.api_key, latency_ms=self._elapsed_ms(),
-                          result=done.invocation(filters))
-        unavailable = done.status is NodeStatus.UNAVAILABLE
-        return Response(body, status=status.HTTP_503_SERVICE_UNAVAILABLE if unavailable
-                        else status.HTTP_200_OK)
+    tool_name = "rag_node"
+    contract = RagNodeInput
+    call = staticmethod(rag_node_call)
 
 
 class EvidenceGuardApi(APIView):
-    @extend_schema_serializer(component_name="EvidenceGuard")
-    class InputSerializer(serializers.Serializer[dict[str, Any]]):
-        tool_call_id = serializers.RegexField(IDENT, required=False)
-        session_id = serializers.RegexField(IDENT, required=False)
-        document_ids = serializers.ListField(child=serializers.CharField(max_length=200),
-                                             min_length=1, max_length=200)
-
-        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-            if bool(attrs.get("tool_call_id")) == bool(attrs.get("session_id")):
-                raise serializers.ValidationError("give exactly one of tool_call_id, session_id")
-            return attrs
-
     @extend_schema(operation_id="evidence_guard",
                    summary="Which document ids were READY evidence of a call or session",
                    description="Give exactly one of `tool_call_id` and `session_id` (both or "
                                "neither: 400). Confirmed: READY evidence of that call or "
                                "session, from a dataset this key may read, of a document "
                                "that may still be served.",
-                   request=InputSerializer,
+                   request=EvidenceGuardInput,
                    responses={200: EvidenceGuardOutput, **errors(400, 401, 415, 503)})
     def post(self, request: Request) -> Response:
-        """Confirmed: READY evidence of the call (or session), from a dataset this key may
-        read, of a document that may still be served."""
-        who = caller(request)
-        data = self.InputSerializer(data=request.data)
+        data = EvidenceGuardInput(data=request.data)
         data.is_valid(raise_exception=True)
-        values = data.validated_data
-        asked = list(dict.fromkeys(values["document_ids"]))
-        ready = confirmed_evidence(tenant_id=who.tenant.pk, readable=who.readable_dataset_ids(),
-                                   document_ids=asked, tool_call_id=values.get("tool_call_id", ""),
-                                   session_id=values.get("session_id", ""))
-        return Response({"ready": ready, "not_ready": [key for key in asked if key not in ready]})
+        return Response(evidence_guard_call(caller(request), data.validated_data))
+
+
+class _ToolFormatNegotiation(DefaultContentNegotiation):
+    """`?format=` names a tool format here, not one of DRF's renderers: always JSON."""
+
+    def select_renderer(self, request: Request, renderers: Iterable[BaseRenderer],
+                        format_suffix: str | None = None) -> tuple[BaseRenderer, str]:
+        json_renderer = next(iter(renderers))
+        return json_renderer, json_renderer.media_type
+
+
+class ToolSchemaApi(APIView):
+    """The tool definitions for agent frameworks; readable without a key, like the OpenAPI
+    schema they are generated from."""
+
+    authentication_classes: list[Any] = []
+    permission_classes: list[Any] = []
+    content_negotiation_class = _ToolFormatNegotiation
+
+    @extend_schema(
+        operation_id="tool_schemas", summary="The tools' definitions for an agent", auth=[],
+        description="Name, description (when to use it, how to cite) and the JSON Schema of "
+                    "the input of every tool, as OpenAI function calling, Anthropic tool use "
+                    "or MCP (with the result's schema) expect them.",
+        parameters=[OpenApiParameter("format", str, enum=list(FORMATS), default="openai")],
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="{tools: [...]}"),
+                   **errors(400)})
+    def get(self, request: Request) -> Response:
+        fmt = request.query_params.get("format", "openai")
+        if fmt not in FORMATS:
+            raise ApiError(f"format must be one of {', '.join(FORMATS)}", code="invalid_format")
+        return Response({"format": fmt, "tools": tool_definitions(fmt)})
 
 
 # --- platform operators: index versions, rebuild, rollback, reconcile ----------------------

@@ -5,6 +5,7 @@ from retrieval import apis
 urlpatterns = [
     path("tools/lookup_knowledge", apis.LookupKnowledgeApi.as_view()),
     path("tools/evidence_guard", apis.EvidenceGuardApi.as_view()),
+    path("tools/schema", apis.ToolSchemaApi.as_view()),
     path("rag/answer", apis.RagAnswerApi.as_view()),
     path("rag/agentic", apis.RagAgenticApi.as_view()),
     path("rag/node", apis.RagNodeApi.as_view()),

@@ -24,6 +24,7 @@ import pytest
 from kbplatform.demo import PRODUCTION_SETTINGS
 from kbplatform.processes import ROOT, free_port, port_open
 from tests.conftest import wait_until
+from tests.mcp_clients import over_http, over_stdio
 
 pytestmark = pytest.mark.embedded
 
@@ -110,6 +111,20 @@ def test_a_command_line_twin_reaches_the_demos_store(demo: Demo) -> None:
     answer = json.loads(done.stdout)
     assert answer["evidence_status"] == "READY"
     assert answer["evidence"][0]["source"] == "web/nginx-502-bad-gateway.md"
+
+
+def test_an_mcp_client_reaches_the_demo_over_http_and_stdio(demo: Demo) -> None:
+    """docs/agents.md as written: the demo's /mcp with its tool key, and `manage.py
+    mcp_server` beside it for a desktop client."""
+    question = [("lookup_knowledge", {"query": "nginx 502 bad gateway upstream"})]
+    names, (over_web,) = over_http(f"{demo.url}/mcp", demo.tool_key, question)
+    assert "lookup_knowledge" in names and not over_web.is_error
+    _, (over_pipe,) = over_stdio({**_demo_env(demo.var), "KB_API_KEY": demo.tool_key},
+                                 question)
+    for result in (over_web, over_pipe):
+        assert result.structured_content["evidence_status"] == "READY"
+        assert result.structured_content["evidence"][0]["source"] == \
+            "web/nginx-502-bad-gateway.md"
 
 
 def test_a_rebuild_answers_at_once_with_the_jobs_true_status(demo: Demo) -> None:

@@ -48,3 +48,14 @@ def test_a_locked_sqlite_database_is_503_never_a_500(store, kb, ingest) -> None:
     assert flip.json()["code"] == "unavailable"
     assert elapsed < 15
     assert Document.objects.get(pk=redis.pk).activated
+
+
+@pytest.mark.django_db
+def test_djangos_own_404_has_the_error_shape_too() -> None:
+    """DRF raises Django's Http404 for a `?format=` no renderer has: the body says not_found,
+    not internal_error."""
+    from rest_framework.test import APIClient
+
+    response = APIClient().get("/api/datasets?format=xml")
+    assert response.status_code == 404
+    assert response.json()["code"] == "not_found"

@@ -42,7 +42,8 @@ def schema() -> dict[str, Any]:
     return body
 
 
-PUBLIC = {"/api/health"}  # readable without a key: it names the parts that answer, no data
+# Readable without a key: the parts that answer; the tools' definitions. No tenant's data.
+PUBLIC = {"/api/health", "/api/tools/schema"}
 
 
 def operations(schema: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:

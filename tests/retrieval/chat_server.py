@@ -46,7 +46,8 @@ def careful_reply(body: dict[str, Any]) -> str:
 class ChatServer(ScriptedServer):
     def __init__(self) -> None:
         super().__init__()
-        self.reply: Callable[[dict[str, Any]], str] = careful_reply
+        # A str is the message's content; a dict the whole message (e.g. with tool_calls).
+        self.reply: Callable[[dict[str, Any]], str | dict[str, Any]] = careful_reply
         self.behaviour = "ok"  # ok | slow | 401 | 500 | not_json | html
         self.delay_s = 3.0
 
@@ -59,15 +60,18 @@ class ChatServer(ScriptedServer):
             return 500, b'{"error": {"message": "boom"}}'
         if self.behaviour == "html":
             return 200, b"<html>gateway</html>"
-        content = "Sure! The answer is 42." if self.behaviour == "not_json" else self.reply(body)
-        prompt_tokens = sum(len(m["content"].split()) for m in body["messages"])
+        reply = "Sure! The answer is 42." if self.behaviour == "not_json" else self.reply(body)
+        message = {"role": "assistant", **reply} if isinstance(reply, dict) \
+            else {"role": "assistant", "content": reply}
+        prompt_tokens = sum(len(str(m.get("content") or "").split()) for m in body["messages"])
+        completion_tokens = len(str(message.get("content") or "").split())
         return 200, json.dumps({
             "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion",
             "created": int(time.time()), "model": body["model"],
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": content}}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(content.split()),
-                      "total_tokens": prompt_tokens + len(content.split())},
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens},
         }).encode()
 
 

@@ -7,10 +7,13 @@ keywords) of each document are chosen so that a test query hits exactly the doma
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import pytest
 from rest_framework.test import APIClient
@@ -233,3 +236,25 @@ def last_trace(admin: APIClient, session_id: str) -> dict[str, Any]:
     assert response.status_code == 200, response.content
     details: dict[str, Any] = response.json()["toolInvocations"][-1]["retrievalDetails"]
     return details
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+
+@pytest.fixture
+def web(transactional_db: None) -> Iterator[str]:
+    """A real HTTP server of the WSGI app (Django, and /mcp), on a free port."""
+    from kbplatform.wsgi import application
+
+    httpd = make_server("127.0.0.1", 0, application, server_class=_Server, handler_class=_Quiet)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_port}"
+    httpd.shutdown()
+    httpd.server_close()

@@ -1,0 +1,224 @@
+"""A small typed client for the kbplatform REST API; the standard library only.
+
+    from kbplatform_client import KbClient
+    kb = KbClient("http://127.0.0.1:8000", api_key="kb_…")
+    result = kb.lookup("Redis 内存满了怎么办", session_id="s1")
+    cited = kb.evidence_guard([e["document_id"] for e in result["evidence"]], session_id="s1")
+
+Every method is one operation of the OpenAPI schema (`GET /api/schema`); the test suite checks
+each against it. An answer the API calls an error raises KbError with its HTTP status and the
+error's `code` — except UNAVAILABLE from a tool (HTTP 503 with the tool's own result), which is
+returned like READY or EMPTY: read `evidence_status` / `answer_status` / `status`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict, cast
+
+TERMINAL_JOB_STATUSES = frozenset({"succeeded", "failed"})
+
+
+class Evidence(TypedDict):
+    document_id: str
+    source: str
+    title: str
+    breadcrumb: str
+    excerpt: str
+
+
+class LookupResult(TypedDict):
+    evidence_status: str
+    tool_call_id: str
+    query: str
+    evidence: list[Evidence]
+    relevance_level: str
+    truncated: bool
+    returned_count: int
+
+
+class GuardResult(TypedDict):
+    ready: list[str]
+    not_ready: list[str]
+
+
+class AnswerResult(LookupResult):
+    answer: str
+    citations: list[str]
+    answer_status: str
+
+
+class Dataset(TypedDict):
+    id: int
+    name: str
+    description: str
+    kb_scope: str
+    activated: bool
+    created_at: str
+
+
+class Job(TypedDict):
+    id: int
+    kind: str
+    status: str
+    done: int
+    total: int
+    detail: dict[str, Any]
+    error: str
+    created_at: str
+    updated_at: str
+
+
+class KbError(RuntimeError):
+    """An error answer of the API: `status` (HTTP), `code` and `message` from its body."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"HTTP {status} {code}: {message}")
+        self.status, self.code, self.message = status, code, message
+
+
+class KbClient:
+    def __init__(self, base_url: str, *, api_key: str, timeout_s: float = 60.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+
+    # --- the tools ---------------------------------------------------------------------------
+
+    def lookup(self, query: str, *, dataset_ids: Sequence[int] = (), tool_call_id: str = "",
+               session_id: str = "") -> LookupResult:
+        return cast(LookupResult, self._tool("/api/tools/lookup_knowledge", _lookup_body(
+            query, dataset_ids, tool_call_id, session_id)))
+
+    def evidence_guard(self, document_ids: Sequence[str], *, tool_call_id: str = "",
+                       session_id: str = "") -> GuardResult:
+        body: dict[str, Any] = {"document_ids": list(document_ids)}
+        body.update({k: v for k, v in (("tool_call_id", tool_call_id),
+                                       ("session_id", session_id)) if v})
+        return cast(GuardResult, self._json("POST", "/api/tools/evidence_guard", body))
+
+    def rag_answer(self, query: str, *, dataset_ids: Sequence[int] = (), tool_call_id: str = "",
+                   session_id: str = "") -> AnswerResult:
+        return cast(AnswerResult, self._tool("/api/rag/answer", _lookup_body(
+            query, dataset_ids, tool_call_id, session_id)))
+
+    def rag_agentic(self, query: str, *, dataset_ids: Sequence[int] = (),
+                    tool_call_id: str = "", session_id: str = "") -> dict[str, Any]:
+        return self._tool("/api/rag/agentic", _lookup_body(query, dataset_ids, tool_call_id,
+                                                           session_id))
+
+    def rag_node(self, **task: Any) -> dict[str, Any]:
+        """`task`: query, rag_keywords, user_input, target_dataset_ids, target_dataset_name,
+        agent, sub_agents, tool_call_id, session_id (POST /api/rag/node)."""
+        return self._tool("/api/rag/node", task)
+
+    def call_tool(self, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """A tool by the name of GET /api/tools/schema, with an agent's arguments."""
+        if name == "list_datasets":
+            return {"datasets": self.datasets()}
+        if name == "evidence_guard":
+            return dict(self._json("POST", "/api/tools/evidence_guard", dict(arguments)))
+        paths = {"lookup_knowledge": "/api/tools/lookup_knowledge",
+                 "rag_answer": "/api/rag/answer", "rag_agentic": "/api/rag/agentic",
+                 "rag_node": "/api/rag/node"}
+        if name not in paths:
+            raise KbError(404, "unknown_tool", f"no tool {name!r}")
+        return self._tool(paths[name], dict(arguments))
+
+    def tool_schemas(self, fmt: str = "openai") -> list[dict[str, Any]]:
+        tools: list[dict[str, Any]] = self._json(
+            "GET", "/api/tools/schema?" + urllib.parse.urlencode({"format": fmt}))["tools"]
+        return tools
+
+    # --- datasets, documents, jobs -----------------------------------------------------------
+
+    def datasets(self) -> list[Dataset]:
+        return cast(list[Dataset], self._json("GET", "/api/datasets")["datasets"])
+
+    def upload(self, dataset_id: int, file_name: str, content: bytes) -> dict[str, Any]:
+        """Upload (admin keys) one markdown file: {document, changed, job}."""
+        boundary = uuid.uuid4().hex
+        body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
+                f"filename=\"{_quoted(file_name)}\"\r\nContent-Type: text/markdown\r\n\r\n"
+                ).encode() + content + f"\r\n--{boundary}--\r\n".encode()
+        return self._request("POST", f"/api/datasets/{int(dataset_id)}/documents", body,
+                             f"multipart/form-data; boundary={boundary}")[1]
+
+    def job(self, job_id: int) -> Job:
+        return cast(Job, self._json("GET", f"/api/jobs/{int(job_id)}"))
+
+    def wait_for_job(self, job_id: int, *, timeout_s: float = 600.0,
+                     poll_s: float = 0.5) -> Job:
+        """The job once it succeeded or failed; TimeoutError when it takes longer."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            job = self.job(job_id)
+            if job["status"] in TERMINAL_JOB_STATUSES:
+                return job
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} is still {job['status']} after {timeout_s} s")
+            time.sleep(poll_s)
+
+    # --- the wire ----------------------------------------------------------------------------
+
+    def _tool(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """A tool's result; its UNAVAILABLE (503 with the tool's contract) is a result too."""
+        try:
+            return self._json("POST", path, body)
+        except _ToolUnavailable as exc:
+            return exc.body
+
+    def _json(self, method: str, path: str, body: Mapping[str, Any] | None = None
+              ) -> dict[str, Any]:
+        raw = json.dumps(body).encode() if body is not None else None
+        return self._request(method, path, raw, "application/json" if raw else None)[1]
+
+    def _request(self, method: str, path: str, data: bytes | None, content_type: str | None
+                 ) -> tuple[int, dict[str, Any]]:
+        request = urllib.request.Request(self.base_url + path, data=data, method=method)
+        request.add_header("Authorization", f"Bearer {self.api_key}")
+        request.add_header("Accept", "application/json")
+        if content_type:
+            request.add_header("Content-Type", content_type)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return response.status, json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            payload = _body(exc.read())
+            if exc.code == 503 and "code" not in payload:  # a tool's own UNAVAILABLE result
+                raise _ToolUnavailable(payload) from None
+            raise KbError(exc.code, str(payload.get("code", "http_error")),
+                          str(payload.get("message", exc.reason))) from None
+
+
+class _ToolUnavailable(Exception):
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.body = body
+
+
+def _lookup_body(query: str, dataset_ids: Sequence[int], tool_call_id: str,
+                 session_id: str) -> dict[str, Any]:
+    body: dict[str, Any] = {"query": query}
+    if dataset_ids:
+        body["dataset_ids"] = list(dataset_ids)
+    body.update({k: v for k, v in (("tool_call_id", tool_call_id), ("session_id", session_id))
+                 if v})
+    return body
+
+
+def _body(raw: bytes) -> dict[str, Any]:
+    try:
+        payload = json.loads(raw)
+    except ValueError:
+        return {}
+    return payload if isinstance(payload, dict) else {}
+
+
+def _quoted(name: str) -> str:
+    return name.replace("\\", "_").replace('"', "_").replace("\r", "_").replace("\n", "_")
