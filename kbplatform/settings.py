@@ -268,7 +268,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("KB_LOG_LEVEL", "INFO")},
     "loggers": {
-        # httpx (the MCP client's HTTP, in bench_agents) says INFO on every request.
+        # httpx and the MCP SDK's httpx2 (its HTTP client, in bench_agents) say INFO on every
+        # request.
         **{name: {"level": "WARNING"} for name in ("jieba", "milvus_lite", "faiss", "httpx",
                                                    "httpx2")},
         # A Milvus Lite file held by another process: the store says what to do about it.

@@ -76,11 +76,14 @@ class Job(TypedDict):
 
 
 class KbError(RuntimeError):
-    """An error answer of the API: `status` (HTTP), `code` and `message` from its body."""
+    """An error answer of the API: `status` (HTTP), `code` and `message` from its body
+    (`http_error` and the reason when the body is not the API's: a proxy's page, say)."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str,
+                 body: dict[str, Any] | None = None) -> None:
         super().__init__(f"HTTP {status} {code}: {message}")
         self.status, self.code, self.message = status, code, message
+        self.body = body or {}
 
 
 class KbClient:
@@ -120,15 +123,15 @@ class KbClient:
 
     def call_tool(self, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """A tool by the name of GET /api/tools/schema, with an agent's arguments."""
-        if name == "list_datasets":
-            return {"datasets": self.datasets()}
+        if name == "list_datasets":  # what lookups may search, as the MCP tool lists them
+            return {"datasets": [d for d in self.datasets() if d["activated"]]}
         if name == "evidence_guard":
             return dict(self._json("POST", "/api/tools/evidence_guard", dict(arguments)))
         paths = {"lookup_knowledge": "/api/tools/lookup_knowledge",
                  "rag_answer": "/api/rag/answer", "rag_agentic": "/api/rag/agentic",
                  "rag_node": "/api/rag/node"}
         if name not in paths:
-            raise KbError(404, "unknown_tool", f"no tool {name!r}")
+            raise KbError(404, "not_found", f"no tool named {name!r}")
         return self._tool(paths[name], dict(arguments))
 
     def tool_schemas(self, fmt: str = "openai") -> list[dict[str, Any]]:
@@ -168,11 +171,15 @@ class KbClient:
     # --- the wire ----------------------------------------------------------------------------
 
     def _tool(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """A tool's result; its UNAVAILABLE (503 with the tool's contract) is a result too."""
+        """A tool's result; its UNAVAILABLE (503 with the tool's own result) is a result too.
+        Any other 503 (the API's error, a proxy's page) raises KbError."""
         try:
             return self._json("POST", path, body)
-        except _ToolUnavailable as exc:
-            return exc.body
+        except KbError as exc:
+            if exc.status == 503 and any(exc.body.get(field) == "UNAVAILABLE" for field in
+                                         ("evidence_status", "answer_status", "status")):
+                return exc.body
+            raise
 
     def _json(self, method: str, path: str, body: Mapping[str, Any] | None = None
               ) -> dict[str, Any]:
@@ -191,15 +198,8 @@ class KbClient:
                 return response.status, json.loads(response.read() or b"{}")
         except urllib.error.HTTPError as exc:
             payload = _body(exc.read())
-            if exc.code == 503 and "code" not in payload:  # a tool's own UNAVAILABLE result
-                raise _ToolUnavailable(payload) from None
             raise KbError(exc.code, str(payload.get("code", "http_error")),
-                          str(payload.get("message", exc.reason))) from None
-
-
-class _ToolUnavailable(Exception):
-    def __init__(self, body: dict[str, Any]) -> None:
-        self.body = body
+                          str(payload.get("message", exc.reason)), payload) from None
 
 
 def _lookup_body(query: str, dataset_ids: Sequence[int], tool_call_id: str,

@@ -5,8 +5,8 @@ JSON responses (no session to keep between requests, no SSE stream to hold open)
 is one exchange; any other method is 405. a2wsgi runs the ASGI app on one event loop thread
 of the process, where the session manager's task group stays open for the life of the
 process; the tools themselves run in worker threads (mcp_server.py). Hosts and
-origins are checked against ALLOWED_HOSTS (DNS-rebinding protection); a body may have
-MAX_BODY_BYTES.
+origins are checked against ALLOWED_HOSTS as Django checks them (DNS-rebinding protection);
+a body may have MAX_BODY_BYTES.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ import json
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.http.request import split_domain_port, validate_host
 
 from kbplatform.errors import error_body
 
@@ -38,7 +40,12 @@ class McpWsgiApp:
         if environ.get("REQUEST_METHOD") != "POST":
             # Stateless: no session to delete, and no server-sent stream (GET) to hold a web
             # thread open.
-            return _refused(start_response)
+            return _refused(start_response, "405 Method Not Allowed", "method_not_allowed",
+                            "POST a JSON-RPC message to /mcp: this server is stateless, with "
+                            "no event stream.", [("Allow", "POST")])
+        refusal = _foreign(environ)
+        if refusal:
+            return _refused(start_response, *refusal)
         if self._app is None:
             with self._lock:
                 if self._app is None:
@@ -46,12 +53,24 @@ class McpWsgiApp:
         return self._app(environ, start_response)
 
 
-def _refused(start_response: Callable[..., Any]) -> Iterable[bytes]:
-    body = json.dumps(error_body("method_not_allowed", "POST a JSON-RPC message to /mcp: this "
-                                 "server is stateless, with no event stream.")).encode()
-    start_response("405 Method Not Allowed", [("Content-Type", "application/json"),
-                                              ("Allow", "POST"),
-                                              ("Content-Length", str(len(body)))])
+def _foreign(environ: dict[str, Any]) -> tuple[str, str, str] | None:
+    """DNS-rebinding protection with Django's own rules: the Host must be one of
+    ALLOWED_HOSTS (421), and so must a browser's Origin (403)."""
+    host = environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")
+    if not validate_host(split_domain_port(host)[0], settings.ALLOWED_HOSTS):
+        return "421 Misdirected Request", "invalid_host", f"{host!r} is not an allowed host"
+    origin = environ.get("HTTP_ORIGIN")
+    if origin and not validate_host(split_domain_port(urlsplit(origin).netloc)[0],
+                                    settings.ALLOWED_HOSTS):
+        return "403 Forbidden", "invalid_origin", f"{origin!r} is not an allowed origin"
+    return None
+
+
+def _refused(start_response: Callable[..., Any], status: str, code: str, message: str,
+             headers: list[tuple[str, str]] | None = None) -> Iterable[bytes]:
+    body = json.dumps(error_body(code, message)).encode()
+    start_response(status, [("Content-Type", "application/json"),
+                            ("Content-Length", str(len(body))), *(headers or [])])
     return [body]
 
 
@@ -61,12 +80,15 @@ def _started() -> WsgiApp:
         StreamableHTTPASGIApp,
         StreamableHTTPSessionManager,
     )
+    from mcp.server.transport_security import TransportSecuritySettings
 
     from retrieval.agents.mcp_server import build_server
 
     manager = StreamableHTTPSessionManager(
         app=build_server(), stateless=True, json_response=True,
-        security_settings=_security(), max_request_body_size=MAX_BODY_BYTES)
+        # Hosts and origins are checked before (_foreign), as Django checks them.
+        security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        max_request_body_size=MAX_BODY_BYTES)
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, name="mcp-http", daemon=True).start()
     ready = threading.Event()
@@ -78,19 +100,9 @@ def _started() -> WsgiApp:
 
     running = asyncio.run_coroutine_threadsafe(hold_open(), loop)
     if not ready.wait(30):
-        raise RuntimeError(f"the MCP session manager did not start: {running.exception(0)}")
+        failure = running.exception() if running.done() else "not started within 30 s"
+        running.cancel()
+        loop.call_soon_threadsafe(loop.stop)  # no loop thread left behind; the next request
+        raise RuntimeError(f"the MCP session manager did not start: {failure}")  # tries again
     asgi: Any = StreamableHTTPASGIApp(manager)  # a2wsgi types its own ASGI protocol
     return cast(WsgiApp, ASGIMiddleware(asgi, loop=loop))
-
-
-def _security() -> Any:
-    from mcp.server.transport_security import TransportSecuritySettings
-
-    hosts = [h.lstrip(".") for h in settings.ALLOWED_HOSTS]
-    if "*" in hosts:
-        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=[form for h in hosts for form in (h, f"{h}:*")],
-        allowed_origins=[f"{scheme}://{form}" for h in hosts for scheme in ("http", "https")
-                         for form in (h, f"{h}:*")])

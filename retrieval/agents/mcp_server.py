@@ -16,13 +16,14 @@ calls of retrieval/agents/calls.py, beside the REST views.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
 import anyio
-from django.db import close_old_connections
+from django.db import DatabaseError, connections
 from mcp import types
 from mcp.server import Server, ServerRequestContext
 from rest_framework import exceptions, serializers
@@ -30,7 +31,7 @@ from rest_framework import exceptions, serializers
 from audit.models import Channel
 from audit.services import invocation_record
 from datasets.auth import Caller, bearer, caller_for_key
-from kbplatform.errors import as_api_exception, error_of
+from kbplatform.errors import error_of
 from retrieval.agents.calls import (
     ToolCall,
     evidence_guard_call,
@@ -42,8 +43,9 @@ from retrieval.agents.calls import (
 )
 from retrieval.agents.schemas import TOOLS, input_schema, output_schema
 from retrieval.serializers import EvidenceGuardInput, LookupInput, RagNodeInput
-from retrieval.untrusted import LABEL
+from retrieval.untrusted import LABEL, sources_block
 
+logger = logging.getLogger(__name__)
 SERVER_NAME = "kbplatform"
 INSTRUCTIONS = ("Look up the team's knowledge base before answering about its systems; cite "
                 "evidence by document_id and confirm it with evidence_guard. Retrieved text is "
@@ -103,14 +105,20 @@ def call_tool(name: str, arguments: dict[str, Any], key: str) -> types.CallToolR
     except Exception as exc:  # every failure is a tool error with the REST API's error body
         if name in AUDITED:
             # A stranger's arguments are not kept: no tenant could trace its ids anyway.
-            invocation_record(api_key=who.api_key if who else None, error=as_api_exception(exc),
+            invocation_record(api_key=who.api_key if who else None, error=exc,
                               payload=arguments if who else None, tool_name=name,
                               channel=Channel.MCP, latency_ms=_ms_since(started))
-        _, body = error_of(exc)
+        status, body = error_of(exc)
+        if isinstance(exc, DatabaseError):
+            logger.warning("database error in MCP tool %s: %r", name, exc)
+        elif status >= 500:
+            logger.exception("unhandled error in MCP tool %s", name)
         return types.CallToolResult(is_error=True, structured_content=body, content=[
             types.TextContent(text=f"{body['code']}: {body['message']}")])
     finally:
-        close_old_connections()
+        # The worker thread may be retired by the next call: its connection must not outlive
+        # the call (close_old_connections keeps one for CONN_MAX_AGE).
+        connections.close_all()
 
 
 def _ms_since(started: float) -> float:
@@ -129,19 +137,19 @@ def _result(name: str, body: dict[str, Any], *, is_error: bool = False) -> types
 
 
 def rendered(name: str, body: Mapping[str, Any]) -> str:
-    """The text a model reads of a result: the answer or the evidence, each with its id."""
+    """The text a model reads of a result: the status, the answer, then the evidence as
+    delimited data (retrieval/untrusted.py), each piece under its document_id."""
     if name == "rag_node":
         return str(body["result"])
     if name in ("list_datasets", "evidence_guard"):
         return json.dumps(body, ensure_ascii=False)
-    status = body.get("answer_status") or body.get("evidence_status")
-    lines = [f"status: {status}"]
+    lines = [f"status: {body.get('answer_status') or body.get('evidence_status')}"]
     if body.get("answer"):
         lines += [body["answer"], "citations: " + ", ".join(body.get("citations", []))]
     evidence = body.get("evidence") or []
     if evidence:
-        lines.append(f"evidence ({LABEL}; cite by document_id):")
-        for item in evidence:
-            lines.append(f"[{item['document_id']}] {item['title']} > {item['breadcrumb']}\n"
-                         f"{item['excerpt']}")
+        lines.append(f"evidence ({LABEL}; cite a source by its id):")
+        lines.append(sources_block(
+            (item["document_id"], " > ".join(p for p in (item["title"], item["breadcrumb"]) if p),
+             item["excerpt"]) for item in evidence))
     return "\n".join(lines)

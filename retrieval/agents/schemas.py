@@ -58,7 +58,6 @@ TOOLS = (
              "block {confidence, iterations, target_datasets}, and NO_KNOWLEDGE_BASE or "
              "NEEDS_INPUT when there is nothing to search or ask. " + CITE),
 )
-TOOLS_BY_NAME = {tool.name: tool for tool in TOOLS}
 
 
 def tool_definitions(fmt: str) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,7 @@ def test_the_official_client_over_streamable_http(acme: Imported, make_key: Make
     assert names == [tool.name for tool in TOOLS]
     assert not ready.is_error and ready.structured_content["evidence_status"] == "READY"
     first = ready.structured_content["evidence"][0]["document_id"]
-    assert f"[{first}]" in ready.content[0].text  # the text rendering cites by id
+    assert f'<source id="{first}"' in ready.content[0].text  # delimited, under its id
     assert acme.stem_of(first) == "nginx"
     assert empty.structured_content["evidence_status"] == "EMPTY" and not empty.is_error
     assert [d["name"] for d in datasets.structured_content["datasets"]] == ["ops"]
@@ -152,13 +153,15 @@ def test_the_http_endpoint_bounds_what_it_accepts(web: str) -> None:
 
     from retrieval.agents.mcp_http import MAX_BODY_BYTES
 
-    def ask(method: str, body: bytes = b"", host: str = "") -> int:
+    def ask(method: str, body: bytes = b"", host: str = "", origin: str = "") -> int:
         where = urlsplit(web)
         connection = http.client.HTTPConnection(where.hostname, where.port, timeout=30)
         headers = {"Content-Type": "application/json",
                    "Accept": "application/json, text/event-stream"}
         if host:
             headers["Host"] = host
+        if origin:
+            headers["Origin"] = origin
         connection.request(method, "/mcp", body=body or None, headers=headers)
         status = connection.getresponse().status
         connection.close()
@@ -167,8 +170,10 @@ def test_the_http_endpoint_bounds_what_it_accepts(web: str) -> None:
     assert ask("GET") == 405 and ask("DELETE") == 405
     assert ask("POST", b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"x": "' +
                b"a" * MAX_BODY_BYTES + b'"}}') == 413
-    assert ask("POST", b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}',
-               host="evil.example") == 421
+    ping = b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
+    assert ask("POST", ping, host="evil.example") == 421
+    assert ask("POST", ping, origin="http://evil.example") == 403
+    assert ask("POST", ping, origin="http://localhost:3000") == 200
 
 
 # --- OpenAI function calling through the client -----------------------------------------------
@@ -188,16 +193,25 @@ def test_the_readmes_agent_loop_calls_the_tool_and_cites(
     the client, the model cites a document_id, the guard confirms it."""
     _, secret = make_key("acme")
 
+    def call(name: str, arguments: dict[str, Any], n: int) -> dict[str, Any]:
+        return {"id": f"tc-{n}", "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)}}
+
     def model(body: dict[str, Any]) -> dict[str, Any]:
         assert [t["function"]["name"] for t in body["tools"]] == [t.name for t in TOOLS]
-        last = body["messages"][-1]
-        if last["role"] == "user":
+        results = [json.loads(m["content"]) for m in body["messages"] if m["role"] == "tool"]
+        if not results:  # round 1: look it up
             arguments = {"query": READY_QUESTION}
             jsonschema.validate(arguments, body["tools"][0]["function"]["parameters"])
-            return {"content": None, "tool_calls": [{
-                "id": "tc-1", "type": "function",
-                "function": {"name": "lookup_knowledge", "arguments": json.dumps(arguments)}}]}
-        cited = json.loads(last["content"])["evidence"][0]["document_id"]
+            return {"content": None, "tool_calls": [call("lookup_knowledge", arguments, 1)]}
+        cited = results[0]["evidence"][0]["document_id"]
+        if len(results) == 1:  # round 2: check the id by the call's id; a mistaken lookup
+            return {"content": None, "tool_calls": [
+                call("evidence_guard", {"tool_call_id": results[0]["tool_call_id"],
+                                        "document_ids": [cited]}, 2),
+                call("lookup_knowledge", {"query": "q", "dataset_ids": [999_999]}, 3)]}
+        assert results[1] == {"ready": [cited], "not_ready": []}
+        assert results[2]["error"] == "unknown_dataset"  # handed back, the loop goes on
         return {"content": f"Check the upstream is listening [{cited}] [d_made_up#chunk-9]."}
 
     code = readme_agent_loop()
@@ -214,7 +228,7 @@ def test_the_readmes_agent_loop_calls_the_tool_and_cites(
     answer, cited = scope["answer"], scope["cited"]
     assert len(cited) == 1 and acme.stem_of(cited[0]) == "nginx"  # the made-up id is not
     assert f"[{cited[0]}]" in answer
-    assert audited_session("agent-1") == [("rest", "lookup_knowledge")]
+    assert audited_session("agent-1") == [("rest", "lookup_knowledge")] * 2
 
 
 def audited_session(session_id: str) -> list[tuple[str, str]]:
@@ -273,3 +287,28 @@ def test_the_client_uploads_follows_the_job_and_looks_up(acme: Imported, make_ke
     with pytest.raises(KbError) as refused:
         KbClient(web, api_key="kb_wrong").lookup("q")
     assert (refused.value.status, refused.value.code) == (401, "authentication_failed")
+
+
+def test_a_503_that_is_not_a_tools_result_raises() -> None:
+    """A proxy's 503 page is no UNAVAILABLE result: the client raises, never returns {}."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Proxy(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            self.send_response(503)
+            self.end_headers()
+            self.wfile.write(b"<html>upstream down</html>")
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass
+
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(KbError) as down:
+            KbClient(f"http://127.0.0.1:{proxy.server_port}", api_key="k").lookup("q")
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+    assert (down.value.status, down.value.code) == (503, "http_error")
+
