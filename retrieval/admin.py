@@ -7,9 +7,11 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest
-from django.urls import reverse
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect
+from django.urls import path, reverse
 from django.utils.html import format_html
 
 from datasets.models import Job
@@ -19,7 +21,7 @@ from retrieval.index_versions import IndexNotReady
 from retrieval.models import IndexVersion, RagAgent, RagConfig, RagConfigChange
 from retrieval.rebuild import index_version_drop
 from retrieval.selectors import chat_key_env_error
-from retrieval.services import index_operation_start, rag_config_update
+from retrieval.services import index_operation_start, rag_config_rollback, rag_config_update
 
 
 class RagConfigForm(forms.ModelForm):
@@ -69,8 +71,8 @@ class RagConfigChangeInline(admin.TabularInline):
     extra = 0
     can_delete = False
     ordering = ["-version"]
-    fields = ("version", "changed_by", "changed_at", "diff")
-    readonly_fields = ("version", "changed_by", "changed_at", "diff")
+    fields = ("version", "changed_by", "changed_at", "diff", "open")
+    readonly_fields = fields
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -80,10 +82,20 @@ class RagConfigChangeInline(admin.TabularInline):
 
     @admin.display(description="changed (before → after)")
     def diff(self, change: RagConfigChange) -> str:
-        if change.before is None:
-            return "created"
-        return "; ".join(f"{name}: {json.dumps(old)} → {json.dumps(new)}"
-                         for name, (old, new) in change.changed_fields().items())
+        return change_summary(change)
+
+    @admin.display(description="")
+    def open(self, change: RagConfigChange) -> str:
+        url = reverse("admin:retrieval_ragconfigchange_change", args=[change.pk])
+        return format_html('<a href="{}">view, roll back to it</a>', url)
+
+
+def change_summary(change: RagConfigChange) -> str:
+    if change.before is None:
+        return "created"
+    fields = "; ".join(f"{name}: {json.dumps(old)} → {json.dumps(new)}"
+                       for name, (old, new) in change.changed_fields().items())
+    return f"{change.note}: {fields}" if change.note else fields
 
 
 @admin.register(RagConfig)
@@ -153,12 +165,51 @@ class RagConfigAdmin(admin.ModelAdmin):
 class RagConfigChangeAdmin(admin.ModelAdmin):
     # Each row is one version of a config: name the config without the version it has now
     # (its __str__), which would label every row of its history with the latest one.
-    list_display = ["config_scope", "version", "changed_by", "changed_at"]
+    list_display = ["config_scope", "version", "changed_by", "changed_at", "note"]
     list_display_links = ["config_scope", "version"]
     list_select_related = ["config__tenant", "config__dataset__tenant"]
     search_fields = ["changed_by", "config__tenant__slug"]
-    fields = ("config_link", "version", "changed_by", "changed_at", "before_json", "after_json")
+    fields = ("config_link", "version", "changed_by", "changed_at", "summary", "before_json",
+              "after_json")
     readonly_fields = fields
+    change_form_template = "admin/retrieval/ragconfigchange/change_form.html"
+
+    def get_urls(self) -> list[Any]:
+        rollback = path("<int:change_id>/rollback/", self.admin_site.admin_view(self.rollback),
+                        name="retrieval_ragconfigchange_rollback")
+        return [rollback, *super().get_urls()]
+
+    def rollback(self, request: HttpRequest, change_id: int) -> HttpResponse:
+        """POST: a new version of the config equal to this change's (the button of the page)."""
+        change = get_object_or_404(RagConfigChange.objects.select_related("config__tenant"),
+                                   pk=change_id)
+        if request.method != "POST" or not request.user.has_perm("retrieval.change_ragconfig"):
+            raise PermissionDenied
+        before = change.config.version
+        try:
+            config = rag_config_rollback(change=change, changed_by=request.user.get_username())
+        except cfg.RagConfigError as exc:
+            messages.error(request, f"Version {change.version} cannot be restored as it was: "
+                           + "; ".join(f"{k}: {v}" for k, v in exc.errors.items()))
+            return redirect("admin:retrieval_ragconfigchange_change", change.pk)
+        if config.version == before:
+            messages.info(request, f"The config {config.scope_label} is already equal to version "
+                          f"{change.version}: nothing changed.")
+        else:
+            messages.success(request, f"The config {config.scope_label} is at version "
+                             f"{config.version}, equal to version {change.version}.")
+        return redirect("admin:retrieval_ragconfig_change", config.pk)
+
+    def render_change_form(self, request: HttpRequest, context: dict[str, Any],
+                           add: bool = False, change: bool = False, form_url: str = "",
+                           obj: RagConfigChange | None = None) -> HttpResponse:
+        context["can_roll_back"] = obj is not None and request.user.has_perm(
+            "retrieval.change_ragconfig")
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    @admin.display(description="changed (before → after)")
+    def summary(self, change: RagConfigChange) -> str:
+        return change_summary(change)
 
     @admin.display(description="config", ordering="config")
     def config_scope(self, change: RagConfigChange) -> str:

@@ -317,6 +317,8 @@ class RagConfigChange(models.Model):
     changed_at = models.DateTimeField(auto_now_add=True)
     before = models.JSONField(null=True, blank=True, help_text="null when the config was created")
     after = models.JSONField()
+    note = models.CharField(max_length=200, blank=True,
+                            help_text="Why, when the platform knows: a rollback names its version.")
 
     class Meta:
         ordering = ["-changed_at", "-version"]

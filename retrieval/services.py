@@ -16,12 +16,14 @@ from retrieval.selectors import chat_key_env_error
 
 
 def rag_config_update(*, config: RagConfig | None, tenant: Tenant, dataset: Dataset | None = None,
-                      values: Mapping[str, object], changed_by: str) -> RagConfig:
+                      values: Mapping[str, object], changed_by: str, note: str = ""
+                      ) -> RagConfig:
     """Create or update the config of (tenant, dataset); `values` may be partial.
 
     With `config=None` the existing row of (tenant, dataset) is updated, or one is created
     from the built-in defaults. An unchanged result writes nothing and keeps the version.
-    Raises RagConfigError (field → message) on invalid values.
+    Raises RagConfigError (field → message) on invalid values. `note` goes to the change
+    record (a rollback says so).
     """
     if dataset is not None and dataset.tenant_id != tenant.pk:
         raise RagConfigError({"dataset": "belongs to another tenant"})
@@ -58,8 +60,22 @@ def rag_config_update(*, config: RagConfig | None, tenant: Tenant, dataset: Data
         row.updated_by = changed_by
         row.save()
         RagConfigChange.objects.create(config=row, version=row.version, changed_by=changed_by,
-                                       before=before, after=after)
+                                       before=before, after=after, note=note)
     return row
+
+
+def rag_config_rollback(*, change: RagConfigChange, changed_by: str) -> RagConfig:
+    """A new version of the change's config equal to the version `change` made.
+
+    Fields added since that version take their built-in defaults, as they did then; values
+    the rules refuse today raise RagConfigError, as an edit would. Equal to the config as it
+    is: nothing is written and the version stays.
+    """
+    config = change.config
+    values = {**RagConfigConverter.to_dict(RagSettings()), **(change.after or {})}
+    return rag_config_update(config=config, tenant=config.tenant, dataset=config.dataset,
+                             values=values, changed_by=changed_by,
+                             note=f"rollback to version {change.version}")
 
 
 def rag_config_ensure_default(*, tenant: Tenant, changed_by: str = "") -> RagConfig:

@@ -32,6 +32,7 @@ CHROMIUM = "/usr/bin/chromium"
 RUNBOOKS = ["cache/redis-memory-full.md", "web/nginx-502-bad-gateway.md",
             "jvm/jvm-high-cpu-thread-dump.md"]
 READY_LINE = "Ctrl-C stops the demo."
+SCREENSHOTS = ROOT / "docs" / "screenshots"  # shown in docs/admin.md
 
 
 @dataclass
@@ -199,6 +200,19 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
         page.click("input[name=_save]")
         page.wait_for_selector(".messagelist .success")
         page.screenshot(path=str(tmp_path / "ragconfig-saved.png"), full_page=True)
+
+        # Roll that config back: edit it, then restore version 1 from its history.
+        page.click("#result_list a:text-is('browser/default')")
+        first_return_n = page.input_value("#id_return_n")
+        page.fill("#id_return_n", "3")
+        page.click("input[name=_continue]")
+        page.wait_for_selector(".messagelist .success")
+        page.click("a:text-is('view, roll back to it') >> nth=-1")  # the oldest: version 1
+        page.screenshot(path=str(SCREENSHOTS / "config-version.png"), full_page=True)
+        page.click("#rollback input[type=submit]")
+        assert "is at version 3, equal to version 1" in page.inner_text(".messagelist .success")
+        assert page.input_value("#id_return_n") == first_return_n != "3"
+        page.screenshot(path=str(SCREENSHOTS / "config-rolled-back.png"))
 
         browser.close()
     assert not failed, failed

@@ -280,3 +280,84 @@ def test_only_superusers_roll_back_or_drop_index_versions(admin_client: Client,
         client.post(url, {"action": action, "_selected_action": [version.pk]})
     assert IndexVersion.objects.get().status == IndexVersion.Status.RETIRED
     assert not Job.objects.exists()
+
+
+# --- rollback to an earlier version -------------------------------------------------------
+
+def history(tenant: Tenant) -> RagConfig:
+    """acme/default at version 3: v1 the defaults, v2 return_n 4, v3 return_n 3 + dense only."""
+    config = rag_config_update(config=None, tenant=tenant, values={}, changed_by="a")
+    config = rag_config_update(config=config, tenant=tenant, values={"return_n": 4},
+                               changed_by="b")
+    return rag_config_update(config=config, tenant=tenant, changed_by="c", values={
+        "return_n": 3, "enabled_retrievers": ["VECTOR"]})
+
+
+@BOTH_RUNTIMES
+def test_rolling_back_writes_a_new_version_equal_to_the_old(runtime: str, admin_client: Client,
+                                                            tenant: Tenant) -> None:
+    config = history(tenant)
+    second = config.changes.get(version=2)
+    page = admin_client.get(reverse("admin:retrieval_ragconfigchange_change", args=[second.pk]))
+    assert 'value="Roll back to version 2"' in page.content.decode()
+
+    done = admin_client.post(reverse("admin:retrieval_ragconfigchange_rollback",
+                                     args=[second.pk]), follow=True)
+    config.refresh_from_db()
+    assert config.version == 4 and config.updated_by == "admin"
+    assert RagConfigConverter.to_dict(config.to_settings()) == second.after
+    latest = config.changes.get(version=4)
+    assert (latest.note, latest.before, latest.after) == (
+        "rollback to version 2", config.changes.get(version=3).after, second.after)
+    text = done.content.decode()
+    assert "The config acme/default is at version 4, equal to version 2." in text
+    assert "rollback to version 2: enabled_retrievers: " in text  # the history says why
+    assert "return_n: 3 → 4" in text
+
+    again = admin_client.post(reverse("admin:retrieval_ragconfigchange_rollback",
+                                      args=[second.pk]), follow=True)
+    assert "already equal to version 2: nothing changed" in again.content.decode()
+    assert RagConfig.objects.get().version == 4
+
+
+def test_fields_added_after_a_version_take_their_defaults(tenant: Tenant) -> None:
+    from retrieval.services import rag_config_rollback
+
+    config = history(tenant)
+    old = config.changes.get(version=2)
+    old.after = {k: v for k, v in old.after.items() if k != "agentic_graph"}  # before 0010
+    old.save()
+    rag_config_update(config=config, tenant=tenant, changed_by="d",
+                      values={"agentic_graph": "SIMPLIFIED"})
+    restored = rag_config_rollback(change=old, changed_by="e")
+    assert restored.agentic_graph == RagSettings().agentic_graph and restored.return_n == 4
+
+
+def test_a_version_todays_rules_refuse_is_not_restored(admin_client: Client,
+                                                       tenant: Tenant) -> None:
+    config = history(tenant)
+    old = config.changes.get(version=2)
+    old.after = {**old.after, "chat_api_key_env": "KB_CHAT_API_KEY_OTHER"}  # not acme's
+    old.save()
+    done = admin_client.post(reverse("admin:retrieval_ragconfigchange_rollback",
+                                     args=[old.pk]), follow=True)
+    assert "Version 2 cannot be restored as it was: chat_api_key_env" in \
+        done.content.decode()
+    assert RagConfig.objects.get().version == 3
+
+
+def test_rolling_back_needs_a_post_and_the_right_to_change_configs(
+        client: Client, admin_client: Client, tenant: Tenant) -> None:
+    config = history(tenant)
+    url = reverse("admin:retrieval_ragconfigchange_rollback",
+                  args=[config.changes.get(version=1).pk])
+    assert admin_client.get(url).status_code == 403
+    viewer = User.objects.create_user("viewer", is_staff=True)
+    viewer.user_permissions.add(*Permission.objects.filter(
+        codename__in=["view_ragconfig", "view_ragconfigchange"]))
+    client.force_login(viewer)
+    page = client.get(reverse("admin:retrieval_ragconfigchange_change",
+                              args=[config.changes.get(version=1).pk]))
+    assert page.status_code == 200 and "Roll back to" not in page.content.decode()
+    assert client.post(url).status_code == 403
+    assert RagConfig.objects.get().version == 3
