@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from django import forms
+from django.conf import settings as django_settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from datasets.models import Job
+from audit.admin_display import trace_tables
+from datasets.models import Dataset, Job, Tenant
 from kbplatform.errors import ApiError
 from retrieval import config as cfg
+from retrieval.hit_test import hit_test_question
 from retrieval.index_versions import IndexNotReady
 from retrieval.models import IndexVersion, RagAgent, RagConfig, RagConfigChange
 from retrieval.rebuild import index_version_drop
@@ -98,6 +102,47 @@ def change_summary(change: RagConfigChange) -> str:
     return f"{change.note}: {fields}" if change.note else fields
 
 
+class HitTestForm(forms.Form):
+    """A question for one tenant's lookups, with the serving config or an earlier version."""
+
+    tenant = forms.ModelChoiceField(Tenant.objects.order_by("slug"))
+    datasets = forms.ModelMultipleChoiceField(
+        Dataset.objects.filter(activated=True).select_related("tenant")
+        .order_by("tenant__slug", "name"),
+        required=False, help_text="Empty: every activated dataset of the tenant, as a tool "
+                                  "key of the tenant searches.")
+    version = forms.IntegerField(
+        min_value=1, required=False, help_text="A version of the tenant's default RAG "
+        "config (its history). Empty: the config that serves.")
+    question = forms.CharField(max_length=django_settings.KB_MAX_QUERY_CHARS,
+                               widget=forms.TextInput(attrs={"size": 80}))
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        datasets = cast(forms.ModelMultipleChoiceField, self.fields["datasets"])
+        datasets.label_from_instance = lambda d: f"{d.tenant.slug}/{d.name}"  # type: ignore
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        tenant = cleaned.get("tenant")
+        if tenant is None:
+            return cleaned
+        chosen = cleaned.get("datasets") or []
+        if any(d.tenant_id != tenant.pk for d in chosen):
+            self.add_error("datasets", f"pick datasets of {tenant.slug} only")
+        cleaned["dataset_ids"] = [d.pk for d in chosen] or list(
+            Dataset.objects.filter(tenant=tenant, activated=True).values_list("pk", flat=True))
+        cleaned["change"] = None
+        if cleaned.get("version"):
+            cleaned["change"] = RagConfigChange.objects.filter(
+                config__tenant=tenant, config__dataset=None,
+                version=cleaned["version"]).first()
+            if cleaned["change"] is None:
+                self.add_error("version", f"{tenant.slug}/default has no version "
+                                          f"{cleaned['version']}")
+        return cleaned
+
+
 @admin.register(RagConfig)
 class RagConfigAdmin(admin.ModelAdmin):
     form = RagConfigForm
@@ -133,6 +178,31 @@ class RagConfigAdmin(admin.ModelAdmin):
         ("10. Chat model", {"fields": ["chat_base_url", "chat_model", "chat_api_key_env",
                                        "chat_timeout_seconds", "chat_max_tokens"]}),
     ]
+
+    change_list_template = "admin/retrieval/ragconfig/change_list.html"
+
+    def get_urls(self) -> list[Any]:
+        hit_test = path("hit-test/", self.admin_site.admin_view(self.hit_test),
+                        name="retrieval_ragconfig_hit_test")
+        return [hit_test, *super().get_urls()]
+
+    def hit_test(self, request: HttpRequest) -> HttpResponse:
+        """Hit testing: a question, the tool's answer and the lookup's whole trace (GET: a
+        result is a link to share)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        form = HitTestForm(request.GET or None)
+        context = {**self.admin_site.each_context(request), "title": "Hit testing",
+                   "opts": self.model._meta, "form": form}
+        if form.is_valid():
+            tenant = form.cleaned_data["tenant"]
+            found = hit_test_question(tenant_id=tenant.pk,
+                                      dataset_ids=form.cleaned_data["dataset_ids"],
+                                      query=form.cleaned_data["question"],
+                                      version=form.cleaned_data["change"])
+            context.update(answer=json.dumps(found.body, indent=2, ensure_ascii=False),
+                           rd=found.details, trace=trace_tables(found.details, tenant.pk))
+        return TemplateResponse(request, "admin/retrieval/hit_test.html", context)
 
     @admin.display(description="retrievers")
     def retrievers(self, config: RagConfig) -> str:

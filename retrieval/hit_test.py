@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from retrieval.config import RagConfigConverter, RagSettings
 from retrieval.lookup_service import lookup_knowledge
-from retrieval.project import RagResultProjector
+from retrieval.models import RagConfigChange
+from retrieval.project import RagResultProjector, trace_details
 from retrieval.types import SearchFilters, SearchMode
 
 MAX_BYTES = 1_000_000
@@ -226,3 +228,26 @@ def lookup_asker(filters: SearchFilters, *, mode: SearchMode | None = None,
                                                   overrides=overrides))
 
     return ask
+
+
+# --- one question in the admin's hit-testing page ------------------------------------------
+
+@dataclass(frozen=True)
+class HitTest:
+    body: dict[str, Any]  # the agent-facing result, exactly as the REST tool returns it
+    details: dict[str, Any]  # its retrievalDetails: stages, candidates, gate, pack, timings
+
+
+def hit_test_question(*, tenant_id: int, dataset_ids: Sequence[int], query: str,
+                      version: RagConfigChange | None = None) -> HitTest:
+    """One lookup as the tool runs it, with the serving config or an earlier `version` of
+    it (fields added since at their defaults); nothing is audited or stored."""
+    overrides = None
+    if version is not None:
+        overrides = {**RagConfigConverter.to_dict(RagSettings()), **(version.after or {})}
+    result = lookup_knowledge(filters=SearchFilters(tenant_id=tenant_id,
+                                                    dataset_ids=tuple(dataset_ids)),
+                              query=query, overrides=overrides)
+    if version is not None:
+        result = replace(result, config_version=version.version)
+    return HitTest(RagResultProjector().project(result), trace_details(result))

@@ -214,6 +214,17 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
         assert page.input_value("#id_return_n") == first_return_n != "3"
         page.screenshot(path=str(SCREENSHOTS / "config-rolled-back.png"))
 
+        # Hit testing: the tool's answer and the trace, from the RAG configs' list.
+        page.goto(demo.url + "/admin/retrieval/ragconfig/")
+        page.click("#hit-testing-link")
+        page.select_option("#id_tenant", label="demo")
+        page.fill("#id_question", "nginx 502 bad gateway upstream")
+        page.click("#hit-test-form input[type=submit]")
+        page.wait_for_selector("#retrieval-stages")
+        assert '"evidence_status": "READY"' in page.inner_text("#hit-answer")
+        assert "web/nginx-502-bad-gateway.md" in page.inner_text("#pack-evidence")
+        page.screenshot(path=str(SCREENSHOTS / "hit-testing.png"), full_page=True)
+
         browser.close()
     assert not failed, failed
 

@@ -1,0 +1,83 @@
+"""The admin's hit-testing page: the tool's answer and the lookup's trace, for the serving
+config or an earlier version of it, scoped to one tenant; nothing is audited."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+from django.urls import reverse
+
+from audit.models import ToolInvocation
+from retrieval.services import rag_config_update
+from tests.retrieval.conftest import Imported
+
+pytestmark = pytest.mark.django_db
+QUESTION = "nginx 502 bad gateway upstream connection refused"
+
+
+def hit_test(client: Client, **params: Any) -> tuple[int, str]:
+    page = client.get(reverse("admin:retrieval_ragconfig_hit_test"), params)
+    return page.status_code, page.content.decode()
+
+
+def answer_of(html: str) -> dict[str, Any]:
+    found = re.search(r'<fieldset class="module" id="hit-answer">.*?<pre[^>]*>(.*?)</pre>', html,
+                      re.S)
+    assert found, "no answer on the page"
+    return json.loads(found.group(1).replace("&quot;", '"').replace("&#x27;", "'")
+                      .replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"))
+
+
+def test_the_page_shows_the_tools_answer_and_the_trace(admin_client: Client,
+                                                       acme: Imported) -> None:
+    listed = admin_client.get(reverse("admin:retrieval_ragconfig_changelist")).content.decode()
+    assert 'id="hit-testing-link"' in listed  # reachable from the RAG configs
+
+    status, html = hit_test(admin_client, tenant=acme.tenant.pk, question=QUESTION)
+    assert status == 200
+    answer = answer_of(html)
+    assert answer["evidence_status"] == "READY"
+    assert acme.stem_of(answer["evidence"][0]["document_id"]) == "nginx"
+    assert set(answer) >= {"tool_call_id", "relevance_level", "truncated", "returned_count"}
+    for table in ("retrieval-details", "retrieval-stages", "retrieval-timings", "pack-evidence"):
+        assert f'id="{table}"' in html, table
+    assert "nginx.md" in html  # candidates are named by their documents
+    assert not ToolInvocation.objects.exists()  # a hit test is not an agent's call
+
+
+def test_an_earlier_version_runs_as_it_was(admin_client: Client, acme: Imported) -> None:
+    config = rag_config_update(config=None, tenant=acme.tenant, values={"return_n": 1},
+                               changed_by="a")
+    rag_config_update(config=config, tenant=acme.tenant, values={"return_n": 5},
+                      changed_by="b")
+    _, serving = hit_test(admin_client, tenant=acme.tenant.pk, question=QUESTION)
+    _, first = hit_test(admin_client, tenant=acme.tenant.pk, question=QUESTION, version=1)
+    assert answer_of(serving)["returned_count"] > 1
+    assert answer_of(first)["returned_count"] == 1
+    assert re.search(r"<th>config version</th><td>1</td>", first)
+
+    _, missing = hit_test(admin_client, tenant=acme.tenant.pk, question=QUESTION, version=9)
+    assert "acme/default has no version 9" in missing and 'id="hit-answer"' not in missing
+
+
+def test_datasets_of_another_tenant_are_refused(admin_client: Client, acme: Imported,
+                                               globex: Imported) -> None:
+    _, html = hit_test(admin_client, tenant=acme.tenant.pk, question=QUESTION,
+                       datasets=[globex.dataset.pk])
+    assert "pick datasets of acme only" in html and 'id="hit-answer"' not in html
+    _, own = hit_test(admin_client, tenant=globex.tenant.pk, question=QUESTION)
+    assert all(e["source"].startswith(("nginx-globex", "coolant"))
+               for e in answer_of(own)["evidence"])
+
+
+def test_staff_without_the_view_permission_get_403(client: Client) -> None:
+    staff = User.objects.create_user("someone", is_staff=True)
+    client.force_login(staff)
+    assert hit_test(client, question="q")[0] == 403
+    staff.user_permissions.add(Permission.objects.get(codename="view_ragconfig"))
+    assert hit_test(client)[0] == 200  # the empty form
