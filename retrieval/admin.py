@@ -20,7 +20,7 @@ from audit.admin_display import trace_tables
 from datasets.models import Dataset, Job, Tenant
 from kbplatform.errors import ApiError
 from retrieval import config as cfg
-from retrieval.hit_test import hit_test_question
+from retrieval.hit_test import HitTest, compared, hit_test_question
 from retrieval.index_versions import IndexNotReady
 from retrieval.models import IndexVersion, RagAgent, RagConfig, RagConfigChange
 from retrieval.rebuild import index_version_drop
@@ -94,6 +94,10 @@ class RagConfigChangeInline(admin.TabularInline):
         return format_html('<a href="{}">view, roll back to it</a>', url)
 
 
+def _version_label(change: RagConfigChange | None) -> str:
+    return f"version {change.version}" if change is not None else "the serving config"
+
+
 def change_summary(change: RagConfigChange) -> str:
     if change.before is None:
         return "created"
@@ -114,6 +118,10 @@ class HitTestForm(forms.Form):
     version = forms.IntegerField(
         min_value=1, required=False, help_text="A version of the tenant's default RAG "
         "config (its history). Empty: the config that serves.")
+    compare = forms.IntegerField(
+        min_value=1, required=False, label="Compare with version",
+        help_text="Another version: the same question under both, side by side, the "
+                  "differences marked. Empty: no comparison.")
     question = forms.CharField(max_length=django_settings.KB_MAX_QUERY_CHARS,
                                widget=forms.TextInput(attrs={"size": 80}))
 
@@ -132,14 +140,15 @@ class HitTestForm(forms.Form):
             self.add_error("datasets", f"pick datasets of {tenant.slug} only")
         cleaned["dataset_ids"] = [d.pk for d in chosen] or list(
             Dataset.objects.filter(tenant=tenant, activated=True).values_list("pk", flat=True))
-        cleaned["change"] = None
-        if cleaned.get("version"):
-            cleaned["change"] = RagConfigChange.objects.filter(
-                config__tenant=tenant, config__dataset=None,
-                version=cleaned["version"]).first()
-            if cleaned["change"] is None:
-                self.add_error("version", f"{tenant.slug}/default has no version "
-                                          f"{cleaned['version']}")
+        for field, key in (("version", "change"), ("compare", "compared")):
+            cleaned[key] = None
+            if cleaned.get(field):
+                cleaned[key] = RagConfigChange.objects.filter(
+                    config__tenant=tenant, config__dataset=None,
+                    version=cleaned[field]).first()
+                if cleaned[key] is None:
+                    self.add_error(field, f"{tenant.slug}/default has no version "
+                                          f"{cleaned[field]}")
         return cleaned
 
 
@@ -195,13 +204,21 @@ class RagConfigAdmin(admin.ModelAdmin):
         context = {**self.admin_site.each_context(request), "title": "Hit testing",
                    "opts": self.model._meta, "form": form}
         if form.is_valid():
-            tenant = form.cleaned_data["tenant"]
-            found = hit_test_question(tenant_id=tenant.pk,
-                                      dataset_ids=form.cleaned_data["dataset_ids"],
-                                      query=form.cleaned_data["question"],
-                                      version=form.cleaned_data["change"])
+            data = form.cleaned_data
+            tenant = data["tenant"]
+
+            def run(version: RagConfigChange | None) -> HitTest:
+                return hit_test_question(tenant_id=tenant.pk, dataset_ids=data["dataset_ids"],
+                                         query=data["question"], version=version)
+
+            found = run(data["change"])
             context.update(answer=json.dumps(found.body, indent=2, ensure_ascii=False),
                            rd=found.details, trace=trace_tables(found.details, tenant.pk))
+            if data["compared"] is not None:
+                other = run(data["compared"])
+                context["comparison"] = compared(
+                    (_version_label(data["change"]), found), (_version_label(
+                        data["compared"]), other))
         return TemplateResponse(request, "admin/retrieval/hit_test.html", context)
 
     @admin.display(description="retrievers")

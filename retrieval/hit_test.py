@@ -251,3 +251,22 @@ def hit_test_question(*, tenant_id: int, dataset_ids: Sequence[int], query: str,
     if version is not None:
         result = replace(result, config_version=version.version)
     return HitTest(RagResultProjector().project(result), trace_details(result))
+
+
+def compared(*sides: tuple[str, HitTest]) -> list[dict[str, Any]]:
+    """Side by side: for each (label, hit test), its answer as JSON text and each piece of
+    evidence with whether the other sides hand it out too, and at which rank."""
+    ranks = [{e["document_id"]: n for n, e in enumerate(test.body["evidence"], 1)}
+             for _, test in sides]
+    columns = []
+    for index, (label, test) in enumerate(sides):
+        others = [r for i, r in enumerate(ranks) if i != index]
+        columns.append({
+            "label": label, "status": test.body["evidence_status"],
+            "relevance_level": test.body["relevance_level"],
+            "config_version": test.details.get("config_version"),
+            "evidence": [{"document_id": e["document_id"], "source": e["source"], "rank": n,
+                          "elsewhere": [r.get(e["document_id"]) for r in others],
+                          "same": all(r.get(e["document_id"]) == n for r in others)}
+                         for n, e in enumerate(test.body["evidence"], 1)]})
+    return columns

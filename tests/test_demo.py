@@ -224,6 +224,12 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
         assert '"evidence_status": "READY"' in page.inner_text("#hit-answer")
         assert "web/nginx-502-bad-gateway.md" in page.inner_text("#pack-evidence")
         page.screenshot(path=str(SCREENSHOTS / "hit-testing.png"), full_page=True)
+        page.fill("#id_compare", "1")  # the same question under version 1, side by side
+        page.click("#hit-test-form input[type=submit]")
+        page.wait_for_selector("#hit-comparison")
+        assert page.locator("#hit-comparison td li").count() >= 2
+        page.locator("#hit-comparison").screenshot(
+            path=str(SCREENSHOTS / "hit-testing-compare.png"))
 
         browser.close()
     assert not failed, failed

@@ -81,3 +81,22 @@ def test_staff_without_the_view_permission_get_403(client: Client) -> None:
     assert hit_test(client, question="q")[0] == 403
     staff.user_permissions.add(Permission.objects.get(codename="view_ragconfig"))
     assert hit_test(client)[0] == 200  # the empty form
+
+
+def test_two_versions_side_by_side_mark_what_differs(admin_client: Client,
+                                                     acme: Imported) -> None:
+    config = rag_config_update(config=None, tenant=acme.tenant, values={"return_n": 1},
+                               changed_by="a")
+    rag_config_update(config=config, tenant=acme.tenant, values={"return_n": 5},
+                      changed_by="b")
+    _, html = hit_test(admin_client, tenant=acme.tenant.pk, question=QUESTION, version=2,
+                       compare=1)
+    table = re.search(r'id="hit-comparison">(.*?)</fieldset>', html, re.S)
+    assert table, "no comparison"
+    columns = re.findall(r"<td [^>]*><ol>(.*?)</ol></td>", table.group(1), re.S)
+    first, second = (re.findall(r"<li( class=\"differs\")?[^>]*><code>([^<]+)</code>", c)
+                     for c in columns)
+    assert len(second) == 1 and len(first) > 1
+    assert first[0] == ("", second[0][1]) and second[0][0] == ""  # the same first piece
+    assert all(mark for mark, _ in first[1:])  # handed out by version 2 only
+    assert "version 2:" in table.group(1) and "version 1:" in table.group(1)
