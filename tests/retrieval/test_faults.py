@@ -108,10 +108,13 @@ def test_a_worker_killed_mid_ingest_leaves_the_document_to_the_next_worker(
 
     worker_back.start()  # a restarted worker picks up what was in flight
 
-    wait_until(lambda: status_of(document) == Document.Status.READY, timeout=180,
-               what="the document indexed by the restarted worker")
-    assert job(kb.admin, response.json()["job"]["id"])["status"] == "succeeded"
+    # The job is what the uploader polls; it is marked a moment after the document is ready.
+    job_id = response.json()["job"]["id"]
+    wait_until(lambda: finished(kb.admin, job_id), timeout=180,
+               what="the upload's job finished by the restarted worker")
+    assert job(kb.admin, job_id)["status"] == "succeeded"
     document.refresh_from_db()
+    assert document.status == Document.Status.READY
     assert len(store.chunk_ids(document.doc_id)) == document.chunk_count == 80
     assert_agree()
 
@@ -344,6 +347,7 @@ def test_toggles_during_a_rebuild_are_all_honoured_after_the_switch(
         celery_worker, store, kb, ingest, operator) -> None:
     topics = ["redis", "kafka", "nginx", "mysql", "kubelet", "coredns"]
     documents = {t: ingest(kb.dataset, f"{t}.md", long_runbook(t, sections=12)) for t in topics}
+    EmbeddingCache.objects.all().delete()  # a rebuild that embeds again: long enough to flip
     started = operator.post(REBUILD)
     job_id = started.json()["job"]["id"]
     rng = random.Random(7)
