@@ -8,10 +8,11 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.urls import reverse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.urls import path, reverse
 from django.utils.html import format_html
 
 from datasets.admin_display import (
@@ -19,6 +20,7 @@ from datasets.admin_display import (
     DocumentFilter,
     chunk_table,
     datasets_with_tenants,
+    job_progress,
     preview,
     source_box,
 )
@@ -168,7 +170,8 @@ def upload_message(outcome: UploadOutcome) -> str:
     name = format_html("“<a href=\"{}\">{}</a>”", url, document.source_path)
     if document.title and document.title != document.source_path:
         name = format_html("{} ({})", name, document.title)
-    job = format_html(" (job {})", outcome.job.pk) if outcome.job else ""
+    job = format_html(" (<a href=\"{}\">job {}</a>)", reverse(
+        "admin:datasets_job_change", args=[outcome.job.pk]), outcome.job.pk) if outcome.job else ""
     if outcome.changed:
         queued = format_html(": queued for indexing{}", job) if outcome.job else ""
         return format_html("Added {} to {}{}.", name, document.dataset, queued)
@@ -312,12 +315,39 @@ class ChunkAdmin(admin.ModelAdmin[Chunk]):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin[Job]):
+    """Jobs, read-only; a job's page follows it live (its progress, log and end state)."""
+
     list_display = ["id", "kind", "status", "done", "total", "tenant", "dataset", "created_at",
                     "updated_at"]
     list_filter = ["kind", "status"]
     list_select_related = ["tenant", "dataset__tenant"]
     raw_id_fields = ["document"]
-    readonly_fields = [f.name for f in Job._meta.fields]
+    # Its log is shown by the progress panel, not as a JSON field.
+    exclude = ["log"]
+    readonly_fields = [f.name for f in Job._meta.fields if f.name != "log"]
+    change_form_template = "admin/datasets/job/change_form.html"
+
+    def get_urls(self) -> list[Any]:
+        progress = path("<path:object_id>/progress/", self.admin_site.admin_view(self.progress),
+                        name="datasets_job_progress")
+        return [progress, *super().get_urls()]
+
+    def progress(self, request: HttpRequest, object_id: str) -> JsonResponse:
+        """The job's progress as JSON, polled by its page until it ends."""
+        job = self.get_object(request, object_id)
+        if job is None:
+            raise Http404("no such job")
+        if not self.has_view_permission(request, job):
+            raise PermissionDenied
+        return JsonResponse(job_progress(job))
+
+    def render_change_form(self, request: HttpRequest, context: dict[str, Any],
+                           add: bool = False, change: bool = False, form_url: str = "",
+                           obj: Job | None = None) -> HttpResponse:
+        if obj is not None:
+            context.update(progress=job_progress(obj), progress_url=reverse(
+                "admin:datasets_job_progress", args=[obj.pk]))
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

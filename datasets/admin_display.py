@@ -1,5 +1,5 @@
-"""How the datasets admin shows documents and chunks: previews, a document's chunk table, and
-list filters whose choices stay small however many documents there are."""
+"""How the datasets admin shows documents, chunks and jobs: previews, a document's chunk table,
+list filters whose choices stay small however many documents there are, a job's progress."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
 from datasets.ingestion.transformers import SecretRedactor
-from datasets.models import Dataset, Document
+from datasets.models import Dataset, Document, Job
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrPromise
@@ -106,3 +106,17 @@ class DocumentFilter(admin.SimpleListFilter):
             return queryset
         pk = self._pk()
         return queryset.filter(document_id=pk) if pk is not None else queryset.none()
+
+
+def job_progress(job: Job) -> dict[str, Any]:
+    """What a job's page shows and polls: progress, the log, and the end state in words."""
+    finished = job.status in (Job.Status.SUCCEEDED, Job.Status.FAILED)
+    took = (job.updated_at - job.created_at).total_seconds()
+    if job.status == Job.Status.SUCCEEDED:
+        end = f"Succeeded in {took:.0f} s."
+    elif job.status == Job.Status.FAILED:
+        end = f"Failed after {took:.0f} s: {job.error}"
+    else:
+        end = ""
+    return {"id": job.pk, "kind": job.kind, "status": job.status, "done": job.done,
+            "total": job.total, "finished": finished, "end": end, "log": job.log}

@@ -62,7 +62,8 @@ def knowledge_import(*, root: Path, tenant_slug: str, dataset_name: str, job: Jo
     dataset, _ = Dataset.objects.get_or_create(tenant=tenant, name=dataset_name)
     files = markdown_files(root)
     summary = ImportSummary(found=len(files))
-    job_update(job, status=Job.Status.RUNNING, total=len(files), done=0)
+    job_update(job, status=Job.Status.RUNNING, total=len(files), done=0,
+               log=f"importing {len(files)} files")
     for number, path in enumerate(files, 1):
         relative = path.relative_to(root).as_posix()
         document_id = None
@@ -87,7 +88,9 @@ def knowledge_import(*, root: Path, tenant_slug: str, dataset_name: str, job: Jo
     job_update(job, status=Job.Status.SUCCEEDED if not summary.failed else Job.Status.FAILED,
                detail={"queued": len(summary.queued), "unchanged": summary.unchanged,
                        "failed": summary.failed},
-               error="; ".join(f"{p}: {e}" for p, e in summary.failed)[:2000] or None)
+               error="; ".join(f"{p}: {e}" for p, e in summary.failed)[:2000] or None,
+               log=f"{len(summary.queued)} queued, {summary.unchanged} unchanged, "
+                   f"{len(summary.failed)} failed")
     return summary
 
 

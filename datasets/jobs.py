@@ -16,9 +16,15 @@ logger = logging.getLogger(__name__)
 GENERIC_ERROR = "the job failed on the platform's side; the operators have the details"
 
 
+# A job's log keeps its last lines: a rebuild of many documents logs milestones, not each one.
+LOG_LINES = 200
+
+
 def job_update(job: Job | None, *, status: str | None = None, done: int | None = None,
                total: int | None = None, error: str | None = None,
-               detail: dict[str, Any] | None = None, error_detail: str | None = None) -> None:
+               detail: dict[str, Any] | None = None, error_detail: str | None = None,
+               log: str | None = None) -> None:
+    """Record a job's progress; `log` adds a line its owner reads (no exception text)."""
     if job is None:
         return
     fields: dict[str, Any] = {"status": status, "done": done, "total": total, "error": error,
@@ -26,6 +32,9 @@ def job_update(job: Job | None, *, status: str | None = None, done: int | None =
     changes = {key: value for key, value in fields.items() if value is not None}
     if detail:
         changes["detail"] = {**job.detail, **detail}
+    if log:
+        line = {"at": timezone.now().isoformat(timespec="seconds"), "message": log[:500]}
+        changes["log"] = [*job.log, line][-LOG_LINES:]
     for key, value in changes.items():
         setattr(job, key, value)
     if changes:
@@ -37,4 +46,4 @@ def job_fail(job: Job | None, exc: BaseException, *, public: str = GENERIC_ERROR
     """Failed, with `public` for the owner and the exception for operators."""
     logger.error("job %s failed: %s: %s", job.pk if job else None, type(exc).__name__, exc)
     job_update(job, status=Job.Status.FAILED, error=public[:2000],
-               error_detail=f"{type(exc).__name__}: {exc}"[:4000])
+               error_detail=f"{type(exc).__name__}: {exc}"[:4000], log=f"failed: {public}")

@@ -209,6 +209,10 @@ class Job(models.Model):
     detail = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True, help_text="What the job's owner may read.")
     error_detail = models.TextField(blank=True, help_text="The exception, for operators only.")
+    # Written by datasets/jobs.py (job_update's `log`), LOG_LINES lines at most.
+    log = models.JSONField(default=list, blank=True, help_text=(
+        "What the job did, as its owner may read it: [{\"at\": ISO time, \"message\": …}], "
+        "its last 200 lines."))
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

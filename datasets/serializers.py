@@ -47,8 +47,8 @@ class DocumentOutput(serializers.ModelSerializer[Document]):
 class JobOutput(serializers.ModelSerializer[Job]):
     class Meta:
         model = Job
-        fields = ["id", "kind", "status", "done", "total", "detail", "error", "created_at",
-                  "updated_at"]
+        fields = ["id", "kind", "status", "done", "total", "detail", "error", "log",
+                  "created_at", "updated_at"]
         read_only_fields = fields
 
 

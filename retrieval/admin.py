@@ -1,4 +1,6 @@
-"""Admin for RagConfig: validated by the converter, saved through the service, history read-only."""
+"""Admin for RagConfig: validated by the converter, saved through the service, history read-only.
+
+The index's pages are in retrieval/admin_index.py (imported here, so that they register)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ from django import forms
 from django.conf import settings as django_settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
@@ -17,15 +18,13 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from audit.admin_display import trace_tables
-from datasets.models import Dataset, Job, Tenant
-from kbplatform.errors import ApiError
+from datasets.models import Dataset, Tenant
+from retrieval import admin_index  # noqa: F401  (registers the index's pages)
 from retrieval import config as cfg
 from retrieval.hit_test import HitTest, compared, hit_test_question
-from retrieval.index_versions import IndexNotReady
-from retrieval.models import IndexVersion, RagAgent, RagConfig, RagConfigChange
-from retrieval.rebuild import index_version_drop
+from retrieval.models import RagAgent, RagConfig, RagConfigChange
 from retrieval.selectors import chat_key_env_error
-from retrieval.services import index_operation_start, rag_config_rollback, rag_config_update
+from retrieval.services import rag_config_rollback, rag_config_update
 
 
 class RagConfigForm(forms.ModelForm):
@@ -354,55 +353,3 @@ class RagAgentAdmin(admin.ModelAdmin[RagAgent]):
     list_select_related = ["tenant"]
     list_filter = ["tenant"]
     search_fields = ["name"]
-
-
-@admin.register(IndexVersion)
-class IndexVersionAdmin(admin.ModelAdmin[IndexVersion]):
-    """Index versions: the serving one, retired ones kept for a rollback, failed ones."""
-
-    list_display = ["collection_name", "embedder", "dimension", "chunk_size", "status",
-                    "created_at", "activated_at"]
-    list_filter = ["status"]
-    readonly_fields = [f.name for f in IndexVersion._meta.fields]
-    actions = ["rollback", "drop"]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # written by rebuilds; changed only by the actions below
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # the collection must go with the row: the "drop" action
-
-    def get_actions(self, request: HttpRequest) -> Any:
-        actions = super().get_actions(request)
-        if not request.user.is_superuser:  # platform-wide: operators only
-            actions.pop("rollback", None)
-            actions.pop("drop", None)
-        return actions
-
-    @admin.action(description="Roll back: serve the selected (retired) version again")
-    def rollback(self, request: HttpRequest, queryset: QuerySet[IndexVersion]) -> None:
-        if queryset.count() != 1:
-            self.message_user(request, "select exactly one version", messages.ERROR)
-            return
-        version = queryset.get()
-        try:
-            job = index_operation_start(kind=Job.Kind.ROLLBACK, args=(version.pk,),
-                                        detail={"version_id": version.pk})
-        except ApiError as exc:
-            self.message_user(request, str(exc.detail), messages.ERROR)
-            return
-        self.message_user(request, f"rollback to {version.collection_name} queued as job "
-                                   f"{job.pk}; it serves once brought up to date")
-
-    @admin.action(description="Drop the collections of the selected retired/failed versions")
-    def drop(self, request: HttpRequest, queryset: QuerySet[IndexVersion]) -> None:
-        for version in queryset:
-            try:
-                index_version_drop(version=version)
-            except IndexNotReady as exc:
-                self.message_user(request, f"{version.collection_name}: {exc}", messages.ERROR)
-            else:
-                self.message_user(request, f"dropped {version.collection_name}")

@@ -114,19 +114,24 @@ def _rebuild(job: Job | None, progress: Progress | None) -> IndexVersion:
     version = index_version_create(collections=collections, embedder=embedder)
     pks = list(live_documents())
     job_update(job, status=Job.Status.RUNNING, total=len(pks), done=0,
-               detail={"collection": version.collection_name})
+               detail={"collection": version.collection_name},
+               log=f"building {version.collection_name} ({embedder.name}) from {len(pks)} "
+                   f"documents")
     written: dict[int, Written] = {}
     try:
         done = 0
         for documents in document_batches(pks):
             written.update(_copy(prepare(documents, chunking=version.chunking, embedder=embedder),
                                  version=version))
-            done += len(documents)
-            job_update(job, done=done)
+            before, done = done, done + len(documents)
+            tenth_passed = 10 * done // len(pks) > 10 * before // len(pks)  # the log's milestones
+            job_update(job, done=done, log=f"indexed {done} of {len(pks)} documents"
+                       if tenth_passed else None)
             IndexVersion.objects.filter(pk=version.pk).update(
                 progress={"done": done, "total": len(pks)})
             if progress:
                 progress(done, len(pks), documents[-1].source_path)
+        job_update(job, log="catching up with changes made during the build")
         with milvus_writer():
             written = _catch_up(version, written)
             index_version_activate(version=version, collections=collections)
@@ -135,8 +140,11 @@ def _rebuild(job: Job | None, progress: Progress | None) -> IndexVersion:
     except Exception as exc:
         abandon(version, exc)
         raise
-    _follow_up(written)
-    job_update(job, status=Job.Status.SUCCEEDED, detail={"documents": len(written)})
+    followed = _follow_up(written)
+    job_update(job, status=Job.Status.SUCCEEDED, detail={"documents": len(written)},
+               log=f"serving {version.collection_name}: {len(written)} documents"
+                   + (f"; {followed} changed after the switch, synced on their own"
+                      if followed else ""))
     return version
 
 
@@ -153,14 +161,17 @@ def abandon(version: IndexVersion, exc: BaseException) -> None:
         logger.exception("could not drop the failed collection %s", version.collection_name)
 
 
-def _follow_up(written: dict[int, Written]) -> None:
+def _follow_up(written: dict[int, Written]) -> int:
     """Changes made after the switch's read get a sync of their own, on the new index."""
     rows = Document.objects.filter(dataset__evaluation=False).values_list(
         "pk", "revision", "deleted")
+    followed = 0
     for pk, revision, deleted in rows.iterator():
         changed = written[pk].revision != revision if pk in written else not deleted
         if changed:
             send("retrieval.tasks.sync_document", pk, None)
+            followed += 1
+    return followed
 
 
 def index_rollback(*, to: IndexVersion | None = None, job: Job | None = None) -> IndexVersion:
@@ -172,7 +183,8 @@ def index_rollback(*, to: IndexVersion | None = None, job: Job | None = None) ->
             if target is None or target.status != IndexVersion.Status.RETIRED:
                 raise IndexNotReady("there is no retired index version to roll back to")
             job_update(job, status=Job.Status.RUNNING,
-                       detail={"collection": target.collection_name})
+                       detail={"collection": target.collection_name},
+                       log=f"bringing {target.collection_name} up to date")
             collections = milvus.collections()
             with milvus_writer():
                 collections.load(target.collection_name)
@@ -181,7 +193,8 @@ def index_rollback(*, to: IndexVersion | None = None, job: Job | None = None) ->
                 record_written(report.revisions, version=target)
     except WriterBusy as exc:
         raise IndexOperationRunning("a rebuild or rollback is already running") from exc
-    job_update(job, status=Job.Status.SUCCEEDED, detail={"repaired": report.summary()})
+    job_update(job, status=Job.Status.SUCCEEDED, detail={"repaired": report.summary()},
+               log=f"serving {target.collection_name} again; repaired {report.line()}")
     return target
 
 

@@ -53,6 +53,12 @@ class ReconcileReport:
     def clean(self) -> bool:
         return not any(self.drift.values())
 
+    def line(self) -> str:
+        """One line for a job's log."""
+        drift = ", ".join(f"{kind} {n}" for kind, n in self.drift.items() if n) or "none"
+        return (f"{self.collection}: {self.documents} documents, {self.rows} rows; "
+                f"drift: {drift}")
+
     def summary(self) -> dict[str, object]:
         return {"collection": self.collection, "documents": self.documents, "rows": self.rows,
                 "drift": dict(self.drift), "examples": dict(self.examples),

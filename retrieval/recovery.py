@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
-from django.utils import timezone
 
+from datasets.jobs import job_update
 from datasets.models import Job
 from datasets.services import documents_sync_due
 from kbplatform.tasks import send
@@ -53,8 +53,8 @@ def _interrupted_operations() -> int:
             jobs = list(Job.objects.filter(kind__in=list(INDEX_OPERATIONS),
                                            status=Job.Status.RUNNING))
             for job in jobs:
-                Job.objects.filter(pk=job.pk).update(status=Job.Status.QUEUED, done=0,
-                                                          updated_at=timezone.now())
+                job_update(job, status=Job.Status.QUEUED, done=0,
+                           log="its worker died; queued again")
                 send(INDEX_OPERATIONS[Job.Kind(job.kind)], job.pk, *_arguments(job))
             return len(jobs)
     except WriterBusy:

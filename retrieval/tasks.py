@@ -58,7 +58,9 @@ def _give_up(document_id: int, job_id: int | None, exc: BaseException) -> None:
 def sync_document(self, document_id: int, job_id: int | None = None) -> None:  # type: ignore[no-untyped-def]
     """Make the serving index follow one document's row (content, activation, deletion)."""
     job = Job.objects.filter(pk=job_id).first() if job_id else None
-    job_update(job, status=Job.Status.RUNNING)
+    attempt = self.request.retries + 1
+    job_update(job, status=Job.Status.RUNNING,
+               log="indexing" if attempt == 1 else f"indexing, attempt {attempt}")
     try:
         document = document_sync(document_id=document_id)
     except PERMANENT as exc:
@@ -71,6 +73,7 @@ def sync_document(self, document_id: int, job_id: int | None = None) -> None:  #
         countdown = 2 ** self.request.retries
         logger.warning("syncing document %s failed (%r); retry in %s s", document_id, exc,
                        countdown)
+        job_update(job, log=f"a platform service was unavailable; retry in {countdown} s")
         if self.request.is_eager:
             # Eager retries run at once: without a pause they would all fail together.
             time.sleep(countdown)
@@ -79,11 +82,13 @@ def sync_document(self, document_id: int, job_id: int | None = None) -> None:  #
         _give_up(document_id, job_id, exc)
         raise
     if document is None or document.deleted:
-        job_update(job, status=Job.Status.SUCCEEDED, done=1, detail={"skipped": "deleted"})
+        job_update(job, status=Job.Status.SUCCEEDED, done=1, detail={"skipped": "deleted"},
+                   log="nothing to index: the document is deleted")
         return
     document.refresh_from_db(fields=["chunk_count"])  # written by the sync with update()
     job_update(job, status=Job.Status.SUCCEEDED, done=1,
-               detail={"chunks": document.chunk_count})
+               detail={"chunks": document.chunk_count},
+               log=f"ready, chunks: {document.chunk_count}")
 
 
 def _claim(job_id: int) -> Job | None:
@@ -92,7 +97,9 @@ def _claim(job_id: int) -> Job | None:
             status=Job.Status.RUNNING, updated_at=timezone.now()) != 1:
         logger.info("job %s is not queued any more; this delivery does nothing", job_id)
         return None
-    return Job.objects.get(pk=job_id)
+    job = Job.objects.get(pk=job_id)
+    job_update(job, log="started by a worker")
+    return job
 
 
 @shared_task(acks_late=True)
@@ -127,7 +134,8 @@ def reconcile_task(job_id: int, repair: bool) -> None:
         return
     try:
         report = reconcile_serving(repair=repair)
-        job_update(job, status=Job.Status.SUCCEEDED, detail=report.summary())
+        job_update(job, status=Job.Status.SUCCEEDED, detail=report.summary(),
+                   log=("repaired " if repair else "checked ") + report.line())
     except (IndexNotReady, IndexOperationRunning) as exc:
         job_fail(job, exc, public=str(exc))
     except Exception as exc:

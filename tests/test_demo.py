@@ -231,6 +231,35 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
         page.locator("#hit-comparison").screenshot(
             path=str(SCREENSHOTS / "hit-testing-compare.png"))
 
+        # Upload a document and watch its job (the demo's worker) until it is ready.
+        page.goto(demo.url + "/admin/datasets/document/add/")
+        page.select_option("#id_dataset", index=1)
+        page.set_input_files("#id_upload", files=[{
+            "name": "kafka-lag.md", "mimeType": "text/markdown",
+            "buffer": b"# Kafka consumer lag\n\n## Check\n\nkafka-consumer-groups --describe "
+                      b"shows the lag per partition.\n"}])
+        page.click("input[name=_save]")
+        page.click(".messagelist .success a:text-matches('^job ')")
+        page.wait_for_selector("#job-end:not([hidden])", timeout=120_000)
+        assert page.inner_text("#job-status") == "succeeded"
+        assert re.search(r"ready, chunks: \d+", page.inner_text("#job-log"))
+        page.screenshot(path=str(SCREENSHOTS / "job-upload.png"), full_page=True)
+
+        # Start a rebuild from the index operations page and watch it to its end.
+        page.goto(demo.url + "/admin/retrieval/indexversion/")
+        page.click("#index-operations-link")
+        page.wait_for_selector("#index-state")
+        page.screenshot(path=str(SCREENSHOTS / "index-operations.png"), full_page=True)
+        page.fill("#rebuild-confirm", "REBUILD")
+        page.click("#index-rebuild input[type=submit]")
+        page.wait_for_selector("#job-progress")
+        page.wait_for_selector("#job-end:not([hidden])", timeout=300_000)
+        assert page.inner_text("#job-status") == "succeeded"
+        assert page.inner_text("#job-end").startswith("Succeeded in")
+        assert page.eval_on_selector("#job-bar", "e => e.value === e.max")
+        assert "serving " in page.inner_text("#job-log")
+        page.screenshot(path=str(SCREENSHOTS / "job-rebuild.png"), full_page=True)
+
         browser.close()
     assert not failed, failed
 

@@ -263,14 +263,16 @@ def test_an_upload_says_once_what_happened_to_which_document(runtime: str,
     response = upload(admin_client, dataset, "redis.md", runbook("redis"))
     doc, job = Document.objects.get(), Job.objects.get()
     link = f'“<a href="{DOCUMENTS}{doc.pk}/change/">redis.md</a>” (redis runbook)'
-    assert messages_of(response) == [
-        f"Added {link} to t1/ds1: queued for indexing (job {job.pk})."]
+    assert messages_of(response) == [  # the job's page follows the indexing
+        f"Added {link} to t1/ds1: queued for indexing (<a href=\"/admin/datasets/job/{job.pk}"
+        f"/change/\">job {job.pk}</a>)."]
 
     # Not indexed yet (no worker ran): the same bytes again queue the indexing again.
     response = upload(admin_client, dataset, "redis.md", runbook("redis"))
     again = Job.objects.latest("pk")
     assert again != job and messages_of(response) == [
-        f"{link} is unchanged, but was not indexed yet: indexing queued again (job {again.pk})."]
+        f"{link} is unchanged, but was not indexed yet: indexing queued again (<a href=\""
+        f"/admin/datasets/job/{again.pk}/change/\">job {again.pk}</a>)."]
 
     # Indexed: nothing to do, nothing queued.
     Document.objects.filter(pk=doc.pk).update(status=Document.Status.READY,
