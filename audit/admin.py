@@ -1,19 +1,27 @@
-"""Read-only admin of the audit. The table grows with every tool call: no COUNT(*) per page."""
+"""Read-only admin of the audit, and the datasets at a glance page built on it. The table grows
+with every tool call: no COUNT(*) per page."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import path
 from django.utils.functional import cached_property
 
 from audit.admin_display import trace_tables
+from audit.glance import DAYS, glances
 from audit.models import ToolInvocation
+from datasets.models import Dataset
+from datasets.selectors import with_document_counts
 
 PROBE_LIMIT = 10_000  # a filtered list counts at most this many rows
+GLANCE_PER_PAGE = 25
 DETAIL_FIELDS = ("created_at", "tool_call_id", "session_id", "tenant", "api_key", "tool_name",
                  "channel", "outcome", "evidence_status", "relevance_level", "returned_count",
                  "latency_ms", "config_version", "query_hash", "query_length", "query_text",
@@ -57,6 +65,26 @@ class ToolInvocationAdmin(admin.ModelAdmin):
     list_per_page = 100
     fields = readonly_fields = DETAIL_FIELDS
     # `details` is laid out as tables by templates/admin/audit/toolinvocation/change_form.html.
+
+    change_list_template = "admin/audit/toolinvocation/change_list.html"  # links the glance
+
+    def get_urls(self) -> list[Any]:
+        glance = path("datasets/", self.admin_site.admin_view(self.datasets_glance),
+                      name="audit_datasets_glance")
+        return [glance, *super().get_urls()]
+
+    def datasets_glance(self, request: HttpRequest) -> HttpResponse:
+        """Datasets at a glance: documents, chunks, errors and the audit's lookups per day."""
+        if not (self.has_view_permission(request)
+                and request.user.has_perm("datasets.view_dataset")):
+            raise PermissionDenied
+        datasets = with_document_counts(
+            Dataset.objects.select_related("tenant").order_by("tenant__slug", "name"))
+        page = Paginator(datasets, GLANCE_PER_PAGE).get_page(request.GET.get("p"))
+        context = {**self.admin_site.each_context(request), "title": "Datasets at a glance",
+                   "opts": self.model._meta, "page": page, "days": DAYS,
+                   "glances": glances(list(page))}
+        return TemplateResponse(request, "admin/audit/datasets_glance.html", context)
 
     def render_change_form(self, request: HttpRequest, context: dict[str, Any],
                            add: bool = False, change: bool = False, form_url: str = "",

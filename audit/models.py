@@ -11,7 +11,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from audit import types
-from datasets.models import ApiKey, Tenant
+from datasets.models import ApiKey, Dataset, Tenant
 
 # "" = the call failed before a result existed.
 EVIDENCE_STATUSES = ["", *types.EVIDENCE_STATUSES]
@@ -80,6 +80,27 @@ class ToolInvocation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool_name} {self.tool_call_id or '#' + str(self.pk)} ({self.outcome})"
+
+
+class InvocationDataset(models.Model):
+    """One dataset a call searched: what "datasets at a glance" counts per dataset and day
+    without reading every call's trace. `created_at` and `outcome` are the call's, copied."""
+
+    invocation = models.ForeignKey(ToolInvocation, on_delete=models.CASCADE,
+                                   related_name="searched")
+    # No constraint: the audit must not lose a call to a dataset deleted meanwhile (its rows
+    # stay until the call is pruned; nothing reads a deleted dataset's figures).
+    dataset = models.ForeignKey(Dataset, on_delete=models.DO_NOTHING, db_constraint=False,
+                                related_name="+")
+    created_at = models.DateTimeField()
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+
+    class Meta:
+        indexes = [models.Index(fields=["dataset", "created_at"],
+                                name="inv_dataset_created")]
+
+    def __str__(self) -> str:
+        return f"{self.invocation_id} searched dataset {self.dataset_id}"
 
 
 class CanonicalInvocation(models.Model):

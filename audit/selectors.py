@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from typing import Any
 
-from audit.models import ToolInvocation
+from django.db.models import Count
+from django.db.models.functions import TruncDate
+from django.utils import timezone
+
+from audit.models import InvocationDataset, Outcome, ToolInvocation
 
 TRACE_LIMIT = 1000  # a session longer than this shows its latest calls
 
@@ -23,10 +30,48 @@ def session_trace(*, tenant_id: int, session_id: str,
     if dataset_ids is None:
         return rows
     allowed = set(dataset_ids)
-    return [row for row in rows if row.api_key_id == api_key_id
-            or set(_searched(row)) <= allowed and _searched(row)]
+
+    def visible(row: ToolInvocation) -> bool:
+        searched = searched_datasets(row.details or {})
+        return row.api_key_id == api_key_id or bool(searched) and set(searched) <= allowed
+
+    return [row for row in rows if visible(row)]
 
 
-def _searched(row: ToolInvocation) -> list[int]:
-    details = (row.details or {}).get("retrievalDetails") or {}
-    return [int(d) for d in (details.get("filters") or {}).get("datasets") or []]
+def searched_datasets(details: Mapping[str, Any]) -> list[int]:
+    """The datasets a call's lookup searched, from its trace's filters ([] for a failed call)."""
+    retrieval = details.get("retrievalDetails") or {}
+    return sorted({int(pk) for pk in (retrieval.get("filters") or {}).get("datasets") or []})
+
+
+@dataclass(frozen=True)
+class DayLookups:
+    day: date
+    lookups: int = 0
+    empty: int = 0
+    unavailable: int = 0
+
+
+def lookups_per_day(*, dataset_ids: Collection[int], days: int,
+                    today: date | None = None) -> dict[int, list[DayLookups]]:
+    """Each dataset's lookups of the last `days` days (today included), oldest first, with how
+    many were EMPTY and UNAVAILABLE: one grouped query over the searched-datasets index."""
+    today = today or timezone.localdate()
+    first = today - timedelta(days=days - 1)
+    since = timezone.make_aware(datetime.combine(first, time.min))
+    rows = (InvocationDataset.objects.filter(dataset_id__in=dataset_ids, created_at__gte=since)
+            .annotate(day=TruncDate("created_at")).order_by()
+            .values_list("dataset_id", "day", "outcome").annotate(n=Count("id")))
+    counts: dict[tuple[int, date], dict[str, int]] = {}
+    for dataset_id, day, outcome, n in rows:
+        counts.setdefault((dataset_id, day), {})[outcome] = n
+    result: dict[int, list[DayLookups]] = {}
+    for dataset_id in dataset_ids:
+        result[dataset_id] = []
+        for offset in range(days):
+            day = first + timedelta(days=offset)
+            found = counts.get((dataset_id, day), {})
+            result[dataset_id].append(DayLookups(
+                day=day, lookups=sum(found.values()), empty=found.get(Outcome.EMPTY, 0),
+                unavailable=found.get(Outcome.UNAVAILABLE, 0)))
+    return result

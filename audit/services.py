@@ -14,7 +14,8 @@ from django.utils import timezone
 from django.utils.crypto import salted_hmac
 from rest_framework import exceptions
 
-from audit.models import Channel, Outcome, ToolInvocation
+from audit.models import Channel, InvocationDataset, Outcome, ToolInvocation
+from audit.selectors import searched_datasets
 from audit.types import InvocationRecord
 from datasets.models import ApiKey
 
@@ -47,12 +48,20 @@ def invocation_record(*, api_key: ApiKey | None, latency_ms: float,
         if transaction.get_connection().in_atomic_block:
             # A savepoint: a failed insert must not poison the caller's transaction.
             with transaction.atomic():
-                row.save(force_insert=True)
+                _save(row)
         else:
-            row.save(force_insert=True)  # autocommit: one statement, no BEGIN/COMMIT trips
+            _save(row)  # autocommit: a statement each, no BEGIN/COMMIT trips
     except Exception:
         logger.exception("audit: could not record tool call %r",
                          getattr(result, "tool_call_id", ""))
+
+
+def _save(row: ToolInvocation) -> None:
+    """The row, then the datasets its lookup searched (for the per-dataset figures)."""
+    row.save(force_insert=True)
+    InvocationDataset.objects.bulk_create(
+        InvocationDataset(invocation=row, dataset_id=pk, created_at=row.created_at,
+                          outcome=row.outcome) for pk in searched_datasets(row.details))
 
 
 def _invocation_row(*, api_key: ApiKey | None, latency_ms: float,

@@ -8,9 +8,9 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Q, QuerySet, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
@@ -26,6 +26,7 @@ from datasets.admin_display import (
 )
 from datasets.auth import api_key_create
 from datasets.models import ApiKey, Chunk, Dataset, Document, Job, Tenant
+from datasets.selectors import with_document_counts
 from datasets.services import (
     UploadOutcome,
     document_delete,
@@ -85,10 +86,6 @@ class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
         ApiKey.objects.filter(pk=key.pk).update(scoped=key.datasets.exists())
 
 
-LIVE = Q(documents__deleted=False)
-IN_PROGRESS = [Document.Status.PENDING, Document.Status.INDEXING]
-
-
 @admin.register(Dataset)
 class DatasetAdmin(admin.ModelAdmin[Dataset]):
     list_display = ["name", "tenant", "kb_scope", "activated", "document_count", "ready_count",
@@ -97,19 +94,10 @@ class DatasetAdmin(admin.ModelAdmin[Dataset]):
     list_select_related = ["tenant"]
     search_fields = ["name", "tenant__slug"]
 
+    change_list_template = "admin/datasets/dataset/change_list.html"  # links the glance page
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[Dataset]:
-        # One grouped query for the page, not one per dataset; chunks are the documents'
-        # indexed chunk counts (a sum over documents, not a scan of the chunk table).
-        return super().get_queryset(request).annotate(
-            documents_live=Count("documents", filter=LIVE),
-            documents_ready=Count("documents", filter=LIVE & Q(
-                documents__status=Document.Status.READY)),
-            documents_in_progress=Count("documents", filter=LIVE & Q(
-                documents__status__in=IN_PROGRESS)),
-            documents_failed=Count("documents", filter=LIVE & Q(
-                documents__status=Document.Status.FAILED)),
-            chunks=Coalesce(Sum("documents__chunk_count", filter=LIVE), 0),
-        )
+        return with_document_counts(super().get_queryset(request))
 
     @admin.display(description="documents", ordering="documents_live")
     def document_count(self, dataset: Any) -> int:
@@ -334,11 +322,11 @@ class JobAdmin(admin.ModelAdmin[Job]):
 
     def progress(self, request: HttpRequest, object_id: str) -> JsonResponse:
         """The job's progress as JSON, polled by its page until it ends."""
-        job = self.get_object(request, object_id)
+        if not self.has_view_permission(request):  # before the lookup: 403 tells nothing
+            raise PermissionDenied
+        job = self.get_object(request, unquote(object_id))
         if job is None:
             raise Http404("no such job")
-        if not self.has_view_permission(request, job):
-            raise PermissionDenied
         return JsonResponse(job_progress(job))
 
     def render_change_form(self, request: HttpRequest, context: dict[str, Any],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from datasets.models import Job
@@ -32,12 +33,16 @@ def job_update(job: Job | None, *, status: str | None = None, done: int | None =
     changes = {key: value for key, value in fields.items() if value is not None}
     if detail:
         changes["detail"] = {**job.detail, **detail}
-    if log:
-        line = {"at": timezone.now().isoformat(timespec="seconds"), "message": log[:500]}
-        changes["log"] = [*job.log, line][-LOG_LINES:]
-    for key, value in changes.items():
-        setattr(job, key, value)
-    if changes:
+    if not changes and not log:
+        return
+    with transaction.atomic():
+        if log:  # appended to the stored log: another process may have written a line since
+            stored = Job.objects.select_for_update().filter(pk=job.pk).values_list(
+                "log", flat=True).first() or []
+            line = {"at": timezone.now().isoformat(timespec="seconds"), "message": log[:500]}
+            changes["log"] = [*stored, line][-LOG_LINES:]
+        for key, value in changes.items():
+            setattr(job, key, value)
         # .update() and not .save(): a worker must not overwrite fields it did not change.
         Job.objects.filter(pk=job.pk).update(**changes, updated_at=timezone.now())
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from django.db.models import Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet, Sum, Window
+from django.db.models.functions import Coalesce, RowNumber
 
 from datasets.auth import Caller
 from datasets.models import Dataset, Document, Job, Tenant
@@ -128,3 +129,38 @@ def documents_by_doc_id(*, tenant_id: int, doc_ids: Collection[int]) -> dict[int
     rows = (Document.objects.filter(doc_id__in=list(doc_ids), dataset__tenant_id=tenant_id)
             .only("pk", "doc_id", "title", "source_path", "deleted", "dataset_id"))
     return {row.doc_id: row for row in rows}
+
+
+LIVE = Q(documents__deleted=False)
+IN_PROGRESS = [Document.Status.PENDING, Document.Status.INDEXING]
+
+
+def with_document_counts(datasets: QuerySet[Dataset]) -> QuerySet[Dataset]:
+    """Each dataset with its live documents by status and its chunks: one grouped query for a
+    page, not one per dataset; chunks are the documents' indexed chunk counts (a sum over
+    documents, not a scan of the chunk table)."""
+    return datasets.annotate(
+        documents_live=Count("documents", filter=LIVE),
+        documents_ready=Count("documents", filter=LIVE & Q(
+            documents__status=Document.Status.READY)),
+        documents_in_progress=Count("documents", filter=LIVE & Q(
+            documents__status__in=IN_PROGRESS)),
+        documents_failed=Count("documents", filter=LIVE & Q(
+            documents__status=Document.Status.FAILED)),
+        chunks=Coalesce(Sum("documents__chunk_count", filter=LIVE), 0),
+    )
+
+
+def last_ingestion_errors(*, dataset_ids: Collection[int], per_dataset: int = 3,
+                          ) -> dict[int, list[Document]]:
+    """The latest failed documents of each dataset, newest first: one query."""
+    failed = (Document.objects.filter(dataset_id__in=dataset_ids, deleted=False,
+                                      status=Document.Status.FAILED)
+              .only("pk", "dataset_id", "source_path", "error", "updated_at")
+              .annotate(rank=Window(RowNumber(), partition_by=F("dataset_id"),
+                                    order_by=F("updated_at").desc()))
+              .filter(rank__lte=per_dataset).order_by("dataset_id", "rank"))
+    found: dict[int, list[Document]] = {pk: [] for pk in dataset_ids}
+    for document in failed:
+        found[document.dataset_id].append(document)
+    return found

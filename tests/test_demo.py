@@ -260,6 +260,15 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
         assert "serving " in page.inner_text("#job-log")
         page.screenshot(path=str(SCREENSHOTS / "job-rebuild.png"), full_page=True)
 
+        # Datasets at a glance: the demo's dataset with the lookups this test made.
+        page.goto(demo.url + "/admin/datasets/dataset/")
+        page.click("#glance-link")
+        page.wait_for_selector("#glance")
+        demo_row = page.locator("#glance .glance-row", has_text="demo/runbooks")
+        assert int(demo_row.locator(".glance-lookups").inner_text()) >= 2
+        assert demo_row.locator("svg.glance-chart rect").count() > 14  # today has a bar
+        page.screenshot(path=str(SCREENSHOTS / "datasets-at-a-glance.png"), full_page=True)
+
         browser.close()
     assert not failed, failed
 

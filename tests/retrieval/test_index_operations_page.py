@@ -11,7 +11,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
-from datasets.jobs import LOG_LINES, job_update
+from datasets.jobs import GENERIC_ERROR, LOG_LINES, job_fail, job_update
 from datasets.models import Job
 from retrieval import milvus
 from retrieval.models import IndexVersion
@@ -137,15 +137,20 @@ def test_an_uploads_job_page_links_from_the_message_and_logs_what_it_did(
     assert kb.admin.get(f"/api/jobs/{job.pk}").json()["log"] == shown["log"]  # the API's too
 
 
-def test_a_failed_job_says_why_in_its_end_state() -> None:
+def test_a_failed_job_says_why_in_its_end_state_and_keeps_its_last_lines(
+        admin_client: Client) -> None:
     job = Job.objects.create(kind=Job.Kind.REBUILD)
     for n in range(LOG_LINES + 5):
         job_update(job, done=n, log=f"line {n}")
-    job_update(job, status=Job.Status.FAILED, error="the vector store was unavailable",
-               log="failed: the vector store was unavailable")
-    job.refresh_from_db()
-    assert len(job.log) == LOG_LINES and job.log[0]["message"] == "line 6"  # the last lines
-    assert job.log[-1]["message"] == "failed: the vector store was unavailable"
+    stale = Job.objects.get(pk=job.pk)
+    job_update(job, log="written by another process")
+    job_fail(stale, RuntimeError("dsn=secret"))  # appends to the stored log, not its copy
+    shown = progress(admin_client, job)
+    assert len(shown["log"]) == LOG_LINES and shown["log"][0]["message"] == "line 7"
+    assert [line["message"] for line in shown["log"][-2:]] == [
+        "written by another process", f"failed: {GENERIC_ERROR}"]
+    assert shown["end"].startswith("Failed after") and shown["end"].endswith(GENERIC_ERROR)
+    assert "secret" not in str(shown)
 
 
 def test_the_pages_are_for_superusers_and_the_jobs_viewers(admin_client: Client,
@@ -159,8 +164,11 @@ def test_the_pages_are_for_superusers_and_the_jobs_viewers(admin_client: Client,
     assert client.post(reverse(OPERATIONS), {"operation": "reconcile"}).status_code == 403
     assert client.get(progress_url).status_code == 403
     staff.user_permissions.add(*Permission.objects.filter(
-        codename__in=["view_job", "view_indexversion"]))
+        codename__in=["view_job", "view_indexversion", "change_indexversion"]))
     assert client.get(progress_url).json()["status"] == "queued"
+    # May view and change index versions, still not a superuser: no operations.
+    assert client.get(reverse(OPERATIONS)).status_code == 403
+    assert client.post(reverse(OPERATIONS), {"operation": "reconcile"}).status_code == 403
     listed = client.get(reverse("admin:retrieval_indexversion_changelist")).content.decode()
     assert 'id="index-operations-link"' not in listed
     assert admin_client.get(reverse("admin:datasets_job_progress",
