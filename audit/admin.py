@@ -17,7 +17,7 @@ from django.utils.functional import cached_property
 from audit.admin_display import trace_tables
 from audit.glance import DAYS, glances
 from audit.models import ToolInvocation
-from datasets.models import Dataset
+from datasets.admin_scope import TenantScopedAdmin, admin_datasets, tenant_filter
 from datasets.selectors import with_document_counts
 
 PROBE_LIMIT = 10_000  # a filtered list counts at most this many rows
@@ -50,11 +50,12 @@ class EstimatedCountPaginator(Paginator):
 
 
 @admin.register(ToolInvocation)
-class ToolInvocationAdmin(admin.ModelAdmin):
+class ToolInvocationAdmin(TenantScopedAdmin[ToolInvocation]):
     list_display = ["created_at", "tool_call_id", "session_id", "tenant", "tool_name", "channel",
                     "outcome", "evidence_status", "relevance_level", "returned_count",
                     "latency_ms"]
-    list_filter = ["tenant", "outcome", "channel", "relevance_level", "created_at"]
+    list_filter = [tenant_filter("tenant"), "outcome", "channel", "relevance_level",
+                   "created_at"]
     list_select_related = ["tenant"]
     # Exact matches use the indexes; a substring search would scan the whole table.
     search_fields = ["=tool_call_id", "=session_id"]
@@ -78,8 +79,7 @@ class ToolInvocationAdmin(admin.ModelAdmin):
         if not (self.has_view_permission(request)
                 and request.user.has_perm("datasets.view_dataset")):
             raise PermissionDenied
-        datasets = with_document_counts(
-            Dataset.objects.select_related("tenant").order_by("tenant__slug", "name"))
+        datasets = with_document_counts(admin_datasets(request).order_by("tenant__slug", "name"))
         page = Paginator(datasets, GLANCE_PER_PAGE).get_page(request.GET.get("p"))
         context = {**self.admin_site.each_context(request), "title": "Datasets at a glance",
                    "opts": self.model._meta, "page": page, "days": DAYS,

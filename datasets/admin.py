@@ -19,11 +19,11 @@ from datasets.admin_display import (
     DatasetFilter,
     DocumentFilter,
     chunk_table,
-    datasets_with_tenants,
     job_progress,
     preview,
     source_box,
 )
+from datasets.admin_scope import TenantScopedAdmin, scoped, tenant_filter
 from datasets.auth import api_key_create
 from datasets.models import ApiKey, Chunk, Dataset, Document, Job, Tenant
 from datasets.selectors import with_document_counts
@@ -40,18 +40,27 @@ from kbplatform.errors import ApiError
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin[Tenant]):
+    """Tenants; who is a tenant's staff (and a new tenant) is for superusers to say."""
+
     list_display = ["slug", "name", "created_at"]
     search_fields = ["slug", "name"]
+    filter_horizontal = ["staff"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Tenant]:
+        return scoped(super().get_queryset(request), request, "pk")
+
+    def get_fields(self, request: HttpRequest, obj: Tenant | None = None) -> Any:
+        fields = ["slug", "name"]
+        return [*fields, "staff"] if request.user.is_superuser else fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_superuser and super().has_add_permission(request)
 
 
 class ApiKeyForm(forms.ModelForm[ApiKey]):
     class Meta:
         model = ApiKey
         fields = ["tenant", "name", "role", "datasets", "revoked"]
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.fields["datasets"].queryset = datasets_with_tenants()  # type: ignore[attr-defined]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -63,10 +72,10 @@ class ApiKeyForm(forms.ModelForm[ApiKey]):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
+class ApiKeyAdmin(TenantScopedAdmin[ApiKey]):
     form = ApiKeyForm
     list_display = ["prefix", "tenant", "name", "role", "revoked", "created_at", "last_used_at"]
-    list_filter = ["role", "revoked", "tenant"]
+    list_filter = ["role", "revoked", tenant_filter("tenant")]
     list_select_related = ["tenant"]
     filter_horizontal = ["datasets"]
     readonly_fields = ["prefix", "created_at", "last_used_at"]
@@ -87,10 +96,10 @@ class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
 
 
 @admin.register(Dataset)
-class DatasetAdmin(admin.ModelAdmin[Dataset]):
+class DatasetAdmin(TenantScopedAdmin[Dataset]):
     list_display = ["name", "tenant", "kb_scope", "activated", "document_count", "ready_count",
                     "in_progress_count", "failed_count", "chunk_count", "created_at"]
-    list_filter = ["activated", "tenant"]
+    list_filter = ["activated", tenant_filter("tenant")]
     list_select_related = ["tenant"]
     search_fields = ["name", "tenant__slug"]
 
@@ -126,10 +135,6 @@ class DocumentUploadForm(forms.ModelForm[Document]):
     class Meta:
         model = Document
         fields = ["dataset"]
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.fields["dataset"].queryset = datasets_with_tenants()  # type: ignore[attr-defined]
 
     def clean(self) -> dict[str, Any]:
         """Validate only: the row is written in save_model, after every check passed."""
@@ -170,11 +175,12 @@ def upload_message(outcome: UploadOutcome) -> str:
 
 
 @admin.register(Document)
-class DocumentAdmin(admin.ModelAdmin[Document]):
+class DocumentAdmin(TenantScopedAdmin[Document]):
+    tenant_path = "dataset__tenant"
     list_display = ["source_path", "title", "dataset", "category", "activated", "status",
                     "chunk_count", "updated_at"]
     list_filter = ["status", "activated", "deleted", "category", ("dataset", DatasetFilter),
-                   "dataset__tenant"]
+                   tenant_filter("dataset__tenant")]
     list_select_related = ["dataset__tenant"]
     search_fields = ["source_path", "title", "=doc_id"]
     actions = ["activate", "deactivate", "reindex", "delete_documents"]
@@ -266,13 +272,14 @@ class DocumentAdmin(admin.ModelAdmin[Document]):
 
 
 @admin.register(Chunk)
-class ChunkAdmin(admin.ModelAdmin[Chunk]):
+class ChunkAdmin(TenantScopedAdmin[Chunk]):
+    tenant_path = "document__dataset__tenant"
     list_display = ["__str__", "document", "dataset", "chunk_index", "breadcrumb",
                     "text_preview", "chars"]
     # One document's chunks: the "chunks" link on its page (a document choice list would be
     # as long as the documents table).
-    list_filter = [("document__dataset", DatasetFilter), "document__dataset__tenant",
-                   DocumentFilter]
+    list_filter = [("document__dataset", DatasetFilter),
+                   tenant_filter("document__dataset__tenant"), DocumentFilter]
     list_select_related = ["document__dataset__tenant"]
     raw_id_fields = ["document"]
     search_fields = ["=document__doc_id", "document__source_path", "document__title",
@@ -302,12 +309,13 @@ class ChunkAdmin(admin.ModelAdmin[Chunk]):
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin[Job]):
-    """Jobs, read-only; a job's page follows it live (its progress, log and end state)."""
+class JobAdmin(TenantScopedAdmin[Job]):
+    """Jobs, read-only; a job's page follows it live (its progress, log and end state).
+    A platform job (no tenant) is a superuser's only."""
 
     list_display = ["id", "kind", "status", "done", "total", "tenant", "dataset", "created_at",
                     "updated_at"]
-    list_filter = ["kind", "status"]
+    list_filter = ["kind", "status", tenant_filter("tenant")]
     list_select_related = ["tenant", "dataset__tenant"]
     raw_id_fields = ["document"]
     # Its log is shown by the progress panel, not as a JSON field.

@@ -13,8 +13,9 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
+from datasets.admin_scope import admin_datasets, scoped
 from datasets.ingestion.transformers import SecretRedactor
-from datasets.models import Dataset, Document, Job
+from datasets.models import Document, Job
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrPromise
@@ -25,11 +26,6 @@ CHUNKS_SHOWN = 200  # a document may have 2,000 chunks: its page lists the first
 SOURCE_BOX = ("max-height: 32em; max-width: 100%; overflow: auto; white-space: pre-wrap; "
               "overflow-wrap: anywhere; font-family: var(--font-family-monospace, monospace); "
               "border: 1px solid var(--hairline-color, #ccc); padding: 8px; margin: 0;")
-
-
-def datasets_with_tenants() -> QuerySet[Dataset]:
-    # Dataset.__str__ names its tenant: one query for the choices, not one per dataset.
-    return Dataset.objects.select_related("tenant")
 
 
 def redacted(text: str) -> str:
@@ -77,7 +73,7 @@ class DatasetFilter(admin.RelatedFieldListFilter):
 
     def field_choices(self, field: Any, request: HttpRequest,
                       model_admin: Any) -> list[tuple[str, str | StrPromise]]:
-        return [(str(dataset.pk), str(dataset)) for dataset in datasets_with_tenants()]
+        return [(str(dataset.pk), str(dataset)) for dataset in admin_datasets(request)]
 
 
 class DocumentFilter(admin.SimpleListFilter):
@@ -97,8 +93,10 @@ class DocumentFilter(admin.SimpleListFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         pk = self._pk()
-        document = (Document.objects.filter(pk=pk).only("source_path").first()
-                    if pk is not None else None)
+        if pk is None:
+            return []
+        document = scoped(Document.objects.filter(pk=pk), request, "dataset__tenant").only(
+            "source_path").first()
         return [(str(pk), document.source_path)] if document is not None else []
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 
+from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
@@ -21,6 +22,10 @@ class Tenant(models.Model):
     slug = models.CharField(max_length=63, unique=True, validators=[SLUG])
     name = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    staff = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, blank=True, related_name="staff_tenants",
+        help_text="Staff users who work on this tenant in the admin: they see its data and no "
+                  "other tenant's (datasets/admin_scope.py). Superusers see every tenant.")
 
     class Meta:
         ordering = ["slug"]

@@ -18,6 +18,13 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from audit.admin_display import trace_tables
+from datasets.admin_scope import (
+    TenantScopedAdmin,
+    admin_datasets,
+    admin_tenants,
+    scoped,
+    tenant_filter,
+)
 from datasets.models import Dataset, Tenant
 from retrieval import admin_index  # noqa: F401  (registers the index's pages)
 from retrieval import config as cfg
@@ -108,12 +115,10 @@ def change_summary(change: RagConfigChange) -> str:
 class HitTestForm(forms.Form):
     """A question for one tenant's lookups, with the serving config or an earlier version."""
 
-    tenant = forms.ModelChoiceField(Tenant.objects.order_by("slug"))
-    datasets = forms.ModelMultipleChoiceField(
-        Dataset.objects.filter(activated=True).select_related("tenant")
-        .order_by("tenant__slug", "name"),
-        required=False, help_text="Empty: every activated dataset of the tenant, as a tool "
-                                  "key of the tenant searches.")
+    tenant: forms.ModelChoiceField[Tenant] = forms.ModelChoiceField(queryset=None)
+    datasets: forms.ModelMultipleChoiceField[Dataset] = forms.ModelMultipleChoiceField(
+        queryset=None, required=False, help_text="Empty: every activated dataset of the "
+                                                 "tenant, as a tool key of the tenant searches.")
     version = forms.IntegerField(
         min_value=1, required=False, help_text="A version of the tenant's default RAG "
         "config (its history). Empty: the config that serves.")
@@ -124,10 +129,13 @@ class HitTestForm(forms.Form):
     question = forms.CharField(max_length=django_settings.KB_MAX_QUERY_CHARS,
                                widget=forms.TextInput(attrs={"size": 80}))
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, data: Any, *, request: HttpRequest) -> None:
+        super().__init__(data)
+        # The tenants and datasets of the user's admin scope only.
+        cast(forms.ModelChoiceField, self.fields["tenant"]).queryset = admin_tenants(request)
         datasets = cast(forms.ModelMultipleChoiceField, self.fields["datasets"])
-        datasets.label_from_instance = lambda d: f"{d.tenant.slug}/{d.name}"  # type: ignore
+        datasets.queryset = admin_datasets(request).filter(activated=True).order_by(
+            "tenant__slug", "name")
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
@@ -138,7 +146,7 @@ class HitTestForm(forms.Form):
         if any(d.tenant_id != tenant.pk for d in chosen):
             self.add_error("datasets", f"pick datasets of {tenant.slug} only")
         cleaned["dataset_ids"] = [d.pk for d in chosen] or list(
-            Dataset.objects.filter(tenant=tenant, activated=True).values_list("pk", flat=True))
+            tenant.datasets.filter(activated=True).values_list("pk", flat=True))
         for field, key in (("version", "change"), ("compare", "compared")):
             cleaned[key] = None
             if cleaned.get(field):
@@ -152,7 +160,7 @@ class HitTestForm(forms.Form):
 
 
 @admin.register(RagConfig)
-class RagConfigAdmin(admin.ModelAdmin):
+class RagConfigAdmin(TenantScopedAdmin[RagConfig]):
     form = RagConfigForm
     list_display = ["scope", "tenant", "dataset", "retrievers", "retrieval_execution_mode",
                     "retrieve_k", "return_n", "version", "updated_by", "updated_at"]
@@ -199,7 +207,7 @@ class RagConfigAdmin(admin.ModelAdmin):
         result is a link to share)."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        form = HitTestForm(request.GET or None)
+        form = HitTestForm(request.GET or None, request=request)
         context = {**self.admin_site.each_context(request), "title": "Hit testing",
                    "opts": self.model._meta, "form": form}
         if form.is_valid():
@@ -248,9 +256,10 @@ class RagConfigAdmin(admin.ModelAdmin):
 
 
 @admin.register(RagConfigChange)
-class RagConfigChangeAdmin(admin.ModelAdmin):
+class RagConfigChangeAdmin(TenantScopedAdmin[RagConfigChange]):
     # Each row is one version of a config: name the config without the version it has now
     # (its __str__), which would label every row of its history with the latest one.
+    tenant_path = "config__tenant"
     list_display = ["config_scope", "version", "changed_by", "changed_at", "note"]
     list_display_links = ["config_scope", "version"]
     list_select_related = ["config__tenant", "config__dataset__tenant"]
@@ -267,8 +276,8 @@ class RagConfigChangeAdmin(admin.ModelAdmin):
 
     def rollback(self, request: HttpRequest, change_id: int) -> HttpResponse:
         """POST: a new version of the config equal to this change's (the button of the page)."""
-        change = get_object_or_404(RagConfigChange.objects.select_related("config__tenant"),
-                                   pk=change_id)
+        change = get_object_or_404(scoped(RagConfigChange.objects.select_related(
+            "config__tenant"), request, self.tenant_path), pk=change_id)
         if request.method != "POST" or not request.user.has_perm("retrieval.change_ragconfig"):
             raise PermissionDenied
         before = change.config.version
@@ -345,11 +354,11 @@ class RagAgentForm(forms.ModelForm):
 
 
 @admin.register(RagAgent)
-class RagAgentAdmin(admin.ModelAdmin[RagAgent]):
+class RagAgentAdmin(TenantScopedAdmin[RagAgent]):
     """The agentic-RAG agents a RAG node (/api/rag/node) delegates to by name."""
 
     form = RagAgentForm
     list_display = ["name", "tenant", "agentic_graph", "max_retry_count", "chat_model"]
     list_select_related = ["tenant"]
-    list_filter = ["tenant"]
+    list_filter = [tenant_filter("tenant")]
     search_fields = ["name"]

@@ -355,6 +355,7 @@ def test_rolling_back_needs_a_post_and_the_right_to_change_configs(
     viewer = User.objects.create_user("viewer", is_staff=True)
     viewer.user_permissions.add(*Permission.objects.filter(
         codename__in=["view_ragconfig", "view_ragconfigchange"]))
+    tenant.staff.add(viewer)
     client.force_login(viewer)
     page = client.get(reverse("admin:retrieval_ragconfigchange_change",
                               args=[config.changes.get(version=1).pk]))

@@ -12,7 +12,7 @@ from django.test import Client
 from django.urls import reverse
 
 from datasets.jobs import GENERIC_ERROR, LOG_LINES, job_fail, job_update
-from datasets.models import Job
+from datasets.models import Job, Tenant
 from retrieval import milvus
 from retrieval.models import IndexVersion
 from tests.datasets.builders import lookup, runbook, top_doc_id, upload
@@ -165,12 +165,18 @@ def test_the_pages_are_for_superusers_and_the_jobs_viewers(admin_client: Client,
     assert client.get(progress_url).status_code == 403
     staff.user_permissions.add(*Permission.objects.filter(
         codename__in=["view_job", "view_indexversion", "change_indexversion"]))
-    assert client.get(progress_url).json()["status"] == "queued"
+    # A platform job (no tenant) is the superusers'; a job of the staff's tenant is theirs.
+    assert client.get(progress_url).status_code == 404
+    tenant = Tenant.objects.create(slug="ops")
+    tenant.staff.add(staff)
+    own = Job.objects.create(kind=Job.Kind.IMPORT, tenant=tenant)
+    assert client.get(reverse("admin:datasets_job_progress",
+                              args=[own.pk])).json()["status"] == "queued"
     # May view and change index versions, still not a superuser: no operations.
     assert client.get(reverse(OPERATIONS)).status_code == 403
     assert client.post(reverse(OPERATIONS), {"operation": "reconcile"}).status_code == 403
     listed = client.get(reverse("admin:retrieval_indexversion_changelist")).content.decode()
     assert 'id="index-operations-link"' not in listed
     assert admin_client.get(reverse("admin:datasets_job_progress",
-                                    args=[job.pk + 1])).status_code == 404
-    assert not IndexVersion.objects.exists() and Job.objects.count() == 1
+                                    args=[own.pk + 1])).status_code == 404
+    assert not IndexVersion.objects.exists() and Job.objects.count() == 2

@@ -1,0 +1,187 @@
+"""Tenant-scoped staff: a staff user listed as a tenant's staff sees that tenant's rows on every
+admin page, list, form and custom page, and another tenant's as if they did not exist."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from audit.models import ToolInvocation
+from datasets.auth import api_key_create
+from datasets.models import Chunk, Dataset, Document, Job, Tenant
+from retrieval.models import RagAgent
+from retrieval.services import rag_config_update
+
+pytestmark = pytest.mark.django_db
+
+APPS = ("datasets", "audit", "retrieval")
+
+
+@dataclass
+class Owned:
+    """One tenant's rows of every tenant-owned model, each marked with the tenant's slug."""
+
+    tenant: Tenant
+    dataset: Dataset
+    document: Document
+    chunk: Chunk
+    job: Job
+    invocation: ToolInvocation
+    config_change: Any
+    agent: RagAgent
+    key: Any
+
+    def objects(self) -> dict[str, Any]:
+        return {"dataset": self.dataset, "document": self.document, "chunk": self.chunk,
+                "job": self.job, "toolinvocation": self.invocation,
+                "ragconfig": self.config_change.config, "ragconfigchange": self.config_change,
+                "ragagent": self.agent, "apikey": self.key, "tenant": self.tenant}
+
+
+APP_OF = {"dataset": "datasets", "document": "datasets", "chunk": "datasets", "job": "datasets",
+          "apikey": "datasets", "tenant": "datasets", "toolinvocation": "audit",
+          "ragconfig": "retrieval", "ragconfigchange": "retrieval", "ragagent": "retrieval"}
+
+
+def owned(slug: str) -> Owned:
+    tenant = Tenant.objects.create(slug=slug)
+    dataset = Dataset.objects.create(tenant=tenant, name=f"{slug}-runbooks")
+    document = Document.objects.create(
+        dataset=dataset, source_path=f"{slug}-doc.md", file_name=f"{slug}-doc.md",
+        source_text=f"# {slug}", content_hash=slug.ljust(64, "0"),
+        status=Document.Status.FAILED, error=f"{slug}: broken heading")
+    chunk = Chunk.objects.create(document=document, chunk_index=0, content=f"{slug} chunk",
+                                 breadcrumb=f"{slug}-crumb")
+    job = Job.objects.create(tenant=tenant, dataset=dataset, kind=Job.Kind.IMPORT,
+                             detail={"who": slug})
+    invocation = ToolInvocation.objects.create(
+        tenant=tenant, tool_call_id=f"{slug}-call", session_id=f"{slug}-session",
+        outcome="ok", latency_ms=3, created_at=timezone.now())
+    config = rag_config_update(config=None, tenant=tenant, values={"return_n": 3},
+                               changed_by=f"{slug}-editor")
+    agent = RagAgent.objects.create(tenant=tenant, name=f"{slug}-agent")
+    key, _ = api_key_create(tenant=tenant, role="tool", name=f"{slug}-key")
+    return Owned(tenant, dataset, document, chunk, job, invocation, config.changes.get(), agent,
+                 key)
+
+
+@pytest.fixture
+def two() -> tuple[Owned, Owned]:
+    return owned("alpha"), owned("bravo")
+
+
+def staff_of(client: Client, *tenants: Tenant, name: str = "staffer") -> User:
+    """A staff user with every view and change permission of the project's models, listed as
+    the staff of `tenants`."""
+    user = User.objects.create_user(name, is_staff=True)
+    user.user_permissions.add(*Permission.objects.filter(
+        content_type__app_label__in=APPS, codename__regex=r"^(view|change|add)_"))
+    for tenant in tenants:
+        tenant.staff.add(user)
+    client.force_login(user)
+    return user
+
+
+def page(client: Client, url: str, **params: Any) -> str:
+    response = client.get(url, params)
+    assert response.status_code == 200, (url, response.status_code)
+    return response.content.decode()
+
+
+def missing(client: Client, name: str, pk: Any) -> bool:
+    """The change page of `pk` answers as for an id that does not exist."""
+    response = client.get(reverse(f"admin:{APP_OF[name]}_{name}_change", args=[pk]),
+                          follow=True)
+    return "doesn’t exist" in response.content.decode()
+
+
+def test_every_list_shows_the_staffs_tenant_only(client: Client,
+                                                 two: tuple[Owned, Owned]) -> None:
+    alpha, bravo = two
+    staff_of(client, alpha.tenant)
+    for name, obj in alpha.objects().items():
+        html = page(client, reverse(f"admin:{APP_OF[name]}_{name}_changelist"))
+        assert "alpha" in html, name
+        assert "bravo" not in html, name  # not as a row, not as a filter's choice
+        assert not missing(client, name, obj.pk), name
+        assert missing(client, name, bravo.objects()[name].pk), name
+
+
+def test_another_tenants_row_looks_like_one_that_does_not_exist(
+        client: Client, two: tuple[Owned, Owned]) -> None:
+    alpha, bravo = two
+    staff_of(client, alpha.tenant)
+    url = reverse("admin:datasets_document_change", args=[bravo.document.pk])
+    theirs, none = (client.get(u, follow=True) for u in (
+        url, url.replace(str(bravo.document.pk), "987654")))
+    assert theirs.redirect_chain == [(reverse("admin:index"), 302)] == none.redirect_chain
+    assert [str(m).replace(str(bravo.document.pk), "N") for m in theirs.context["messages"]] \
+        == [str(m).replace("987654", "N") for m in none.context["messages"]]
+    progress = reverse("admin:datasets_job_progress", args=[bravo.job.pk])
+    assert client.get(progress).status_code == 404
+    rollback = reverse("admin:retrieval_ragconfigchange_rollback",
+                       args=[bravo.config_change.pk])
+    assert client.post(rollback).status_code == 404
+    chunks = reverse("admin:datasets_chunk_changelist")
+    assert "bravo-doc.md" not in page(client, chunks, document__id__exact=bravo.document.pk)
+
+
+def test_forms_offer_the_staffs_tenants_and_datasets_only(client: Client,
+                                                          two: tuple[Owned, Owned]) -> None:
+    alpha, _ = two
+    staff_of(client, alpha.tenant)
+    for url in (reverse("admin:datasets_document_add"), reverse("admin:datasets_apikey_add"),
+                reverse("admin:retrieval_ragconfig_add"), reverse("admin:retrieval_ragagent_add"),
+                reverse("admin:retrieval_ragconfig_hit_test")):
+        html = page(client, url)
+        assert "alpha" in html and "bravo" not in html, url
+    # A dataset of another tenant submitted anyway is not a valid choice.
+    response = client.post(reverse("admin:retrieval_ragagent_add"), {
+        "tenant": two[1].tenant.pk, "name": "sneaky", "agentic_graph": "FULL",
+        "max_retry_count": 1})
+    assert response.status_code == 200 and "Select a valid choice" in response.content.decode()
+    assert not RagAgent.objects.filter(name="sneaky").exists()
+
+
+def test_hit_testing_and_the_glance_keep_to_the_staffs_tenant(
+        client: Client, two: tuple[Owned, Owned]) -> None:
+    alpha, bravo = two
+    staff_of(client, alpha.tenant)
+    html = page(client, reverse("admin:retrieval_ragconfig_hit_test"),
+                tenant=bravo.tenant.pk, question="anything")
+    assert "Select a valid choice" in html and 'id="hit-answer"' not in html
+    glance = page(client, reverse("admin:audit_datasets_glance"))
+    assert "alpha-runbooks" in glance and "bravo" not in glance
+
+
+def test_staff_of_no_tenant_see_no_tenants_data(client: Client, two: tuple[Owned, Owned]) -> None:
+    staff_of(client)
+    for name in ("dataset", "document", "toolinvocation", "ragconfig", "tenant"):
+        html = page(client, reverse(f"admin:{APP_OF[name]}_{name}_changelist"))
+        assert "alpha" not in html and "bravo" not in html, name
+
+
+def test_superusers_see_every_tenant_and_say_who_is_staff(admin_client: Client,
+                                                          two: tuple[Owned, Owned]) -> None:
+    html = page(admin_client, reverse("admin:datasets_document_changelist"))
+    assert "alpha-doc.md" in html and "bravo-doc.md" in html
+    tenant_page = page(admin_client, reverse("admin:datasets_tenant_change",
+                                             args=[two[0].tenant.pk]))
+    assert 'name="staff"' in tenant_page
+
+
+def test_tenant_staff_cannot_list_themselves_elsewhere_or_add_tenants(
+        client: Client, two: tuple[Owned, Owned]) -> None:
+    alpha, bravo = two
+    user = staff_of(client, alpha.tenant)
+    url = reverse("admin:datasets_tenant_change", args=[alpha.tenant.pk])
+    assert 'name="staff"' not in page(client, url)
+    client.post(url, {"slug": "alpha", "name": "A", "staff": [user.pk]})
+    assert not bravo.tenant.staff.exists()
+    assert client.get(reverse("admin:datasets_tenant_add")).status_code == 403
