@@ -192,6 +192,7 @@ class Job(models.Model):
         REBUILD = "rebuild"
         ROLLBACK = "rollback"
         RECONCILE = "reconcile"
+        EVALUATE = "evaluate"
 
     class Status(models.TextChoices):
         QUEUED = "queued"

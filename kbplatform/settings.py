@@ -232,6 +232,9 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = KB_MAX_UPLOAD_BYTES + 1024 * 1024
 KB_CANONICAL_TTL_SECONDS = env_int("KB_CANONICAL_TTL_SECONDS", 7 * 24 * 3600, minimum=60)
 KB_AUDIT_STORE_RAW_QUERY = env_bool("KB_AUDIT_STORE_RAW_QUERY", False)
 KB_MAX_QUERY_CHARS = env_int("KB_MAX_QUERY_CHARS", 4000, minimum=1)
+# The BEIR-format suites the admin's evaluation runs offer: one folder each (corpus.jsonl,
+# queries.jsonl, qrels/test.tsv).
+KB_EVAL_SUITES_DIR = Path(env_str("KB_EVAL_SUITES_DIR", str(VAR_DIR / "eval-suites")))
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["datasets.auth.ApiKeyAuthentication"],

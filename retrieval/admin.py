@@ -1,6 +1,7 @@
 """Admin for RagConfig: validated by the converter, saved through the service, history read-only.
 
-The index's pages are in retrieval/admin_index.py (imported here, so that they register)."""
+The index's pages are in retrieval/admin_index.py, the evaluation runs' in
+retrieval/admin_evaluation.py (imported here, so that they register)."""
 
 from __future__ import annotations
 
@@ -26,11 +27,11 @@ from datasets.admin_scope import (
     tenant_filter,
 )
 from datasets.models import Dataset, Tenant
-from retrieval import admin_index  # noqa: F401  (registers the index's pages)
+from retrieval import admin_evaluation, admin_index  # noqa: F401  (register their pages)
 from retrieval import config as cfg
 from retrieval.hit_test import HitTest, compared, hit_test_question
 from retrieval.models import RagAgent, RagConfig, RagConfigChange
-from retrieval.selectors import chat_key_env_error
+from retrieval.selectors import chat_key_env_error, default_config_version
 from retrieval.services import rag_config_rollback, rag_config_update
 
 
@@ -150,9 +151,7 @@ class HitTestForm(forms.Form):
         for field, key in (("version", "change"), ("compare", "compared")):
             cleaned[key] = None
             if cleaned.get(field):
-                cleaned[key] = RagConfigChange.objects.filter(
-                    config__tenant=tenant, config__dataset=None,
-                    version=cleaned[field]).first()
+                cleaned[key] = default_config_version(tenant=tenant, version=cleaned[field])
                 if cleaned[key] is None:
                     self.add_error(field, f"{tenant.slug}/default has no version "
                                           f"{cleaned[field]}")

@@ -223,27 +223,57 @@ def evaluation_overrides(depth: int, given: dict[str, object] | None) -> dict[st
             "precise_threshold": 0.0, **(given or {})}
 
 
-def evaluate(*, suite: Suite, index: EvalIndex, embedder: Embedder, mode: SearchMode,
-             depth: int, max_queries: int | None, progress: Progress,
-             overrides: dict[str, object] | None = None) -> EvalReport:
+def document_scores(ranking: list[str], relevant: dict[str, int]) -> dict[str, float]:
+    """One query's figures from its document ranking and its judged documents."""
+    return {"ndcg@10": ndcg_at(ranking, relevant, 10),
+            "recall@10": recall_at(ranking, relevant, 10),
+            "recall@100": recall_at(ranking, relevant, 100),
+            "mrr@10": mrr_at(ranking, relevant, 10)}
+
+
+@dataclass(frozen=True)
+class QueryScore:
+    query_id: str
+    result: LookupResult
+    ranking: list[str]  # corpus ids, best first
+    scores: dict[str, float]
+    latency_ms: float
+
+
+def judged_queries(suite: Suite, max_queries: int | None) -> list[str]:
+    return [q for q in suite.queries if q in suite.qrels][:max_queries]
+
+
+def suite_scores(*, suite: Suite, index: EvalIndex, embedder: Embedder, queries: list[str],
+                 overrides: dict[str, object], mode: SearchMode | None = None
+                 ) -> Iterator[QueryScore]:
+    """Each query's lookup in the suite's collection, scored; a failed lookup raises."""
     search = VectorSearchService(port=milvus.searcher(index.collection), embedder=embedder)
-    overrides = evaluation_overrides(depth, overrides)
-    judged = [q for q in suite.queries if q in suite.qrels][:max_queries]
-    sums = {"ndcg@10": 0.0, "recall@10": 0.0, "recall@100": 0.0, "mrr@10": 0.0}
-    latencies: list[float] = []
-    for number, query_id in enumerate(judged, 1):
+    for query_id in queries:
         started = time.perf_counter()
         result = lookup_knowledge(filters=index.filters, query=suite.queries[query_id],
                                   mode=mode, overrides=overrides, search=search)
-        latencies.append((time.perf_counter() - started) * 1000)
+        latency = (time.perf_counter() - started) * 1000
         if result.error:
             raise RuntimeError(f"query {query_id} failed: {result.error}")
         ranking = ranked_documents(result, index.source_of_doc)
-        relevant = suite.qrels[query_id]
-        sums["ndcg@10"] += ndcg_at(ranking, relevant, 10)
-        sums["recall@10"] += recall_at(ranking, relevant, 10)
-        sums["recall@100"] += recall_at(ranking, relevant, 100)
-        sums["mrr@10"] += mrr_at(ranking, relevant, 10)
+        yield QueryScore(query_id, result, ranking,
+                         document_scores(ranking, suite.qrels[query_id]), latency)
+
+
+def evaluate(*, suite: Suite, index: EvalIndex, embedder: Embedder, mode: SearchMode,
+             depth: int, max_queries: int | None, progress: Progress,
+             overrides: dict[str, object] | None = None) -> EvalReport:
+    overrides = evaluation_overrides(depth, overrides)
+    judged = judged_queries(suite, max_queries)
+    sums = {"ndcg@10": 0.0, "recall@10": 0.0, "recall@100": 0.0, "mrr@10": 0.0}
+    latencies: list[float] = []
+    scored = suite_scores(suite=suite, index=index, embedder=embedder, queries=judged,
+                          overrides=overrides, mode=mode)
+    for number, score in enumerate(scored, 1):
+        latencies.append(score.latency_ms)
+        for name in sums:
+            sums[name] += score.scores[name]
         if number % 50 == 0 or number == len(judged):
             progress(f"queries {number}/{len(judged)}: nDCG@10 so far "
                      f"{sums['ndcg@10'] / number:.4f}")

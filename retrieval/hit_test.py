@@ -14,7 +14,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from retrieval.config import RagConfigConverter, RagSettings
 from retrieval.lookup_service import lookup_knowledge
 from retrieval.models import RagConfigChange
 from retrieval.project import RagResultProjector, trace_details
@@ -242,9 +241,7 @@ def hit_test_question(*, tenant_id: int, dataset_ids: Sequence[int], query: str,
                       version: RagConfigChange | None = None) -> HitTest:
     """One lookup as the tool runs it, with the serving config or an earlier `version` of
     it (fields added since at their defaults); nothing is audited or stored."""
-    overrides = None
-    if version is not None:
-        overrides = {**RagConfigConverter.to_dict(RagSettings()), **(version.after or {})}
+    overrides = version.settings() if version is not None else None
     result = lookup_knowledge(filters=SearchFilters(tenant_id=tenant_id,
                                                     dataset_ids=tuple(dataset_ids)),
                               query=query, overrides=overrides)

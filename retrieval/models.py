@@ -1,4 +1,5 @@
-"""The index (versions, embedding cache) and RagConfig with its change history.
+"""The index (versions, embedding cache), RagConfig with its change history, and the stored
+evaluation runs of config versions.
 
 RagConfig per tenant (default) or per dataset (override).
 
@@ -16,7 +17,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from datasets.ingestion.pipeline import Chunking
-from datasets.models import Dataset, Tenant
+from datasets.models import Dataset, Job, Tenant
 from retrieval import config as cfg
 
 D = cfg.RagSettings()  # the defaults, so that a column can never drift from the dataclass
@@ -335,6 +336,11 @@ class RagConfigChange(models.Model):
         return {k: (before.get(k), v) for k, v in (self.after or {}).items()
                 if before.get(k) != v}
 
+    def settings(self) -> dict[str, Any]:
+        """Every setting of this version: fields added since take their built-in defaults, as
+        they had then."""
+        return {**cfg.RagConfigConverter.to_dict(D), **(self.after or {})}
+
 
 class IndexVersion(models.Model):
     """One Milvus collection and what its vectors mean: never mix two models in one search."""
@@ -395,3 +401,81 @@ class EmbeddingCache(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model}:{self.text_hash[:12]}"
+
+
+class EvaluationRun(models.Model):
+    """One measurement of a config version: a batch of questions with their expected documents
+    on the tenant's own index (what its agents get), or a BEIR-format suite in a collection of
+    its own (how well the version ranks). Run as a job; every query's outcome is kept."""
+
+    class Kind(models.TextChoices):
+        BATCH = "batch", "batch hit test"
+        SUITE = "suite", "BEIR suite"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="evaluation_runs",
+                               help_text="Whose config version ran.")
+    kind = models.CharField(max_length=5, choices=Kind.choices)
+    name = models.CharField(max_length=200, help_text=(
+        "The question set (its file's name) or the suite: the runs of one name form a series "
+        "in the chart."))
+    job = models.OneToOneField(Job, on_delete=models.SET_NULL, null=True, blank=True,
+                               related_name="evaluation_run")
+    config_version = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The tenant's default config at this version; empty: "
+                                         "the built-in defaults (the tenant had no config).")
+    settings = models.JSONField(help_text="Every setting the run looked up with.")
+    dataset_ids = models.JSONField(default=list, blank=True,
+                                   help_text="A batch: the datasets its lookups searched.")
+    questions = models.JSONField(default=list, blank=True,
+                                 help_text="A batch: its questions, as parsed.")
+    max_queries = models.PositiveIntegerField(null=True, blank=True,
+                                              help_text="A suite: its first N judged queries.")
+    collection = models.CharField(max_length=200, blank=True,
+                                  help_text="The Milvus collection searched.")
+    embedder = models.CharField(max_length=200, blank=True)
+    queries = models.PositiveIntegerField(default=0)
+    metrics = models.JSONField(default=dict, blank=True)
+    latency_ms = models.JSONField(default=dict, blank=True)
+    created_by = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["tenant", "name", "created_at"],
+                                name="evaluation_run_series")]
+        constraints = [models.CheckConstraint(condition=Q(kind__in=["batch", "suite"]),
+                                              name="evaluation_run_kind_valid")]
+
+    def __str__(self) -> str:
+        version = f"v{self.config_version}" if self.config_version else "defaults"
+        return f"run {self.pk}: {self.name} ({self.tenant.slug} {version})"
+
+
+class EvaluationQuery(models.Model):
+    """One question of a run and what the lookup answered."""
+
+    run = models.ForeignKey(EvaluationRun, on_delete=models.CASCADE, related_name="results")
+    position = models.PositiveIntegerField()
+    query_id = models.CharField(max_length=200)
+    query = models.TextField()
+    expected = models.JSONField(default=list, blank=True,
+                                help_text="The relevant documents; empty: off-topic, EMPTY "
+                                          "is right.")
+    ranking = models.JSONField(default=list, blank=True,
+                               help_text="The documents found, best first (the first ten).")
+    status = models.CharField(max_length=16, help_text="READY or EMPTY.")
+    hit = models.BooleanField()
+    reciprocal_rank = models.FloatField()
+    ndcg = models.FloatField(help_text="nDCG@10")
+    latency_ms = models.FloatField()
+    trace = models.JSONField(null=True, blank=True,
+                             help_text="A miss's retrievalDetails (the first misses of a run).")
+
+    class Meta:
+        ordering = ["run", "position"]
+        constraints = [models.UniqueConstraint(fields=["run", "position"],
+                                               name="evaluation_query_unique_position")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.position} {self.query_id}"

@@ -9,7 +9,7 @@ from django.db.models import Q, QuerySet
 from datasets.models import Tenant
 from datasets.selectors import tenant_key_variable
 from retrieval.config import RagConfigError, RagSettings
-from retrieval.models import IndexVersion, RagAgent, RagConfig
+from retrieval.models import IndexVersion, RagAgent, RagConfig, RagConfigChange
 
 
 def rag_config_for(*, tenant_id: int, dataset_ids: Sequence[int]) -> tuple[RagSettings, int | None]:
@@ -47,6 +47,12 @@ def chat_key_env_error(tenant: Tenant, name: str) -> dict[str, str]:
     return {"chat_api_key_env": f"must be {own}, this tenant's key variable" if own else
             "this tenant's slug names the same key variable as another tenant's: no key "
             "variable can be this tenant's alone"}
+
+
+def default_config_version(*, tenant: Tenant, version: int) -> RagConfigChange | None:
+    """Version `version` of the tenant's default config (its history), if it has one."""
+    return RagConfigChange.objects.filter(config__tenant=tenant, config__dataset__isnull=True,
+                                          version=version).first()
 
 
 def index_versions() -> QuerySet[IndexVersion]:

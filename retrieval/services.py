@@ -72,9 +72,8 @@ def rag_config_rollback(*, change: RagConfigChange, changed_by: str) -> RagConfi
     is: nothing is written and the version stays.
     """
     config = change.config
-    values = {**RagConfigConverter.to_dict(RagSettings()), **(change.after or {})}
     return rag_config_update(config=config, tenant=config.tenant, dataset=config.dataset,
-                             values=values, changed_by=changed_by,
+                             values=change.settings(), changed_by=changed_by,
                              note=f"rollback to version {change.version}")
 
 

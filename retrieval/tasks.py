@@ -17,10 +17,12 @@ from datasets.ingestion.parse import DocumentParseError
 from datasets.jobs import GENERIC_ERROR, job_fail, job_update
 from datasets.models import Job
 from retrieval.embedders import EmbeddingAuthError, EmbeddingError
+from retrieval.evaluation import SuiteError
+from retrieval.evaluation_runs import RunUnavailable, evaluation_run_execute
 from retrieval.index_versions import IndexNotReady
 from retrieval.indexing import document_mark_failed, document_sync
 from retrieval.milvus import VectorStoreRejected, VectorStoreUnavailable
-from retrieval.models import IndexVersion
+from retrieval.models import EvaluationRun, IndexVersion
 from retrieval.rebuild import IndexOperationRunning, index_rollback, rebuild_hybrid_knowledge
 from retrieval.recovery import reconcile_serving, recover
 from retrieval.writer_lock import WriterBusy
@@ -138,6 +140,27 @@ def reconcile_task(job_id: int, repair: bool) -> None:
                    log=("repaired " if repair else "checked ") + report.line())
     except (IndexNotReady, IndexOperationRunning) as exc:
         job_fail(job, exc, public=str(exc))
+    except Exception as exc:
+        job_fail(job, exc)
+
+
+@shared_task(acks_late=True)
+def evaluation_task(job_id: int, run_id: int) -> None:
+    job = _claim(job_id)
+    if job is None:
+        return
+    run = EvaluationRun.objects.filter(pk=run_id).first()
+    if run is None:
+        job_update(job, status=Job.Status.FAILED, error="the run was deleted before it started",
+                   log="failed: the run was deleted before it started")
+        return
+    try:
+        evaluation_run_execute(run=run, job=job)
+    except SuiteError as exc:
+        job_fail(job, exc, public=str(exc))
+    except RunUnavailable as exc:
+        job_fail(job, exc, public="a lookup answered UNAVAILABLE: a platform service failed; "
+                                  "start the run again once it is back")
     except Exception as exc:
         job_fail(job, exc)
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 from audit.models import ToolInvocation
 from datasets.auth import api_key_create
 from datasets.models import Chunk, Dataset, Document, Job, Tenant
-from retrieval.models import RagAgent
+from retrieval.models import EvaluationQuery, EvaluationRun, RagAgent
 from retrieval.services import rag_config_update
 
 pytestmark = pytest.mark.django_db
@@ -36,17 +36,20 @@ class Owned:
     config_change: Any
     agent: RagAgent
     key: Any
+    run: EvaluationRun
 
     def objects(self) -> dict[str, Any]:
         return {"dataset": self.dataset, "document": self.document, "chunk": self.chunk,
                 "job": self.job, "toolinvocation": self.invocation,
                 "ragconfig": self.config_change.config, "ragconfigchange": self.config_change,
-                "ragagent": self.agent, "apikey": self.key, "tenant": self.tenant}
+                "ragagent": self.agent, "apikey": self.key, "tenant": self.tenant,
+                "evaluationrun": self.run}
 
 
 APP_OF = {"dataset": "datasets", "document": "datasets", "chunk": "datasets", "job": "datasets",
           "apikey": "datasets", "tenant": "datasets", "toolinvocation": "audit",
-          "ragconfig": "retrieval", "ragconfigchange": "retrieval", "ragagent": "retrieval"}
+          "ragconfig": "retrieval", "ragconfigchange": "retrieval", "ragagent": "retrieval",
+          "evaluationrun": "retrieval"}
 
 
 def owned(slug: str) -> Owned:
@@ -67,8 +70,14 @@ def owned(slug: str) -> Owned:
                                changed_by=f"{slug}-editor")
     agent = RagAgent.objects.create(tenant=tenant, name=f"{slug}-agent")
     key, _ = api_key_create(tenant=tenant, role="tool", name=f"{slug}-key")
+    run = EvaluationRun.objects.create(tenant=tenant, kind="batch", name=f"{slug}-questions",
+                                       settings={}, job=Job.objects.create(
+                                           tenant=tenant, kind=Job.Kind.EVALUATE))
+    EvaluationQuery.objects.create(run=run, position=1, query_id=f"{slug}-q", query="q",
+                                   status="EMPTY", hit=False, reciprocal_rank=0, ndcg=0,
+                                   latency_ms=1)
     return Owned(tenant, dataset, document, chunk, job, invocation, config.changes.get(), agent,
-                 key)
+                 key, run)
 
 
 @pytest.fixture
@@ -128,6 +137,13 @@ def test_another_tenants_row_looks_like_one_that_does_not_exist(
     rollback = reverse("admin:retrieval_ragconfigchange_rollback",
                        args=[bravo.config_change.pk])
     assert client.post(rollback).status_code == 404
+    for name in ("progress", "download"):
+        url = reverse(f"admin:retrieval_evaluationrun_{name}", args=[bravo.run.pk])
+        assert client.get(url).status_code == 404, name
+    assert client.get(reverse("admin:retrieval_evaluationrun_query",
+                              args=[bravo.run.pk, 1])).status_code == 404
+    compare = reverse("admin:retrieval_evaluationrun_compare")
+    assert client.get(compare, {"a": alpha.run.pk, "b": bravo.run.pk}).status_code == 404
     chunks = reverse("admin:datasets_chunk_changelist")
     assert "bravo-doc.md" not in page(client, chunks, document__id__exact=bravo.document.pk)
 
@@ -138,7 +154,8 @@ def test_forms_offer_the_staffs_tenants_and_datasets_only(client: Client,
     staff_of(client, alpha.tenant)
     for url in (reverse("admin:datasets_document_add"), reverse("admin:datasets_apikey_add"),
                 reverse("admin:retrieval_ragconfig_add"), reverse("admin:retrieval_ragagent_add"),
-                reverse("admin:retrieval_ragconfig_hit_test")):
+                reverse("admin:retrieval_ragconfig_hit_test"),
+                reverse("admin:retrieval_evaluationrun_add")):
         html = page(client, url)
         assert "alpha" in html and "bravo" not in html, url
     # A dataset of another tenant submitted anyway is not a valid choice.

@@ -1,0 +1,77 @@
+"""Question sets of a batch hit test: JSON lines or CSV, as people upload or paste them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from retrieval.question_sets import (
+    MAX_BYTES,
+    MAX_QUESTIONS,
+    BatchQuestion,
+    QuestionSetError,
+    question_set_parse,
+)
+
+ROOT_QUESTIONS = "knowledge_base/eval/questions.jsonl"
+
+
+def parse(text: str) -> list[BatchQuestion]:
+    return question_set_parse(text.encode("utf-8"))
+
+
+def test_json_lines_take_one_or_several_expected_documents_or_none() -> None:
+    questions = parse('{"id": "a", "query": "nginx 502", "expected": "web/nginx.md"}\n\n'
+                      '{"question": "two of them", "expected": ["a.md", "123", "a.md"]}\n'
+                      '{"query": "off topic", "expected": null}\n')
+    assert questions == [BatchQuestion("a", "nginx 502", ("web/nginx.md",)),
+                         BatchQuestion("q2", "two of them", ("a.md", "123")),
+                         BatchQuestion("q3", "off topic", ())]
+
+
+def test_the_hit_test_file_of_the_sample_reads_as_a_question_set() -> None:
+    with open(ROOT_QUESTIONS, "rb") as handle:
+        raw = handle.read()
+    questions = question_set_parse(raw)
+    rows = [json.loads(line) for line in raw.decode().splitlines() if line.strip()]
+    assert [q.id for q in questions] == [r["id"] for r in rows]
+    assert [q.expected for q in questions] == [(r["expect"],) if r["expect"] else ()
+                                               for r in rows]
+
+
+def test_csv_with_a_header_row_and_several_expected_documents() -> None:
+    questions = parse("\ufeffQuery,expected,id\n"
+                      'Redis 内存满了怎么办,cache/redis.md|cache/redis-2.md,r1\n'
+                      '"a, quoted query",,\n')
+    assert questions == [
+        BatchQuestion("r1", "Redis 内存满了怎么办", ("cache/redis.md", "cache/redis-2.md")),
+        BatchQuestion("q2", "a, quoted query", ())]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "no questions"),
+    ('{"query": "a"}\nnot json\n', "line 2: not JSON"),
+    ('["a"]\n', "line 1: not a JSON object"),
+    ('{"query": "  "}\n', "line 1: no query"),
+    ('{"query": "a", "expected": [1]}\n', "line 1: expected must be"),
+    ('{"id": "x", "query": "a"}\n{"id": "x", "query": "b"}\n', "line 2: id 'x' is used twice"),
+    ("text,answer\nhello,world\n", "a CSV needs a header row with a `query` column"),
+    (json.dumps({"query": "a", "expected": [f"d{n}" for n in range(21)]}) + "\n",
+     "more than 20 expected documents"),
+])
+def test_a_bad_set_names_its_first_problem(text: str, message: str) -> None:
+    with pytest.raises(QuestionSetError, match=message):
+        parse(text)
+
+
+def test_sets_are_bounded_in_bytes_questions_and_query_length(settings) -> None:
+    with pytest.raises(QuestionSetError, match=f"{MAX_QUESTIONS} at most"):
+        parse("".join(f'{{"query": "q{n}"}}\n' for n in range(MAX_QUESTIONS + 1)))
+    with pytest.raises(QuestionSetError, match=f"{MAX_BYTES} at most"):
+        question_set_parse(b"x" * (MAX_BYTES + 1))
+    settings.KB_MAX_QUERY_CHARS = 10
+    with pytest.raises(QuestionSetError, match="line 1: the query is longer than 10"):
+        parse('{"query": "eleven chars"}\n')
+    with pytest.raises(QuestionSetError, match="not UTF-8"):
+        question_set_parse(b"query\n\xff\xfe\n")
