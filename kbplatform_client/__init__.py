@@ -71,6 +71,7 @@ class Job(TypedDict):
     total: int
     detail: dict[str, Any]
     error: str
+    log: list[dict[str, str]]  # what it did: [{"at": ISO time, "message": …}], its last lines
     created_at: str
     updated_at: str
 

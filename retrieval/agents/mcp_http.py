@@ -49,7 +49,11 @@ class McpWsgiApp:
         if self._app is None:
             with self._lock:
                 if self._app is None:
-                    self._app = _started()
+                    try:
+                        self._app = _started()
+                    except RuntimeError as exc:  # the next request tries again
+                        return _refused(start_response, "503 Service Unavailable",
+                                        "unavailable", str(exc))
         return self._app(environ, start_response)
 
 

@@ -88,6 +88,7 @@ def call_tool(name: str, arguments: dict[str, Any], key: str) -> types.CallToolR
     """One tool call, synchronous: authenticate, validate, call, audit, shape the result."""
     started = time.perf_counter()
     who: Caller | None = None
+    audited = False
     try:
         if name not in AUDITED and name not in ("evidence_guard", "list_datasets"):
             raise exceptions.NotFound(f"no tool named {name!r}")
@@ -101,9 +102,10 @@ def call_tool(name: str, arguments: dict[str, Any], key: str) -> types.CallToolR
         done = call(who, _valid(contract, arguments))
         invocation_record(api_key=who.api_key, result=done.record, channel=Channel.MCP,
                           latency_ms=_ms_since(started))
+        audited = True  # one row per call, even if shaping the result fails below
         return _result(name, done.body, is_error=done.unavailable)
     except Exception as exc:  # every failure is a tool error with the REST API's error body
-        if name in AUDITED:
+        if name in AUDITED and not audited:
             # A stranger's arguments are not kept: no tenant could trace its ids anyway.
             invocation_record(api_key=who.api_key if who else None, error=exc,
                               payload=arguments if who else None, tool_name=name,
@@ -113,8 +115,11 @@ def call_tool(name: str, arguments: dict[str, Any], key: str) -> types.CallToolR
             logger.warning("database error in MCP tool %s: %r", name, exc)
         elif status >= 500:
             logger.exception("unhandled error in MCP tool %s", name)
+        # The text is all some hosts show the model: the fields at fault go in it too, so it
+        # can correct its arguments.
+        extra = f" {json.dumps(body['extra'], ensure_ascii=False)}" if body.get("extra") else ""
         return types.CallToolResult(is_error=True, structured_content=body, content=[
-            types.TextContent(text=f"{body['code']}: {body['message']}")])
+            types.TextContent(text=f"{body['code']}: {body['message']}{extra}")])
     finally:
         # The worker thread may be retired by the next call: its connection must not outlive
         # the call (close_old_connections keeps one for CONN_MAX_AGE).

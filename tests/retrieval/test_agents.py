@@ -16,7 +16,7 @@ import pytest
 from django.conf import settings
 
 from audit.models import ToolInvocation
-from kbplatform_client import KbClient, KbError
+from kbplatform_client import Dataset, Job, KbClient, KbError
 from retrieval.agents.schemas import TOOLS, tool_definitions
 from tests.mcp_clients import over_http
 from tests.retrieval.chat_server import chat_server
@@ -266,6 +266,10 @@ def test_the_client_is_checked_against_the_openapi_schema() -> None:
                     p.kind is p.POSITIONAL_OR_KEYWORD} - {"self"}
         if method_name != "rag_node":  # rag_node takes the body's fields as **task
             assert keywords <= properties, (method_name, keywords - properties)
+    # What the client says a dataset and a job hold is what the API answers with.
+    for typed in (Dataset, Job):
+        assert set(typed.__annotations__) == set(components[typed.__name__]["properties"]), \
+            typed.__name__
 
 
 @pytest.mark.django_db(transaction=True)
