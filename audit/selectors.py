@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta
+from datetime import date, timedelta
 from typing import Any
 
-from django.db.models import Count
-from django.db.models.functions import TruncDate
+from django.db.models import Count, Sum
 from django.utils import timezone
 
 from audit.models import InvocationDataset, Outcome, ToolInvocation
@@ -58,10 +57,8 @@ def lookups_per_day(*, dataset_ids: Collection[int], days: int,
     many were EMPTY and UNAVAILABLE: one grouped query over the searched-datasets index."""
     today = today or timezone.localdate()
     first = today - timedelta(days=days - 1)
-    since = timezone.make_aware(datetime.combine(first, time.min))
-    rows = (InvocationDataset.objects.filter(dataset_id__in=dataset_ids, created_at__gte=since)
-            .annotate(day=TruncDate("created_at")).order_by()
-            .values_list("dataset_id", "day", "outcome").annotate(n=Count("id")))
+    rows = (InvocationDataset.objects.filter(dataset_id__in=dataset_ids, day__gte=first)
+            .order_by().values_list("dataset_id", "day", "outcome").annotate(n=Count("id")))
     counts: dict[tuple[int, date], dict[str, int]] = {}
     for dataset_id, day, outcome, n in rows:
         counts.setdefault((dataset_id, day), {})[outcome] = n
@@ -75,3 +72,58 @@ def lookups_per_day(*, dataset_ids: Collection[int], days: int,
                 day=day, lookups=sum(found.values()), empty=found.get(Outcome.EMPTY, 0),
                 unavailable=found.get(Outcome.UNAVAILABLE, 0)))
     return result
+
+
+@dataclass(frozen=True)
+class ArmFigures:
+    """The audited calls of one arm of an A/B test."""
+
+    arm: str
+    calls: int = 0
+    ready: int = 0
+    empty: int = 0
+    unavailable: int = 0
+    precise: int = 0
+    returned: int = 0  # evidence items handed out, in all
+    latency_ms: float = 0.0  # in all
+    versions: tuple[int | None, ...] = ()  # the config versions that served it
+
+    def _share(self, count: int) -> float | None:
+        return count / self.calls if self.calls else None
+
+    @property
+    def shares(self) -> dict[str, float | None]:
+        """READY, EMPTY, UNAVAILABLE and PRECISE as shares of the calls."""
+        return {"READY": self._share(self.ready), "EMPTY": self._share(self.empty),
+                "UNAVAILABLE": self._share(self.unavailable),
+                "PRECISE": self._share(self.precise)}
+
+    @property
+    def mean_returned(self) -> float | None:
+        return self._share(self.returned)
+
+    @property
+    def mean_latency_ms(self) -> float | None:
+        return self.latency_ms / self.calls if self.calls else None
+
+
+def experiment_figures(*, experiment_id: int, arms: Collection[str]) -> list[ArmFigures]:
+    """Each arm's calls of an A/B test, from the audit: one grouped query that its index
+    covers."""
+    rows = (ToolInvocation.objects.filter(experiment_id=experiment_id).order_by()
+            .values_list("experiment_arm", "outcome", "relevance_level", "config_version")
+            .annotate(n=Count("id"), returned=Sum("returned_count"), ms=Sum("latency_ms")))
+    sums: dict[str, dict[str, Any]] = {arm: {"arm": arm} for arm in arms}
+    versions: dict[str, set[int | None]] = {}
+    for arm, outcome, level, version, n, returned, ms in rows:
+        figures = sums.setdefault(arm, {"arm": arm})
+        versions.setdefault(arm, set()).add(version)
+        for key, add in (("calls", n), ("returned", returned or 0), ("latency_ms", ms or 0.0),
+                         ("ready", n if outcome == Outcome.OK else 0),
+                         ("empty", n if outcome == Outcome.EMPTY else 0),
+                         ("unavailable", n if outcome == Outcome.UNAVAILABLE else 0),
+                         ("precise", n if level == "PRECISE" else 0)):
+            figures[key] = figures.get(key, 0) + add
+    return [ArmFigures(**figures, versions=tuple(sorted(versions.get(arm, ()),
+                                                        key=lambda v: v or 0)))
+            for arm, figures in sums.items()]

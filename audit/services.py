@@ -60,8 +60,7 @@ def _save(row: ToolInvocation) -> None:
     """The row, then the datasets its lookup searched (for the per-dataset figures)."""
     row.save(force_insert=True)
     InvocationDataset.objects.bulk_create(
-        InvocationDataset(invocation=row, dataset_id=pk, created_at=row.created_at,
-                          outcome=row.outcome) for pk in searched_datasets(row.details))
+        InvocationDataset.of(row, pk) for pk in searched_datasets(row.details))
 
 
 def _invocation_row(*, api_key: ApiKey | None, latency_ms: float,
@@ -82,6 +81,8 @@ def _invocation_row(*, api_key: ApiKey | None, latency_ms: float,
         row.relevance_level = result.relevance_level
         row.returned_count = result.returned_count
         row.config_version = result.config_version
+        if result.experiment is not None:
+            row.experiment_id, row.experiment_arm = result.experiment
         row.error = result.error[:200]
         row.details = {"retrievalDetails": result.details}
         if result.answer is not None:

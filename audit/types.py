@@ -34,3 +34,4 @@ class InvocationRecord:
     ready: tuple[ReadyEvidence, ...] = field(default=())
     tool_name: str = "lookup_knowledge"
     answer: dict[str, Any] | None = None  # a RAG answer's generation: status, citations, usage
+    experiment: tuple[int, str] | None = None  # (A/B test id, arm) of the config that served

@@ -17,6 +17,7 @@ from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 
 from datasets.models import Dataset, Tenant
+from datasets.selectors import db_id
 
 _CACHE = "_kb_admin_tenant_ids"
 M = TypeVar("M", bound=Model)
@@ -66,9 +67,10 @@ def tenant_filter(tenant_path: str, title: str = "tenant") -> type[admin.SimpleL
             value = self.value()
             if value is None:
                 return queryset
-            if not value.isdigit():
+            pk = db_id(value)  # "²" is a digit to isdigit(), not to int()
+            if pk is None:
                 return queryset.none()
-            return queryset.filter(**{f"{tenant_path}__id": int(value)})
+            return queryset.filter(**{f"{tenant_path}__id": pk})
 
     TenantFilter.title = title
     return TenantFilter

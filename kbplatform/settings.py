@@ -166,8 +166,15 @@ KB_RECOVERY_GRACE_SECONDS = env_int("KB_RECOVERY_GRACE_SECONDS", 60, minimum=0)
 # time across processes: KB_MILVUS_SINGLE_WRITER makes every writer take one lock (see
 # retrieval/writer_lock.py); on a Milvus server set it to false and run more workers.
 KB_INDEXING_QUEUE = "indexing"
-CELERY_TASK_ROUTES = {"datasets.tasks.*": {"queue": KB_INDEXING_QUEUE},
+# Evaluation runs only read, but for a suite's corpus (whose writes take the writer lock like
+# any other): on Celery's default queue, so that a worker of their own keeps them from delaying
+# the indexing (an exact name wins over the patterns).
+CELERY_TASK_ROUTES = {"retrieval.tasks.evaluation_task": {"queue": "celery"},
+                      "datasets.tasks.*": {"queue": KB_INDEXING_QUEUE},
                       "retrieval.tasks.*": {"queue": KB_INDEXING_QUEUE}}
+# A running evaluation writes its progress at least this often; a run silent for longer lost
+# its worker, and the recovery marks it failed.
+KB_EVALUATION_STALE_SECONDS = env_int("KB_EVALUATION_STALE_SECONDS", 900, minimum=60)
 KB_MILVUS_SINGLE_WRITER = env_bool("KB_MILVUS_SINGLE_WRITER", True)
 KB_WRITER_LOCK_TIMEOUT_SECONDS = env_int("KB_WRITER_LOCK_TIMEOUT_SECONDS", 600, minimum=1)
 

@@ -1,7 +1,8 @@
 """Admin for RagConfig: validated by the converter, saved through the service, history read-only.
 
 The index's pages are in retrieval/admin_index.py, the evaluation runs' in
-retrieval/admin_evaluation.py (imported here, so that they register)."""
+retrieval/admin_evaluation.py, the A/B tests' in retrieval/admin_experiments.py (imported here,
+so that they register)."""
 
 from __future__ import annotations
 
@@ -9,29 +10,26 @@ import json
 from typing import Any, cast
 
 from django import forms
-from django.conf import settings as django_settings
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
-from audit.admin_display import trace_tables
 from datasets.admin_scope import (
     TenantScopedAdmin,
-    admin_datasets,
-    admin_tenants,
     scoped,
     tenant_filter,
 )
-from datasets.models import Dataset, Tenant
 from retrieval import admin_evaluation, admin_index  # noqa: F401  (register their pages)
 from retrieval import config as cfg
-from retrieval.hit_test import HitTest, compared, hit_test_question
+from retrieval.admin_experiments import experiment_start_view
+from retrieval.admin_hit_test import draft_url, hit_test_page
 from retrieval.models import RagAgent, RagConfig, RagConfigChange
-from retrieval.selectors import chat_key_env_error, default_config_version
+from retrieval.selectors import chat_key_env_error
 from retrieval.services import rag_config_rollback, rag_config_update
 
 
@@ -101,61 +99,12 @@ class RagConfigChangeInline(admin.TabularInline):
         return format_html('<a href="{}">view, roll back to it</a>', url)
 
 
-def _version_label(change: RagConfigChange | None) -> str:
-    return f"version {change.version}" if change is not None else "the serving config"
-
-
 def change_summary(change: RagConfigChange) -> str:
     if change.before is None:
         return "created"
     fields = "; ".join(f"{name}: {json.dumps(old)} → {json.dumps(new)}"
                        for name, (old, new) in change.changed_fields().items())
     return f"{change.note}: {fields}" if change.note else fields
-
-
-class HitTestForm(forms.Form):
-    """A question for one tenant's lookups, with the serving config or an earlier version."""
-
-    tenant: forms.ModelChoiceField[Tenant] = forms.ModelChoiceField(queryset=None)
-    datasets: forms.ModelMultipleChoiceField[Dataset] = forms.ModelMultipleChoiceField(
-        queryset=None, required=False, help_text="Empty: every activated dataset of the "
-                                                 "tenant, as a tool key of the tenant searches.")
-    version = forms.IntegerField(
-        min_value=1, required=False, help_text="A version of the tenant's default RAG "
-        "config (its history). Empty: the config that serves.")
-    compare = forms.IntegerField(
-        min_value=1, required=False, label="Compare with version",
-        help_text="Another version: the same question under both, side by side, the "
-                  "differences marked. Empty: no comparison.")
-    question = forms.CharField(max_length=django_settings.KB_MAX_QUERY_CHARS,
-                               widget=forms.TextInput(attrs={"size": 80}))
-
-    def __init__(self, data: Any, *, request: HttpRequest) -> None:
-        super().__init__(data)
-        # The tenants and datasets of the user's admin scope only.
-        cast(forms.ModelChoiceField, self.fields["tenant"]).queryset = admin_tenants(request)
-        datasets = cast(forms.ModelMultipleChoiceField, self.fields["datasets"])
-        datasets.queryset = admin_datasets(request).filter(activated=True).order_by(
-            "tenant__slug", "name")
-
-    def clean(self) -> dict[str, Any]:
-        cleaned = super().clean() or {}
-        tenant = cleaned.get("tenant")
-        if tenant is None:
-            return cleaned
-        chosen = cleaned.get("datasets") or []
-        if any(d.tenant_id != tenant.pk for d in chosen):
-            self.add_error("datasets", f"pick datasets of {tenant.slug} only")
-        cleaned["dataset_ids"] = [d.pk for d in chosen] or list(
-            tenant.datasets.filter(activated=True).values_list("pk", flat=True))
-        for field, key in (("version", "change"), ("compare", "compared")):
-            cleaned[key] = None
-            if cleaned.get(field):
-                cleaned[key] = default_config_version(tenant=tenant, version=cleaned[field])
-                if cleaned[key] is None:
-                    self.add_error(field, f"{tenant.slug}/default has no version "
-                                          f"{cleaned[field]}")
-        return cleaned
 
 
 @admin.register(RagConfig)
@@ -166,12 +115,12 @@ class RagConfigAdmin(TenantScopedAdmin[RagConfig]):
     list_filter = ["retrieval_execution_mode", "enable_rerank", "enable_query_transform"]
     list_select_related = ["tenant", "dataset__tenant"]
     search_fields = ["tenant__slug", "dataset__name"]
-    raw_id_fields = ["dataset"]
-    readonly_fields = ["version", "updated_by", "updated_at"]
+    readonly_fields = ["version", "updated_by", "updated_at", "ab_test"]
     inlines = [RagConfigChangeInline]
     # One group per stage of the retrieval graph, in the order a lookup runs them.
     fieldsets = [
-        (None, {"fields": ["tenant", "dataset", "version", "updated_by", "updated_at"]}),
+        (None, {"fields": ["tenant", "dataset", "version", "updated_by", "updated_at",
+                           "ab_test"]}),
         ("1. Scope and filters", {"fields": ["kb_scope", "metadata_filters"]}),
         ("2. Query transformation", {"fields": ["enable_query_transform",
                                                 "query_transform_strategy"]}),
@@ -195,6 +144,7 @@ class RagConfigAdmin(TenantScopedAdmin[RagConfig]):
     ]
 
     change_list_template = "admin/retrieval/ragconfig/change_list.html"
+    change_form_template = "admin/retrieval/ragconfig/change_form.html"  # a draft's hit test
 
     def get_urls(self) -> list[Any]:
         hit_test = path("hit-test/", self.admin_site.admin_view(self.hit_test),
@@ -206,26 +156,34 @@ class RagConfigAdmin(TenantScopedAdmin[RagConfig]):
         result is a link to share)."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        form = HitTestForm(request.GET or None, request=request)
         context = {**self.admin_site.each_context(request), "title": "Hit testing",
-                   "opts": self.model._meta, "form": form}
-        if form.is_valid():
-            data = form.cleaned_data
-            tenant = data["tenant"]
-
-            def run(version: RagConfigChange | None) -> HitTest:
-                return hit_test_question(tenant_id=tenant.pk, dataset_ids=data["dataset_ids"],
-                                         query=data["question"], version=version)
-
-            found = run(data["change"])
-            context.update(answer=json.dumps(found.body, indent=2, ensure_ascii=False),
-                           rd=found.details, trace=trace_tables(found.details, tenant.pk))
-            if data["compared"] is not None:
-                other = run(data["compared"])
-                context["comparison"] = compared(
-                    (_version_label(data["change"]), found), (_version_label(
-                        data["compared"]), other))
+                   "opts": self.model._meta, **hit_test_page(request)}
         return TemplateResponse(request, "admin/retrieval/hit_test.html", context)
+
+    def changeform_view(self, request: HttpRequest, object_id: str | None = None,
+                        form_url: str = "", extra_context: dict[str, Any] | None = None
+                        ) -> HttpResponse:
+        # "Hit test this draft": the form's values, validated, to the hit-testing page
+        # instead of being saved.
+        if request.method == "POST" and "_hit_test_draft" in request.POST:
+            obj = self.get_object(request, unquote(object_id)) if object_id else None
+            form = cast(RagConfigForm, self.get_form(request, obj, change=obj is not None)(
+                request.POST, request.FILES, instance=obj))
+            if form.is_valid():
+                return redirect(draft_url(
+                    config=obj, form_data=form.cleaned_data, values=form.setting_values(),
+                    question=request.POST.get("_hit_test_question", "")))
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
+    @admin.display(description="A/B test")
+    def ab_test(self, config: RagConfig) -> str:
+        experiment = config.experiment
+        if experiment is None:
+            return "none running (start one from a version of the history below)"
+        url = reverse("admin:retrieval_configexperiment_change", args=[experiment.pk])
+        return format_html('<a href="{}" id="running-ab-test">A/B test {}</a>: version {} for '
+                           '{} % of the lookups', url, experiment.pk,
+                           experiment.candidate.version, experiment.share)
 
     @admin.display(description="retrievers")
     def retrievers(self, config: RagConfig) -> str:
@@ -269,9 +227,12 @@ class RagConfigChangeAdmin(TenantScopedAdmin[RagConfigChange]):
     change_form_template = "admin/retrieval/ragconfigchange/change_form.html"
 
     def get_urls(self) -> list[Any]:
-        rollback = path("<int:change_id>/rollback/", self.admin_site.admin_view(self.rollback),
-                        name="retrieval_ragconfigchange_rollback")
-        return [rollback, *super().get_urls()]
+        view = self.admin_site.admin_view
+        return [path("<int:change_id>/rollback/", view(self.rollback),
+                     name="retrieval_ragconfigchange_rollback"),
+                path("<int:change_id>/ab-test/", view(experiment_start_view),
+                     name="retrieval_ragconfigchange_ab_test"),
+                *super().get_urls()]
 
     def rollback(self, request: HttpRequest, change_id: int) -> HttpResponse:
         """POST: a new version of the config equal to this change's (the button of the page)."""
@@ -301,9 +262,20 @@ class RagConfigChangeAdmin(TenantScopedAdmin[RagConfigChange]):
             "retrieval.change_ragconfig")
         return super().render_change_form(request, context, add, change, form_url, obj)
 
-    @admin.display(description="changed (before → after)")
+    @admin.display(description="changed")
     def summary(self, change: RagConfigChange) -> str:
-        return change_summary(change)
+        """The fields this version changed, one row each: before, after."""
+        if change.before is None:
+            return "created with the settings below"
+        rows = format_html_join("", "<tr><th>{}</th><td><code>{}</code></td>"
+                                    "<td><code>{}</code></td></tr>",
+                                ((name, json.dumps(old, ensure_ascii=False),
+                                  json.dumps(new, ensure_ascii=False))
+                                 for name, (old, new) in change.changed_fields().items()))
+        note = format_html("<p>{}</p>", change.note) if change.note else ""
+        return format_html('{}<table id="version-diff"><thead><tr><th>setting</th>'
+                           "<th>before</th><th>after</th></tr></thead><tbody>{}</tbody></table>",
+                           note, rows)
 
     @admin.display(description="config", ordering="config")
     def config_scope(self, change: RagConfigChange) -> str:

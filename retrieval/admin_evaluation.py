@@ -28,49 +28,29 @@ from django.http import (
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.html import format_html
 
 from audit.admin_display import trace_tables
 from datasets.admin_display import job_progress
-from datasets.admin_scope import TenantScopedAdmin, admin_datasets, admin_tenants, tenant_filter
-from datasets.models import Dataset, Tenant
+from datasets.admin_scope import TenantScopedAdmin, tenant_filter
+from datasets.models import Job
+from retrieval.admin_forms import TenantVersionForm
 from retrieval.config import RagConfigError
 from retrieval.evaluation_display import run_series, runs_compared
-from retrieval.evaluation_runs import eval_suites, evaluation_run_start
+from retrieval.evaluation_runs import (
+    MAX_SUITE_QUERIES,
+    RunRefused,
+    eval_suites,
+    evaluation_run_start,
+)
 from retrieval.models import EvaluationQuery, EvaluationRun
-from retrieval.question_sets import QuestionSetError, question_set_parse
-from retrieval.selectors import default_config_version
+from retrieval.question_sets import MAX_BYTES, QuestionSetError, question_set_parse
 
 RESULTS_PER_PAGE = 100
 COMPARED_ROWS = 500
 
 
-class _RunForm(forms.Form):
-    """What every run names: a tenant of the user's scope and a version of its config."""
-
-    tenant: forms.ModelChoiceField[Tenant] = forms.ModelChoiceField(queryset=None)
-    version = forms.IntegerField(
-        min_value=1, required=False, help_text="A version of the tenant's default RAG config "
-                                               "(its history). Empty: the config that serves.")
-
-    def __init__(self, data: Any = None, files: Any = None, *, request: HttpRequest) -> None:
-        super().__init__(data, files)
-        cast(forms.ModelChoiceField, self.fields["tenant"]).queryset = admin_tenants(request)
-
-    def clean(self) -> dict[str, Any]:
-        cleaned = super().clean() or {}
-        tenant, number = cleaned.get("tenant"), cleaned.get("version")
-        cleaned["change"] = None
-        if tenant is not None and number:
-            cleaned["change"] = default_config_version(tenant=tenant, version=number)
-            if cleaned["change"] is None:
-                self.add_error("version", f"{tenant.slug}/default has no version {number}")
-        return cleaned
-
-
-class BatchRunForm(_RunForm):
-    datasets: forms.ModelMultipleChoiceField[Dataset] = forms.ModelMultipleChoiceField(
-        queryset=None, required=False, help_text="Empty: every activated dataset of the "
-                                                 "tenant, as a tool key of the tenant searches.")
+class BatchRunForm(TenantVersionForm):
     questions_file = forms.FileField(
         required=False, label="Questions (file)",
         help_text="JSON lines ({\"query\": …, \"expected\": [source path or document id, …]}, "
@@ -84,38 +64,28 @@ class BatchRunForm(_RunForm):
                            help_text="The series this run belongs to in the chart. Empty: the "
                                      "file's name, or \"pasted questions\".")
 
-    def __init__(self, data: Any = None, files: Any = None, *, request: HttpRequest) -> None:
-        super().__init__(data, files, request=request)
-        datasets = cast(forms.ModelMultipleChoiceField, self.fields["datasets"])
-        datasets.queryset = admin_datasets(request).filter(activated=True).order_by(
-            "tenant__slug", "name")
-
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
-        tenant, upload = cleaned.get("tenant"), cleaned.get("questions_file")
-        text = cleaned.get("questions_text") or ""
+        upload, text = cleaned.get("questions_file"), cleaned.get("questions_text") or ""
         if bool(upload) == bool(text.strip()):
             raise forms.ValidationError("Upload a file of questions or paste them (one of "
                                         "the two).")
         try:
-            raw = upload.read(1_000_001) if upload else text.encode("utf-8")
+            raw = upload.read(MAX_BYTES + 1) if upload else text.encode("utf-8", "replace")
             cleaned["questions"] = question_set_parse(raw)
         except QuestionSetError as exc:
             self.add_error("questions_file" if upload else "questions_text", str(exc))
-        cleaned["name"] = cleaned.get("name") or (upload.name if upload else "pasted questions")
-        if tenant is not None:
-            chosen = cleaned.get("datasets") or []
-            if any(d.tenant_id != tenant.pk for d in chosen):
-                self.add_error("datasets", f"pick datasets of {tenant.slug} only")
-            cleaned["dataset_ids"] = [d.pk for d in chosen] or list(
-                tenant.datasets.filter(activated=True).values_list("pk", flat=True))
+        name = cleaned.get("name") or (upload.name if upload else "pasted questions")
+        cleaned["name"] = name[:200]
         return cleaned
 
 
-class SuiteRunForm(_RunForm):
+class SuiteRunForm(TenantVersionForm):
+    datasets = None  # a suite is searched in a collection of its own
     suite = forms.ChoiceField(choices=(), help_text="The folders of KB_EVAL_SUITES_DIR.")
-    queries = forms.IntegerField(min_value=1, required=False,
-                                 help_text="Only its first N judged queries. Empty: all.")
+    queries = forms.IntegerField(
+        min_value=1, max_value=MAX_SUITE_QUERIES, required=False,
+        help_text=f"Only its first N judged queries. Empty: all (at most {MAX_SUITE_QUERIES}).")
 
     def __init__(self, data: Any = None, files: Any = None, *, request: HttpRequest) -> None:
         super().__init__(data, files, request=request)
@@ -124,10 +94,12 @@ class SuiteRunForm(_RunForm):
 
 @admin.register(EvaluationRun)
 class EvaluationRunAdmin(TenantScopedAdmin[EvaluationRun]):
-    list_display = ["id", "name", "kind", "tenant", "version", "embedder", "queries",
-                    "hit_rate", "mrr", "ndcg", "p50", "status", "created_at"]
+    # The other figures, the index and the embedder are on a run's page.
+    list_display = ["id", "name", "tenant", "version", "queries", "hit_rate", "ndcg", "status",
+                    "created_at"]
     list_display_links = ["id", "name"]
     list_filter = ["kind", tenant_filter("tenant")]
+    show_facets = admin.ShowFacets.NEVER
     list_select_related = ["tenant", "job"]
     search_fields = ["name"]
     actions = ["compare"]
@@ -144,6 +116,10 @@ class EvaluationRunAdmin(TenantScopedAdmin[EvaluationRun]):
             path("<path:object_id>/query/<int:position>/", view(self.query_view),
                  name="retrieval_evaluationrun_query"),
             *super().get_urls()]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[EvaluationRun]:
+        # A run's questions (up to 1 MB) are read by its task and its download, not its pages.
+        return super().get_queryset(request).defer("questions")
 
     # --- the list: a chart per series above the table ----------------------------------
 
@@ -176,6 +152,10 @@ class EvaluationRunAdmin(TenantScopedAdmin[EvaluationRun]):
             except RagConfigError as exc:  # a stored row the converter refuses today
                 form.add_error("version", f"This version of the config does not validate: "
                                           f"{exc}")
+            except RunRefused as exc:
+                form.add_error(None, format_html(
+                    '{} — <a href="{}">follow it</a>.', str(exc),
+                    reverse("admin:retrieval_evaluationrun_change", args=[exc.run.pk])))
             else:
                 messages.success(request, f"Run {run.pk} started: follow it below.")
                 return redirect("admin:retrieval_evaluationrun_change", run.pk)
@@ -270,12 +250,10 @@ class EvaluationRunAdmin(TenantScopedAdmin[EvaluationRun]):
 
     def compare_view(self, request: HttpRequest) -> HttpResponse:
         a, b = (self._run(request, request.GET.get(side) or "0") for side in ("a", "b"))
-        comparison = runs_compared(a, b)
         changed_only = request.GET.get("all") != "1"
-        pairs = [p for p in comparison.pairs if p.change != "same" or not changed_only]
         context = {**self.admin_site.each_context(request), "opts": self.opts,
-                   "title": f"Run {a.pk} and run {b.pk}, query by query", "cmp": comparison,
-                   "pairs": pairs[:COMPARED_ROWS], "more": max(0, len(pairs) - COMPARED_ROWS),
+                   "title": f"Run {a.pk} and run {b.pk}, query by query",
+                   "cmp": runs_compared(a, b, changed_only=changed_only, limit=COMPARED_ROWS),
                    "changed_only": changed_only}
         return TemplateResponse(request, "admin/retrieval/evaluationrun/compare.html", context)
 
@@ -283,6 +261,14 @@ class EvaluationRunAdmin(TenantScopedAdmin[EvaluationRun]):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # a run is a measurement: kept as it was made
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_delete_permission(request, obj) and not (
+            obj is not None and _going(obj))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[EvaluationRun]) -> None:
+        # A run whose job still runs is writing its outcomes: it stays.
+        super().delete_queryset(request, queryset.exclude(job__status__in=GOING))
 
     @admin.display(description="config")
     def version(self, run: EvaluationRun) -> str:
@@ -292,22 +278,20 @@ class EvaluationRunAdmin(TenantScopedAdmin[EvaluationRun]):
     def hit_rate(self, run: EvaluationRun) -> str:
         return _figure(run, "hit_rate")
 
-    @admin.display(description="MRR@10")
-    def mrr(self, run: EvaluationRun) -> str:
-        return _figure(run, "mrr@10")
-
     @admin.display(description="nDCG@10")
     def ndcg(self, run: EvaluationRun) -> str:
         return _figure(run, "ndcg@10")
 
-    @admin.display(description="p50 ms")
-    def p50(self, run: EvaluationRun) -> str:
-        value = run.latency_ms.get("p50")
-        return f"{value:.0f}" if value is not None else "–"
-
     @admin.display(description="status")
     def status(self, run: EvaluationRun) -> str:
         return run.job.status if run.job else ("succeeded" if run.finished_at else "–")
+
+
+GOING = [Job.Status.QUEUED, Job.Status.RUNNING]
+
+
+def _going(run: EvaluationRun) -> bool:
+    return run.job is not None and run.job.status in GOING
 
 
 def _figure(run: EvaluationRun, name: str) -> str:

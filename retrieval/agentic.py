@@ -161,8 +161,9 @@ def agentic_answer(*, filters: SearchFilters, query: str, tool_call_id: str = ""
     session = session_id or f"agentic_{uuid.uuid4().hex}"
     state = AgenticState(query=query)
     try:
-        config, _ = rag_config_for(tenant_id=filters.tenant_id,
-                                   dataset_ids=filters.dataset_ids)
+        # The run's session routes it, as it routes each of its lookups: one A/B arm.
+        config = rag_config_for(tenant_id=filters.tenant_id, dataset_ids=filters.dataset_ids,
+                                routing_key=session).settings
         if overrides:
             config = RagConfigConverter.to_settings(overrides, base=config)
     except RagConfigError as exc:

@@ -88,11 +88,20 @@ def _version(run: EvaluationRun, short: bool = False) -> str:
 # --- two runs, query by query ---------------------------------------------------------------
 
 @dataclass(frozen=True)
+class Outcome:
+    """What a comparison reads of every query of a run: small, whatever the run's size."""
+
+    pk: int
+    hit: bool
+    ndcg: float
+
+
+@dataclass(frozen=True)
 class QueryPair:
     query_id: str
     query: str
-    a: EvaluationQuery | None
-    b: EvaluationQuery | None
+    a: Outcome | None
+    b: Outcome | None
 
     @property
     def delta(self) -> float:
@@ -110,18 +119,23 @@ class QueryPair:
 
 
 @dataclass(frozen=True)
+class ShownPair:
+    pair: QueryPair
+    a: EvaluationQuery | None  # the whole outcome, for the rows a page shows
+    b: EvaluationQuery | None
+
+    @property
+    def sides(self) -> tuple[EvaluationQuery | None, EvaluationQuery | None]:
+        return self.a, self.b
+
+
+@dataclass(frozen=True)
 class Comparison:
     a: EvaluationRun
     b: EvaluationRun
-    pairs: Sequence[QueryPair]  # worst change first
-
-    @property
-    def counts(self) -> dict[str, int]:
-        """How many queries changed how, from the worst change to the best."""
-        counts = dict.fromkeys(CHANGES, 0)
-        for pair in self.pairs:
-            counts[pair.change] += 1
-        return counts
+    counts: dict[str, int]  # how many queries changed how, from the worst change to the best
+    shown: Sequence[ShownPair]  # the largest loss (B against A) first
+    more: int  # pairs left out of `shown`
 
     @property
     def metrics(self) -> list[tuple[str, float | None, float | None, float | None]]:
@@ -133,14 +147,28 @@ class Comparison:
         return rows
 
 
-def runs_compared(a: EvaluationRun, b: EvaluationRun) -> Comparison:
-    """Every query of either run, paired by query id, the largest loss (B against A) first."""
-    fields = ("query_id", "query", "hit", "ndcg", "reciprocal_rank", "ranking", "status",
-              "position", "run")
-    first = {q.query_id: q for q in a.results.only(*fields)}
-    second = {q.query_id: q for q in b.results.only(*fields)}
-    pairs = [QueryPair(query_id, (first.get(query_id) or second[query_id]).query,
-                       first.get(query_id), second.get(query_id))
-             for query_id in dict.fromkeys([*first, *second])]
-    pairs.sort(key=lambda p: p.delta)
-    return Comparison(a, b, pairs)
+def _outcomes(run: EvaluationRun) -> dict[tuple[str, str], Outcome]:
+    rows = run.results.values_list("query_id", "query", "pk", "hit", "ndcg")
+    return {(query_id, query): Outcome(pk, hit, ndcg)
+            for query_id, query, pk, hit, ndcg in rows.iterator(chunk_size=2000)}
+
+
+def runs_compared(a: EvaluationRun, b: EvaluationRun, *, changed_only: bool, limit: int
+                  ) -> Comparison:
+    """Every query of either run, paired by its id and its text (two sets numbered q1, q2, …
+    pair only where they ask the same), the largest loss first; the first `limit` of them
+    (the changed ones only, with `changed_only`) read whole."""
+    first, second = _outcomes(a), _outcomes(b)
+    pairs = [QueryPair(query_id, query, first.get((query_id, query)),
+                       second.get((query_id, query)))
+             for query_id, query in dict.fromkeys([*first, *second])]
+    counts = dict.fromkeys(CHANGES, 0)
+    for pair in pairs:
+        counts[pair.change] += 1
+    listed = sorted((p for p in pairs if p.change != "same" or not changed_only),
+                    key=lambda p: p.delta)
+    wanted = {o.pk for p in listed[:limit] for o in (p.a, p.b) if o is not None}
+    whole = {q.pk: q for q in EvaluationQuery.objects.filter(pk__in=wanted)}
+    shown = [ShownPair(p, whole.get(p.a.pk) if p.a else None, whole.get(p.b.pk) if p.b else None)
+             for p in listed[:limit]]
+    return Comparison(a, b, counts, shown, max(0, len(listed) - limit))

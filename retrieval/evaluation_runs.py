@@ -50,8 +50,19 @@ RANKING_KEPT = 10
 PROGRESS_STEPS = 50  # progress is written about this many times per run
 
 
+MAX_SUITE_QUERIES = 10_000  # a run's outcomes are read whole by its comparisons
+
+
 class RunUnavailable(RuntimeError):
     """A lookup answered UNAVAILABLE: the run's figures would not be the config's."""
+
+
+class RunRefused(ValueError):
+    """A run cannot start: `run` is the tenant's run still going."""
+
+    def __init__(self, run: EvaluationRun) -> None:
+        self.run = run
+        super().__init__(f"run {run.pk} of this tenant is still going: one run at a time")
 
 
 def eval_suites() -> list[str]:
@@ -81,9 +92,15 @@ def evaluation_run_start(*, tenant: Tenant, kind: str, name: str,
                          questions: Sequence[BatchQuestion] = (),
                          dataset_ids: Sequence[int] = (), max_queries: int | None = None
                          ) -> EvaluationRun:
-    """Store the run and queue its job (it starts once this transaction commits)."""
+    """Store the run and queue its job (it starts once this transaction commits). One run per
+    tenant at a time (RunRefused): runs queue behind each other on the worker."""
     config_version, settings = version_settings(tenant, version)
     with transaction.atomic():
+        Tenant.objects.select_for_update().only("pk").get(pk=tenant.pk)
+        going = EvaluationRun.objects.filter(tenant=tenant, job__status__in=[
+            Job.Status.QUEUED, Job.Status.RUNNING]).first()
+        if going is not None:
+            raise RunRefused(going)
         job = Job.objects.create(kind=Job.Kind.EVALUATE, tenant=tenant, total=len(questions),
                                  detail={"name": name})
         run = EvaluationRun.objects.create(
@@ -106,7 +123,6 @@ class _Recorder:
         self.latencies: list[float] = []
         self.traced = self.hits = 0
         self.step = max(1, total // PROGRESS_STEPS)
-        run.results.all().delete()  # a retried delivery starts afresh
         job_update(job, total=total, done=0, log=f"{total} queries")
 
     def add(self, *, query_id: str, query: str, expected: Sequence[str], ranking: list[str],
@@ -184,7 +200,6 @@ def _run_batch(run: EvaluationRun, job: Job) -> None:
             hit = result.evidence_status == "EMPTY"
             rr = ndcg = float(hit)
             off_topic_empty.append(float(hit))
-            first.append(float(hit))
         recorder.add(query_id=question.id, query=question.query, expected=question.expected,
                      ranking=ranking, result=result, hit=hit, reciprocal_rank=rr, ndcg=ndcg,
                      latency_ms=latency)
@@ -209,7 +224,8 @@ def _run_suite(run: EvaluationRun, job: Job) -> None:
     job_update(job, log=f"loading {len(suite.corpus)} documents with {embedder.name} "
                         "(what is indexed already is skipped)")
     index = eval_index_load(suite=suite, embedder=embedder, progress=progress)
-    queries = judged_queries(suite, run.max_queries)
+    queries = judged_queries(suite, min(run.max_queries or MAX_SUITE_QUERIES,
+                                        MAX_SUITE_QUERIES))
     recorder = _Recorder(run, job, len(queries))
     overrides = {**run.settings, **evaluation_overrides(SUITE_DEPTH, None)}
     sums = {"ndcg@10": 0.0, "recall@10": 0.0, "recall@100": 0.0, "mrr@10": 0.0}

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from retrieval.lookup_service import lookup_knowledge
-from retrieval.models import RagConfigChange
 from retrieval.project import RagResultProjector, trace_details
 from retrieval.types import SearchFilters, SearchMode
 
@@ -238,15 +237,16 @@ class HitTest:
 
 
 def hit_test_question(*, tenant_id: int, dataset_ids: Sequence[int], query: str,
-                      version: RagConfigChange | None = None) -> HitTest:
-    """One lookup as the tool runs it, with the serving config or an earlier `version` of
-    it (fields added since at their defaults); nothing is audited or stored."""
-    overrides = version.settings() if version is not None else None
+                      overrides: dict[str, Any] | None = None, version: int | None = None
+                      ) -> HitTest:
+    """One lookup as the tool runs it, with the serving config, or with every setting of
+    `overrides` (an earlier `version`'s, or a draft's: version None); nothing is audited or
+    stored."""
     result = lookup_knowledge(filters=SearchFilters(tenant_id=tenant_id,
                                                     dataset_ids=tuple(dataset_ids)),
                               query=query, overrides=overrides)
-    if version is not None:
-        result = replace(result, config_version=version.version)
+    if overrides is not None:
+        result = replace(result, config_version=version)
     return HitTest(RagResultProjector().project(result), trace_details(result))
 
 

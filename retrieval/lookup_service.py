@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -11,6 +12,7 @@ from django.db import DatabaseError
 
 from audit.canonical import canonical_store, ready_evidence
 from datasets.auth import Caller
+from datasets.models import Tenant
 from datasets.selectors import datasets_in_scope, db_id, live_doc_ids
 from kbplatform.errors import ApiError, ServiceUnavailable
 from retrieval import milvus
@@ -29,7 +31,7 @@ from retrieval.lookup import LookupKnowledgeTool, LookupRequest, as_unavailable
 from retrieval.project import invocation_of
 from retrieval.rerank import configured_reranker
 from retrieval.search import VectorSearchService
-from retrieval.selectors import rag_config_for
+from retrieval.selectors import chat_key_env_error, rag_config_for
 from retrieval.transform import L0Index
 from retrieval.types import LookupResult, SearchFilters, SearchMode
 
@@ -59,6 +61,7 @@ class _Setup:
     filters: SearchFilters  # the key's scope, narrowed by the config's kb_scope and filters
     search: VectorSearchService | None  # None: nothing has been indexed yet
     view: DocumentsView | None  # None: no dataset to search
+    experiment: tuple[int, str] | None  # (A/B test, arm) of this call, when one runs
 
 
 class _Unavailable(Exception):
@@ -66,10 +69,10 @@ class _Unavailable(Exception):
 
 
 def _setup(filters: SearchFilters, overrides: dict[str, Any] | None, mode: SearchMode | None,
-           search: VectorSearchService | None) -> _Setup:
+           search: VectorSearchService | None, routing_key: str) -> _Setup:
     try:
-        settings, version = rag_config_for(tenant_id=filters.tenant_id,
-                                           dataset_ids=filters.dataset_ids)
+        serving = rag_config_for(tenant_id=filters.tenant_id, dataset_ids=filters.dataset_ids,
+                                 routing_key=routing_key)
     except RagConfigError as exc:
         # A stored config that no longer validates (a hand edit, a tightened rule) is a broken
         # backend like a down Milvus: UNAVAILABLE (503) with the reason for the audit; never
@@ -77,10 +80,11 @@ def _setup(filters: SearchFilters, overrides: dict[str, Any] | None, mode: Searc
         logger.error("tenant %s: the stored RagConfig does not validate: %s",
                      filters.tenant_id, exc)
         raise _Unavailable(f"RagConfigError: {exc}") from exc
+    settings = serving.settings
     if mode is not None:
         overrides = {**MODE_OVERRIDES[mode], **(overrides or {})}
     if overrides:
-        settings = RagConfigConverter.to_settings(overrides, base=settings)
+        settings = _overridden(settings, overrides, filters.tenant_id)
     if search is None:
         try:
             # The serving version's own embedder and collection: never a query vector of
@@ -93,7 +97,24 @@ def _setup(filters: SearchFilters, overrides: dict[str, Any] | None, mode: Searc
     filters = configured_filters(filters, settings)
     view = (documents_view(tenant_id=filters.tenant_id, dataset_ids=filters.dataset_ids)
             if filters.dataset_ids else None)
-    return _Setup(settings, version, filters, search, view)
+    return _Setup(settings, serving.version, filters, search, view, serving.experiment)
+
+
+def _overridden(settings: RagSettings, overrides: dict[str, Any], tenant_id: int
+                ) -> RagSettings:
+    """`overrides` (an earlier version's, a draft's, an evaluation's) over the settings, held
+    to the rules of a stored config: values that would not save fail the lookup."""
+    try:
+        settings = RagConfigConverter.to_settings(overrides, base=settings)
+    except RagConfigError as exc:
+        raise _Unavailable(f"RagConfigError: {exc}") from exc
+    tenant = Tenant.objects.filter(pk=tenant_id).first()
+    if settings.chat_api_key_env and tenant is not None and chat_key_env_error(
+            tenant, settings.chat_api_key_env):
+        # Never another tenant's key to the endpoint a draft or an old version names.
+        raise _Unavailable(f"chat_api_key_env {settings.chat_api_key_env} is not the "
+                           "tenant's key variable")
+    return settings
 
 
 def configured_filters(filters: SearchFilters, settings: RagSettings) -> SearchFilters:
@@ -112,11 +133,12 @@ def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = 
                      overrides: dict[str, Any] | None = None,
                      search: VectorSearchService | None = None) -> LookupResult:
     """Run one lookup. `overrides` and `search` (evaluation only) replace the config values
-    and the serving index for this call."""
+    and the serving index for this call. Its session (else its call id) routes it to an arm of
+    the config's A/B test, when one runs."""
     request = LookupRequest(query=query, filters=filters, tool_call_id=tool_call_id,
                             session_id=session_id)
     try:
-        setup = _setup(filters, overrides, mode, search)
+        setup = _setup(filters, overrides, mode, search, session_id or tool_call_id)
     except (_Unavailable, EmbeddingError, DatabaseError) as exc:
         broken = str(exc) if isinstance(exc, _Unavailable) else f"{type(exc).__name__}: {exc}"
         tool = _tool(RagSettings(), None, None, None)
@@ -128,15 +150,19 @@ def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = 
     tool = _tool(setup.settings, setup.config_version, setup.search, setup.view)
     if setup.view is None or setup.search is None:
         # Nothing to search: EMPTY, without a search that would need a dataset or an index.
-        return tool.empty_result(request)
-    return tool.run(request)
+        result = tool.empty_result(request)
+    else:
+        result = tool.run(request)
+    return replace(result, experiment=setup.experiment) if setup.experiment else result
 
 
 def served_lookup(*, filters: SearchFilters, query: str, tool_call_id: str = "",
                   session_id: str = "", overrides: dict[str, Any] | None = None
                   ) -> LookupResult:
     """A lookup whose READY evidence the guard can confirm later: the call is stored as its
-    canonical invocation first, and evidence that could not be stored is not handed out."""
+    canonical invocation first, and evidence that could not be stored is not handed out.
+    An agent's call without an id gets one here, so that an A/B test can route it too."""
+    tool_call_id = tool_call_id or f"call_{uuid.uuid4().hex}"
     result = lookup_knowledge(filters=filters, query=query, tool_call_id=tool_call_id,
                               session_id=session_id, overrides=overrides)
     try:

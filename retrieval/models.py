@@ -225,6 +225,12 @@ class RagConfig(models.Model):
     updated_at = models.DateTimeField(auto_now=True, help_text="When the last change was saved.")
     updated_by = models.CharField(max_length=150, blank=True, editable=False,
                                   help_text="Who saved the last change.")
+    # The A/B test running on this config, if any (retrieval/services.py experiment_start):
+    # joined to the row, so a lookup reads it with its config in one query.
+    experiment = models.ForeignKey(
+        "ConfigExperiment", on_delete=models.SET_NULL, null=True, blank=True, editable=False,
+        related_name="+", help_text="The A/B test running on this config: a share of its "
+                                    "lookups run with another version.")
 
     class Meta:
         verbose_name = "RAG config"
@@ -340,6 +346,41 @@ class RagConfigChange(models.Model):
         """Every setting of this version: fields added since take their built-in defaults, as
         they had then."""
         return {**cfg.RagConfigConverter.to_dict(D), **(self.after or {})}
+
+
+class ConfigExperiment(models.Model):
+    """An A/B test of a config: `share` per cent of its lookups (by session, else by call) run
+    with a candidate version instead of the config as it serves; the audit records each call's
+    arm, so both arms' figures come from the audit."""
+
+    class Arm(models.TextChoices):
+        CONTROL = "control"
+        CANDIDATE = "candidate"
+
+    config = models.ForeignKey(RagConfig, on_delete=models.CASCADE, related_name="experiments")
+    candidate = models.ForeignKey(RagConfigChange, on_delete=models.CASCADE, related_name="+",
+                                  help_text="The version the candidate arm runs with.")
+    share = models.PositiveSmallIntegerField(
+        help_text="The per cent of the config's lookups that run with the candidate (1–99).")
+    started_at = models.DateTimeField(auto_now_add=True)
+    started_by = models.CharField(max_length=150, blank=True)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    stopped_by = models.CharField(max_length=150, blank=True)
+    outcome = models.CharField(max_length=200, blank=True,
+                               help_text="How it ended: stopped, or its candidate promoted.")
+
+    class Meta:
+        verbose_name = "A/B test"
+        ordering = ["-started_at", "-id"]
+        constraints = [models.CheckConstraint(condition=Q(share__gte=1, share__lte=99),
+                                              name="config_experiment_share_1_99")]
+
+    def __str__(self) -> str:
+        return f"A/B {self.pk}: version {self.candidate.version} for {self.share} %"
+
+    @property
+    def running(self) -> bool:
+        return self.stopped_at is None
 
 
 class IndexVersion(models.Model):

@@ -86,6 +86,8 @@ def trace_details(result: LookupResult) -> dict[str, Any]:
         },
         "graph": result.graph,
         "config_version": result.config_version,
+        "experiment": ({"id": result.experiment[0], "arm": result.experiment[1]}
+                       if result.experiment else None),
         "error": result.error,
         "timings": {name: _number(ms) for name, ms in result.timings_ms.items()},
     }
@@ -103,4 +105,5 @@ def invocation_of(result: LookupResult) -> InvocationRecord:
         session_id=result.session_id, query=result.query,
         evidence_status=result.evidence_status.value, relevance_level=seen["relevance_level"],
         returned_count=seen["returned_count"], config_version=result.config_version,
-        error=result.error, details=trace_details(result), ready=ready)
+        error=result.error, details=trace_details(result), ready=ready,
+        experiment=result.experiment)

@@ -43,6 +43,15 @@ class BatchQuestion:
         return cls(id=row["id"], query=row["query"], expected=tuple(row["expected"]))
 
 
+def _text(value: str) -> bool:
+    """Text a database stores: JSON may carry lone surrogates ("\\ud800"), UTF-8 cannot."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in value
+
+
 def _expected(line: int, raw: object) -> tuple[str, ...]:
     if raw is None or raw == "":
         return ()
@@ -50,6 +59,8 @@ def _expected(line: int, raw: object) -> tuple[str, ...]:
     if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
         raise QuestionSetError(f"line {line}: expected must be a document's source path or "
                                "id, a list of them, or empty")
+    if not all(_text(i) for i in items):
+        raise QuestionSetError(f"line {line}: an expected document is not valid Unicode text")
     cleaned = tuple(dict.fromkeys(i.strip() for i in items if i.strip()))
     if len(cleaned) > MAX_EXPECTED:
         raise QuestionSetError(f"line {line}: more than {MAX_EXPECTED} expected documents")
@@ -63,15 +74,18 @@ def _question(line: int, row: dict[str, Any]) -> BatchQuestion:
     query = row.get("query", row.get("question"))
     if not isinstance(query, str) or not query.strip():
         raise QuestionSetError(f"line {line}: no query (a `query` or `question` field)")
+    if not _text(query):
+        raise QuestionSetError(f"line {line}: the query is not valid Unicode text")
     if len(query) > settings.KB_MAX_QUERY_CHARS:
         raise QuestionSetError(f"line {line}: the query is longer than "
                                f"{settings.KB_MAX_QUERY_CHARS} characters")
     raw_id = row.get("id")
-    if raw_id is not None and not isinstance(raw_id, str | int):
+    if raw_id is not None and (isinstance(raw_id, bool) or not isinstance(raw_id, str | int)):
         raise QuestionSetError(f"line {line}: id must be a string or a number")
     question_id = str(raw_id).strip() if raw_id is not None else ""
-    if len(question_id) > MAX_ID_CHARS:
-        raise QuestionSetError(f"line {line}: an id of more than {MAX_ID_CHARS} characters")
+    if len(question_id) > MAX_ID_CHARS or not _text(question_id):
+        raise QuestionSetError(f"line {line}: an id must be text of {MAX_ID_CHARS} characters "
+                               "at most")
     expected = row["expected"] if "expected" in row else row.get("expect")
     return BatchQuestion(id=question_id, query=query.strip(),
                          expected=_expected(line, expected))
@@ -86,6 +100,8 @@ def _json_lines(text: str) -> list[tuple[int, dict[str, Any]]]:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             raise QuestionSetError(f"line {number}: not JSON ({exc.msg})") from exc
+        except (ValueError, RecursionError) as exc:  # a number too long, nesting too deep
+            raise QuestionSetError(f"line {number}: not a question ({exc})"[:300]) from exc
         if not isinstance(row, dict):
             raise QuestionSetError(f"line {number}: not a JSON object")
         rows.append((number, row))
@@ -94,12 +110,12 @@ def _json_lines(text: str) -> list[tuple[int, dict[str, Any]]]:
 
 def _csv_rows(text: str) -> list[tuple[int, dict[str, Any]]]:
     reader = csv.DictReader(io.StringIO(text))
-    columns = {(name or "").strip().lower() for name in reader.fieldnames or []}
-    if not columns & {"query", "question"}:
-        raise QuestionSetError("line 1: a CSV needs a header row with a `query` column "
-                               "(and optionally `id` and `expected`)")
     rows = []
     try:
+        columns = {(name or "").strip().lower() for name in reader.fieldnames or []}
+        if not columns & {"query", "question"}:
+            raise QuestionSetError("line 1: a CSV needs a header row with a `query` column "
+                                   "(and optionally `id` and `expected`)")
         for row in reader:
             values = {(k or "").strip().lower(): v for k, v in row.items() if k is not None}
             if not any((v or "").strip() for v in values.values() if isinstance(v, str)):

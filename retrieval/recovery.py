@@ -3,14 +3,17 @@ index operations that a dead process left half done.
 
 It runs when a worker starts and then every KB_RECOVERY_INTERVAL_SECONDS (kbplatform/celery.py),
 so a lost message or a killed worker delays a change, never loses it. Running it twice is
-harmless: a sync is idempotent and a job runs only from `queued`.
+harmless: a sync is idempotent and a job runs only from `queued`. An evaluation run whose
+worker died is failed (it is started again by hand, not re-run behind the operator's back).
 """
 
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from django.conf import settings
+from django.utils import timezone
 
 from datasets.jobs import job_update
 from datasets.models import Job
@@ -31,6 +34,7 @@ INDEX_OPERATIONS = {Job.Kind.REBUILD: "retrieval.tasks.rebuild_task",
 
 def recover(*, grace_seconds: float | None = None) -> dict[str, int]:
     restarted = _interrupted_operations()
+    _lost_evaluations()
     due = documents_sync_due(older_than_seconds=settings.KB_RECOVERY_GRACE_SECONDS
                              if grace_seconds is None else grace_seconds)
     for pk in due:
@@ -42,6 +46,18 @@ def recover(*, grace_seconds: float | None = None) -> dict[str, int]:
         logger.warning("recovery: %d document(s) re-synced, %d index operation(s) restarted",
                        len(due), restarted)
     return {"documents": len(due), "operations": restarted}
+
+
+def _lost_evaluations() -> None:
+    """A running evaluation writes its progress often: one silent for longer than
+    KB_EVALUATION_STALE_SECONDS lost its worker (its message is dropped when redelivered: the
+    job is not queued any more). It fails, so that its page ends and it can be started again."""
+    stale = timezone.now() - timedelta(seconds=settings.KB_EVALUATION_STALE_SECONDS)
+    for job in Job.objects.filter(kind=Job.Kind.EVALUATE, status=Job.Status.RUNNING,
+                                  updated_at__lt=stale):
+        job_update(job, status=Job.Status.FAILED,
+                   error="its worker stopped during the run; start the run again",
+                   log="failed: its worker stopped during the run")
 
 
 def _interrupted_operations() -> int:

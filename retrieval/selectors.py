@@ -2,38 +2,96 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from django.db.models import Q, QuerySet
 
 from datasets.models import Tenant
 from datasets.selectors import tenant_key_variable
-from retrieval.config import RagConfigError, RagSettings
-from retrieval.models import IndexVersion, RagAgent, RagConfig, RagConfigChange
+from retrieval.config import RagConfigConverter, RagConfigError, RagSettings
+from retrieval.models import (
+    ConfigExperiment,
+    IndexVersion,
+    RagAgent,
+    RagConfig,
+    RagConfigChange,
+)
 
 
-def rag_config_for(*, tenant_id: int, dataset_ids: Sequence[int]) -> tuple[RagSettings, int | None]:
+@dataclass(frozen=True)
+class ServingConfig:
+    """What serves one lookup: its settings, the config version they are, and its arm of an
+    A/B test (test id, "control" or "candidate") when one runs."""
+
+    settings: RagSettings
+    version: int | None
+    experiment: tuple[int, str] | None = None
+
+
+def ab_arm(experiment: ConfigExperiment, routing_key: str) -> str:
+    """The arm of a call: `share` per cent of routing keys, stably (one session, one arm)."""
+    digest = hashlib.sha256(f"{experiment.pk}:{routing_key}".encode()).digest()
+    candidate = int.from_bytes(digest[:8], "big") % 100 < experiment.share
+    return ConfigExperiment.Arm.CANDIDATE if candidate else ConfigExperiment.Arm.CONTROL
+
+
+def rag_config_for(*, tenant_id: int, dataset_ids: Sequence[int],
+                   routing_key: str = "") -> ServingConfig:
     """The settings of one lookup and the version of the row they came from.
 
     A dataset override applies only when exactly one dataset is searched: a search over
     several datasets has one result list, so it cannot honour several configs. Otherwise the
     tenant default, else the built-in defaults (version None). A stored row that no longer
-    validates raises RagConfigError rather than being used half-right.
+    validates raises RagConfigError rather than being used half-right. While the row runs an
+    A/B test, a call with a `routing_key` (its session, else its call id) is routed to an arm;
+    one without (a hit test, an evaluation) gets the config as it serves.
     """
     distinct = set(dataset_ids)
     scope = Q(dataset__isnull=True)
     if len(distinct) == 1:
         scope |= Q(dataset_id=next(iter(distinct)))
-    rows = list(RagConfig.objects.filter(scope, tenant_id=tenant_id).select_related("tenant"))
+    rows = list(RagConfig.objects.filter(scope, tenant_id=tenant_id)
+                .select_related("tenant", "experiment__candidate"))
     # The override, when present, sorts before the default.
     rows.sort(key=lambda row: row.dataset_id is None)
     if not rows:
-        return RagSettings(), None
-    settings = rows[0].to_settings()
-    errors = chat_key_env_error(rows[0].tenant, settings.chat_api_key_env)
+        return ServingConfig(RagSettings(), None)
+    row = rows[0]
+    serving = ServingConfig(row.to_settings(), row.version)
+    if row.experiment is not None and routing_key:
+        arm = ab_arm(row.experiment, routing_key)
+        serving = ServingConfig(serving.settings, serving.version, (row.experiment.pk, arm))
+        if arm == ConfigExperiment.Arm.CANDIDATE:
+            candidate = row.experiment.candidate
+            serving = ServingConfig(RagConfigConverter.to_settings(candidate.settings()),
+                                    candidate.version, serving.experiment)
+    errors = chat_key_env_error(row.tenant, serving.settings.chat_api_key_env)
     if errors:
         raise RagConfigError(errors)
-    return settings, rows[0].version
+    return serving
+
+
+def draft_settings(*, tenant: Tenant, dataset_ids: Sequence[int],
+                   version: RagConfigChange | None, draft: str) -> dict[str, Any]:
+    """Every setting of a draft: its JSON values over `version` (else the config serving those
+    datasets), held to the rules of a save. Raises RagConfigError with the reason."""
+    try:
+        values = json.loads(draft)
+    except (ValueError, RecursionError) as exc:
+        raise RagConfigError({"draft": f"not JSON ({str(exc)[:200]})"}) from exc
+    if not isinstance(values, dict):
+        raise RagConfigError({"draft": 'a JSON object of settings, e.g. {"return_n": 3}'})
+    base = (RagConfigConverter.to_settings(version.settings()) if version is not None
+            else rag_config_for(tenant_id=tenant.pk, dataset_ids=dataset_ids).settings)
+    settings = RagConfigConverter.to_settings(values, base=base)
+    errors = chat_key_env_error(tenant, settings.chat_api_key_env)
+    if errors:
+        raise RagConfigError(errors)
+    return RagConfigConverter.to_dict(settings)
 
 
 def chat_key_env_error(tenant: Tenant, name: str) -> dict[str, str]:

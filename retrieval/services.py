@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from django.db import transaction
+from django.utils import timezone
 
 from datasets.models import Dataset, Job, Tenant
 from kbplatform.errors import ApiError
 from kbplatform.tasks import enqueue_on_commit
 from retrieval.config import RagConfigConverter, RagConfigError, RagSettings
-from retrieval.models import RagConfig, RagConfigChange
+from retrieval.models import ConfigExperiment, RagConfig, RagConfigChange
 from retrieval.selectors import chat_key_env_error
 
 
@@ -75,6 +76,60 @@ def rag_config_rollback(*, change: RagConfigChange, changed_by: str) -> RagConfi
     return rag_config_update(config=config, tenant=config.tenant, dataset=config.dataset,
                              values=change.settings(), changed_by=changed_by,
                              note=f"rollback to version {change.version}")
+
+
+def experiment_start(*, change: RagConfigChange, share: int, started_by: str
+                     ) -> ConfigExperiment:
+    """An A/B test of the change's config: `share` per cent of its lookups run with version
+    `change`. Refused (RagConfigError) while another test runs on it, for the version that
+    serves, for a share outside 1–99 and for a version today's rules refuse."""
+    errors: dict[str, str] = {}
+    if not 1 <= share <= 99:
+        errors["share"] = "a share of lookups between 1 and 99 per cent"
+    config = change.config
+    with transaction.atomic():
+        Tenant.objects.select_for_update().only("pk").get(pk=config.tenant_id)
+        config = RagConfig.objects.select_related("experiment").get(pk=config.pk)
+        if config.experiment is not None:
+            errors["experiment"] = (f"A/B test {config.experiment.pk} runs on this config: "
+                                    "stop it first")
+        if change.version == config.version:
+            errors["version"] = f"version {change.version} is the one serving"
+        try:
+            settings = RagConfigConverter.to_settings(change.settings())
+            errors.update(chat_key_env_error(config.tenant, settings.chat_api_key_env))
+        except RagConfigError as exc:
+            errors.update(exc.errors)
+        if errors:
+            raise RagConfigError(errors)
+        experiment = ConfigExperiment.objects.create(config=config, candidate=change,
+                                                     share=share, started_by=started_by)
+        RagConfig.objects.filter(pk=config.pk).update(experiment=experiment)
+    return experiment
+
+
+def experiment_stop(*, experiment: ConfigExperiment, stopped_by: str, promote: bool = False
+                    ) -> RagConfig:
+    """End an A/B test: every lookup runs with the config again; `promote` first makes the
+    candidate the config's new version (as a rollback to it would)."""
+    with transaction.atomic():
+        config = experiment.config
+        Tenant.objects.select_for_update().only("pk").get(pk=config.tenant_id)
+        stopped = ConfigExperiment.objects.filter(pk=experiment.pk, stopped_at__isnull=True)
+        outcome = (f"promoted: version {experiment.candidate.version} serves" if promote
+                   else "stopped")
+        if not stopped.update(stopped_at=timezone.now(), stopped_by=stopped_by,
+                              outcome=outcome):
+            raise RagConfigError({"experiment": f"A/B test {experiment.pk} has ended already"})
+        RagConfig.objects.filter(pk=config.pk, experiment=experiment).update(experiment=None)
+        if promote:
+            return rag_config_update(
+                config=config, tenant=config.tenant, dataset=config.dataset,
+                values=experiment.candidate.settings(), changed_by=stopped_by,
+                note=f"promoted from A/B test {experiment.pk} (version "
+                     f"{experiment.candidate.version})")
+    config.refresh_from_db()
+    return config
 
 
 def rag_config_ensure_default(*, tenant: Tenant, changed_by: str = "") -> RagConfig:

@@ -175,3 +175,4 @@ class LookupResult:
     graph: dict[str, Any] = field(default_factory=dict)  # the plan, attempts, fallback
     # The evidence keys in their final order before packing (evaluation ranks by these).
     ranked: tuple[str, ...] = ()
+    experiment: tuple[int, str] | None = None  # (A/B test id, arm) when one routed the call

@@ -33,6 +33,11 @@ RUNBOOKS = ["cache/redis-memory-full.md", "web/nginx-502-bad-gateway.md",
             "jvm/jvm-high-cpu-thread-dump.md"]
 READY_LINE = "Ctrl-C stops the demo."
 SCREENSHOTS = ROOT / "docs" / "screenshots"  # shown in docs/admin.md
+BATCH_QUESTIONS = "\n".join(json.dumps(q, ensure_ascii=False) for q in [
+    {"query": "Redis 内存满了怎么办", "expected": "cache/redis-memory-full.md"},
+    {"query": "nginx 502 bad gateway upstream", "expected": "web/nginx-502-bad-gateway.md"},
+    {"query": "JVM CPU 飙高 线程 dump", "expected": "jvm/jvm-high-cpu-thread-dump.md"},
+    {"query": "quarterly sales tax filing deadline", "expected": None}])
 
 
 @dataclass
@@ -230,6 +235,68 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
         assert page.locator("#hit-comparison td li").count() >= 2
         page.locator("#hit-comparison").screenshot(
             path=str(SCREENSHOTS / "hit-testing-compare.png"))
+
+        # A config's draft, hit tested beside the serving config without being saved.
+        page.goto(demo.url + "/admin/retrieval/ragconfig/")
+        page.click("#result_list a:text-is('demo/default')")
+        page.fill("#id_return_n", "1")
+        page.fill("#draft-question", "nginx 502 bad gateway upstream")
+        page.click("input[name=_hit_test_draft]")
+        page.wait_for_selector("#hit-comparison")
+        assert "the draft:" in page.inner_text("#hit-comparison").lower()  # headers: CSS caps
+        page.screenshot(path=str(SCREENSHOTS / "hit-testing-draft.png"), full_page=True)
+
+        # Batch hit testing: the same questions under version 1, then under version 2.
+        def batch_run() -> None:
+            page.goto(demo.url + "/admin/retrieval/ragconfig/")
+            page.click("#batch-hit-testing-link")
+            page.select_option("#id_tenant", label="demo")
+            page.fill("#id_questions_text", BATCH_QUESTIONS)
+            page.fill("#id_name", "demo questions")
+            page.click("#run-form input[type=submit]")
+            page.wait_for_selector("#job-progress")
+            page.wait_for_selector("#run-metrics", timeout=120_000)  # reloaded at its end
+            assert page.inner_text("#job-status") == "succeeded"
+            assert page.eval_on_selector("#job-bar", "e => e.value === e.max")
+
+        batch_run()
+        assert page.inner_text("[data-metric=hit_rate]") == "1.000"
+        page.screenshot(path=str(SCREENSHOTS / "evaluation-run.png"), full_page=True)
+        page.goto(demo.url + "/admin/retrieval/ragconfig/")
+        page.click("#result_list a:text-is('demo/default')")
+        page.fill("#id_kb_scope", "nowhere")  # version 2 searches no dataset: all EMPTY
+        page.click("input[name=_continue]")
+        page.wait_for_selector(".messagelist .success")
+        batch_run()
+        assert page.inner_text("[data-metric=hit_rate]") == "0.250"  # the off-topic one
+        page.goto(demo.url + "/admin/retrieval/evaluationrun/")
+        assert page.locator(".runs-series circle").count() == 4  # 2 runs x 2 lines
+        page.screenshot(path=str(SCREENSHOTS / "evaluation-runs.png"), full_page=True)
+        page.check("#result_list tbody tr:nth-child(1) input.action-select")
+        page.check("#result_list tbody tr:nth-child(2) input.action-select")
+        page.select_option("select[name=action]", "compare")
+        page.click("button[name=index]")
+        page.wait_for_selector("#compare-queries")
+        assert page.locator("tr.compare-row[data-change='now a miss']").count() == 3
+        page.screenshot(path=str(SCREENSHOTS / "evaluation-compare.png"), full_page=True)
+
+        # An A/B test of version 1 on half the lookups, both arms read from the audit, then
+        # promoted: the config serves version 1's settings again.
+        page.goto(demo.url + "/admin/retrieval/ragconfig/")
+        page.click("#result_list a:text-is('demo/default')")
+        page.click("a:text-is('view, roll back to it') >> nth=-1")  # version 1
+        page.fill("#ab-share", "50")
+        page.click("#ab-test input[type=submit]")
+        page.wait_for_selector("#experiment-arms")
+        for n in range(12):
+            demo.api("POST", "/api/tools/lookup_knowledge", demo.tool_key,
+                     {"query": "Redis 内存满了怎么办", "session_id": f"ab-{n}"})
+        page.reload()
+        calls = [int(c) for c in page.locator(".arm-calls").all_inner_texts()]
+        assert sum(calls) == 12 and min(calls) > 0, calls
+        page.screenshot(path=str(SCREENSHOTS / "ab-test.png"), full_page=True)
+        page.click("#experiment-stop input[name=promote]")
+        assert "equal to version 1" in page.inner_text(".messagelist .success")
 
         # Upload a document and watch its job (the demo's worker) until it is ready.
         page.goto(demo.url + "/admin/datasets/document/add/")

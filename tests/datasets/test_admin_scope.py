@@ -15,8 +15,8 @@ from django.utils import timezone
 from audit.models import ToolInvocation
 from datasets.auth import api_key_create
 from datasets.models import Chunk, Dataset, Document, Job, Tenant
-from retrieval.models import EvaluationQuery, EvaluationRun, RagAgent
-from retrieval.services import rag_config_update
+from retrieval.models import ConfigExperiment, EvaluationQuery, EvaluationRun, RagAgent
+from retrieval.services import experiment_start, rag_config_update
 
 pytestmark = pytest.mark.django_db
 
@@ -37,19 +37,20 @@ class Owned:
     agent: RagAgent
     key: Any
     run: EvaluationRun
+    experiment: ConfigExperiment
 
     def objects(self) -> dict[str, Any]:
         return {"dataset": self.dataset, "document": self.document, "chunk": self.chunk,
                 "job": self.job, "toolinvocation": self.invocation,
                 "ragconfig": self.config_change.config, "ragconfigchange": self.config_change,
                 "ragagent": self.agent, "apikey": self.key, "tenant": self.tenant,
-                "evaluationrun": self.run}
+                "evaluationrun": self.run, "configexperiment": self.experiment}
 
 
 APP_OF = {"dataset": "datasets", "document": "datasets", "chunk": "datasets", "job": "datasets",
           "apikey": "datasets", "tenant": "datasets", "toolinvocation": "audit",
           "ragconfig": "retrieval", "ragconfigchange": "retrieval", "ragagent": "retrieval",
-          "evaluationrun": "retrieval"}
+          "evaluationrun": "retrieval", "configexperiment": "retrieval"}
 
 
 def owned(slug: str) -> Owned:
@@ -76,8 +77,12 @@ def owned(slug: str) -> Owned:
     EvaluationQuery.objects.create(run=run, position=1, query_id=f"{slug}-q", query="q",
                                    status="EMPTY", hit=False, reciprocal_rank=0, ndcg=0,
                                    latency_ms=1)
-    return Owned(tenant, dataset, document, chunk, job, invocation, config.changes.get(), agent,
-                 key, run)
+    config = rag_config_update(config=config, tenant=tenant, values={"return_n": 4},
+                               changed_by=f"{slug}-editor")
+    experiment = experiment_start(change=config.changes.get(version=1), share=10,
+                                  started_by=f"{slug}-editor")
+    return Owned(tenant, dataset, document, chunk, job, invocation, config.changes.get(version=1),
+                 agent, key, run, experiment)
 
 
 @pytest.fixture
@@ -144,6 +149,12 @@ def test_another_tenants_row_looks_like_one_that_does_not_exist(
                               args=[bravo.run.pk, 1])).status_code == 404
     compare = reverse("admin:retrieval_evaluationrun_compare")
     assert client.get(compare, {"a": alpha.run.pk, "b": bravo.run.pk}).status_code == 404
+    for url in (reverse("admin:retrieval_configexperiment_stop", args=[bravo.experiment.pk]),
+                reverse("admin:retrieval_ragconfigchange_ab_test",
+                        args=[bravo.config_change.pk])):
+        client.post(url, {"share": 50, "promote": "1"})
+    bravo.experiment.refresh_from_db()
+    assert bravo.experiment.running and ConfigExperiment.objects.count() == 2
     chunks = reverse("admin:datasets_chunk_changelist")
     assert "bravo-doc.md" not in page(client, chunks, document__id__exact=bravo.document.pk)
 
@@ -202,3 +213,11 @@ def test_tenant_staff_cannot_list_themselves_elsewhere_or_add_tenants(
     client.post(url, {"slug": "alpha", "name": "A", "staff": [user.pk]})
     assert not bravo.tenant.staff.exists()
     assert client.get(reverse("admin:datasets_tenant_add")).status_code == 403
+
+
+def test_a_tenant_filter_value_that_is_no_id_filters_to_nothing(
+        admin_client: Client, two: tuple[Owned, Owned]) -> None:
+    for value in ("²", "9" * 40, "x"):
+        html = page(admin_client, reverse("admin:datasets_document_changelist"),
+                    dataset__tenant__id__exact=value)
+        assert "alpha-doc.md" not in html and "bravo-doc.md" not in html

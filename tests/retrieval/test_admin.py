@@ -362,3 +362,29 @@ def test_rolling_back_needs_a_post_and_the_right_to_change_configs(
     assert page.status_code == 200 and "Roll back to" not in page.content.decode()
     assert client.post(url).status_code == 403
     assert RagConfig.objects.get().version == 3
+
+
+def test_the_admin_index_opens_the_console_pages_the_user_may_open(
+        admin_client: Client, client: Client) -> None:
+    html = admin_client.get(reverse("admin:index")).content.decode()
+    console = html.split('id="operator-console"', 1)[1].split("</table>", 1)[0]
+    for name in ("hit_test", "evaluationrun_add", "evaluationrun_changelist"):
+        assert reverse(f"admin:retrieval_ragconfig_{name}" if name == "hit_test"
+                       else f"admin:retrieval_{name}") in console, name
+    assert reverse("admin:retrieval_indexversion_operations") in console
+    assert reverse("admin:audit_datasets_glance") in console
+    viewer = User.objects.create_user("viewer", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_ragconfig"))
+    client.force_login(viewer)
+    mine = client.get(reverse("admin:index")).content.decode()
+    assert reverse("admin:retrieval_ragconfig_hit_test") in mine
+    assert reverse("admin:retrieval_indexversion_operations") not in mine
+    assert reverse("admin:retrieval_evaluationrun_add") not in mine
+
+
+def test_a_versions_page_lists_what_it_changed(admin_client: Client, tenant: Tenant) -> None:
+    config = history(tenant)
+    page = admin_client.get(reverse("admin:retrieval_ragconfigchange_change", args=[
+        config.changes.get(version=2).pk])).content.decode()
+    diff = page.split('id="version-diff"', 1)[1].split("</table>", 1)[0]
+    assert diff.count("<tr>") == 2  # the header and the one setting version 2 changed

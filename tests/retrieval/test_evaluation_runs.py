@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -208,3 +209,49 @@ def test_a_batch_run_on_the_worker_reports_its_progress_to_the_end(
     assert shown["status"] == "succeeded", shown
     assert shown["done"] == shown["total"] == 4
     assert shown["log"][-1]["message"].startswith("done: hit_rate 0.750")
+
+
+def test_one_run_per_tenant_at_a_time_and_a_going_run_stays(admin_client: Client,
+                                                             acme: Imported) -> None:
+    # Without a worker here, the first run stays queued.
+    first = the_run(admin_client.post(reverse(ADD), {"tenant": acme.tenant.pk,
+                                                     "questions_text": QUESTIONS}))
+    refused = admin_client.post(reverse(ADD), {"tenant": acme.tenant.pk,
+                                               "questions_text": QUESTIONS})
+    assert refused.status_code == 200
+    assert f"run {first.pk} of this tenant is still going" in refused.content.decode()
+    admin_client.post(reverse("admin:retrieval_evaluationrun_changelist"), {
+        "action": "delete_selected", "_selected_action": [first.pk], "post": "yes"})
+    assert EvaluationRun.objects.filter(pk=first.pk).exists()
+
+
+def test_a_run_whose_worker_died_fails_at_the_next_recovery(acme: Imported, admin_client: Client,
+                                                            settings: Any) -> None:
+    from django.utils import timezone
+
+    from retrieval.recovery import recover
+
+    run = the_run(admin_client.post(reverse(ADD), {"tenant": acme.tenant.pk,
+                                                   "questions_text": QUESTIONS}))
+    Job.objects.filter(pk=run.job.pk).update(status=Job.Status.RUNNING)
+    recover()
+    assert Job.objects.get(pk=run.job.pk).status == Job.Status.RUNNING  # still writing
+    silent = timedelta(seconds=settings.KB_EVALUATION_STALE_SECONDS + 1)
+    Job.objects.filter(pk=run.job.pk).update(updated_at=timezone.now() - silent)
+    recover()
+    job = Job.objects.get(pk=run.job.pk)
+    assert job.status == Job.Status.FAILED and "worker stopped" in job.error
+
+
+def test_runs_of_different_sets_pair_only_the_questions_both_asked(
+        admin_client: Client, acme: Imported, applied: Any) -> None:
+    def run(text: str) -> EvaluationRun:
+        with applied():
+            return the_run(admin_client.post(reverse(ADD), {"tenant": acme.tenant.pk,
+                                                            "questions_text": text}))
+
+    first = run('{"query": "Kafka consumer lag alerting", "expected": "kafka.md"}\n')
+    second = run('{"query": "nginx 502 bad gateway", "expected": "nginx.md"}\n')  # also q1
+    page = admin_client.get(reverse("admin:retrieval_evaluationrun_compare"),
+                            {"a": first.pk, "b": second.pk, "all": "1"}).content.decode()
+    assert page.count('class="compare-row"') == 2 and "not asked" in page

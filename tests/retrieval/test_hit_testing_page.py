@@ -15,6 +15,7 @@ from django.urls import reverse
 from audit.models import ToolInvocation
 from retrieval.services import rag_config_update
 from tests.retrieval.conftest import Imported
+from tests.retrieval.test_admin import form_data
 
 pytestmark = pytest.mark.django_db
 QUESTION = "nginx 502 bad gateway upstream connection refused"
@@ -100,3 +101,49 @@ def test_two_versions_side_by_side_mark_what_differs(admin_client: Client,
     assert first[0] == ("", second[0][1]) and second[0][0] == ""  # the same first piece
     assert all(mark for mark, _ in first[1:])  # handed out by version 2 only
     assert "version 2:" in table.group(1) and "version 1:" in table.group(1)
+
+
+def test_a_configs_draft_runs_beside_the_serving_config_without_being_saved(
+        admin_client: Client, acme: Imported) -> None:
+    config = rag_config_update(config=None, tenant=acme.tenant, values={}, changed_by="a")
+    data = {**form_data(acme.tenant, return_n=1), "changes-TOTAL_FORMS": "0",
+            "changes-INITIAL_FORMS": "0", "_hit_test_draft": "1", "_hit_test_question": QUESTION}
+    form_page = admin_client.get(reverse("admin:retrieval_ragconfig_change", args=[config.pk]))
+    assert 'name="_hit_test_draft"' in form_page.content.decode()
+
+    response = admin_client.post(reverse("admin:retrieval_ragconfig_change", args=[config.pk]),
+                                 data)
+
+    assert response.status_code == 302 and "draft=" in response["Location"]
+    config.refresh_from_db()
+    assert (config.version, config.return_n) == (1, 5)  # nothing saved
+    html = admin_client.get(response["Location"]).content.decode()
+    assert answer_of(html)["returned_count"] == 1  # the trace and answer are the draft's
+    table = re.search(r'id="hit-comparison">(.*?)</fieldset>', html, re.S)
+    assert table and "the draft:" in table.group(1) and "the serving config:" in table.group(1)
+
+    # An invalid draft is the form's error, as a save would be; nothing runs.
+    data["return_n"] = 0
+    refused = admin_client.post(reverse("admin:retrieval_ragconfig_change", args=[config.pk]),
+                                data)
+    assert refused.status_code == 200 and "errornote" in refused.content.decode()
+
+
+def test_a_typed_draft_is_checked_like_an_edit(admin_client: Client, acme: Imported) -> None:
+    _, bad = hit_test(admin_client, tenant=acme.tenant.pk, question=QUESTION,
+                      draft='{"return_n": 0}')
+    assert "return_n" in bad and 'id="hit-answer"' not in bad
+    _, broken = hit_test(admin_client, tenant=acme.tenant.pk, question=QUESTION, draft="{oops")
+    assert "not JSON" in broken
+    _, good = hit_test(admin_client, tenant=acme.tenant.pk, question=QUESTION,
+                       draft='{"return_n": 1}')
+    assert answer_of(good)["returned_count"] == 1
+
+
+def test_a_draft_may_not_name_another_tenants_chat_key(admin_client: Client,
+                                                      acme: Imported) -> None:
+    draft = json.dumps({"chat_base_url": "http://127.0.0.1:9/v1",
+                        "chat_api_key_env": "KB_CHAT_API_KEY_GLOBEX",
+                        "enable_query_transform": True})
+    _, html = hit_test(admin_client, tenant=acme.tenant.pk, question=QUESTION, draft=draft)
+    assert "must be KB_CHAT_API_KEY_ACME" in html and 'id="hit-answer"' not in html

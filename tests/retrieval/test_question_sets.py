@@ -75,3 +75,16 @@ def test_sets_are_bounded_in_bytes_questions_and_query_length(settings) -> None:
         parse('{"query": "eleven chars"}\n')
     with pytest.raises(QuestionSetError, match="not UTF-8"):
         question_set_parse(b"query\n\xff\xfe\n")
+
+
+@pytest.mark.parametrize("raw, message", [
+    (b"[" * 5000 + b"\n", "line 1: not a question"),
+    (b'{"query": "a", "id": ' + b"9" * 5000 + b"}\n", "line 1: not a question"),
+    (b'{"query": "\\ud800 lone surrogate"}\n', "not valid Unicode text"),
+    (b'{"query": "a", "expected": ["\\udfff"]}\n', "not valid Unicode text"),
+    (b"query," + b"x" * 200_000 + b"\nhello,1\n", "not CSV"),
+    (b'{"query": "a", "id": true}\n', "id must be a string or a number"),
+])
+def test_hostile_sets_are_refused_with_a_reason_not_a_crash(raw: bytes, message: str) -> None:
+    with pytest.raises(QuestionSetError, match=message):
+        question_set_parse(raw)

@@ -8,7 +8,7 @@ from django.db import IntegrityError, transaction
 from datasets.models import Dataset, Tenant
 from retrieval.config import RagConfigError, RagSettings
 from retrieval.models import RagConfig, RagConfigChange
-from retrieval.selectors import rag_config_for
+from retrieval.selectors import ServingConfig, rag_config_for
 from retrieval.services import rag_config_ensure_default, rag_config_update
 from tests.conftest import BOTH_RUNTIMES
 
@@ -62,12 +62,12 @@ def test_ensure_default_makes_what_serves_visible_once(runtime: str, tenant: Ten
                                                       dataset: Dataset) -> None:
     rag_config_update(config=None, tenant=tenant, dataset=dataset, values={"return_n": 3},
                       changed_by="a")
-    assert rag_config_for(tenant_id=tenant.pk, dataset_ids=[]) == (RagSettings(), None)
+    assert rag_config_for(tenant_id=tenant.pk, dataset_ids=[]) == ServingConfig(RagSettings(), None)
 
     config = rag_config_ensure_default(tenant=tenant, changed_by="demo")
     assert (config.dataset, config.version, config.updated_by) == (None, 1, "demo")
     assert config.to_settings() == RagSettings()  # what served before it existed
-    assert rag_config_for(tenant_id=tenant.pk, dataset_ids=[]) == (RagSettings(), 1)
+    assert rag_config_for(tenant_id=tenant.pk, dataset_ids=[]) == ServingConfig(RagSettings(), 1)
     assert RagConfigChange.objects.get(config=config).before is None
 
     # Called again (a demo run twice) after an operator's edit: that row, untouched.
@@ -96,7 +96,8 @@ def test_dataset_of_another_tenant_is_rejected(tenant: Tenant) -> None:
 
 def test_selector_precedence(tenant: Tenant, dataset: Dataset) -> None:
     other = Dataset.objects.create(tenant=tenant, name="faq")
-    assert rag_config_for(tenant_id=tenant.pk, dataset_ids=[dataset.pk]) == (RagSettings(), None)
+    assert rag_config_for(tenant_id=tenant.pk, dataset_ids=[dataset.pk]) == ServingConfig(
+        RagSettings(), None)
 
     rag_config_update(config=None, tenant=tenant, values={"return_n": 3}, changed_by="a")
     rag_config_update(config=None, tenant=tenant, dataset=dataset,
@@ -104,19 +105,21 @@ def test_selector_precedence(tenant: Tenant, dataset: Dataset) -> None:
     rag_config_update(config=None, tenant=tenant, dataset=dataset, values={"return_n": 2},
                       changed_by="a")
 
-    settings, version = rag_config_for(tenant_id=tenant.pk, dataset_ids=[dataset.pk])
-    assert (settings.return_n, settings.enabled_retrievers, version) == (2, ("VECTOR",), 2)
+    serving = rag_config_for(tenant_id=tenant.pk, dataset_ids=[dataset.pk])
+    assert (serving.settings.return_n, serving.settings.enabled_retrievers,
+            serving.version) == (2, ("VECTOR",), 2)
     # several datasets, or one without an override: the tenant default
-    settings, version = rag_config_for(tenant_id=tenant.pk, dataset_ids=[dataset.pk, other.pk])
-    assert (settings.return_n, settings.enabled_retrievers, version) == (3, ("HYBRID",), 1)
-    assert rag_config_for(tenant_id=tenant.pk, dataset_ids=[other.pk])[0].return_n == 3
-    assert rag_config_for(tenant_id=tenant.pk, dataset_ids=[])[0].return_n == 3
+    serving = rag_config_for(tenant_id=tenant.pk, dataset_ids=[dataset.pk, other.pk])
+    assert (serving.settings.return_n, serving.settings.enabled_retrievers,
+            serving.version) == (3, ("HYBRID",), 1)
+    assert rag_config_for(tenant_id=tenant.pk, dataset_ids=[other.pk]).settings.return_n == 3
+    assert rag_config_for(tenant_id=tenant.pk, dataset_ids=[]).settings.return_n == 3
 
 
 def test_selector_ignores_other_tenants(tenant: Tenant) -> None:
     other = Tenant.objects.create(slug="other")
     rag_config_update(config=None, tenant=other, values={"return_n": 3}, changed_by="a")
-    assert rag_config_for(tenant_id=tenant.pk, dataset_ids=[]) == (RagSettings(), None)
+    assert rag_config_for(tenant_id=tenant.pk, dataset_ids=[]) == ServingConfig(RagSettings(), None)
 
 
 def test_model_defaults_match_the_settings_defaults(tenant: Tenant) -> None:

@@ -1,10 +1,11 @@
 """How fast the admin's pages answer over a large audit (`manage.py bench_admin_pages`).
 
-It adds a tenant of its own (BENCH_TENANT) with a few datasets and documents and N audited
-calls spread over the last 14 days, each with a trace like a real lookup's and the datasets it
-searched; then it requests each page in this process (Django's test client, logged in as a
-temporary superuser: the time of the view, its queries and its template, not of a network)
-and removes all it added unless told to keep it.
+It adds a tenant of its own (BENCH_TENANT) with a few datasets and documents, a RAG config of
+two versions running an A/B test, N audited calls spread over the last 14 days (each with a
+trace like a real lookup's, the datasets it searched and its arm of the test) and a series of
+evaluation runs; then it requests each page in this process (Django's test client, logged in
+as a temporary superuser: the time of the view, its queries and its template, not of a
+network) and removes all it added unless told to keep it.
 """
 
 from __future__ import annotations
@@ -26,12 +27,15 @@ from django.utils import timezone
 
 from audit.models import InvocationDataset, Outcome, ToolInvocation
 from datasets.models import Dataset, Document, Tenant
+from retrieval.models import ConfigExperiment, EvaluationQuery, EvaluationRun, RagConfig
+from retrieval.services import experiment_start, rag_config_update
 
 BENCH_TENANT = "bench-admin-pages"
 BENCH_USER = "bench-admin-pages"
 BATCH = 2000
 DATASETS = 5
 OUTCOMES = [Outcome.OK] * 16 + [Outcome.EMPTY] * 3 + [Outcome.UNAVAILABLE]  # 80/15/5 %
+RUNS, RUN_QUERIES = 20, 300  # a series of evaluation runs over the config's versions
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,34 @@ def _trace(rng: random.Random, dataset_ids: list[int]) -> dict[str, object]:
         "pack": {"evidence_keys": keys[:5]}}}
 
 
+def _experiment(tenant: Tenant) -> ConfigExperiment:
+    config = RagConfig.objects.filter(tenant=tenant, dataset__isnull=True).first()
+    if config is None:
+        config = rag_config_update(config=None, tenant=tenant, values={"return_n": 3},
+                                   changed_by=BENCH_USER)
+        config = rag_config_update(config=config, tenant=tenant, values={"return_n": 5},
+                                   changed_by=BENCH_USER)
+    return config.experiment or experiment_start(change=config.changes.get(version=1),
+                                                 share=50, started_by=BENCH_USER)
+
+
+def _runs(tenant: Tenant, rng: random.Random) -> None:
+    if EvaluationRun.objects.filter(tenant=tenant).exists():
+        return
+    for n in range(RUNS):
+        run = EvaluationRun.objects.create(
+            tenant=tenant, kind=EvaluationRun.Kind.BATCH, name="bench questions",
+            config_version=1 + n % 2, settings={}, queries=RUN_QUERIES,
+            metrics={"hit_rate": rng.random(), "mrr@10": rng.random(), "ndcg@10": rng.random()},
+            latency_ms={"p50": 20.0, "p95": 40.0}, finished_at=timezone.now())
+        EvaluationQuery.objects.bulk_create(EvaluationQuery(
+            run=run, position=q, query_id=f"q{q}", query=f"bench question {q}",
+            expected=[f"doc-{q % 50}.md"], ranking=[f"doc-{(q + n) % 50}.md"],
+            status="READY", hit=(q + n) % 3 != 0, reciprocal_rank=rng.random(),
+            ndcg=rng.random(), latency_ms=20.0, trace=None if (q + n) % 3 else _trace(rng, []))
+            for q in range(1, RUN_QUERIES + 1))
+
+
 def seed(rows: int, *, progress: Callable[[int, int], object] | None = None) -> Tenant:
     """The bench tenant with `rows` audited calls (topped up if it has fewer)."""
     tenant, _ = Tenant.objects.get_or_create(slug=BENCH_TENANT, defaults={"name": BENCH_TENANT})
@@ -69,17 +101,21 @@ def seed(rows: int, *, progress: Callable[[int, int], object] | None = None) -> 
                 source_text="# bench", content_hash=f"{n:064d}",
                 status=Document.Status.READY if n % 10 else Document.Status.FAILED,
                 error="" if n % 10 else "bench: no heading") for n in range(50))
+    experiment = _experiment(tenant)
     rng, now = random.Random(7), timezone.now()
+    _runs(tenant, rng)
     have = ToolInvocation.objects.filter(tenant=tenant).count()
     for start in range(have, rows, BATCH):
         batch = []
         for n in range(start, min(start + BATCH, rows)):
             searched = sorted(rng.sample([d.pk for d in datasets], rng.randint(1, 2)))
+            arm = ConfigExperiment.Arm.CANDIDATE if n % 2 else ConfigExperiment.Arm.CONTROL
             batch.append((ToolInvocation(
                 created_at=now - timedelta(seconds=rng.uniform(0, 14 * 86400)), tenant=tenant,
                 tool_call_id=f"bench-{n}", session_id=f"bench-session-{n // 10}",
                 outcome=rng.choice(OUTCOMES), evidence_status="READY", relevance_level="PRECISE",
-                returned_count=5, latency_ms=rng.uniform(10, 60), config_version=1,
+                returned_count=5, latency_ms=rng.uniform(10, 60), config_version=1 + n % 2,
+                experiment_id=experiment.pk, experiment_arm=arm,
                 details=_trace(rng, searched)), searched))
         ToolInvocation.objects.bulk_create([row for row, _ in batch])
         if batch and batch[0][0].pk is None:  # no RETURNING (MySQL, MariaDB < 10.5)
@@ -89,8 +125,7 @@ def seed(rows: int, *, progress: Callable[[int, int], object] | None = None) -> 
             for row, _ in batch:
                 row.pk = ids[row.tool_call_id]
         InvocationDataset.objects.bulk_create(
-            InvocationDataset(invocation_id=row.pk, dataset_id=pk, created_at=row.created_at,
-                              outcome=row.outcome) for row, searched in batch for pk in searched)
+            InvocationDataset.of(row, pk) for row, searched in batch for pk in searched)
         if progress:
             progress(min(start + BATCH, rows), rows)
     return tenant
@@ -100,6 +135,9 @@ def pages(tenant: Tenant) -> list[tuple[str, str]]:
     invocations = reverse("admin:audit_toolinvocation_changelist")
     middle = ToolInvocation.objects.count() // 100 // 2  # 100 per page; ?p= counts from 0
     one = ToolInvocation.objects.filter(tenant=tenant).order_by("-pk").first()
+    config = RagConfig.objects.get(tenant=tenant, dataset__isnull=True)
+    runs = list(EvaluationRun.objects.filter(tenant=tenant).order_by("pk")
+                .values_list("pk", flat=True)[:2])
     return [
         ("admin index", reverse("admin:index")),
         ("tool invocations", invocations),
@@ -115,6 +153,18 @@ def pages(tenant: Tenant) -> list[tuple[str, str]]:
         ("jobs", reverse("admin:datasets_job_changelist")),
         ("index operations", reverse("admin:retrieval_indexversion_operations")),
         ("RAG configs", reverse("admin:retrieval_ragconfig_changelist")),
+        ("a RAG config", reverse("admin:retrieval_ragconfig_change", args=[config.pk])),
+        ("a config version", reverse("admin:retrieval_ragconfigchange_change",
+                                     args=[config.changes.get(version=1).pk])),
+        ("hit testing (the form)", reverse("admin:retrieval_ragconfig_hit_test")),
+        ("an A/B test over every call", reverse("admin:retrieval_configexperiment_change",
+                                                args=[config.experiment_id])),
+        ("evaluation runs", reverse("admin:retrieval_evaluationrun_changelist")),
+        ("an evaluation run", reverse("admin:retrieval_evaluationrun_change",
+                                      args=[runs[0]])),
+        ("two runs compared", f"{reverse('admin:retrieval_evaluationrun_compare')}"
+                              f"?a={runs[0]}&b={runs[1]}"),
+        ("a new batch hit test (the form)", reverse("admin:retrieval_evaluationrun_add")),
     ]
 
 
@@ -143,13 +193,16 @@ def measure(tenant: Tenant, *, rounds: int) -> list[PageTiming]:
 
 
 def cleanup() -> None:
-    """Remove the bench tenant (its datasets, documents, calls) and the bench user."""
+    """Remove the bench tenant (its datasets, documents, calls, runs, config) and the user."""
     tenant = Tenant.objects.filter(slug=BENCH_TENANT).first()
     if tenant is not None:
         InvocationDataset.objects.filter(invocation__tenant=tenant).delete()
         while ids := list(ToolInvocation.objects.filter(tenant=tenant)
                           .values_list("pk", flat=True)[:BATCH]):
             ToolInvocation.objects.filter(pk__in=ids).delete()
+        EvaluationRun.objects.filter(tenant=tenant).delete()
+        RagConfig.objects.filter(tenant=tenant).update(experiment=None)
+        RagConfig.objects.filter(tenant=tenant).delete()
         Dataset.objects.filter(tenant=tenant).delete()  # never indexed: nothing in Milvus
         tenant.delete()
     User.objects.filter(username=BENCH_USER).delete()

@@ -9,8 +9,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from audit import admin_bench
 from kbplatform.progress import ProgressBar
+from retrieval import admin_bench
 
 TARGET_MS = 300.0
 
