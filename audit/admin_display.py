@@ -4,7 +4,7 @@ beside the document it points to, and each value in a column named for what it h
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.urls import reverse
@@ -30,6 +30,7 @@ class Candidate:
     document: DocumentLabel | None  # None: no such document of the tenant (or a fallback key)
     score: Any = None
     chars: Any = None
+    reason: str = ""  # why a stage dropped it
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class Stage:
     elapsed_ms: Any
     note: str
     candidates: list[Candidate]
+    dropped: list[Candidate]  # what the stage did not keep, each with its reason
 
 
 def doc_id_of(evidence_key: str) -> int | None:
@@ -62,7 +64,8 @@ def trace_tables(details: Mapping[str, Any], tenant_id: int | None) -> dict[str,
     """`stages` and `pack_keys` of a stored retrievalDetails, documents read in one query."""
     stages = details.get("stages") or []
     pack_keys = (details.get("pack") or {}).get("evidence_keys") or []
-    keys = [c.get("evidence_key", "") for s in stages for c in s.get("candidates") or []]
+    keys = [c.get("evidence_key", "") for s in stages
+            for c in [*(s.get("candidates") or []), *(s.get("dropped") or [])]]
     labels = _labels(tenant_id, [*keys, *pack_keys])
 
     def candidate(key: str, value: Any = None, *, chars: bool = False) -> Candidate:
@@ -77,7 +80,10 @@ def trace_tables(details: Mapping[str, Any], tenant_id: int | None) -> dict[str,
                          note=s.get("note", ""),
                          candidates=[candidate(c.get("evidence_key", ""), c.get("score"),
                                                chars=s.get("stage") in CHARS_STAGES)
-                                     for c in s.get("candidates") or []])
+                                     for c in s.get("candidates") or []],
+                         dropped=[replace(candidate(d.get("evidence_key", "")),
+                                          reason=str(d.get("reason", "")))
+                                  for d in s.get("dropped") or []])
                    for s in stages],
         "pack_keys": [candidate(key) for key in pack_keys],
     }

@@ -136,9 +136,11 @@ class KnowledgeEvidencePostProcessor:
         judged: list[tuple[ScoredChunk, float]] = []
         hit_of: dict[str, SearchHit] = {}
         seen: set[str] = set()
+        dropped: list[tuple[str, str]] = []
         for position, hit in enumerate(ordered, start=1):
             key = evidence_key_of(hit)
             if key in seen:  # the first (best-ranked) occurrence wins
+                dropped.append((key, "a copy of a better-ranked hit"))
                 continue
             seen.add(key)
             quality = self.normalizer.gate_quality(hit, mode=mode, rank=position,
@@ -155,25 +157,38 @@ class KnowledgeEvidencePostProcessor:
                  RelevanceLevel.NONE)
         if level is RelevanceLevel.NONE:
             # Nothing relevant: the answer is EMPTY, not the least bad junk.
-            return PostProcessed(chunks=(), relevance_level=level, top_quality=top_quality)
+            dropped += [(chunk.evidence_key, self._below(chunk, support) + "; nothing reached "
+                         "it: EMPTY") for chunk, support in judged]
+            return PostProcessed(chunks=(), relevance_level=level, top_quality=top_quality,
+                                 dropped=tuple(dropped))
 
         kept: list[ScoredChunk] = []
         per_document: dict[str, int] = {}
         for chunk, support in judged:
+            key = chunk.evidence_key
+            if len(kept) == self.return_n:
+                dropped.append((key, f"after the first {self.return_n} kept (return_n)"))
+                continue
             # Below-reference chunks are dropped before the limits so they do not take the
             # place of a relevant chunk further down, and never sit under a precise hit.
             if support < self.reference_threshold and chunk.quality < self.precise_threshold:
+                dropped.append((key, self._below(chunk, support)))
                 continue
-            document = chunk.doc_id or chunk.evidence_key
+            document = chunk.doc_id or key
             if per_document.get(document, 0) >= self.max_chunks_per_document:
+                dropped.append((key, f"its document has {self.max_chunks_per_document} chunks "
+                                     "kept already (max_chunks_per_document)"))
                 continue
             per_document[document] = per_document.get(document, 0) + 1
             # Explained here, for the few kept: the reasons read the chunk's whole text.
-            kept.append(replace(chunk, hit_reasons=_hit_reasons(hit_of[chunk.evidence_key],
-                                                                hints, terms)))
-            if len(kept) == self.return_n:
-                break
-        return PostProcessed(chunks=tuple(kept), relevance_level=level, top_quality=top_quality)
+            kept.append(replace(chunk, hit_reasons=_hit_reasons(hit_of[key], hints, terms)))
+        return PostProcessed(chunks=tuple(kept), relevance_level=level, top_quality=top_quality,
+                             dropped=tuple(dropped))
+
+    def _below(self, chunk: ScoredChunk, support: float) -> str:
+        lexical = f", {support:.3f} with its words" if support != chunk.quality else ""
+        return (f"below the reference threshold {self.reference_threshold:g}: quality "
+                f"{chunk.quality:.3f}{lexical}")
 
     def _judged(self, hit: SearchHit, quality: float, terms: QueryTerms, *,
                 distance_known: bool) -> tuple[float, float]:

@@ -75,6 +75,8 @@ def trace_details(result: LookupResult) -> dict[str, Any]:
                 "note": trace.note,
                 "candidates": [{"evidence_key": key, "score": _number(score)}
                                for key, score in trace.candidates],
+                **({"dropped": [{"evidence_key": key, "reason": why}
+                                for key, why in trace.dropped]} if trace.dropped else {}),
             }
             for trace in result.traces
         ],

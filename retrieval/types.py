@@ -123,6 +123,8 @@ class PostProcessed:
     chunks: tuple[ScoredChunk, ...]
     relevance_level: RelevanceLevel
     top_quality: float  # best gate quality among the deduplicated candidates; 0.0 when none
+    # Each candidate the gate did not keep, and why (the hit-testing page and the audit show it).
+    dropped: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,7 @@ class StageTrace:
     elapsed_ms: float
     candidates: tuple[tuple[str, float], ...] = ()  # (evidence key, score)
     note: str = ""
+    dropped: tuple[tuple[str, str], ...] = ()  # (evidence key, why the stage dropped it)
 
 
 @dataclass(frozen=True)

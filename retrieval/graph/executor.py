@@ -103,7 +103,8 @@ class Clock:
         candidates = hits or tuple((c.evidence_key, round(c.quality, 4))
                                    for c in (result.chunks if result else ()))
         self.traces.append(StageTrace(stage=stage, elapsed_ms=self.timings.get(stage, 0.0),
-                                      candidates=candidates, note=note))
+                                      candidates=candidates, note=note,
+                                      dropped=result.dropped if result else ()))
 
 
 @dataclass

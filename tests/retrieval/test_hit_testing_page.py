@@ -147,3 +147,13 @@ def test_a_draft_may_not_name_another_tenants_chat_key(admin_client: Client,
                         "enable_query_transform": True})
     _, html = hit_test(admin_client, tenant=acme.tenant.pk, question=QUESTION, draft=draft)
     assert "must be KB_CHAT_API_KEY_ACME" in html and 'id="hit-answer"' not in html
+
+
+def test_the_trace_says_why_the_gate_dropped_each_candidate(admin_client: Client,
+                                                            acme: Imported) -> None:
+    # Five chunks of kafka.md match; two per document are kept, the others say why not.
+    _, html = hit_test(admin_client, tenant=acme.tenant.pk, question="Kafka consumer lag")
+    dropped = re.search(r'id="dropped-post_process">(.*?)</fieldset>', html, re.S)
+    assert dropped, "no table of what the gate dropped"
+    assert "its document has 2 chunks kept already" in dropped.group(1)
+    assert "kafka.md" in dropped.group(1)  # each key beside its document
