@@ -2,8 +2,9 @@
 evaluation runs).
 
 A **batch** asks its questions through the tool's own lookup on the tenant's serving index,
-with the version's settings, and scores the evidence an agent would get: hit (an expected
-document is handed out; off-topic: EMPTY), reciprocal rank and nDCG@10 at document level. A
+with the version's settings, and scores the evidence an agent gets: hit (an expected document
+is handed out; off-topic: EMPTY), and the reciprocal rank and nDCG@10 of the documents handed
+out (at most return_n). A
 **suite** is a BEIR-format folder of KB_EVAL_SUITES_DIR, loaded into a collection of its own
 and ranked as `manage.py evaluate` ranks it (100 deep, no relevance gate). Every query's
 outcome is stored, with the trace of the first misses.
@@ -11,7 +12,6 @@ outcome is stored, with the trace of the first misses.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,14 +42,10 @@ from retrieval.project import RagResultProjector, trace_details
 from retrieval.question_sets import BatchQuestion
 from retrieval.types import LookupResult, SearchFilters
 
-logger = logging.getLogger(__name__)
-
 SUITE_DEPTH = 100  # as `manage.py evaluate`: ranking is measured, not the agent's top 5
 MAX_TRACED_MISSES = 100  # a run keeps the traces of its first misses, not of thousands
 RANKING_KEPT = 10
 PROGRESS_STEPS = 50  # progress is written about this many times per run
-
-
 MAX_SUITE_QUERIES = 10_000  # a run's outcomes are read whole by its comparisons
 
 
