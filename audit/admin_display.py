@@ -60,6 +60,20 @@ def _labels(tenant_id: int | None, keys: Iterable[str]) -> dict[int, DocumentLab
         for doc_id, d in documents.items()}
 
 
+REASONS = {"duplicate": "a copy of a better-ranked hit",
+           "per_document": "its document has max_chunks_per_document chunks kept already",
+           "return_n": "after the first return_n kept"}
+
+
+def dropped_reason(code: str) -> str:
+    """The words for a reason the gate recorded (retrieval/post_process.py)."""
+    if code.startswith("below:"):
+        quality, _, support = code.removeprefix("below:").partition("/")
+        lexical = f", {support} with the query's words" if support else ""
+        return f"below the reference threshold: quality {quality}{lexical}"
+    return REASONS.get(code, code)
+
+
 def trace_tables(details: Mapping[str, Any], tenant_id: int | None) -> dict[str, Any]:
     """`stages` and `pack_keys` of a stored retrievalDetails, documents read in one query."""
     stages = details.get("stages") or []
@@ -82,7 +96,7 @@ def trace_tables(details: Mapping[str, Any], tenant_id: int | None) -> dict[str,
                                                chars=s.get("stage") in CHARS_STAGES)
                                      for c in s.get("candidates") or []],
                          dropped=[replace(candidate(d.get("evidence_key", "")),
-                                          reason=str(d.get("reason", "")))
+                                          reason=dropped_reason(str(d.get("reason", ""))))
                                   for d in s.get("dropped") or []])
                    for s in stages],
         "pack_keys": [candidate(key) for key in pack_keys],

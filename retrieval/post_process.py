@@ -112,6 +112,12 @@ def _hit_reasons(hit: SearchHit, hints: QueryHints, terms: QueryTerms) -> tuple[
     return tuple(reasons)
 
 
+def _below(chunk: ScoredChunk, support: float) -> str:
+    """A dropped chunk's reason in the audit's compact form: below:quality[/support]."""
+    lexical = f"/{support:.3f}" if support != chunk.quality else ""
+    return f"below:{chunk.quality:.3f}{lexical}"
+
+
 class KnowledgeEvidencePostProcessor:
     """Search hits of one round → at most `return_n` relevant chunks, in the store's order."""
 
@@ -140,7 +146,7 @@ class KnowledgeEvidencePostProcessor:
         for position, hit in enumerate(ordered, start=1):
             key = evidence_key_of(hit)
             if key in seen:  # the first (best-ranked) occurrence wins
-                dropped.append((key, "a copy of a better-ranked hit"))
+                dropped.append((key, "duplicate"))
                 continue
             seen.add(key)
             quality = self.normalizer.gate_quality(hit, mode=mode, rank=position,
@@ -157,8 +163,7 @@ class KnowledgeEvidencePostProcessor:
                  RelevanceLevel.NONE)
         if level is RelevanceLevel.NONE:
             # Nothing relevant: the answer is EMPTY, not the least bad junk.
-            dropped += [(chunk.evidence_key, self._below(chunk, support) + "; nothing reached "
-                         "it: EMPTY") for chunk, support in judged]
+            dropped += [(chunk.evidence_key, _below(chunk, support)) for chunk, support in judged]
             return PostProcessed(chunks=(), relevance_level=level, top_quality=top_quality,
                                  dropped=tuple(dropped))
 
@@ -167,17 +172,16 @@ class KnowledgeEvidencePostProcessor:
         for chunk, support in judged:
             key = chunk.evidence_key
             if len(kept) == self.return_n:
-                dropped.append((key, f"after the first {self.return_n} kept (return_n)"))
+                dropped.append((key, "return_n"))
                 continue
             # Below-reference chunks are dropped before the limits so they do not take the
             # place of a relevant chunk further down, and never sit under a precise hit.
             if support < self.reference_threshold and chunk.quality < self.precise_threshold:
-                dropped.append((key, self._below(chunk, support)))
+                dropped.append((key, _below(chunk, support)))
                 continue
             document = chunk.doc_id or key
             if per_document.get(document, 0) >= self.max_chunks_per_document:
-                dropped.append((key, f"its document has {self.max_chunks_per_document} chunks "
-                                     "kept already (max_chunks_per_document)"))
+                dropped.append((key, "per_document"))
                 continue
             per_document[document] = per_document.get(document, 0) + 1
             # Explained here, for the few kept: the reasons read the chunk's whole text.
@@ -185,10 +189,7 @@ class KnowledgeEvidencePostProcessor:
         return PostProcessed(chunks=tuple(kept), relevance_level=level, top_quality=top_quality,
                              dropped=tuple(dropped))
 
-    def _below(self, chunk: ScoredChunk, support: float) -> str:
-        lexical = f", {support:.3f} with its words" if support != chunk.quality else ""
-        return (f"below the reference threshold {self.reference_threshold:g}: quality "
-                f"{chunk.quality:.3f}{lexical}")
+
 
     def _judged(self, hit: SearchHit, quality: float, terms: QueryTerms, *,
                 distance_known: bool) -> tuple[float, float]:

@@ -123,7 +123,8 @@ class PostProcessed:
     chunks: tuple[ScoredChunk, ...]
     relevance_level: RelevanceLevel
     top_quality: float  # best gate quality among the deduplicated candidates; 0.0 when none
-    # Each candidate the gate did not keep, and why (the hit-testing page and the audit show it).
+    # Each candidate the gate did not keep, and why, compactly (it is in every audited call):
+    # duplicate | below:QUALITY[/SUPPORT] | per_document | return_n (audit/admin_display.py).
     dropped: tuple[tuple[str, str], ...] = ()
 
 

@@ -169,3 +169,13 @@ def test_list_does_not_query_per_row(staff: Client, make_key: MakeKey) -> None:
         invocation_record(api_key=key, result=audit_record(), latency_ms=1.0)
 
     assert_flat(staff, LIST, add_row)
+
+
+def test_the_gates_reasons_read_as_words() -> None:
+    from audit.admin_display import dropped_reason
+
+    assert dropped_reason("below:0.120") == "below the reference threshold: quality 0.120"
+    assert dropped_reason("below:0.400/0.300") == ("below the reference threshold: quality "
+                                                   "0.400, 0.300 with the query's words")
+    assert dropped_reason("duplicate") == "a copy of a better-ranked hit"
+    assert dropped_reason("something new") == "something new"
