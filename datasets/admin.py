@@ -8,8 +8,6 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
-from django.contrib.admin.utils import unquote
-from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.urls import path, reverse
@@ -330,9 +328,7 @@ class JobAdmin(TenantScopedAdmin[Job]):
 
     def progress(self, request: HttpRequest, object_id: str) -> JsonResponse:
         """The job's progress as JSON, polled by its page until it ends."""
-        if not self.has_view_permission(request):  # before the lookup: 403 tells nothing
-            raise PermissionDenied
-        job = self.get_object(request, unquote(object_id))
+        job = self.viewed_object(request, object_id)
         if job is None:
             raise Http404("no such job")
         return JsonResponse(job_progress(job))

@@ -16,6 +16,7 @@ from django.utils.text import Truncator
 from datasets.admin_scope import admin_datasets, scoped
 from datasets.ingestion.transformers import SecretRedactor
 from datasets.models import Document, Job
+from datasets.selectors import db_id
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrPromise
@@ -85,7 +86,7 @@ class DocumentFilter(admin.SimpleListFilter):
 
     def _pk(self) -> int | None:
         value = self.value()
-        return int(value) if value is not None and value.isdigit() else None
+        return db_id(value) if value is not None else None  # "²" is a digit, not an id
 
     def has_output(self) -> bool:
         # Also for an id that names no document: it filters down to nothing, not to everything.

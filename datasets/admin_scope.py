@@ -13,8 +13,10 @@ from __future__ import annotations
 from typing import Any, Generic, TypeVar
 
 from django.contrib import admin
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
 from django.db.models import Model, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 
 from datasets.models import Dataset, Tenant
 from datasets.selectors import db_id
@@ -84,6 +86,19 @@ class TenantScopedAdmin(admin.ModelAdmin[M], Generic[M]):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[M]:
         return scoped(super().get_queryset(request), request, self.tenant_path)
+
+    def viewed_object(self, request: HttpRequest, object_id: str) -> M | None:
+        """The object of one of this admin's own pages: 403 without the view permission,
+        asked before the lookup (it tells nothing); None when it does not exist or is
+        another tenant's."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        return self.get_object(request, unquote(object_id))
+
+    def not_found(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The admin's own answer for an object it does not find."""
+        return self._get_obj_does_not_exist_redirect(  # type: ignore[attr-defined, no-any-return]
+            request, self.opts, object_id)
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None
                        ) -> bool:

@@ -26,10 +26,10 @@ from datasets.admin_scope import (
 )
 from retrieval import admin_evaluation, admin_index  # noqa: F401  (register their pages)
 from retrieval import config as cfg
-from retrieval.admin_experiments import experiment_start_view
+from retrieval.admin_experiments import experiment_started
 from retrieval.admin_hit_test import draft_url, hit_test_page
 from retrieval.models import RagAgent, RagConfig, RagConfigChange
-from retrieval.selectors import chat_key_env_error
+from retrieval.selectors import checked_settings
 from retrieval.services import rag_config_rollback, rag_config_update
 
 
@@ -64,11 +64,10 @@ class RagConfigForm(forms.ModelForm):
                 tenant=tenant, dataset__isnull=True).exclude(pk=self.instance.pk).exists():
             self.add_error("dataset", "This tenant already has a default config; edit that one.")
         try:
-            settings = cfg.RagConfigConverter.to_settings(self.setting_values())
             if tenant is not None:
-                errors = chat_key_env_error(tenant, settings.chat_api_key_env)
-                if errors:
-                    raise cfg.RagConfigError(errors)
+                checked_settings(tenant=tenant, values=self.setting_values())
+            else:  # no tenant chosen (its own error): the values are still checked
+                cfg.RagConfigConverter.to_settings(self.setting_values())
         except cfg.RagConfigError as exc:
             for name, message in exc.errors.items():
                 self.add_error(name if name in self.fields else None, message)
@@ -230,16 +229,25 @@ class RagConfigChangeAdmin(TenantScopedAdmin[RagConfigChange]):
         view = self.admin_site.admin_view
         return [path("<int:change_id>/rollback/", view(self.rollback),
                      name="retrieval_ragconfigchange_rollback"),
-                path("<int:change_id>/ab-test/", view(experiment_start_view),
+                path("<int:change_id>/ab-test/", view(self.ab_test),
                      name="retrieval_ragconfigchange_ab_test"),
                 *super().get_urls()]
 
-    def rollback(self, request: HttpRequest, change_id: int) -> HttpResponse:
-        """POST: a new version of the config equal to this change's (the button of the page)."""
-        change = get_object_or_404(scoped(RagConfigChange.objects.select_related(
-            "config__tenant"), request, self.tenant_path), pk=change_id)
+    def _posted(self, request: HttpRequest, change_id: int) -> RagConfigChange:
+        """The version a POST of its page acts on: the right to change configs first (a 403
+        tells nothing), then a version of the user's tenants (404)."""
         if request.method != "POST" or not request.user.has_perm("retrieval.change_ragconfig"):
             raise PermissionDenied
+        return get_object_or_404(scoped(RagConfigChange.objects.select_related(
+            "config__tenant"), request, self.tenant_path), pk=change_id)
+
+    def ab_test(self, request: HttpRequest, change_id: int) -> HttpResponse:
+        """POST: an A/B test of this version (the second button of the page)."""
+        return experiment_started(request, self._posted(request, change_id))
+
+    def rollback(self, request: HttpRequest, change_id: int) -> HttpResponse:
+        """POST: a new version of the config equal to this change's (the button of the page)."""
+        change = self._posted(request, change_id)
         before = change.config.version
         try:
             config = rag_config_rollback(change=change, changed_by=request.user.get_username())

@@ -13,7 +13,6 @@ from typing import Any, cast
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
@@ -33,11 +32,11 @@ from django.utils.html import format_html
 from audit.admin_display import trace_tables
 from datasets.admin_display import job_progress
 from datasets.admin_scope import TenantScopedAdmin, tenant_filter
-from datasets.models import Job
 from retrieval.admin_forms import TenantVersionForm
 from retrieval.config import RagConfigError
 from retrieval.evaluation_display import run_series, runs_compared
 from retrieval.evaluation_runs import (
+    GOING,
     MAX_SUITE_QUERIES,
     RunRefused,
     eval_suites,
@@ -178,21 +177,16 @@ class EvaluationRunAdmin(TenantScopedAdmin[EvaluationRun]):
     # --- a run's page, its progress, one query's trace, the download -------------------
 
     def _run(self, request: HttpRequest, object_id: str) -> EvaluationRun:
-        if not self.has_view_permission(request):  # before the lookup: 403 tells nothing
-            raise PermissionDenied
-        run = self.get_object(request, unquote(object_id))
+        run = self.viewed_object(request, object_id)
         if run is None:
             raise Http404("no such run")
         return run
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        run = self.get_object(request, unquote(object_id))
-        if run is None:  # as the admin answers for any object it does not find
-            return self._get_obj_does_not_exist_redirect(  # type: ignore[attr-defined]
-                request, self.opts, object_id)
+        run = self.viewed_object(request, object_id)
+        if run is None:
+            return self.not_found(request, object_id)
         misses_only = request.GET.get("all") != "1"
         results = run.results.defer("trace", "query").order_by("position")
         if misses_only:
@@ -285,9 +279,6 @@ class EvaluationRunAdmin(TenantScopedAdmin[EvaluationRun]):
     @admin.display(description="status")
     def status(self, run: EvaluationRun) -> str:
         return run.job.status if run.job else ("succeeded" if run.finished_at else "–")
-
-
-GOING = [Job.Status.QUEUED, Job.Status.RUNNING]
 
 
 def _going(run: EvaluationRun) -> bool:

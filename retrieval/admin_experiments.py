@@ -7,15 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect
+from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path
 
 from audit.selectors import experiment_figures
-from datasets.admin_scope import TenantScopedAdmin, scoped, tenant_filter
+from datasets.admin_scope import TenantScopedAdmin, tenant_filter
 from retrieval.config import RagConfigError
 from retrieval.models import ConfigExperiment, RagConfigChange
 from retrieval.services import experiment_start, experiment_stop
@@ -27,12 +26,8 @@ def _refusal(exc: RagConfigError) -> str:
     return "; ".join(exc.errors.values())
 
 
-def experiment_start_view(request: HttpRequest, change_id: int) -> HttpResponse:
-    """POST from a version's page: route `share` per cent of the config's lookups to it."""
-    if request.method != "POST" or not request.user.has_perm("retrieval.change_ragconfig"):
-        raise PermissionDenied
-    change = get_object_or_404(scoped(RagConfigChange.objects.select_related(
-        "config__tenant"), request, "config__tenant"), pk=change_id)
+def experiment_started(request: HttpRequest, change: RagConfigChange) -> HttpResponse:
+    """A version page's POST: route `share` per cent of the config's lookups to `change`."""
     raw = request.POST.get("share", "").strip()
     share = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 3 else 0
     try:
@@ -63,12 +58,9 @@ class ConfigExperimentAdmin(TenantScopedAdmin[ConfigExperiment]):
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
         """The test, and both arms' calls from the audit."""
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        experiment = self.get_object(request, unquote(object_id))
+        experiment = self.viewed_object(request, object_id)
         if experiment is None:
-            return self._get_obj_does_not_exist_redirect(  # type: ignore[attr-defined]
-                request, self.opts, object_id)
+            return self.not_found(request, object_id)
         context = {**self.admin_site.each_context(request), "opts": self.opts,
                    "title": f"A/B test {experiment.pk} of {experiment.config.scope_label}",
                    "experiment": experiment,
@@ -82,10 +74,9 @@ class ConfigExperimentAdmin(TenantScopedAdmin[ConfigExperiment]):
         """POST: stop the test; with `promote`, its candidate becomes the config's version."""
         if request.method != "POST" or not request.user.has_perm("retrieval.change_ragconfig"):
             raise PermissionDenied
-        experiment = self.get_object(request, unquote(object_id))
+        experiment = self.viewed_object(request, object_id)
         if experiment is None:
-            return self._get_obj_does_not_exist_redirect(  # type: ignore[attr-defined]
-                request, self.opts, object_id)
+            return self.not_found(request, object_id)
         promote = "promote" in request.POST
         before = experiment.config.version
         try:

@@ -38,15 +38,16 @@ from retrieval.evaluation import (
 from retrieval.index_versions import IndexNotReady, serving_index
 from retrieval.lookup_service import lookup_knowledge
 from retrieval.models import EvaluationQuery, EvaluationRun, RagConfig, RagConfigChange
-from retrieval.project import RagResultProjector, trace_details
+from retrieval.project import trace_details
 from retrieval.question_sets import BatchQuestion
-from retrieval.types import LookupResult, SearchFilters
+from retrieval.types import EvidenceStatus, LookupResult, SearchFilters
 
 SUITE_DEPTH = 100  # as `manage.py evaluate`: ranking is measured, not the agent's top 5
 MAX_TRACED_MISSES = 100  # a run keeps the traces of its first misses, not of thousands
 RANKING_KEPT = 10
 PROGRESS_STEPS = 50  # progress is written about this many times per run
 MAX_SUITE_QUERIES = 10_000  # a run's outcomes are read whole by its comparisons
+GOING = (Job.Status.QUEUED, Job.Status.RUNNING)  # a run whose job is one of these still goes
 
 
 class RunUnavailable(RuntimeError):
@@ -93,8 +94,7 @@ def evaluation_run_start(*, tenant: Tenant, kind: str, name: str,
     config_version, settings = version_settings(tenant, version)
     with transaction.atomic():
         Tenant.objects.select_for_update().only("pk").get(pk=tenant.pk)
-        going = EvaluationRun.objects.filter(tenant=tenant, job__status__in=[
-            Job.Status.QUEUED, Job.Status.RUNNING]).first()
+        going = EvaluationRun.objects.filter(tenant=tenant, job__status__in=GOING).first()
         if going is not None:
             raise RunRefused(going)
         job = Job.objects.create(kind=Job.Kind.EVALUATE, tenant=tenant, total=len(questions),
@@ -111,7 +111,7 @@ def evaluation_run_start(*, tenant: Tenant, kind: str, name: str,
 
 
 class _Recorder:
-    """Stores each query's outcome and the job's progress, and sums the run's figures."""
+    """Stores each query's outcome and the job's progress; counts the hits."""
 
     def __init__(self, run: EvaluationRun, job: Job, total: int) -> None:
         self.run, self.job, self.total = run, job, total
@@ -155,13 +155,14 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def _ranking(evidence: list[dict[str, Any]], expected: Sequence[str]) -> list[str]:
+def _ranking(result: LookupResult, expected: Sequence[str]) -> list[str]:
     """The documents handed out, best first, each named as the set names it: by its source
     path, or by its document id when that is what the set expects."""
     ranking: list[str] = []
-    for item in evidence:
-        doc_id = item["document_id"].split("#", 1)[0]
-        name = doc_id if doc_id in expected else item["source"]
+    # As the agent sees it (RagResultProjector): only READY hands out evidence.
+    handed_out = result.pack.items if result.evidence_status is EvidenceStatus.READY else ()
+    for item in handed_out:
+        name = item.chunk.doc_id if item.chunk.doc_id in expected else item.chunk.source
         if name not in ranking:
             ranking.append(name)
     return ranking
@@ -175,7 +176,7 @@ def _run_batch(run: EvaluationRun, job: Job) -> None:
         collection, embedder = index.collection, index.embedder.name
     except IndexNotReady:
         collection, embedder = "", ""  # nothing indexed yet: every answer is EMPTY
-    projector, recorder = RagResultProjector(), _Recorder(run, job, len(questions))
+    recorder = _Recorder(run, job, len(questions))
     on_topic: list[dict[str, float]] = []
     off_topic_empty: list[float] = []
     first: list[float] = []
@@ -185,7 +186,7 @@ def _run_batch(run: EvaluationRun, job: Job) -> None:
         latency = (time.perf_counter() - started) * 1000
         if result.evidence_status == "UNAVAILABLE":
             raise RunUnavailable(f"question {question.id}: {result.error}")
-        ranking = _ranking(projector.project(result)["evidence"], question.expected)
+        ranking = _ranking(result, question.expected)
         if question.expected:
             scores = document_scores(ranking, dict.fromkeys(question.expected, 1))
             on_topic.append(scores)

@@ -31,7 +31,7 @@ from retrieval.lookup import LookupKnowledgeTool, LookupRequest, as_unavailable
 from retrieval.project import invocation_of
 from retrieval.rerank import configured_reranker
 from retrieval.search import VectorSearchService
-from retrieval.selectors import chat_key_env_error, rag_config_for
+from retrieval.selectors import checked_settings, rag_config_for
 from retrieval.transform import L0Index
 from retrieval.types import LookupResult, SearchFilters, SearchMode
 
@@ -106,14 +106,14 @@ def _overridden(settings: RagSettings, overrides: dict[str, Any], tenant_id: int
     to the rules of a stored config: values that would not save fail the lookup."""
     try:
         settings = RagConfigConverter.to_settings(overrides, base=settings)
+        # Never another tenant's key to the endpoint a draft or an old version names (the
+        # tenant is read only then: evaluations pass overrides on every lookup).
+        tenant = (Tenant.objects.filter(pk=tenant_id).first()
+                  if settings.chat_api_key_env else None)
+        if tenant is not None:
+            checked_settings(tenant=tenant, values={}, base=settings)
     except RagConfigError as exc:
         raise _Unavailable(f"RagConfigError: {exc}") from exc
-    tenant = Tenant.objects.filter(pk=tenant_id).first()
-    if settings.chat_api_key_env and tenant is not None and chat_key_env_error(
-            tenant, settings.chat_api_key_env):
-        # Never another tenant's key to the endpoint a draft or an old version names.
-        raise _Unavailable(f"chat_api_key_env {settings.chat_api_key_env} is not the "
-                           "tenant's key variable")
     return settings
 
 

@@ -189,8 +189,6 @@ class KnowledgeEvidencePostProcessor:
         return PostProcessed(chunks=tuple(kept), relevance_level=level, top_quality=top_quality,
                              dropped=tuple(dropped))
 
-
-
     def _judged(self, hit: SearchHit, quality: float, terms: QueryTerms, *,
                 distance_known: bool) -> tuple[float, float]:
         """(quality, support): quality decides PRECISE, support REFERENCE.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,11 +87,19 @@ def draft_settings(*, tenant: Tenant, dataset_ids: Sequence[int],
         raise RagConfigError({"draft": 'a JSON object of settings, e.g. {"return_n": 3}'})
     base = (RagConfigConverter.to_settings(version.settings()) if version is not None
             else rag_config_for(tenant_id=tenant.pk, dataset_ids=dataset_ids).settings)
-    settings = RagConfigConverter.to_settings(values, base=base)
+    return RagConfigConverter.to_dict(checked_settings(tenant=tenant, values=values, base=base))
+
+
+def checked_settings(*, tenant: Tenant, values: Mapping[str, object],
+                     base: RagSettings | None = None) -> RagSettings:
+    """`values` over `base` (the built-in defaults) as a save of the tenant's config would take
+    them: through the converter, and naming no key variable but the tenant's own. Raises
+    RagConfigError (field → message)."""
+    settings = RagConfigConverter.to_settings(values, base=base or RagSettings())
     errors = chat_key_env_error(tenant, settings.chat_api_key_env)
     if errors:
         raise RagConfigError(errors)
-    return RagConfigConverter.to_dict(settings)
+    return settings
 
 
 def chat_key_env_error(tenant: Tenant, name: str) -> dict[str, str]:

@@ -13,7 +13,7 @@ from kbplatform.errors import ApiError
 from kbplatform.tasks import enqueue_on_commit
 from retrieval.config import RagConfigConverter, RagConfigError, RagSettings
 from retrieval.models import ConfigExperiment, RagConfig, RagConfigChange
-from retrieval.selectors import chat_key_env_error
+from retrieval.selectors import checked_settings
 
 
 def rag_config_update(*, config: RagConfig | None, tenant: Tenant, dataset: Dataset | None = None,
@@ -45,10 +45,7 @@ def rag_config_update(*, config: RagConfig | None, tenant: Tenant, dataset: Data
         # The stored row, not the caller's in-memory object (the admin has already
         # assigned the new values to it), is what "before" means.
         base = current.to_settings() if current is not None else RagSettings()
-        settings = RagConfigConverter.to_settings(values, base=base)
-        errors = chat_key_env_error(tenant, settings.chat_api_key_env)
-        if errors:
-            raise RagConfigError(errors)
+        settings = checked_settings(tenant=tenant, values=values, base=base)
         before = RagConfigConverter.to_dict(base) if current is not None else None
         after = RagConfigConverter.to_dict(settings)
         if current is not None and before == after:
@@ -96,8 +93,7 @@ def experiment_start(*, change: RagConfigChange, share: int, started_by: str
         if change.version == config.version:
             errors["version"] = f"version {change.version} is the one serving"
         try:
-            settings = RagConfigConverter.to_settings(change.settings())
-            errors.update(chat_key_env_error(config.tenant, settings.chat_api_key_env))
+            checked_settings(tenant=config.tenant, values=change.settings())
         except RagConfigError as exc:
             errors.update(exc.errors)
         if errors:
