@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
+from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.urls import path, reverse
@@ -22,7 +23,7 @@ from datasets.admin_display import (
     source_box,
 )
 from datasets.admin_scope import TenantScopedAdmin, scoped, tenant_filter
-from datasets.auth import api_key_create
+from datasets.auth import api_key_create, may_mint_platform_keys
 from datasets.models import ApiKey, Chunk, Dataset, Document, Job, Tenant
 from datasets.selectors import with_document_counts
 from datasets.services import (
@@ -33,13 +34,26 @@ from datasets.services import (
     document_store,
     document_validate,
 )
+from datasets.slug_secrets import tenant_rename_refusals
 from kbplatform.errors import ApiError
+
+
+class TenantForm(forms.ModelForm[Tenant]):
+    def clean_slug(self) -> str:
+        slug: str = self.cleaned_data["slug"]
+        if self.instance.pk is not None and slug != self.instance.slug:
+            refusals = tenant_rename_refusals(tenant=self.instance, slug=slug)
+            if refusals:
+                raise forms.ValidationError(refusals)
+        return slug
 
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin[Tenant]):
-    """Tenants; who is a tenant's staff (and a new tenant) is for superusers to say."""
+    """Tenants; who is a tenant's staff, a new tenant and a tenant's slug (it names the
+    tenant's secrets) are for superusers to say."""
 
+    form = TenantForm
     list_display = ["slug", "name", "created_at"]
     search_fields = ["slug", "name"]
     filter_horizontal = ["staff"]
@@ -50,6 +64,10 @@ class TenantAdmin(admin.ModelAdmin[Tenant]):
     def get_fields(self, request: HttpRequest, obj: Tenant | None = None) -> Any:
         fields = ["slug", "name"]
         return [*fields, "staff"] if request.user.is_superuser else fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Tenant | None = None) -> Any:
+        # Shown, not a form field: a forged POST of another slug is ignored.
+        return [] if request.user.is_superuser else ["slug"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return request.user.is_superuser and super().has_add_permission(request)
@@ -69,20 +87,47 @@ class ApiKeyForm(forms.ModelForm[ApiKey]):
         return data
 
 
+def roles_offered(request: HttpRequest, key: ApiKey | None) -> list[tuple[str, str]]:
+    """The roles a key may be given on its form. A platform key is a superuser's to mint, and
+    minted, never promoted: an existing key's plaintext is whoever made it's already."""
+    platform = may_mint_platform_keys(request.user) and (
+        key is None or key.role == ApiKey.Role.PLATFORM)
+    return [(value, label) for value, label in ApiKey.Role.choices
+            if platform or value != ApiKey.Role.PLATFORM]
+
+
 @admin.register(ApiKey)
 class ApiKeyAdmin(TenantScopedAdmin[ApiKey]):
+    """API keys of the user's tenants; platform keys are the superusers' alone (not even
+    listed for a tenant's staff)."""
+
     form = ApiKeyForm
     list_display = ["prefix", "tenant", "name", "role", "revoked", "created_at", "last_used_at"]
     list_filter = ["role", "revoked", tenant_filter("tenant")]
     list_select_related = ["tenant"]
     filter_horizontal = ["datasets"]
-    readonly_fields = ["prefix", "created_at", "last_used_at"]
+    readonly_fields = ["prefix", "origin", "created_by", "created_at", "last_used_at"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ApiKey]:
+        keys = super().get_queryset(request)
+        return keys if may_mint_platform_keys(request.user) else keys.exclude(
+            role=ApiKey.Role.PLATFORM)
+
+    def get_form(self, request: HttpRequest, obj: ApiKey | None = None, change: bool = False,
+                 **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)
+        # A choice not offered is refused by the form, whatever a POST sends.
+        cast(forms.ChoiceField, form.base_fields["role"]).choices = roles_offered(request, obj)
+        return form
 
     def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
         if change:
             super().save_model(request, obj, form, change)
             return
-        key, plaintext = api_key_create(tenant=obj.tenant, role=obj.role, name=obj.name)
+        maker = request.user
+        assert isinstance(maker, User)  # the admin's pages need a login
+        key, plaintext = api_key_create(tenant=obj.tenant, role=obj.role, name=obj.name,
+                                        created_by=maker)
         obj.pk, obj.prefix, obj.key_hash = key.pk, key.prefix, key.key_hash
         obj._state.adding = False
         messages.warning(request, f"New API key (shown once, store it now): {plaintext}")

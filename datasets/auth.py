@@ -8,6 +8,8 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from django.contrib.auth.models import AnonymousUser, User
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -35,7 +37,7 @@ class Caller:
 
     @property
     def is_platform(self) -> bool:
-        return self.api_key.role == ApiKey.Role.PLATFORM
+        return self.api_key.role == ApiKey.Role.PLATFORM and platform_key_vouched(self.api_key)
 
     @property
     def is_scoped(self) -> bool:
@@ -69,14 +71,37 @@ def hash_key(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
+def may_mint_platform_keys(user: User | AnonymousUser) -> bool:
+    """Platform keys (and everything platform-wide) are the platform operators': active
+    superusers, and whoever runs manage.py (who is no user of the admin)."""
+    return user.is_active and user.is_superuser
+
+
+def platform_key_vouched(key: ApiKey) -> bool:
+    """Whether an operator stands behind a platform key: a command made it, or a superuser in
+    the admin who still is an active one. A key made by anyone else (a tenant's staff, before
+    the admin refused them; a maker since deleted) acts as its tenant's admin key only."""
+    if key.origin == ApiKey.Origin.COMMAND:
+        return True
+    return key.created_by is not None and may_mint_platform_keys(key.created_by)
+
+
 def api_key_create(*, tenant: Tenant, role: str = ApiKey.Role.TOOL, name: str = "",
-                   datasets: Sequence[Dataset] = ()) -> tuple[ApiKey, str]:
-    """Returns the row and the plaintext key; the key is not stored and cannot be shown again."""
+                   datasets: Sequence[Dataset] = (),
+                   created_by: User | None = None) -> tuple[ApiKey, str]:
+    """Returns the row and the plaintext key; the key is not stored and cannot be shown again.
+    `created_by`: the admin's user who makes it; None for an operator's command. Raises
+    PermissionDenied for a platform key of a user who may not make one."""
+    if role == ApiKey.Role.PLATFORM and created_by is not None \
+            and not may_mint_platform_keys(created_by):
+        raise PermissionDenied("a platform key is a superuser's to make")
+    origin = ApiKey.Origin.COMMAND if created_by is None else ApiKey.Origin.ADMIN
     prefix = secrets.token_hex(6)
     plaintext = f"{KEY_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
     with transaction.atomic():
         key = ApiKey.objects.create(tenant=tenant, role=role, name=name, prefix=prefix,
-                                    key_hash=hash_key(plaintext), scoped=bool(datasets))
+                                    key_hash=hash_key(plaintext), scoped=bool(datasets),
+                                    origin=origin, created_by=created_by)
         if datasets:
             key.datasets.set(datasets)
     return key, plaintext
@@ -86,7 +111,8 @@ def api_key_resolve(plaintext: str) -> ApiKey | None:
     parts = plaintext.split("_", 2)
     if len(parts) != 3 or parts[0] != KEY_PREFIX:
         return None
-    key = ApiKey.objects.select_related("tenant").filter(prefix=parts[1], revoked=False).first()
+    key = ApiKey.objects.select_related("tenant", "created_by").filter(
+        prefix=parts[1], revoked=False).first()
     if key is None or not hmac.compare_digest(key.key_hash, hash_key(plaintext)):
         return None
     return key

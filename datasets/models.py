@@ -69,8 +69,21 @@ class ApiKey(models.Model):
         # reconcile): the platform's operators, not a tenant's.
         PLATFORM = "platform", "platform operator"
 
+    class Origin(models.TextChoices):
+        # Where the key was made: a platform key acts platform-wide only when an operator
+        # made it (datasets/auth.py, platform_key_vouched).
+        COMMAND = "command", "a manage.py command (an operator's)"
+        ADMIN = "admin", "the admin (by created_by)"
+
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
     name = models.CharField(max_length=100, blank=True)
+    # No default: whoever creates a key says where it comes from (api_key_create).
+    origin = models.CharField(max_length=10, choices=Origin.choices, editable=False)
+    # A deleted maker leaves an admin-made key made by nobody: no operator vouches for it.
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        editable=False, related_name="+",
+        help_text="Who made the key in the admin; empty for a command's key.")
     prefix = models.CharField(max_length=16, unique=True, editable=False)
     key_hash = models.CharField(max_length=64, editable=False)
     role = models.CharField(max_length=10, choices=Role.choices, default=Role.TOOL)
@@ -90,6 +103,11 @@ class ApiKey(models.Model):
         constraints = [
             models.CheckConstraint(condition=models.Q(role__in=["tool", "admin", "platform"]),
                                    name="api_key_role_valid"),
+            models.CheckConstraint(condition=models.Q(origin__in=["command", "admin"]),
+                                   name="api_key_origin_valid"),
+            models.CheckConstraint(
+                condition=models.Q(origin="admin") | models.Q(created_by__isnull=True),
+                name="api_key_command_keys_have_no_maker"),
         ]
 
     def __str__(self) -> str:

@@ -12,6 +12,7 @@ from django.db.models.functions import Coalesce, RowNumber
 
 from datasets.auth import Caller
 from datasets.models import Dataset, Document, Job, Tenant
+from datasets.slug_secrets import key_variable_of
 from kbplatform.errors import ApiError
 
 # The widest id a BIGINT column holds: a larger one cannot exist (and would overflow a query).
@@ -49,7 +50,7 @@ def tenant_key_variable(tenant: Tenant) -> str:
     pattern = "^" + tenant.slug.replace("-", "_").replace("_", "[-_]") + "$"
     if Tenant.objects.filter(slug__regex=pattern).count() != 1:
         return ""
-    return "KB_CHAT_API_KEY_" + tenant.slug.upper().replace("-", "_")
+    return key_variable_of(tenant.slug)
 
 
 def dataset_get(*, caller: Caller, dataset_id: int | str) -> Dataset:

@@ -101,6 +101,10 @@ class IndexVersionAdmin(admin.ModelAdmin[IndexVersion]):
                                          detail={"repair": repair})
         raise ApiError("No such index operation.")
 
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # An index version serves every tenant: platform-wide, a superuser's to see.
+        return request.user.is_superuser and super().has_view_permission(request, obj)
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 

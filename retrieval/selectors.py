@@ -115,6 +115,15 @@ def chat_key_env_error(tenant: Tenant, name: str) -> dict[str, str]:
             "variable can be this tenant's alone"}
 
 
+def configs_naming_a_key_variable(tenant: Tenant) -> list[str]:
+    """The tenant's configs that name a chat-key variable, as reasons not to rename it: the
+    variable they may name follows the slug (datasets/slug_secrets.py)."""
+    named = RagConfig.objects.filter(tenant=tenant).exclude(chat_api_key_env="")
+    return [f"RAG config {config.scope_label} names {config.chat_api_key_env}, which follows "
+            f"the slug: clear its chat_api_key_env first (and name the new variable after "
+            f"the rename)." for config in named.select_related("tenant", "dataset")]
+
+
 def default_config_version(*, tenant: Tenant, version: int) -> RagConfigChange | None:
     """Version `version` of the tenant's default config (its history), if it has one."""
     return RagConfigChange.objects.filter(config__tenant=tenant, config__dataset__isnull=True,

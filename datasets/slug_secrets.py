@@ -1,0 +1,42 @@
+"""A tenant's slug names its secrets: KB_CHAT_API_KEY_<SLUG> is the one chat-key variable its
+RAG configs may name (retrieval checks that at use time), so a rename moves the key with it.
+
+A rename is refused while it would hand a key over: when the new slug's variable is set
+already (it is someone's key), and while anything of the tenant names a key variable — the
+apps above datasets say what of theirs does (slug_use_register, from their AppConfig.ready).
+Only superusers rename a tenant at all (datasets/admin.py).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from datasets.models import Tenant
+
+KEY_VARIABLE_PREFIX = "KB_CHAT_API_KEY_"
+
+# tenant → why its slug is in use (one sentence each); [] when nothing of it names the slug
+SlugUse = Callable[[Tenant], list[str]]
+_uses: list[SlugUse] = []
+
+
+def key_variable_of(slug: str) -> str:
+    """The chat-key variable a slug names: KB_CHAT_API_KEY_<SLUG>, "-" as "_"."""
+    return KEY_VARIABLE_PREFIX + slug.upper().replace("-", "_")
+
+
+def slug_use_register(use: SlugUse) -> None:
+    if use not in _uses:
+        _uses.append(use)
+
+
+def tenant_rename_refusals(*, tenant: Tenant, slug: str) -> list[str]:
+    """Why `tenant` may not be renamed to `slug` ([] when it may)."""
+    refusals = [reason for use in _uses for reason in use(tenant)]
+    variable = key_variable_of(slug)
+    if variable in os.environ:
+        refusals.append(f"{variable} is set in this deployment: it is someone's chat key, and "
+                        f"a tenant renamed to {slug} would be sent it. Unset it first (and set "
+                        f"it again after the rename if it is meant for this tenant).")
+    return refusals
