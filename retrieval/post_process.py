@@ -90,7 +90,7 @@ def evidence_key_of(hit: SearchHit) -> str:
     return f"rank:{hit.rank}"
 
 
-def _searchable(hit: SearchHit) -> str:
+def searchable_text(hit: SearchHit) -> str:
     """The chunk's title, breadcrumb and content, through normalize_text."""
     meta = hit.metadata
     return normalize_text(" ".join((_text(meta, "title"), _text(meta, "breadcrumb"),
@@ -101,7 +101,7 @@ def _hit_reasons(hit: SearchHit, hints: QueryHints, terms: QueryTerms) -> tuple[
     meta = hit.metadata
     reasons = []
     if hints.keywords or terms.identifiers:  # normalising the text is the costly part
-        text = _searchable(hit)
+        text = searchable_text(hit)
         reasons = [f"keyword:{k}" for k in hints.keywords if contains_term(text, k)]
         reasons += [f"identifier:{t}" for t in terms.identifiers_in(text)]
     domain = normalize_text(_text(meta, "domain")).strip()
@@ -205,13 +205,13 @@ class KnowledgeEvidencePostProcessor:
             return quality, quality
         text: str | None = None
         if terms.identifiers and quality < self.precise_threshold:
-            text = _searchable(hit)
+            text = searchable_text(hit)
             if len(terms.identifiers_in(text)) == len(terms.identifiers):
                 return self.precise_threshold, self.precise_threshold
         in_band = quality * (1.0 - LEXICAL_DISCOUNT) < self.reference_threshold <= quality
         if not (distance_known and terms.terms and in_band):  # a rank is no distance
             return quality, quality
-        coverage = terms.coverage(text if text is not None else _searchable(hit))
+        coverage = terms.coverage(text if text is not None else searchable_text(hit))
         return quality, quality * (1.0 - LEXICAL_DISCOUNT * (1.0 - coverage))
 
     @staticmethod

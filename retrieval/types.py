@@ -78,6 +78,9 @@ class SearchHit:
     rank: int  # 1-based rank in the store's answer
     score: float  # raw: L2 for dense, fused RRF score for hybrid, BM25 for bm25
     dense_l2: float | None = None  # squared L2 of the hit's vector to the query, when known
+    # Whether BM25 returned it (the query's terms matched it); None: not known (Milvus fused
+    # the arms in one request).
+    bm25_match: bool | None = False
 
 
 class KnowledgeSearchPort(Protocol):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -34,11 +34,13 @@ from retrieval.graph.registry import (
     RetrieverCall,
     RetrieverEvent,
     RetrieverRegistry,
-    run_retriever,
+    RetrieverRun,
+    RetrieverTimeout,
 )
+from retrieval.lexical import query_terms
 from retrieval.milvus.connection import VectorStoreUnavailable
 from retrieval.pack import KnowledgeContextPacker
-from retrieval.post_process import KnowledgeEvidencePostProcessor
+from retrieval.post_process import KnowledgeEvidencePostProcessor, searchable_text
 from retrieval.search import VectorSearchService
 from retrieval.transform import KnowledgeQueryTransformer, L0Index
 from retrieval.types import (
@@ -59,10 +61,6 @@ BACKEND_ERRORS = (VectorStoreUnavailable, EmbeddingError, DatabaseError)
 # The fallback gets at least this much time, even when the deadline has passed.
 FALLBACK_GRACE_MS = 2000
 LiveDocuments = Callable[[SearchFilters, Collection[int]], set[int]]
-
-# Retrievers run here so that a deadline can stop waiting for them. Milvus calls carry their own
-# timeout (MILVUS_TIMEOUT_SECONDS), so a thread left behind by a deadline ends by itself.
-_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="kb-retriever")
 
 
 class GraphTimeout(TimeoutError):
@@ -338,39 +336,50 @@ class GraphExecutor:
                   deadline: Deadline) -> list[CandidateList]:
         registry = self.parts.registry
         listeners = [self.log.listen]
-        jobs: list[tuple[str, str, Future[list[SearchHit]]]] = []
-        for step in steps:
-            retriever = registry.inner(step.name, port=self.parts.search.port)
-            spec = retriever.spec
-            for text in queries:
-                call = RetrieverCall(query=text, vector=vectors.get(text) if spec.needs_vector
-                                     else None, filters=filters, limit=plan.per_retriever,
-                                     arguments=dict(step.arguments),
-                                     distances=self._distances_needed(plan))
-                jobs.append((step.name, text, _POOL.submit(run_retriever, retriever, call,
-                                                           listeners)))
-                if not (spec.parallel and plan.execution == "PARALLEL"):
-                    wait([jobs[-1][2]], timeout=self._timeout(spec.timeout_s, deadline))
-        done, pending = wait([job for _, _, job in jobs], timeout=deadline.remaining_s())
-        if pending:
-            raise GraphTimeout(f"{len(pending)} retriever call(s) did not answer before the "
-                               f"deadline of {plan.timeout_ms} ms")
-        lists = []
-        for name, text, job in jobs:
-            hits = job.result()  # re-raises the retriever's error
-            lists.append(CandidateList(name, text, tuple(self._floor(plan, hits))))
-        return lists
+        runs: list[RetrieverRun] = []
+        try:
+            for step in steps:
+                retriever = registry.inner(step.name, port=self.parts.search.port)
+                spec = retriever.spec
+                for text in queries:
+                    call = RetrieverCall(
+                        query=text, vector=vectors.get(text) if spec.needs_vector else None,
+                        filters=filters, limit=plan.per_retriever,
+                        arguments=dict(step.arguments), distances=self._distances_needed(plan))
+                    runs.append(registry.submit(retriever, call, listeners))
+                    # Waited for one by one unless it may run beside others; one that is not
+                    # thread-safe too, so that its calls do not queue on its single thread
+                    # against their own timeout_s.
+                    if not (spec.parallel and spec.thread_safe
+                            and plan.execution == "PARALLEL"):
+                        _await(runs[-1:], deadline)
+            _await(runs, deadline)
+        except BaseException:
+            for run in runs:  # the stage failed: no call of it may reach the lookup
+                run.abandon("the retrieval stage failed")
+            raise
+        return [CandidateList(run.name, run.query,
+                              tuple(self._floor(plan, run.query, run.future.result())))
+                for run in runs]  # result() re-raises a retriever's error
 
-    @staticmethod
-    def _timeout(own: float | None, deadline: Deadline) -> float:
-        return min(own, deadline.remaining_s()) if own is not None else deadline.remaining_s()
-
-    def _floor(self, plan: RetrievalGraph, hits: list[SearchHit]) -> list[SearchHit]:
-        """min_score: a candidate whose calibrated similarity is known and below it is not kept."""
+    def _floor(self, plan: RetrievalGraph, query: str, hits: list[SearchHit]) -> list[SearchHit]:
+        """min_score: the calibrated vector similarity a candidate needs, unless BM25 matched
+        it (RagConfig's help text: BM25's candidates have no similarity and are kept, in the
+        hybrid search as with BM25 alone, although the gate measures their distance too)."""
         if plan.min_score <= 0:
             return hits
         quality = self.parts.post.normalizer.dense_quality
-        return [h for h in hits if h.dense_l2 is None or quality(h.dense_l2) >= plan.min_score]
+        terms = query_terms(query)
+
+        def matched(hit: SearchHit) -> bool:
+            if hit.bm25_match is not None:
+                return hit.bm25_match
+            # Milvus fused the arms without saying which found it: the query's own terms in
+            # the chunk's text stand for BM25's match.
+            return terms.coverage(searchable_text(hit)) > 0
+
+        return [h for h in hits if h.dense_l2 is None or matched(h)
+                or quality(h.dense_l2) >= plan.min_score]
 
     def _finish(self, plan: RetrievalGraph, query: str, lists: Sequence[CandidateList],
                 filters: SearchFilters, hints: QueryHints, clock: Clock,
@@ -473,6 +482,26 @@ class GraphExecutor:
 
 class StageFailed(RuntimeError):
     """A stage failed and the graph may not fall back: the lookup answers UNAVAILABLE."""
+
+
+def _await(runs: Sequence[RetrieverRun], deadline: Deadline) -> None:
+    """Wait until every run answered; the first to outlive its own timeout_s, or the deadline
+    passing, fails the stage (the caller gives the unfinished runs up)."""
+    while True:
+        pending = [run for run in runs if not run.future.done()]
+        if not pending:
+            return
+        now = time.monotonic()
+        for run in pending:
+            if run.overdue(now) and run.abandon(f"no answer within its timeout_s of "
+                                                f"{run.timeout_s} s"):
+                raise RetrieverTimeout(f"{run.name} did not answer within its timeout_s of "
+                                       f"{run.timeout_s} s")
+        if deadline.remaining_s() <= 0:
+            raise GraphTimeout(f"{len(pending)} retriever call(s) did not answer before the "
+                               f"deadline of {deadline.millis:.0f} ms")
+        dues = [run.due - now for run in pending if run.due is not None]
+        wait([run.future for run in pending], timeout=min([deadline.remaining_s(), *dues]))
 
 
 def _gate_mode(plan: RetrievalGraph) -> SearchMode:

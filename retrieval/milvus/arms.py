@@ -62,7 +62,7 @@ class MilvusSearch:
         dense = request.mode == "dense"
         found = self._dense(expr, request) if dense else self._bm25(expr, request)
         return [_hit(item, rank, abs(float(item["distance"])),  # BM25's distance is negative
-                     float(item["distance"]) if dense else None)
+                     float(item["distance"]) if dense else None, bm25_match=not dense)
                 for rank, item in enumerate(found, 1)]
 
     def _search(self, expr: str, request: SearchRequest, *, data: Any, field: str,
@@ -103,7 +103,8 @@ class MilvusSearch:
                                  bm25_weight=request.bm25_weight, limit=request.limit)
         known = {str(item["id"]): float(item["distance"]) for item in dense}
         return [_hit(items[f.id], rank, f.score, known[f.id] if f.id in known
-                     else _l2(items[f.id], request.query_vector))
+                     else _l2(items[f.id], request.query_vector),
+                     bm25_match=f.bm25_rank is not None)
                 for rank, f in enumerate(fused, 1)]
 
     def _milvus_hybrid(self, expr: str, request: SearchRequest) -> list[SearchHit]:
@@ -116,7 +117,8 @@ class MilvusSearch:
             self.collection, arms, RRFRanker(request.rrf_k), limit=request.limit,
             output_fields=_with_vector(request), timeout=self.connection.timeout),
             collection=self.collection)[0]
-        return [_hit(item, rank, float(item["distance"]), _l2(item, request.query_vector))
+        return [_hit(item, rank, float(item["distance"]), _l2(item, request.query_vector),
+                     bm25_match=None)  # RRFRanker does not say which arm found a hit
                 for rank, item in enumerate(found, 1)]
 
 
@@ -138,8 +140,9 @@ def _l2(item: dict[str, Any], query_vector: Sequence[float] | None) -> float | N
     return float(np.dot(difference, difference))
 
 
-def _hit(item: dict[str, Any], rank: int, score: float, dense_l2: float | None) -> SearchHit:
+def _hit(item: dict[str, Any], rank: int, score: float, dense_l2: float | None, *,
+         bm25_match: bool | None) -> SearchHit:
     entity = item.get("entity", {})
     return SearchHit(chunk_id=str(item["id"]), content=str(entity.get("content", "")),
                      metadata=dict(entity.get("metadata") or {}), rank=rank, score=score,
-                     dense_l2=dense_l2)
+                     dense_l2=dense_l2, bm25_match=bm25_match)
