@@ -38,7 +38,8 @@ if not SECRET_KEY:
     # The embedded defaults (one machine): a key generated once and kept beside the data,
     # so every process of the installation shares it. `check --deploy` warns about it.
     SECRET_KEY = generated_secret(VAR_DIR / "secret_key")
-ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+# Not `testserver`: Django's test environment adds it for the test client.
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [

@@ -3,6 +3,7 @@ import random
 from typing import Any
 
 import numpy as np
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 from django.test import Client
@@ -82,7 +83,9 @@ class Command(BaseCommand):
         texts = [synthetic_text(rng, 6) + f" q{rng.random()}" for _ in range(queries)]
         filters = SearchFilters(tenant_id=tenant.pk, dataset_ids=(dataset.pk,))
         k = RagSettings().retrieve_k
-        client = Client()
+        # A host ALLOWED_HOSTS names (the test client's `testserver` is only a test run's).
+        client = Client(SERVER_NAME=next((h for h in settings.ALLOWED_HOSTS
+                                          if h and h[0] not in ".*"), "localhost"))
         connection = milvus.collections().connection
 
         def rest(i: int) -> None:
