@@ -90,6 +90,17 @@ def test_a_forged_post_of_a_platform_key_by_staff_is_refused(client: Client,
     assert plaintext and ApiKey.objects.get(role="admin").created_by.username == "staffer"
 
 
+def test_no_key_is_promoted_to_a_platform_key(admin_client: Client, alpha: Tenant) -> None:
+    """Not even by a superuser: whoever made the key holds its plaintext."""
+    key, _ = api_key_create(tenant=alpha, role="tool")
+    url = reverse("admin:datasets_apikey_change", args=[key.pk])
+    assert 'value="platform"' not in admin_client.get(url).content.decode()
+    response = admin_client.post(url, {"tenant": alpha.pk, "role": "platform", "_save": "Save"})
+    assert "Select a valid choice" in response.content.decode()
+    key.refresh_from_db()
+    assert key.role == "tool"
+
+
 def test_staff_see_no_platform_key_even_of_their_tenant(client: Client, alpha: Tenant) -> None:
     platform, _ = api_key_create(tenant=alpha, role="platform", name="operators' key")
     staff_of(client, alpha)
