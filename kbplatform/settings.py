@@ -219,6 +219,10 @@ KB_CHAT_API_KEY = env_str("KB_CHAT_API_KEY")
 KB_CHAT_MODEL = env_str("KB_CHAT_MODEL", "chat")
 KB_CHAT_TIMEOUT_SECONDS = env_int("KB_CHAT_TIMEOUT_SECONDS", 30, minimum=1)
 KB_CHAT_MAX_TOKENS = env_int("KB_CHAT_MAX_TOKENS", 800, minimum=16, maximum=32_000)
+# Hosts (name or name:port) the outbound policy lets the server fetch from although they are
+# loopback, private or link-local (kbplatform/outbound.py): a model served on this machine
+# or the private network.
+KB_OUTBOUND_ALLOWED_HOSTS = env_list("KB_OUTBOUND_ALLOWED_HOSTS", [])
 
 # Ingestion.
 KB_KNOWLEDGE_DIR = Path(env_str("KB_KNOWLEDGE_DIR", str(BASE_DIR / "knowledge_base")))

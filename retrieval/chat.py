@@ -5,7 +5,10 @@ answer in time, an HTTP error, a reply that is not the JSON asked for — raises
 with a reason a person can act on (never the key); the stage that called it falls back or
 answers UNAVAILABLE, never with a silent empty answer. Each reply carries its token counts for
 the audit. The timeout bounds each wait on the server (the client's own): a server that
-trickles bytes could hold one call longer.
+trickles bytes could hold one call longer. Every request goes through the outbound policy
+(kbplatform/outbound.py): an address it refuses, a name that does not resolve, a closed port
+and a failed TLS handshake are one and the same "could not be reached", so the message maps
+no ports.
 """
 
 from __future__ import annotations
@@ -17,8 +20,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
 
+import httpx2
 from django.conf import settings
 
+from kbplatform import outbound
+
+UNREACHABLE = "the chat model could not be reached"  # whatever stopped the connection
 # What one reply may hold: a stage asks for a few hundred tokens, never a book.
 MAX_REPLY_CHARS = 32_000
 
@@ -52,8 +59,12 @@ class OpenAIChatModel:
         from openai import OpenAI
 
         # No retries inside the client: the stage's deadline is the caller's to spend.
-        self._client = OpenAI(base_url=base_url, api_key=api_key or "unused",
-                              timeout=timeout_s, max_retries=0)
+        try:
+            self._client: OpenAI | None = OpenAI(
+                base_url=base_url, api_key=api_key or "unused", timeout=timeout_s,
+                max_retries=0, http_client=outbound.client())
+        except httpx2.InvalidURL:  # e.g. 0177.0.0.1, which httpx does not read: unreachable
+            self._client = None
         self.model = model
         self.name = f"openai/{model}"
         self.timeout_s = timeout_s
@@ -66,6 +77,8 @@ class OpenAIChatModel:
         timeout = max(min(self.timeout_s, timeout_s), 0.001)
         extra: dict[str, Any] = {"response_format": {"type": "json_object"}} if json_object \
             else {}
+        if self._client is None:
+            raise ChatModelError(UNREACHABLE)
         try:
             response = self._client.chat.completions.create(
                 model=self.model, messages=[dict(m) for m in messages],  # type: ignore[misc]
@@ -79,7 +92,7 @@ class OpenAIChatModel:
         except openai.APIStatusError as exc:
             raise ChatModelError(f"the chat model answered HTTP {exc.status_code}") from None
         except openai.APIConnectionError:
-            raise ChatModelError("cannot reach the chat model") from None
+            raise ChatModelError(UNREACHABLE) from None
         except (openai.OpenAIError, ValueError) as exc:  # a body that is not a completion
             raise ChatModelError(f"the chat model's answer is malformed: "
                                  f"{type(exc).__name__}") from None

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
+from kbplatform.outbound import url_refusal
 from retrieval.types import MetadataFilter
 
 FilterValue = str | tuple[str, ...]
@@ -298,7 +299,14 @@ def _parse(name: str, raw: object) -> object:
     if name == "metadata_filters":
         return _parse_filters(raw)
     if name in _CHAT_TEXTS:
-        return _parse_chat_text(raw, *_CHAT_TEXTS[name])
+        value = _parse_chat_text(raw, *_CHAT_TEXTS[name])
+        # Read without the network (this runs on every read of a config); the connection
+        # checks the addresses the name resolves to.
+        refusal = url_refusal(value) if name == "chat_base_url" and value else None
+        if refusal:
+            raise ValueError(f"refused by the outbound policy: {refusal} (a host the "
+                             "deployment allows is named in KB_OUTBOUND_ALLOWED_HOSTS)")
+        return value
     return _parse_kb_scope(raw)
 
 

@@ -14,11 +14,17 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Protocol
 
+import httpx2
 import numpy as np
 from django.conf import settings
 from django.utils.crypto import salted_hmac
 
+from kbplatform import outbound
+
 logger = logging.getLogger(__name__)
+
+
+UNREACHABLE = "the embedding endpoint could not be reached"  # whatever stopped the connection
 
 
 class EmbeddingError(Exception):
@@ -107,7 +113,11 @@ class UseEmbedder:
 
 
 class OpenAIEmbedder:
-    """Any OpenAI-compatible /v1/embeddings endpoint, in batches."""
+    """Any OpenAI-compatible /v1/embeddings endpoint, in batches, through the outbound policy
+    (kbplatform/outbound.py)."""
+
+    # A batch's vectors as JSON: 100 texts of 3072 floats are about 6 MB.
+    MAX_RESPONSE_BYTES = 64 << 20
 
     def __init__(self, *, base_url: str, api_key: str, model: str, dimensions: int,
                  batch_size: int, timeout: float) -> None:
@@ -115,8 +125,12 @@ class OpenAIEmbedder:
 
         if not base_url or not model:
             raise EmbeddingError("KB_EMBEDDING_BASE_URL and KB_EMBEDDING_MODEL are required")
-        self._client = OpenAI(base_url=base_url, api_key=api_key or "unused",
-                              timeout=timeout, max_retries=2)
+        try:
+            self._client = OpenAI(
+                base_url=base_url, api_key=api_key or "unused", timeout=timeout, max_retries=2,
+                http_client=outbound.client(max_response_bytes=self.MAX_RESPONSE_BYTES))
+        except httpx2.InvalidURL:  # e.g. 0177.0.0.1, which httpx does not read
+            raise EmbeddingError(UNREACHABLE) from None
         self._model = model
         self._requested_dimensions = dimensions
         self._dimension = dimensions
@@ -152,6 +166,10 @@ class OpenAIEmbedder:
             raise EmbeddingAuthError(
                 f"the embedding endpoint refused the credentials (HTTP {exc.status_code})"
             ) from exc
+        except openai.APITimeoutError as exc:
+            raise EmbeddingError("the embedding endpoint did not answer in time") from exc
+        except openai.APIConnectionError as exc:  # the policy, DNS, a port, TLS alike
+            raise EmbeddingError(UNREACHABLE) from exc
         except openai.OpenAIError as exc:
             raise EmbeddingError(f"the embedding endpoint failed: {type(exc).__name__}") from exc
         data = sorted(response.data, key=lambda item: item.index)

@@ -5,19 +5,22 @@
 expose (Jina, Xinference, vLLM, LocalAI, TEI's OpenAI-style route). Every failure — no answer
 in time, a refused key, a body that is not that shape — raises RerankError with a reason a
 person can act on; the graph then falls back or answers UNAVAILABLE, never reorders blindly.
+The call goes through the outbound policy (kbplatform/outbound.py): a refused address, a closed
+port, a name that does not resolve are one "could not be reached".
 """
 
 from __future__ import annotations
 
 import json
 import math
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import httpx2
 from django.conf import settings
+
+from kbplatform import outbound
 
 # Bounds of one call: what is sent (a chunk is at most 4× the chunk size) and read back.
 MAX_DOCUMENT_CHARS = 8000
@@ -55,26 +58,24 @@ class HttpReranker:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
         timeout = max(min(self.timeout_s, timeout_s), 0.001)
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-                raw = response.read(MAX_RESPONSE_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            if exc.code in (401, 403):
-                raise RerankError(f"the reranker refused the API key ({exc.code})") from None
-            raise RerankError(f"the reranker answered HTTP {exc.code}") from None
-        except TimeoutError:
+            response = outbound.client(max_response_bytes=MAX_RESPONSE_BYTES).post(
+                self.url, content=body, headers=headers, timeout=timeout)
+        except (httpx2.ConnectError, httpx2.InvalidURL):  # InvalidURL: e.g. 0177.0.0.1
+            raise RerankError("the reranker could not be reached") from None
+        except httpx2.TimeoutException:
             raise RerankError(f"the reranker did not answer within {timeout:.2f} s") from None
-        except urllib.error.URLError as exc:
-            if isinstance(exc.reason, TimeoutError):
-                raise RerankError(f"the reranker did not answer within {timeout:.2f} s") from None
-            raise RerankError(f"cannot reach the reranker: {exc.reason}") from None
-        except OSError as exc:  # a connection reset mid-answer
+        except httpx2.ReadError:  # a connection reset mid-answer, or an answer over the bound
+            raise RerankError(f"the reranker's answer was cut (reset, or over "
+                              f"{MAX_RESPONSE_BYTES} bytes)") from None
+        except httpx2.HTTPError as exc:
             raise RerankError(f"the reranker's connection failed: {type(exc).__name__}") from None
-        if len(raw) > MAX_RESPONSE_BYTES:
-            raise RerankError(f"the reranker's answer is over {MAX_RESPONSE_BYTES} bytes")
-        return parse_results(raw, n_documents=len(documents), top_n=top_n)
+        if response.status_code in (401, 403):
+            raise RerankError(f"the reranker refused the API key ({response.status_code})")
+        if not response.is_success:  # a redirect too: it is not followed
+            raise RerankError(f"the reranker answered HTTP {response.status_code}")
+        return parse_results(response.content, n_documents=len(documents), top_n=top_n)
 
 
 def parse_results(raw: bytes, *, n_documents: int, top_n: int) -> list[RankedDocument]:

@@ -49,7 +49,7 @@ def test_E002_openai_embedder_without_endpoint(valid) -> None:
     valid.KB_EMBEDDER = "openai"
     valid.KB_EMBEDDING_BASE_URL, valid.KB_EMBEDDING_MODEL = "", "text-embedding-3-small"
     assert _ids(check_configuration()) == ["kbplatform.E002"]
-    valid.KB_EMBEDDING_BASE_URL = "http://127.0.0.1:8080/v1"
+    valid.KB_EMBEDDING_BASE_URL = "https://embeddings.example.com/v1"
     assert check_configuration() == []
 
 

@@ -75,5 +75,5 @@ class ChatServer(ScriptedServer):
         }).encode()
 
 
-def chat_server() -> AbstractContextManager[ChatServer]:
-    return serving(ChatServer())
+def chat_server(*, allowed: bool = True) -> AbstractContextManager[ChatServer]:
+    return serving(ChatServer(), allowed=allowed)

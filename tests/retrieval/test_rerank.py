@@ -63,5 +63,5 @@ def test_a_slow_reranker_is_cut_off_at_the_callers_timeout(server: RerankServer)
 
 def test_an_unreachable_reranker_is_an_error_not_a_hang() -> None:
     dead = HttpReranker(base_url="http://127.0.0.1:9/v1", api_key="", model="m", timeout_s=2)
-    with pytest.raises(RerankError, match="cannot reach the reranker"):
+    with pytest.raises(RerankError, match="the reranker could not be reached"):
         dead.rerank("q", DOCUMENTS, top_n=1, timeout_s=2)

@@ -1,0 +1,70 @@
+"""The outbound policy itself: which addresses and URLs it refuses, which hosts the deployment
+allows, and the system checks of the deployment's own endpoints."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+import pytest
+
+from kbplatform.checks import check_configuration, check_endpoints_resolve
+from kbplatform.outbound import address_refusal, url_refusal
+
+
+@pytest.mark.parametrize("address", [
+    "127.0.0.1", "127.255.0.9", "10.1.2.3", "172.16.0.1", "192.168.0.1", "169.254.169.254",
+    "169.254.170.2", "100.64.0.1", "100.100.100.200", "192.0.0.192", "0.0.0.0", "224.0.0.1",
+    "240.0.0.1", "255.255.255.255", "198.18.0.1", "::1", "::", "fe80::1", "fc00::1",
+    "fd00:ec2::254", "ff02::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1", "64:ff9b::7f00:1",
+    "2002:7f00:1::1", "2001:db8::1"])
+def test_addresses_that_are_not_public_are_refused(address: str) -> None:
+    assert address_refusal(ipaddress.ip_address(address)), address
+
+
+@pytest.mark.parametrize("address", ["8.8.8.8", "1.1.1.1", "2001:4860:4860::8888",
+                                     "::ffff:8.8.8.8"])
+def test_public_addresses_pass(address: str) -> None:
+    assert address_refusal(ipaddress.ip_address(address)) is None
+
+
+def test_urls_are_read_as_the_socket_library_reads_them() -> None:
+    for url in ("http://0x7f000001/", "http://2130706433/", "http://127.1/",
+                "http://0177.0.0.1/", "http://017700000001/", "http://[::1]/",
+                "http://LOCALHOST./", "http://api.localhost/", "http://metadata.google.internal/",
+                "http://user:pass@example.com/", "http://@example.com/", "file:///etc/passwd",
+                "gopher://example.com/", "http://:80/", "http://[::1/"):
+        assert url_refusal(url), url
+    assert url_refusal("https://api.openai.com/v1") is None
+
+
+def test_the_deployment_allows_hosts_by_name_or_name_and_port(settings: Any) -> None:
+    settings.KB_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1:8000", "LLM.internal", "[::1]:9000",
+                                          "10.0.0.5"]
+    assert url_refusal("http://127.0.0.1:8000/v1") is None
+    assert url_refusal("http://127.0.0.1:8001/v1")
+    assert url_refusal("http://llm.internal/v1") is None
+    assert url_refusal("http://[::1]:9000/") is None and url_refusal("http://[::1]:9001/")
+    assert url_refusal("http://10.0.0.5:1234/") is None
+    assert url_refusal("http://user:pw@10.0.0.5/")  # credentials stay refused
+
+
+def test_E013_a_deployment_endpoint_the_policy_refuses(settings: Any) -> None:
+    settings.KB_EMBEDDER = "use"
+    settings.KB_CHAT_BASE_URL = "http://127.0.0.1:8000/v1"
+    settings.KB_RERANK_BASE_URL = "http://reranker.example.com/v1"
+    problems = [p for p in check_configuration() if p.id == "kbplatform.E013"]
+    assert len(problems) == 1 and "KB_CHAT_BASE_URL" in problems[0].msg
+    settings.KB_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1:8000"]
+    assert not [p for p in check_configuration() if p.id == "kbplatform.E013"]
+
+
+def test_W014_check_deploy_resolves_the_endpoints(settings: Any) -> None:
+    settings.KB_EMBEDDER = "use"
+    settings.KB_RERANK_BASE_URL = ""
+    settings.KB_CHAT_BASE_URL = "http://no-such-host.invalid/v1"
+    [problem] = check_endpoints_resolve()
+    assert problem.id == "kbplatform.W014" and "does not resolve" in problem.msg
+    settings.KB_CHAT_BASE_URL = "http://127.0.0.1:8000/v1"
+    settings.KB_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
+    assert check_endpoints_resolve() == []
