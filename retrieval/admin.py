@@ -137,7 +137,8 @@ class RagConfigAdmin(TenantScopedAdmin[RagConfig]):
         ("7. Neighbours and packing", {"fields": ["neighbour_expansion", "neighbour_window",
                                                   "max_context_chars", "max_excerpt_chars"]}),
         ("8. Deadline and fallback", {"fields": ["timeout_millis", "enable_fallback"]}),
-        ("9. Agentic RAG", {"fields": ["agentic_graph"]}),
+        ("9. Agentic RAG", {"fields": ["agentic_graph", "agentic_quality_threshold",
+                                       "agentic_max_retry_count"]}),
         ("10. Chat model", {"fields": ["chat_base_url", "chat_model", "chat_api_key_env",
                                        "chat_timeout_seconds", "chat_max_tokens"]}),
     ]
@@ -328,7 +329,8 @@ class RagAgentForm(forms.ModelForm):
             cfg.RagConfigConverter.to_settings(agent.overrides())
         except cfg.RagConfigError as exc:
             for name, message in exc.errors.items():
-                self.add_error(name if name in self.fields else None, message)
+                field = RagAgent.SETTING_FIELDS.get(name, name)
+                self.add_error(field if field in self.fields else None, message)
         return cleaned
 
 

@@ -69,6 +69,13 @@ class RagSettings:
     # Seed 003 §4: the agentic RAG graph of /api/rag/agentic. SIMPLIFIED: no evaluation and no
     # query optimisation (one search, then the answer), for cost-sensitive tenants.
     agentic_graph: str = "FULL"
+    # The agentic graph's own grade and corrections (seed 003: the paths do not borrow each
+    # other's settings). The rules grade a search that found the right runbook 0.44-0.82 on
+    # knowledge_base/eval (the lookup's 0.7 sent 27 of 59 such searches searching again);
+    # below 0.4 is a top chunk barely past the relevance gate with none of the question's
+    # words (docs/retrieval-graph.md, "Agentic RAG").
+    agentic_quality_threshold: float = 0.4
+    agentic_max_retry_count: int = 2
     # The chat model of the LLM stages, per tenant (retrieval/chat.py): "" or 0 takes the
     # KB_CHAT_* setting. A tenant's own endpoint gets only the key of chat_api_key_env (the
     # name of a KB_CHAT_API_KEY_* environment variable), never the platform's key.
@@ -120,13 +127,15 @@ _BOOLS = {"enable_query_transform", "enable_rerank", "enable_quality_assessment"
           "enable_correction", "enable_fallback"}
 _INTS: dict[str, tuple[int, int]] = {
     "max_results": (1, 200), "neighbour_window": (1, 5), "rerank_top_n": (1, 200),
-    "max_retry_count": (0, 10), "chat_max_tokens": (0, 32_000),
+    "max_retry_count": (0, 10), "agentic_max_retry_count": (0, 10),
+    "chat_max_tokens": (0, 32_000),
     "timeout_millis": (100, 600_000), "rrf_k": (1, 16_384), "retrieve_k": (1, 200),
     "return_n": (1, 200), "max_chunks_per_document": (1, 50),
     "max_context_chars": (200, 100_000), "max_excerpt_chars": (200, 20_000),
 }
 _FLOATS: dict[str, tuple[float, float]] = {
     "min_score": (0.0, 1.0), "quality_threshold": (0.0, 1.0),
+    "agentic_quality_threshold": (0.0, 1.0),
     "reference_threshold": (0.0, 1.0), "precise_threshold": (0.0, 1.0),
     "max_l2_distance": (0.0, 4.0), "dense_weight": (0.0, 1.0), "bm25_weight": (0.0, 1.0),
     "chat_timeout_seconds": (0.0, 600.0),

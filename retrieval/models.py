@@ -10,7 +10,7 @@ MariaDB, and a plain UniqueConstraint treats NULLs as distinct.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from django.core.validators import RegexValidator
 from django.db import models
@@ -128,6 +128,17 @@ class RagConfig(models.Model):
                   "each retrieval and corrects weak ones (up to max_retry_count); SIMPLIFIED "
                   "searches once and answers (no evaluation, no query optimisation: fewer "
                   "model calls).")
+    agentic_quality_threshold = models.FloatField(
+        default=D.agentic_quality_threshold,
+        help_text="The agentic graph's own: the grade (0-1) of a sub-question's evidence below "
+                  "which it searches a corrected query. The lookup's quality_threshold does "
+                  "not apply here; without a chat model the rules grade a search that found "
+                  "the right runbook 0.44-0.82.")
+    agentic_max_retry_count = models.PositiveIntegerField(
+        default=D.agentic_max_retry_count,
+        help_text="The agentic graph's own: how many corrected searches one call may make, "
+                  "over all its sub-questions (the lookup's max_retry_count does not apply "
+                  "here).")
     chat_base_url = models.CharField(
         max_length=500, blank=True, default=D.chat_base_url,
         help_text="This tenant's OpenAI-compatible endpoint for the LLM stages (query "
@@ -252,6 +263,9 @@ class RagConfig(models.Model):
                      min_score__gte=0, min_score__lte=1,
                      quality_threshold__gte=0, quality_threshold__lte=1),
                    "thresholds_in_unit_range", "thresholds must lie between 0 and 1"),
+            _check(Q(agentic_quality_threshold__gte=0, agentic_quality_threshold__lte=1),
+                   "agentic_threshold_in_unit_range",
+                   "agentic_quality_threshold must lie between 0 and 1"),
             _check(Q(reference_threshold__lte=F("precise_threshold")), "reference_lte_precise",
                    "reference_threshold must not exceed precise_threshold"),
             _check(Q(max_l2_distance__isnull=True)
@@ -293,7 +307,8 @@ class RagAgent(models.Model):
         max_length=10, blank=True, choices=_choices(cfg.AGENTIC_GRAPHS),
         help_text="Empty: the RagConfig's.")
     max_retry_count = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Corrections per sub-question. Empty: the RagConfig's.")
+        null=True, blank=True, help_text="Corrections of one call (over its sub-questions). "
+                                         "Empty: the RagConfig's agentic_max_retry_count.")
     chat_model = models.CharField(
         max_length=200, blank=True,
         help_text="Another model on the config's endpoint. Empty: the RagConfig's.")
@@ -308,10 +323,14 @@ class RagAgent(models.Model):
     def __str__(self) -> str:
         return f"{self.tenant.slug}/{self.name}"
 
+    # The RagConfig setting each of its fields sets: the agentic graph's own, never the
+    # lookup's (an agent's max_retry_count does not change its lookups' corrections).
+    SETTING_FIELDS: ClassVar[dict[str, str]] = {"agentic_graph": "agentic_graph",
+                      "agentic_max_retry_count": "max_retry_count", "chat_model": "chat_model"}
+
     def overrides(self) -> dict[str, Any]:
         """The settings it sets, over the tenant's RagConfig."""
-        values = {"agentic_graph": self.agentic_graph, "max_retry_count": self.max_retry_count,
-                  "chat_model": self.chat_model}
+        values = {setting: getattr(self, name) for setting, name in self.SETTING_FIELDS.items()}
         return {name: value for name, value in values.items() if value not in ("", None)}
 
 
@@ -461,9 +480,13 @@ class EvaluationRun(models.Model):
         "in the chart."))
     job = models.OneToOneField(Job, on_delete=models.SET_NULL, null=True, blank=True,
                                related_name="evaluation_run")
+    config_scope = models.CharField(
+        max_length=200, blank=True,
+        help_text="The config that ran (\"acme/default\", \"acme/runbooks\": a dataset's "
+                  "own); empty: the built-in defaults (no config served).")
     config_version = models.PositiveIntegerField(
-        null=True, blank=True, help_text="The tenant's default config at this version; empty: "
-                                         "the built-in defaults (the tenant had no config).")
+        null=True, blank=True, help_text="That config's version; empty: the built-in "
+                                         "defaults.")
     settings = models.JSONField(help_text="Every setting the run looked up with.")
     dataset_ids = models.JSONField(default=list, blank=True,
                                    help_text="A batch: the datasets its lookups searched.")
@@ -489,8 +512,15 @@ class EvaluationRun(models.Model):
                                               name="evaluation_run_kind_valid")]
 
     def __str__(self) -> str:
-        version = f"v{self.config_version}" if self.config_version else "defaults"
-        return f"run {self.pk}: {self.name} ({self.tenant.slug} {version})"
+        return f"run {self.pk}: {self.name} ({self.config_label})"
+
+    @property
+    def config_label(self) -> str:
+        """"acme/runbooks, version 2", or "the built-in defaults"."""
+        if self.config_version is None:
+            return "the built-in defaults"
+        scope = self.config_scope or f"{self.tenant.slug}/default"  # a run from before scopes
+        return f"{scope}, version {self.config_version}"
 
 
 class EvaluationQuery(models.Model):

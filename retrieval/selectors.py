@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -30,6 +30,7 @@ class ServingConfig:
     settings: RagSettings
     version: int | None
     experiment: tuple[int, str] | None = None
+    config_id: int | None = None  # the row that serves; None: the built-in defaults
 
 
 def ab_arm(experiment: ConfigExperiment, routing_key: str) -> str:
@@ -61,14 +62,14 @@ def rag_config_for(*, tenant_id: int, dataset_ids: Sequence[int],
     if not rows:
         return ServingConfig(RagSettings(), None)
     row = rows[0]
-    serving = ServingConfig(row.to_settings(), row.version)
+    serving = ServingConfig(row.to_settings(), row.version, config_id=row.pk)
     if row.experiment is not None and routing_key:
         arm = ab_arm(row.experiment, routing_key)
-        serving = ServingConfig(serving.settings, serving.version, (row.experiment.pk, arm))
+        serving = replace(serving, experiment=(row.experiment.pk, arm))
         if arm == ConfigExperiment.Arm.CANDIDATE:
             candidate = row.experiment.candidate
-            serving = ServingConfig(RagConfigConverter.to_settings(candidate.settings()),
-                                    candidate.version, serving.experiment)
+            serving = replace(serving, settings=RagConfigConverter.to_settings(
+                candidate.settings()), version=candidate.version)
     errors = chat_key_env_error(row.tenant, serving.settings.chat_api_key_env)
     if errors:
         raise RagConfigError(errors)

@@ -73,7 +73,7 @@ def test_a_rag_agents_settings_are_checked_by_the_converter(tenant: Tenant) -> N
     ok = RagAgentForm(data={"tenant": tenant.pk, "name": "AgenticRAG ops",
                             "agentic_graph": "SIMPLIFIED", "max_retry_count": 1})
     assert ok.is_valid(), ok.errors
-    assert ok.save().overrides() == {"agentic_graph": "SIMPLIFIED", "max_retry_count": 1}
+    assert ok.save().overrides() == {"agentic_graph": "SIMPLIFIED", "agentic_max_retry_count": 1}
     bad = RagAgentForm(data={"tenant": tenant.pk, "name": "x<script>", "max_retry_count": 50,
                              "chat_model": "two words"})
     assert not bad.is_valid()

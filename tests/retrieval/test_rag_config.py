@@ -67,7 +67,8 @@ def test_ensure_default_makes_what_serves_visible_once(runtime: str, tenant: Ten
     config = rag_config_ensure_default(tenant=tenant, changed_by="demo")
     assert (config.dataset, config.version, config.updated_by) == (None, 1, "demo")
     assert config.to_settings() == RagSettings()  # what served before it existed
-    assert rag_config_for(tenant_id=tenant.pk, dataset_ids=[]) == ServingConfig(RagSettings(), 1)
+    assert rag_config_for(tenant_id=tenant.pk, dataset_ids=[]) == ServingConfig(
+        RagSettings(), 1, config_id=config.pk)
     assert RagConfigChange.objects.get(config=config).before is None
 
     # Called again (a demo run twice) after an operator's edit: that row, untouched.
