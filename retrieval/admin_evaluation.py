@@ -32,7 +32,7 @@ from django.utils.html import format_html
 from audit.admin_display import trace_tables
 from datasets.admin_display import job_progress
 from datasets.admin_scope import TenantScopedAdmin, tenant_filter
-from retrieval.admin_forms import TenantVersionForm
+from retrieval.admin_forms import ConfigVersionForm
 from retrieval.config import RagConfigError
 from retrieval.evaluation_display import run_series, runs_compared
 from retrieval.evaluation_runs import (
@@ -49,7 +49,7 @@ RESULTS_PER_PAGE = 100
 COMPARED_ROWS = 500
 
 
-class BatchRunForm(TenantVersionForm):
+class BatchRunForm(ConfigVersionForm):
     questions_file = forms.FileField(
         required=False, label="Questions (file)",
         help_text="JSON lines ({\"query\": …, \"expected\": [source path or document id, …]}, "
@@ -79,7 +79,7 @@ class BatchRunForm(TenantVersionForm):
         return cleaned
 
 
-class SuiteRunForm(TenantVersionForm):
+class SuiteRunForm(ConfigVersionForm):
     datasets = None  # a suite is searched in a collection of its own
     suite = forms.ChoiceField(choices=(), help_text="The folders of KB_EVAL_SUITES_DIR.")
     queries = forms.IntegerField(
@@ -266,7 +266,7 @@ class EvaluationRunAdmin(TenantScopedAdmin[EvaluationRun]):
 
     @admin.display(description="config")
     def version(self, run: EvaluationRun) -> str:
-        return f"v{run.config_version}" if run.config_version else "defaults"
+        return run.config_label
 
     @admin.display(description="hit rate")
     def hit_rate(self, run: EvaluationRun) -> str:
@@ -313,13 +313,29 @@ def _csv_lines(rows: Iterator[EvaluationQuery]) -> Iterator[str]:
 
     yield line(list(COLUMNS))
     for result in rows:
-        yield line(["|".join(v) if isinstance(v, list) else int(v) if isinstance(v, bool)
-                    else v for v in _fields(result).values()])
+        yield line([csv_cell(v) for v in _fields(result).values()])
+
+
+# A spreadsheet runs a cell whose text starts with one of these (after blanks) as a formula;
+# OWASP's "CSV injection": such a text cell is prefixed with a single quote.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """One cell of a download: numbers stay numbers, lists are joined by |, text that a
+    spreadsheet would evaluate is neutralised. Only text is the question set's (the user's)."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int | float):
+        return value
+    text = "|".join(value) if isinstance(value, list) else str(value)
+    return f"'{text}" if text.lstrip(" \n").startswith(_FORMULA_START) else text
 
 
 def _json_chunks(run: EvaluationRun, rows: Iterator[EvaluationQuery]) -> Iterator[str]:
     head = {"id": run.pk, "name": run.name, "kind": run.kind, "tenant": run.tenant.slug,
-            "config_version": run.config_version, "collection": run.collection,
+            "config": run.config_scope, "config_version": run.config_version,
+            "collection": run.collection,
             "embedder": run.embedder, "queries": run.queries, "metrics": run.metrics,
             "latency_ms": run.latency_ms, "settings": run.settings,
             "created_at": run.created_at.isoformat(),

@@ -1,5 +1,6 @@
 """What the console's pages ask first: a tenant of the user's admin scope, some of its datasets,
-and a version of its default config (hit testing, batch hit testing, suite evaluations)."""
+and a config version: of its default config by number (hit testing), or chosen from the
+versions that exist of any of its configs (batch hit testing, suite evaluations)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from typing import Any, cast
 from django import forms
 from django.http import HttpRequest
 
-from datasets.admin_scope import admin_datasets, admin_tenants
+from datasets.admin_scope import admin_datasets, admin_tenants, scoped
 from datasets.models import Dataset, Tenant
+from datasets.selectors import db_id
+from retrieval.models import RagConfigChange
 from retrieval.selectors import default_config_version
 
 
@@ -21,7 +24,7 @@ class TenantVersionForm(forms.Form):
     datasets: forms.ModelMultipleChoiceField[Dataset] | None = forms.ModelMultipleChoiceField(
         queryset=None, required=False, help_text="Empty: every activated dataset of the "
                                                  "tenant, as a tool key of the tenant searches.")
-    version = forms.IntegerField(
+    version: forms.Field = forms.IntegerField(
         min_value=1, required=False, help_text="A version of the tenant's default RAG config "
                                                "(its history). Empty: the config that serves.")
 
@@ -44,8 +47,11 @@ class TenantVersionForm(forms.Form):
             self.add_error("datasets", f"pick datasets of {tenant.slug} only")
         cleaned["dataset_ids"] = [d.pk for d in chosen] or list(
             tenant.datasets.filter(activated=True).values_list("pk", flat=True))
-        cleaned["change"] = self.version_of(tenant, "version")
+        cleaned["change"] = self.chosen_change(tenant)
         return cleaned
+
+    def chosen_change(self, tenant: Tenant) -> RagConfigChange | None:
+        return cast(RagConfigChange | None, self.version_of(tenant, "version"))
 
     def version_of(self, tenant: Tenant, field: str) -> Any:
         number = self.cleaned_data.get(field)
@@ -55,3 +61,57 @@ class TenantVersionForm(forms.Form):
         if change is None:
             self.add_error(field, f"{tenant.slug}/default has no version {number}")
         return change
+
+
+MAX_VERSIONS_OFFERED = 100  # of each config, the latest
+
+
+class ConfigVersionForm(TenantVersionForm):
+    """A tenant version form whose `version` is one of the versions that exist of any config
+    the user may see (a tenant default or a dataset's own), offered by config. No dataset
+    chosen and a dataset's config chosen: that dataset is searched."""
+
+    version = forms.ChoiceField(
+        required=False, choices=(),
+        help_text="A version of one of the tenant's RAG configs (its history; the latest "
+                  f"{MAX_VERSIONS_OFFERED} of each). Empty: the config that serves the datasets "
+                  "searched (a dataset's own config when only that dataset is searched).")
+
+    def __init__(self, data: Any = None, files: Any = None, *, request: HttpRequest) -> None:
+        super().__init__(data, files, request=request)
+        cast(forms.ChoiceField, self.fields["version"]).choices = version_choices(request)
+
+    def chosen_change(self, tenant: Tenant) -> RagConfigChange | None:
+        chosen = db_id(self.cleaned_data.get("version") or "")
+        if chosen is None:
+            return None
+        change = RagConfigChange.objects.select_related(
+            "config__tenant", "config__dataset").filter(pk=chosen).first()
+        if change is None:  # deleted with its config since the form was shown
+            self.add_error("version", "that config is gone: choose again")
+            return None
+        config = change.config
+        if config.tenant_id != tenant.pk:
+            self.add_error("version", f"version {change.version} is a version of "
+                                      f"{config.scope_label}, not of a config of {tenant.slug}")
+            return None
+        if config.dataset_id is not None and not self.cleaned_data.get("datasets"):
+            self.cleaned_data["dataset_ids"] = [config.dataset_id]
+        return change
+
+
+def version_choices(request: HttpRequest) -> list[tuple[str, Any]]:
+    """"" (the config that serves), then each config of the user's tenants with its versions,
+    newest first: the choices of ConfigVersionForm.version."""
+    changes = scoped(RagConfigChange.objects.defer("before", "after"), request,
+                     "config__tenant").select_related("config__tenant", "config__dataset")
+    grouped: dict[int, tuple[str, list[tuple[str, str]]]] = {}
+    for change in changes.order_by("config__tenant__slug", "config__dataset_id", "-version"):
+        config = change.config
+        label, options = grouped.setdefault(config.pk, (config.scope_label, []))
+        if len(options) < MAX_VERSIONS_OFFERED:
+            serving = " (serving)" if change.version == config.version else ""
+            options.append((str(change.pk), f"{label} version {change.version}{serving}, "
+                                            f"{change.changed_at:%Y-%m-%d %H:%M} by "
+                                            f"{change.changed_by or '?'}"))
+    return [("", "the config that serves"), *grouped.values()]

@@ -80,9 +80,14 @@ def series_chart(runs: Sequence[EvaluationRun]) -> SafeString:
 
 
 def _version(run: EvaluationRun, short: bool = False) -> str:
+    """"v2" for the tenant default, "runbooks v2" for a dataset's own config."""
     if run.config_version is None:
         return "defaults"
-    return f"v{run.config_version}" if short else f"config version {run.config_version}"
+    if not short:
+        return run.config_label
+    dataset = run.config_scope.partition("/")[2]
+    return f"{dataset} v{run.config_version}" if dataset not in ("", "default") \
+        else f"v{run.config_version}"
 
 
 # --- two runs, query by query ---------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from datasets.jobs import job_update
 from datasets.models import Job, Tenant
 from kbplatform.tasks import enqueue_on_commit
 from retrieval.benchmarks import Timing
-from retrieval.config import RagConfigConverter, RagSettings
+from retrieval.config import RagConfigConverter, RagConfigError
 from retrieval.evaluation import (
     document_scores,
     embedder_for,
@@ -40,6 +41,7 @@ from retrieval.lookup_service import lookup_knowledge
 from retrieval.models import EvaluationQuery, EvaluationRun, RagConfig, RagConfigChange
 from retrieval.project import trace_details
 from retrieval.question_sets import BatchQuestion
+from retrieval.selectors import rag_config_for
 from retrieval.types import EvidenceStatus, LookupResult, SearchFilters
 
 SUITE_DEPTH = 100  # as `manage.py evaluate`: ranking is measured, not the agent's top 5
@@ -72,16 +74,33 @@ def eval_suites() -> list[str]:
                   and (p / "queries.jsonl").is_file() and (p / "qrels" / "test.tsv").is_file())
 
 
-def version_settings(tenant: Tenant, version: RagConfigChange | None
-                     ) -> tuple[int | None, dict[str, Any]]:
-    """(config version, every setting) of the tenant's default config at `version`, or as it
-    serves now (the built-in defaults, version None, when it has none)."""
+@dataclass(frozen=True)
+class EvaluatedConfig:
+    """What a run evaluates: a config (its scope label, "" for the built-in defaults), its
+    version and every setting."""
+
+    scope: str
+    version: int | None
+    settings: dict[str, Any]
+
+
+def evaluated_config(*, tenant: Tenant, dataset_ids: Sequence[int],
+                     version: RagConfigChange | None) -> EvaluatedConfig:
+    """`version` (of any config of the tenant, a dataset's own too), else exactly what serves
+    the lookups of `dataset_ids` now: a dataset's own config when that one dataset is
+    searched, else the tenant default, else the built-in defaults. Raises RagConfigError when
+    the serving row does not validate, or the version is another tenant's."""
     if version is not None:
-        return version.version, version.settings()
-    config = RagConfig.objects.filter(tenant=tenant, dataset__isnull=True).first()
-    if config is None:
-        return None, RagConfigConverter.to_dict(RagSettings())
-    return config.version, RagConfigConverter.to_dict(config.to_settings())
+        if version.config.tenant_id != tenant.pk:
+            raise RagConfigError({"version": f"a version of {version.config.scope_label}, not "
+                                             f"of a config of {tenant.slug}"})
+        return EvaluatedConfig(version.config.scope_label, version.version, version.settings())
+    serving = rag_config_for(tenant_id=tenant.pk, dataset_ids=dataset_ids)
+    settings = RagConfigConverter.to_dict(serving.settings)
+    if serving.config_id is None:
+        return EvaluatedConfig("", None, settings)
+    row = RagConfig.objects.select_related("tenant", "dataset").get(pk=serving.config_id)
+    return EvaluatedConfig(row.scope_label, serving.version, settings)
 
 
 def evaluation_run_start(*, tenant: Tenant, kind: str, name: str,
@@ -91,7 +110,7 @@ def evaluation_run_start(*, tenant: Tenant, kind: str, name: str,
                          ) -> EvaluationRun:
     """Store the run and queue its job (it starts once this transaction commits). One run per
     tenant at a time (RunRefused): runs queue behind each other on the worker."""
-    config_version, settings = version_settings(tenant, version)
+    config = evaluated_config(tenant=tenant, dataset_ids=dataset_ids, version=version)
     with transaction.atomic():
         Tenant.objects.select_for_update().only("pk").get(pk=tenant.pk)
         going = EvaluationRun.objects.filter(tenant=tenant, job__status__in=GOING).first()
@@ -100,12 +119,11 @@ def evaluation_run_start(*, tenant: Tenant, kind: str, name: str,
         job = Job.objects.create(kind=Job.Kind.EVALUATE, tenant=tenant, total=len(questions),
                                  detail={"name": name})
         run = EvaluationRun.objects.create(
-            tenant=tenant, kind=kind, name=name, job=job, config_version=config_version,
-            settings=settings, dataset_ids=list(dataset_ids),
-            questions=[q.as_json() for q in questions], max_queries=max_queries,
-            created_by=created_by)
-        job_update(job, detail={"run": run.pk}, log=f"queued: {name}, "
-                   f"config version {config_version or 'defaults'}")
+            tenant=tenant, kind=kind, name=name, job=job, config_scope=config.scope,
+            config_version=config.version, settings=config.settings,
+            dataset_ids=list(dataset_ids), questions=[q.as_json() for q in questions],
+            max_queries=max_queries, created_by=created_by)
+        job_update(job, detail={"run": run.pk}, log=f"queued: {name}, {run.config_label}")
         enqueue_on_commit("retrieval.tasks.evaluation_task", job.pk, run.pk)
     return run
 

@@ -91,7 +91,8 @@ def test_runs_of_two_versions_are_charted_and_compared_query_by_query(
                                changed_by="a")
     rag_config_update(config=config, tenant=acme.tenant, values={"kb_scope": ""},
                       changed_by="b")
-    first = the_run(start_batch(admin_client, applied, acme.tenant, version=1, name="ops"))
+    first = the_run(start_batch(admin_client, applied, acme.tenant, name="ops",
+                                version=config.changes.get(version=1).pk))
     second = the_run(start_batch(admin_client, applied, acme.tenant, name="ops"))
     assert (first.config_version, second.config_version) == (1, 2)
     assert first.metrics["hit_rate"] == 0.25  # the off-topic question only
@@ -119,7 +120,8 @@ def test_a_bad_question_set_or_version_is_refused_with_the_reason(
     assert "line 2: not JSON" in refused(questions_text='{"query": "a"}\n{oops\n')
     assert "one of the two" in refused(questions_text=QUESTIONS, questions_file=SimpleUploadedFile(
         "q.csv", b"query\nhello\n"))
-    assert "acme/default has no version 7" in refused(questions_text=QUESTIONS, version=7)
+    # The versions are offered, not typed: one that does not exist is no choice.
+    assert "Select a valid choice" in refused(questions_text=QUESTIONS, version=7)
     assert not EvaluationRun.objects.exists()
 
 
@@ -141,7 +143,8 @@ def test_a_lookup_that_fails_fails_the_run_with_a_reason(admin_client: Client, a
     RagConfig.objects.filter(pk=config.pk).update(max_context_chars=300, max_excerpt_chars=900)
     refused = start_batch(admin_client, applied, acme.tenant)  # the serving config
     assert "does not validate: max_excerpt_chars" in refused.content.decode()
-    run = the_run(start_batch(admin_client, applied, acme.tenant, version=1))
+    run = the_run(start_batch(admin_client, applied, acme.tenant,
+                              version=config.changes.get(version=1).pk))
     run.job.refresh_from_db()
     assert run.job.status == Job.Status.FAILED and "UNAVAILABLE" in run.job.error
     assert run.finished_at is None and "max_excerpt_chars" in run.job.error_detail
