@@ -10,19 +10,22 @@ final answer. After each retrieval the route is one of:
 - synthesize: the plan is done: answer from every iteration's evidence;
 - no_answer: nothing relevant was found.
 
-A question with no content word ("thanks", "你好") needs no retrieval: route `direct`, no
-answer. The judge is the chat model when one is configured, else the rules of the retrieval
-graph's quality stage (calibrated retrieval scores); the answer is the standard answer's
-generator. The simplified graph (RagConfig.agentic_graph SIMPLIFIED) searches the question once
-and synthesizes: no evaluation, no query optimisation. Corrections are bounded by
-`max_retry_count`, the whole call by `timeout_millis`; each retrieval is the tool's own lookup
-(one canonical record per iteration, under the call's session), so the evidence guard confirms
-every citation.
+Whether the question needs retrieval, and its plan, are the chat model's when one is configured,
+else the rules' (retrieval/agentic_plan.py): a question with no content word ("thanks", "你好")
+routes `direct`, no answer. The judge is the chat model when one is configured, else the rules
+of the retrieval graph's quality stage (calibrated retrieval scores); the answer is the
+standard answer's generator. The simplified graph (RagConfig.agentic_graph SIMPLIFIED) searches
+the question once and synthesizes: no model plan, no evaluation, no query optimisation. The
+graph has its own settings, never the lookup graph's (seed 003): a grade below
+`agentic_quality_threshold` is weak, and corrections are bounded by `agentic_max_retry_count`;
+the whole call by `timeout_millis`. Each retrieval is the tool's own lookup (one canonical
+record per iteration, under the call's session), so the evidence guard confirms every citation;
+the audit row keeps the retrieval details of every iteration (the first
+MAX_TRACED_ITERATIONS).
 """
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -34,27 +37,27 @@ from typing import Any
 from django.conf import settings
 
 from audit.types import InvocationRecord
+from retrieval.agentic_plan import Analysis, model_analysis, rules_analysis
 from retrieval.answer import AnswerStatus, Draft, Source
 from retrieval.answer_service import generate
 from retrieval.chat import ChatModel, ChatModelError, chat_model_for
 from retrieval.config import RagConfigConverter, RagConfigError, RagSettings
 from retrieval.graph.model_judge import ModelQualityJudge
 from retrieval.graph.quality import QualityAssessor
-from retrieval.graph.query_transform import decompose, rewrite
+from retrieval.graph.query_transform import rewrite
 from retrieval.lexical import query_terms
 from retrieval.lookup_service import confirmed_evidence, served_lookup
-from retrieval.project import RagResultProjector, invocation_of
+from retrieval.project import RagResultProjector, invocation_of, trace_details
 from retrieval.selectors import rag_config_for
 from retrieval.types import EvidenceStatus, LookupResult, RelevanceLevel, SearchFilters
 
 MAX_SOURCES = 8  # what the answer is built from, over every sub-question
 MIN_LOOKUP_MS = 100  # the shortest deadline a lookup takes (RagConfig's own minimum)
 _IDENT_ROOM = 120  # a tool call id of at most 128 characters, with "-{iteration}"
-_NOT_WORDS = re.compile(r"[\W_]+")
-_PLEASANTRIES = frozenset("""
-    hi hello hey thanks thankyou thx ok okay great cool bye goodbye goodmorning
-    你好 您好 谢谢 多谢 谢谢你 好的 好 再见 早上好 嗯 收到
-""".split())
+# The audit row keeps each iteration's retrieval details, within these bounds: a run of many
+# corrections keeps its first iterations, each stage its best candidates.
+MAX_TRACED_ITERATIONS = 10
+MAX_TRACED_CANDIDATES = 20
 
 
 class Route(StrEnum):
@@ -84,8 +87,12 @@ class AgenticOutcome:
     status: AnswerStatus
     tool_call_id: str
     session_id: str
-    last: LookupResult | None  # the last lookup, for the audit's retrievalDetails
+    lookups: tuple[LookupResult, ...]  # every iteration's, in order
     error: str = ""
+
+    @property
+    def last(self) -> LookupResult | None:
+        return self.lookups[-1] if self.lookups else None
 
     @property
     def answer(self) -> str:
@@ -103,9 +110,12 @@ class AgenticOutcome:
         return round(sum(quality) / len(quality), 4) if quality else 0.0
 
     def invocation(self, filters: SearchFilters) -> InvocationRecord:
-        """The audit row of the call: its last lookup's details, the whole run's answer."""
+        """The audit row of the call: its last lookup's details with every iteration's, the
+        whole run's answer."""
         if self.last is not None:
             record = invocation_of(self.last)
+            record = replace(record, details={**record.details,
+                                              "iterations": self.iteration_details()})
         else:  # no lookup ran (no retrieval needed, or the config did not validate)
             record = InvocationRecord(
                 tenant_id=filters.tenant_id, tool_call_id="", session_id="",
@@ -118,6 +128,17 @@ class AgenticOutcome:
                        error=self.error or record.error,
                        returned_count=len(self.state.candidates), tool_name="rag_agentic",
                        answer=self.trace(keep_text=settings.KB_AUDIT_STORE_RAW_QUERY))
+
+    def iteration_details(self) -> list[dict[str, Any]]:
+        """Each iteration's retrievalDetails (the first MAX_TRACED_ITERATIONS), each stage's
+        candidates cut to the best MAX_TRACED_CANDIDATES."""
+        kept = []
+        for number, result in enumerate(self.lookups[:MAX_TRACED_ITERATIONS], 1):
+            details = trace_details(result)
+            details["stages"] = [{**stage, "candidates": stage["candidates"][
+                :MAX_TRACED_CANDIDATES]} for stage in details["stages"]]
+            kept.append({"iteration": number, **details})
+        return kept
 
     def trace(self, *, keep_text: bool) -> dict[str, Any]:
         """What the audit keeps of the run; the queries searched only with `keep_text`
@@ -133,22 +154,16 @@ class AgenticOutcome:
                 "model_usage": self.model_usage()}
 
     def model_usage(self) -> dict[str, int]:
-        """Every chat-model call of the run (judges and the answer) and their token counts."""
+        """Every chat-model call of the run (the plan, the judges, the answer) and their token
+        counts."""
         usages = [hop["judge_usage"] for hop in self.state.routes if hop.get("judge_usage")]
+        if self.state.analysis.get("usage"):
+            usages.insert(0, self.state.analysis["usage"])
         if self.state.answer is not None and self.state.answer.usage:
             usages.append(self.state.answer.usage)
         return {"calls": len(usages),
                 "prompt_tokens": sum(int(u.get("prompt_tokens", 0)) for u in usages),
                 "completion_tokens": sum(int(u.get("completion_tokens", 0)) for u in usages)}
-
-
-def needs_retrieval(query: str) -> bool:
-    """Whether the question names anything a knowledge base could hold: not a pleasantry,
-    and at least one content word or identifier."""
-    if _NOT_WORDS.sub("", query).lower() in _PLEASANTRIES:
-        return False
-    terms = query_terms(query)
-    return bool(terms.terms or terms.identifiers)
 
 
 def agentic_answer(*, filters: SearchFilters, query: str, tool_call_id: str = "",
@@ -167,7 +182,7 @@ def agentic_answer(*, filters: SearchFilters, query: str, tool_call_id: str = ""
         if overrides:
             config = RagConfigConverter.to_settings(overrides, base=config)
     except RagConfigError as exc:
-        return AgenticOutcome(state, AnswerStatus.UNAVAILABLE, call, session, None,
+        return AgenticOutcome(state, AnswerStatus.UNAVAILABLE, call, session, (),
                               f"RagConfigError: {exc}")
     model = chat_model_for(RagConfigConverter.to_dict(config))
     run = _Run(state, config, filters, model, call, session, started, dict(overrides or {}))
@@ -184,7 +199,7 @@ class _Run:
     session: str
     started: float
     overrides: dict[str, Any]  # the delegated agent's, for each lookup too
-    last: LookupResult | None = None
+    lookups: list[LookupResult] = field(default_factory=list)
 
     @property
     def full(self) -> bool:
@@ -194,19 +209,25 @@ class _Run:
         return self.settings.timeout_millis / 1000 - (time.perf_counter() - self.started)
 
     def outcome(self, status: AnswerStatus, error: str = "") -> AgenticOutcome:
-        return AgenticOutcome(self.state, status, self.call, self.session, self.last, error)
+        return AgenticOutcome(self.state, status, self.call, self.session, tuple(self.lookups),
+                              error)
 
     def execute(self) -> AgenticOutcome:
         state = self.state
-        if not needs_retrieval(state.query):
+        try:
+            analysis = self.analyse()
+        except ChatModelError as exc:
+            return self.outcome(AnswerStatus.UNAVAILABLE, str(exc))
+        terms = query_terms(state.query)
+        state.plan = list(analysis.plan)
+        state.analysis = {"identifiers": len(terms.identifiers), "terms": len(terms.terms),
+                          "sub_questions": len(state.plan), "graph": self.settings.agentic_graph,
+                          **analysis.trace()}
+        if not analysis.needs_retrieval:
             state.routes.append({"iteration": 0, "route": Route.DIRECT.value,
                                  "reason": "the question names nothing to look up"})
             return self.outcome(AnswerStatus.NO_ANSWER)
-        terms = query_terms(state.query)
-        state.plan = list(decompose(state.query)) if self.full else [state.query]
-        state.analysis = {"identifiers": len(terms.identifiers), "terms": len(terms.terms),
-                          "sub_questions": len(state.plan), "graph": self.settings.agentic_graph}
-        corrections = self.settings.max_retry_count if self.full else 0
+        corrections = self.settings.agentic_max_retry_count if self.full else 0
         # Per sub-question: the evidence of its best-graded search, and that grade.
         answers: list[tuple[float, list[dict[str, Any]]]] = []
         step, current = 0, state.plan[0]
@@ -218,7 +239,7 @@ class _Run:
                 tool_call_id=f"{self.call[:_IDENT_ROOM]}-{state.iteration}",
                 overrides={**self.overrides,
                            "timeout_millis": max(int(self.left_s() * 1000), MIN_LOOKUP_MS)})
-            self.last = result
+            self.lookups.append(result)
             if result.evidence_status is EvidenceStatus.UNAVAILABLE:
                 return self.outcome(AnswerStatus.UNAVAILABLE, result.error)
             try:  # the sub-question is judged, whatever query found the evidence
@@ -228,7 +249,7 @@ class _Run:
             evidence = RagResultProjector().project(result)["evidence"]
             if quality > best[0]:
                 best = (quality, evidence)
-            weak = not evidence or quality < self.settings.quality_threshold
+            weak = not evidence or quality < self.settings.agentic_quality_threshold
             hop = {"iteration": state.iteration, "query": current,
                    "evidence_status": result.evidence_status.value,
                    "returned": len(evidence), "quality": round(quality, 4), **judging}
@@ -260,6 +281,19 @@ class _Run:
         if not state.candidates:
             return self.outcome(AnswerStatus.EMPTY)
         return self.synthesize()
+
+    def analyse(self) -> Analysis:
+        """Needs-retrieval and the plan: the model's (FULL, with a model), else the rules'.
+        ChatModelError when the model fails and fallback is off."""
+        query = self.state.query
+        if not self.full or self.model is None:
+            return rules_analysis(query, split=self.full)
+        try:
+            return model_analysis(query, self.model, timeout_s=max(self.left_s(), 0.001))
+        except ChatModelError as exc:
+            if not self.settings.enable_fallback:
+                raise
+            return replace(rules_analysis(query, split=True), error=str(exc))
 
     def evaluate(self, query: str, result: LookupResult) -> tuple[float, str, dict[str, Any]]:
         """The evidence's grade, a better query (the judge's; "" from the rules) and what the

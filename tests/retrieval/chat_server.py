@@ -16,6 +16,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
+from retrieval.agentic_plan import SYSTEM_PROMPT as PLAN_PROMPT
+from retrieval.graph.query_transform import decompose
 from tests.retrieval.scripted_server import ScriptedServer, serving
 
 _QUESTION = re.compile(r"<question>\n(.*?)\n</question>", re.DOTALL)
@@ -23,14 +25,16 @@ _SOURCE = re.compile(r'<source id="([^"]+)"[^>]*>\n(.*?)\n</source>', re.DOTALL)
 
 
 def careful_reply(body: dict[str, Any]) -> str:
-    """A judge: the evidence answers (0.9). A query transform: the question as the one
-    query. An answer: the first sentence of the first source, citing it; not answerable
-    without sources."""
+    """A judge: the evidence answers (0.9). The agentic plan: the question split as the rules
+    split it. A query transform: the question as the one query. An answer: the first
+    sentence of the first source, citing it; not answerable without sources."""
     content = body["messages"][-1]["content"]
     question = _QUESTION.search(content)
     if question and "<sources>" in content:  # the quality judge
         return json.dumps({"score": 0.9, "reason": "the evidence answers the question",
                            "better_query": ""})
+    if question and body["messages"][0]["content"] == PLAN_PROMPT:  # split as the rules do
+        return json.dumps({"queries": list(decompose(question.group(1)))}, ensure_ascii=False)
     if question:
         return json.dumps({"queries": [question.group(1)]}, ensure_ascii=False)
     found = _SOURCE.findall(content)

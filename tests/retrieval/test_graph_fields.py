@@ -464,6 +464,25 @@ def test_the_simplified_agentic_graph_searches_once_without_evaluation(
 
 
 @pytest.mark.django_db
+@proves("agentic_quality_threshold", "agentic_max_retry_count")
+def test_the_agentic_graphs_own_grade_and_corrections(tool: Tool) -> None:
+    def agentic_routes(**values: Any) -> list[str]:
+        tool.configure(**values)
+        response = tool.agent.post("/api/rag/agentic", {"query": "why does kafka lag grow"},
+                                   format="json")
+        assert response.status_code == 200, response.content
+        return [hop["route"] for hop in response.json()["routes"]]
+
+    # Every grade is weak at 1.0: it corrects (the question without its words of asking) as
+    # often as it may; at 0.0 never.
+    assert agentic_routes(agentic_quality_threshold=1.0, agentic_max_retry_count=1) == [
+        "self_correct", "synthesize"]
+    assert agentic_routes(agentic_max_retry_count=0) == ["synthesize"]
+    assert agentic_routes(agentic_quality_threshold=0.0, agentic_max_retry_count=1) == [
+        "synthesize"]
+
+
+@pytest.mark.django_db
 @proves("chat_base_url", "chat_model", "chat_api_key_env", "chat_timeout_seconds",
         "chat_max_tokens")
 def test_a_tenants_chat_model_settings_replace_the_platforms(

@@ -112,7 +112,7 @@ def test_nothing_found_self_corrects_then_answers_no_answer(acme: Imported,
 
 def test_the_judges_better_query_is_searched_and_corrections_are_bounded(
         acme: Imported, make_key: MakeKey, server: ChatServer) -> None:
-    RagConfig.objects.create(tenant=acme.tenant, max_retry_count=1)
+    RagConfig.objects.create(tenant=acme.tenant, agentic_max_retry_count=1)
     grades = iter([0.1, 0.2])
 
     def script(body: dict[str, Any]) -> str:
@@ -126,17 +126,17 @@ def test_the_judges_better_query_is_searched_and_corrections_are_bounded(
     _, secret = make_key("acme")
     status, body = agentic(secret, "why is kafka slow")
     assert status == 200 and body["answer_status"] == "ANSWERED"
-    assert routes(body) == ["self_correct", "synthesize"]  # max_retry_count=1
+    assert routes(body) == ["self_correct", "synthesize"]  # agentic_max_retry_count=1
     assert body["routes"][0]["next"] == "kafka consumer lag fix add consumers"
     assert body["routes"][1]["query"] == "kafka consumer lag fix add consumers"
     assert [hop["quality"] for hop in body["routes"]] == [0.1, 0.2]
     assert body["confidence"] == 0.2
     trace = audited(body)
     assert trace["generator"] == "openai/local-chat"
-    # Every model call of the run is counted: two judges and the answer.
+    # Every model call of the run is counted: the plan, two judges and the answer.
     assert all(hop["judge_usage"]["model"] == "local-chat" for hop in body["routes"])
     usage = trace["model_usage"]
-    assert usage["calls"] == 3 and usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
+    assert usage["calls"] == 4 and usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
 
 
 def test_a_failing_judge_falls_back_to_the_rules_or_is_unavailable(
@@ -170,7 +170,7 @@ def test_with_raw_queries_on_the_audit_keeps_the_plan(acme: Imported, make_key: 
 def test_the_whole_run_keeps_its_deadline(acme: Imported, make_key: MakeKey,
                                           server: ChatServer) -> None:
     """A slow judge on every iteration: the run stops correcting once its time is spent."""
-    RagConfig.objects.create(tenant=acme.tenant, timeout_millis=1500, max_retry_count=5)
+    RagConfig.objects.create(tenant=acme.tenant, timeout_millis=1500, agentic_max_retry_count=5)
     server.behaviour, server.delay_s = "slow", 0.6
     _, secret = make_key("acme")
     started = time.monotonic()
