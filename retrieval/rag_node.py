@@ -7,9 +7,13 @@ the agentic graph — a named agent's, else its own.
   name that is empty, "全部" or "all" → all of them; else the name exactly, then the datasets
   whose name contains it (case, spaces, "-" and "_" aside). None → NO_KNOWLEDGE_BASE
   ("未配置知识库"), which is not EMPTY: there was nothing to search, not nothing found.
-- Execution: the first of `agent` and `sub_agents` that names one of the tenant's RagAgents
-  is delegated to (the agentic graph with that agent's settings); names of the loop's other
-  agents are passed over. Otherwise the node runs the agentic graph on the tenant's config.
+- Execution, among `agent` then `sub_agents`: the first that names one of the tenant's
+  RagAgents (any case) is delegated to: the agentic graph with that agent's settings. Else the
+  first whose name says it is a RAG agent (seed 003 §5: Agentic or RAG in its name —
+  "AgenticRAG", "agenticrag", "ops-rag", "RagAgent"; a word that only holds the letters, like
+  "storage", does not count) is: the agentic graph on the tenant's config, as that
+  sub-agent. Names of the loop's other agents are passed over; with none, the node runs the
+  agentic graph on the tenant's config itself.
 - Result: the answer; else the evidence found, as delimited untrusted snippets; else what
   happened — with the structured block {confidence, iterations, target_datasets}.
 """
@@ -34,6 +38,8 @@ TOOL_NAME = "rag_node"
 NO_KNOWLEDGE_BASE_TEXT = "未配置知识库"
 ALL_DATASETS = frozenset({"", "全部", "all"})
 _NAME_NOISE = re.compile(r"[\s_\-]+")
+# The words of an agent's name: "AgenticRAG-ops" → Agentic, RAG, ops.
+_NAME_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 
 
 class NodeStatus(StrEnum):
@@ -74,7 +80,8 @@ class NodeResult:
     query_source: str  # "query", "rag_keywords", "user_input"; "" when there was none
     target_datasets: tuple[DatasetRef, ...] = ()
     selected_by: str = ""  # "ids", "all", "name", "contains"
-    delegated_to: str = ""  # the RagAgent's name, "" when the node ran the graph itself
+    delegated_to: str = ""  # the agent's name, "" when the node ran the graph itself
+    delegated_by: str = ""  # "rag_agent" (a RagAgent's name), "rag_word" (a RAG sub-agent's)
     missing: tuple[str, ...] = ()
     outcome: AgenticOutcome | None = None  # None: nothing ran
 
@@ -83,6 +90,7 @@ class NodeResult:
         ran, an EMPTY row saying why."""
         node = {"status": self.status.value, "query_source": self.query_source,
                 "selected_by": self.selected_by, "delegated_to": self.delegated_to,
+                "delegated_by": self.delegated_by,
                 "target_datasets": [d.id for d in self.target_datasets]}
         if self.outcome is not None:
             record = self.outcome.invocation(filters)
@@ -133,6 +141,16 @@ def select_datasets(readable: Sequence[DatasetRef], *, ids: Sequence[int], name:
         "contains"
 
 
+def rag_sub_agent(names: Sequence[str]) -> str:
+    """The first of `names` that says it is a RAG agent, "" when none does: a word of it holds
+    "agentic", or begins or ends with "rag" (any case)."""
+    for name in names:
+        words = [word.casefold() for word in _NAME_WORDS.findall(name)]
+        if any("agentic" in w or w.startswith("rag") or w.endswith("rag") for w in words):
+            return name.strip()
+    return ""
+
+
 def rag_node(*, tenant_id: int, readable: Sequence[DatasetRef], node: NodeInput) -> NodeResult:
     call = node.tool_call_id or f"call_{uuid.uuid4().hex}"
     session = node.session_id or f"agentic_{uuid.uuid4().hex}"
@@ -146,13 +164,16 @@ def rag_node(*, tenant_id: int, readable: Sequence[DatasetRef], node: NodeInput)
     if not targets:
         return NodeResult(NodeStatus.NO_KNOWLEDGE_BASE, NO_KNOWLEDGE_BASE_TEXT, call, session,
                           query, source, selected_by=rule)
-    agent = rag_agent_named(tenant_id=tenant_id, names=(node.agent, *node.sub_agents))
+    names = (node.agent, *node.sub_agents)
+    agent = rag_agent_named(tenant_id=tenant_id, names=names)
+    delegated = agent.name if agent else rag_sub_agent(names)
     outcome = agentic_answer(
         filters=SearchFilters(tenant_id=tenant_id, dataset_ids=tuple(d.id for d in targets)),
         query=query, tool_call_id=call, session_id=session,
         overrides=agent.overrides() if agent else None)
+    by = "rag_agent" if agent else "rag_word" if delegated else ""
     return NodeResult(NodeStatus(outcome.status.value), _text(outcome), call, session, query,
-                      source, targets, rule, agent.name if agent else "", outcome=outcome)
+                      source, targets, rule, delegated, by, outcome=outcome)
 
 
 def _text(outcome: AgenticOutcome) -> str:

@@ -17,7 +17,7 @@ from audit.models import Outcome, ToolInvocation
 from datasets.models import Dataset
 from datasets.services import tenant_get_or_create
 from retrieval.models import RagAgent
-from retrieval.rag_node import DatasetRef, NodeInput, node_query, select_datasets
+from retrieval.rag_node import DatasetRef, NodeInput, node_query, rag_sub_agent, select_datasets
 from tests.retrieval.chat_server import ChatServer, careful_reply, chat_server
 from tests.retrieval.conftest import Imported, MakeKey, client_for
 
@@ -98,7 +98,7 @@ def test_the_node_answers_from_every_readable_dataset_with_its_structured_block(
     trace = audited(body)
     assert trace["outcome"] == Outcome.OK
     assert trace["node"] == {"status": "ANSWERED", "query_source": "rag_keywords",
-                             "selected_by": "all", "delegated_to": "",
+                             "selected_by": "all", "delegated_to": "", "delegated_by": "",
                              "target_datasets": [d["id"] for d in
                                                  structured["target_datasets"]]}
 
@@ -169,12 +169,15 @@ def test_the_node_delegates_to_a_named_rag_agent_with_its_settings(
         acme: Imported, globex: Imported, make_key: MakeKey) -> None:
     _, secret = make_key("acme")
     # The node's own graph (FULL) plans two sub-questions.
-    _, own = node(secret, query=TWO_PARTS, sub_agents=["planner", "AgenticRAG-ops"])
+    _, own = node(secret, query=TWO_PARTS, sub_agents=["planner", "researcher"])
     assert own["delegated_to"] == "" and "continue" in [h["route"] for h in own["routes"]]
 
-    RagAgent.objects.create(tenant=globex.tenant, name="AgenticRAG-ops")  # not acme's
+    RagAgent.objects.create(tenant=globex.tenant, name="AgenticRAG-ops",
+                            agentic_graph="SIMPLIFIED")  # not acme's
     _, still_own = node(secret, query=TWO_PARTS, sub_agents=["AgenticRAG-ops"])
-    assert still_own["delegated_to"] == ""
+    # A RAG sub-agent by its name, on acme's own config: globex's agent settings never apply.
+    assert still_own["delegated_to"] == "AgenticRAG-ops"
+    assert "continue" in [h["route"] for h in still_own["routes"]]
 
     RagAgent.objects.create(tenant=acme.tenant, name="AgenticRAG-ops",
                             agentic_graph="SIMPLIFIED")
@@ -256,3 +259,52 @@ def test_the_input_is_bounded(acme: Imported, make_key: MakeKey) -> None:
     assert status == 400
     assert client_for(None).post("/api/rag/node", {"query": "q"},
                                  format="json").status_code == 401
+
+
+@pytest.mark.parametrize(("names", "chosen"), [
+    (("planner", "AgenticRAG-ops"), "AgenticRAG-ops"),
+    (("planner", "agenticrag", "ops-rag"), "agenticrag"),
+    (("storage-agent", "RagAgent"), "RagAgent"),  # "storage" holds the letters, not the word
+    (("writer", "my_rag_helper"), "my_rag_helper"),
+    (("planner", "coverage", "researcher"), ""),
+])
+def test_a_sub_agent_is_a_rag_agent_when_its_name_says_so(names: tuple[str, ...],
+                                                          chosen: str) -> None:
+    assert rag_sub_agent(names) == chosen
+
+
+@pytest.mark.django_db
+def test_a_rag_agents_exact_name_comes_before_a_rag_sub_agents_name(
+        acme: Imported, make_key: MakeKey) -> None:
+    _, secret = make_key("acme")
+    # No RagAgent: the first sub-agent whose name says RAG runs the node's agentic graph.
+    status, body = node(secret, query=TWO_PARTS, sub_agents=["planner", "ops-rag", "AgenticRAG"])
+    assert status == 200 and body["delegated_to"] == "ops-rag"
+    assert "continue" in [h["route"] for h in body["routes"]]  # the tenant's config: FULL
+    assert audited(body)["node"]["delegated_by"] == "rag_word"
+
+    # A RagAgent named exactly, later in the list, wins over an earlier RAG-ish name.
+    RagAgent.objects.create(tenant=acme.tenant, name="Knowledge", agentic_graph="SIMPLIFIED")
+    status, body = node(secret, query=TWO_PARTS, sub_agents=["ops-rag", "knowledge"])
+    assert body["delegated_to"] == "Knowledge" and [h["route"] for h in body["routes"]] == [
+        "synthesize"]
+    assert audited(body)["node"]["delegated_by"] == "rag_agent"
+
+
+@pytest.mark.django_db
+def test_the_nodes_audit_row_keeps_every_iterations_retrieval_details(
+        acme: Imported, make_key: MakeKey) -> None:
+    _, secret = make_key("acme")
+    _, body = node(secret, query=TWO_PARTS)
+    assert body["structured"]["iterations"] >= 2
+    row = ToolInvocation.objects.get(tool_call_id=body["tool_call_id"])
+    kept = row.details["retrievalDetails"]["iterations"]
+    assert len(kept) == body["structured"]["iterations"]
+    cited = {c.split("#")[0] for c in body["citations"]}
+    handed = {key.split("#")[0] for hop in kept for key in hop["pack"]["evidence_keys"]}
+    assert cited <= handed  # the evidence of every sub-question, not only of the last search
+    staff = Client()
+    staff.force_login(User.objects.create_superuser("admin", "a@example.com", "pw-123456"))
+    page = staff.get(f"/admin/audit/toolinvocation/{row.pk}/change/").content.decode()
+    assert page.split('id="agentic-retrieval"', 1)[1].split("</table>")[0].count("<tr>") == \
+        1 + len(kept)
