@@ -3,9 +3,12 @@
 Two generators give the same shape. `ExtractiveAnswerer` needs no model (the default, and the
 fallback when the model fails): it answers with the evidence's own sentences that hold most of
 the question's terms, each followed by its citation. `ModelAnswerer` asks the chat model for a
-JSON answer; the evidence reaches the prompt as delimited data, labelled untrusted, never as
-instructions. Either way only ids of the evidence given may be cited: any other is removed
-and recorded, and an answer left without a citation is NO_ANSWER.
+JSON answer; the question and the evidence reach the prompt as delimited data, labelled
+untrusted, never as instructions. Either way the answer's text holds no markup of a document
+(retrieval/untrusted.py: a quoted sentence can neither open a block nor carry a citation
+marker, a model's echo of a block is text), and only ids of the evidence given may be cited:
+any other is removed and recorded, from the text too, and an answer left without a citation
+is NO_ANSWER.
 """
 
 from __future__ import annotations
@@ -19,13 +22,15 @@ from typing import Any
 from retrieval.chat import ChatModel, json_reply
 from retrieval.lexical import query_terms
 from retrieval.transform import normalize_text
-from retrieval.untrusted import LABEL, sources_block
+from retrieval.untrusted import LABEL, as_answer_text, as_data, question_block, sources_block
 
 MAX_SENTENCES = 3
 TITLE_WEIGHT = 0.5
 MAX_SENTENCE_CHARS = 400
 # A sentence ends at CJK end punctuation, at ".!?;" before a space, or at a line end.
-_CITED = re.compile(r"\[([^\[\]\s]+#chunk-\d+)\]")  # "[3101…#chunk-2]" in an answer's text
+# A citation marker as an agent reads it: "[3101…#chunk-2]", also "[ a#chunk-1, b#chunk-2 ]".
+_CITED = re.compile(r"\[[^\[\]]*#chunk-\d[^\[\]]*\]")
+_CITED_ID = re.compile(r"[^\s,;\[\]]+#chunk-\d+")
 _SPACES = re.compile(r"[ \t]{2,}")
 _SENTENCE_END = re.compile(r"(?<=[。！？；])|(?<=[.!?;])\s+|\n+")
 
@@ -73,12 +78,12 @@ class Draft:
         """Only citations in `allowed`; the others removed, from the text too (also an id
         cited in the text alone)."""
         kept = tuple(c for c in self.citations if c in allowed)
-        in_text = (m.group(1) for m in _CITED.finditer(self.answer))
+        in_text = (i for m in _CITED.finditer(self.answer) for i in _CITED_ID.findall(m[0]))
         dropped = tuple(dict.fromkeys(c for c in (*self.citations, *in_text)
                                       if c not in allowed))
         if not dropped:
             return self
-        answer = _CITED.sub(lambda m: m.group(0) if m.group(1) in allowed else "", self.answer)
+        answer = _CITED.sub(lambda m: _markers(m[0], allowed), self.answer)
         return replace(self, answer=_SPACES.sub(" ", answer).strip() if kept else "",
                        citations=kept, removed=(*self.removed, *dropped))
 
@@ -86,6 +91,14 @@ class Draft:
         return {"generator": self.generator, "answer_status": self.status.value,
                 "citations": list(self.citations), "removed_citations": list(self.removed),
                 "usage": dict(self.usage), "error": self.error}
+
+
+def _markers(marker: str, allowed: set[str] | frozenset[str]) -> str:
+    """A marker of the text as the markers of its allowed ids alone ("" when none is)."""
+    ids = _CITED_ID.findall(marker)
+    if all(i in allowed for i in ids):
+        return marker
+    return " ".join(f"[{i}]" for i in ids if i in allowed)
 
 
 def sentences(text: str) -> list[str]:
@@ -120,9 +133,11 @@ class ExtractiveAnswerer:
         best = sorted(sorted(scored)[:MAX_SENTENCES], key=lambda item: item[1:3])
         parts: list[str] = []
         for i, (*_, sentence, document_id) in enumerate(best):
-            # Consecutive sentences of one source share the citation after the last of them.
+            # Consecutive sentences of one source share the citation after the last of them;
+            # a sentence is quoted as data: its own tags and markers are text, not structure.
             last_of_source = i + 1 == len(best) or best[i + 1][4] != document_id
-            parts.append(f"{sentence} [{document_id}]" if last_of_source else sentence)
+            quoted = as_data(sentence)
+            parts.append(f"{quoted} [{document_id}]" if last_of_source else quoted)
         citations = tuple(dict.fromkeys(document_id for *_, document_id in best))
         return Draft(answer=" ".join(parts), citations=citations, generator=self.name)
 
@@ -131,7 +146,7 @@ def prompt(query: str, sources: Sequence[Source]) -> list[dict[str, str]]:
     """The messages: instructions in the system message; the question and the sources, marked
     as data, in the user message."""
     block = sources_block((s.document_id, s.title, s.text) for s in sources)
-    user = f"Question:\n{query}\n\nSources ({LABEL}):\n{block}"
+    user = f"Question:\n{question_block(query)}\n\nSources ({LABEL}):\n{block}"
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
@@ -147,7 +162,8 @@ class ModelAnswerer:
                                     json_object=True)
         payload = json_reply(reply)
         answer, cited = payload.get("answer"), payload.get("citations")
-        text = answer.strip() if isinstance(answer, str) else ""
+        # A model may echo a source's forged block: its tags are text too.
+        text = as_answer_text(answer.strip()) if isinstance(answer, str) else ""
         citations = tuple(dict.fromkeys(c for c in cited if isinstance(c, str))) \
             if isinstance(cited, list) else ()
         if payload.get("answerable") is False:

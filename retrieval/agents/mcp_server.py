@@ -43,7 +43,7 @@ from retrieval.agents.calls import (
 )
 from retrieval.agents.schemas import TOOLS, input_schema, output_schema
 from retrieval.serializers import EvidenceGuardInput, LookupInput, RagNodeInput
-from retrieval.untrusted import LABEL, sources_block
+from retrieval.untrusted import LABEL, answer_block, sources_block
 
 logger = logging.getLogger(__name__)
 SERVER_NAME = "kbplatform"
@@ -142,15 +142,17 @@ def _result(name: str, body: dict[str, Any], *, is_error: bool = False) -> types
 
 
 def rendered(name: str, body: Mapping[str, Any]) -> str:
-    """The text a model reads of a result: the status, the answer, then the evidence as
-    delimited data (retrieval/untrusted.py), each piece under its document_id."""
+    """The text a model reads of a result: the status and the citations, the answer in its own
+    block, then the evidence as delimited data (retrieval/untrusted.py), each piece under its
+    document_id; nothing of a document or an answer can forge a line or a block of it."""
     if name == "rag_node":
         return str(body["result"])
     if name in ("list_datasets", "evidence_guard"):
         return json.dumps(body, ensure_ascii=False)
     lines = [f"status: {body.get('answer_status') or body.get('evidence_status')}"]
     if body.get("answer"):
-        lines += [body["answer"], "citations: " + ", ".join(body.get("citations", []))]
+        lines += ["citations: " + ", ".join(body.get("citations", [])),
+                  answer_block(body["answer"])]
     evidence = body.get("evidence") or []
     if evidence:
         lines.append(f"evidence ({LABEL}; cite a source by its id):")

@@ -17,6 +17,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from retrieval.agentic_plan import SYSTEM_PROMPT as PLAN_PROMPT
+from retrieval.graph.model_judge import SYSTEM_PROMPT as JUDGE_PROMPT
 from retrieval.graph.query_transform import decompose
 from tests.retrieval.scripted_server import ScriptedServer, serving
 
@@ -30,12 +31,12 @@ def careful_reply(body: dict[str, Any]) -> str:
     sentence of the first source, citing it; not answerable without sources."""
     content = body["messages"][-1]["content"]
     question = _QUESTION.search(content)
-    if question and "<sources>" in content:  # the quality judge
+    if asks_to_judge(body):
         return json.dumps({"score": 0.9, "reason": "the evidence answers the question",
                            "better_query": ""})
     if question and body["messages"][0]["content"] == PLAN_PROMPT:  # split as the rules do
         return json.dumps({"queries": list(decompose(question.group(1)))}, ensure_ascii=False)
-    if question:
+    if question and "<sources>" not in content:  # a query transform
         return json.dumps({"queries": [question.group(1)]}, ensure_ascii=False)
     found = _SOURCE.findall(content)
     if not found:
@@ -45,6 +46,12 @@ def careful_reply(body: dict[str, Any]) -> str:
     sentence = re.split(r"(?<=[.。!?])\s", lines[0] if lines else text)[0]
     return json.dumps({"answerable": True, "answer": f"{sentence} [{document_id}]",
                        "citations": [document_id]}, ensure_ascii=False)
+
+
+def asks_to_judge(body: dict[str, Any]) -> bool:
+    """Whether the request is the quality judge's (by its system message: the answer's prompt
+    quotes a question and sources too)."""
+    return bool(body["messages"]) and body["messages"][0]["content"] == JUDGE_PROMPT
 
 
 class ChatServer(ScriptedServer):

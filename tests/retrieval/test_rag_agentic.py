@@ -15,7 +15,7 @@ from django.test import Client
 
 from audit.models import Outcome, ToolInvocation
 from retrieval.models import RagConfig
-from tests.retrieval.chat_server import ChatServer, careful_reply, chat_server
+from tests.retrieval.chat_server import ChatServer, asks_to_judge, careful_reply, chat_server
 from tests.retrieval.conftest import Imported, MakeKey, client_for
 
 pytestmark = pytest.mark.django_db
@@ -116,8 +116,7 @@ def test_the_judges_better_query_is_searched_and_corrections_are_bounded(
     grades = iter([0.1, 0.2])
 
     def script(body: dict[str, Any]) -> str:
-        content = body["messages"][-1]["content"]
-        if "<question>" in content and "<sources>" in content:  # the judge: never satisfied
+        if asks_to_judge(body):  # never satisfied
             return json.dumps({"score": next(grades), "reason": "not the fix",
                                "better_query": "kafka consumer lag fix add consumers"})
         return careful_reply(body)
