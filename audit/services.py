@@ -11,10 +11,10 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from django.utils.crypto import salted_hmac
 from rest_framework import exceptions
 
 from audit.models import Channel, InvocationDataset, Outcome, ToolInvocation
+from audit.privacy import query_fingerprint
 from audit.selectors import searched_datasets
 from audit.types import InvocationRecord
 from datasets.models import ApiKey
@@ -24,12 +24,6 @@ logger = logging.getLogger(__name__)
 IDENT_MAX = 128  # tool_call_id / session_id column width
 OUTCOME_OF_STATUS = {"READY": Outcome.OK, "EMPTY": Outcome.EMPTY,
                      "UNAVAILABLE": Outcome.UNAVAILABLE}
-
-
-def query_fingerprint(query: str) -> str:
-    # Keyed with SECRET_KEY: a plain SHA-256 of a short question is one dictionary lookup
-    # away from the question itself. Equal queries still share a hash, so repeats group.
-    return salted_hmac("kbplatform.audit.query", query, algorithm="sha256").hexdigest()
 
 
 def invocation_record(*, api_key: ApiKey | None, latency_ms: float,

@@ -124,7 +124,9 @@ class AgenticOutcome:
                 config_version=None, error=self.error, details={})
         if self.state.candidates:  # the run found evidence, whatever its last search did
             record = replace(record, evidence_status=EvidenceStatus.READY.value)
-        return replace(record, tool_call_id=self.tool_call_id, session_id=self.session_id,
+        # The question asked (its hash, its text only when kept), not the last sub-question.
+        return replace(record, query=self.state.query,
+                       tool_call_id=self.tool_call_id, session_id=self.session_id,
                        error=self.error or record.error,
                        returned_count=len(self.state.candidates), tool_name="rag_agentic",
                        answer=self.trace(keep_text=settings.KB_AUDIT_STORE_RAW_QUERY))

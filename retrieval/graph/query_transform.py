@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from audit.privacy import audited_text
 from retrieval.transform import L0Index, contains_term, normalize_text
 from retrieval.types import QueryHints
 
@@ -122,7 +123,8 @@ class DeterministicQueryTransformer:
                   timeout_s: float | None = None) -> TransformedQuery:
         if self.strategy == "REWRITE":
             rewritten = rewrite(query)
-            return TransformedQuery((rewritten,), f"rewritten to {rewritten!r}")
+            # The trace is audited: the rewrite is worded as the question would be.
+            return TransformedQuery((rewritten,), f"rewritten to {audited_text(rewritten)}")
         if self.strategy == "DECOMPOSE":
             parts = decompose(query)
             return TransformedQuery(parts, f"{len(parts)} sub-question(s)")

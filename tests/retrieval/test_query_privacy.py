@@ -1,0 +1,186 @@
+"""No query text anywhere by default (seed 000 §9.1, issue 24 item 7): a query and what the
+query transform made of it (the rules' and the chat model's rewrites, the expanded, multiple and
+decomposed queries, the agentic plan and its corrections) are in no database row, no cache or
+Redis entry and no log line after lookups, answers, agentic runs and node runs over REST and
+MCP; with KB_AUDIT_STORE_RAW_QUERY they are kept."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import pickle
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.apps import apps
+from django.conf import settings as django_settings
+from django.core.cache import cache
+from django.db import connection
+
+from audit.models import ToolInvocation
+from retrieval.graph.model_transform import SYSTEM_PROMPT as TRANSFORM_PROMPT
+from retrieval.graph.query_transform import rewrite
+from retrieval.models import RagConfig
+from tests.mcp_clients import over_http
+from tests.retrieval.chat_server import ChatServer, careful_reply, chat_server
+from tests.retrieval.conftest import Imported, MakeKey, client_for
+
+# Words of asking the rules strip, around a topic the runbooks answer, and a marker found in
+# no runbook: wherever the marker is, the query (or a query made of it) is.
+MARKER = "payrollzq7"
+QUESTION = f"Please how do I fix nginx 502 bad gateway on the {MARKER} cluster?"
+TWO_PARTS = (f"How do I fix nginx 502 bad gateway on {MARKER}? Why does kafka consumer lag "
+             f"grow on {MARKER}?")
+MODEL_REWRITE = f"nginx 502 upstream refused {MARKER} rewritten-by-model"
+PATHS = ("/api/tools/lookup_knowledge", "/api/rag/answer", "/api/rag/agentic")
+
+
+def stored() -> str:
+    """Everything the platform keeps: every row of every table, every cache entry."""
+    rows = [json.dumps(list(model.objects.values_list()), default=str, ensure_ascii=False)
+            for model in apps.get_models()]
+    return "\n".join([*rows, cached()])
+
+
+def cached() -> str:
+    if django_settings.REDIS_URL:
+        client = cache._cache.get_client()  # type: ignore[attr-defined]
+        entries = []
+        for key in client.scan_iter("*"):
+            kind = client.type(key)
+            value = client.get(key) if kind == b"string" else client.dump(key)
+            entries.append(f"{key!r} {_unpickled(value)}")
+        return "\n".join(entries)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT cache_key, value FROM kb_cache")
+        return "\n".join(f"{k} {_unpickled(base64.b64decode(v))}" for k, v in cursor.fetchall())
+
+
+def _unpickled(raw: bytes | None) -> str:
+    try:
+        return repr(pickle.loads(raw or b""))  # noqa: S301 (our own cache's values)
+    except Exception:
+        return repr(raw)
+
+
+def call(secret: str, path: str, query: str, **body: Any) -> dict[str, Any]:
+    response = client_for(secret).post(path, {"query": query, **body,
+                                              "tool_call_id": f"p-{uuid.uuid4().hex}"},
+                                       format="json")
+    assert response.status_code == 200, response.content
+    payload: dict[str, Any] = response.json()
+    return payload
+
+
+def every_path(secret: str) -> list[dict[str, Any]]:
+    """Each REST path once with QUESTION, the agentic graph and the node with TWO_PARTS."""
+    bodies = [call(secret, path, QUESTION) for path in PATHS]
+    bodies.append(call(secret, "/api/rag/agentic", TWO_PARTS))
+    response = client_for(secret).post("/api/rag/node", {"query": TWO_PARTS}, format="json")
+    assert response.status_code == 200, response.content
+    return [*bodies, response.json()]
+
+
+def searched(body: dict[str, Any]) -> list[str]:
+    """The queries an agentic or node run searched, as its body tells the caller."""
+    return [q for hop in body.get("routes", []) for q in (hop.get("query"), hop.get("next"))
+            if q]
+
+
+def assert_nowhere(texts: list[str], logs: str) -> None:
+    everything = stored()
+    for text in texts:
+        assert text not in everything, text
+        assert text not in logs, text
+    assert MARKER not in everything and MARKER not in logs
+
+
+@pytest.fixture
+def logs(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """The log lines of the test, at what a deployment logs (KB_LOG_LEVEL's default); and a
+    cache without the entries of earlier tests (Redis outlives a test's database)."""
+    cache.clear()
+    caplog.set_level(logging.INFO)
+    yield caplog
+
+
+@pytest.mark.parametrize("strategy", ["REWRITE", "EXPAND", "MULTI_QUERY", "DECOMPOSE"])
+def test_the_rules_transform_leaves_no_query_text(acme: Imported, make_key: MakeKey,
+                                                  logs: pytest.LogCaptureFixture,
+                                                  strategy: str) -> None:
+    RagConfig.objects.create(tenant=acme.tenant, enable_query_transform=True,
+                             query_transform_strategy=strategy)
+    _, secret = make_key("acme")
+    bodies = every_path(secret)
+    assert all(b.get("evidence_status", "READY") == "READY" for b in bodies[:3])
+    assert_nowhere([QUESTION, TWO_PARTS, rewrite(QUESTION),
+                    *(q for b in bodies for q in searched(b))], logs.text)
+    # What the audit does keep of the question, and of its rewrite: lengths and keyed hashes.
+    rows = ToolInvocation.objects.all()
+    assert len(rows) == len(bodies) and all(r.query_hash and r.query_length for r in rows)
+    notes = [s["note"] for s in rows.get(tool_call_id=bodies[0]["tool_call_id"])
+             .details["retrievalDetails"]["stages"]]
+    if strategy == "REWRITE":
+        assert any(n.startswith(f"REWRITE: rewritten to {len(rewrite(QUESTION))} characters #")
+                   for n in notes), notes
+
+
+@pytest.fixture
+def server(settings: Any) -> Iterator[ChatServer]:
+    with chat_server() as running:
+        settings.KB_CHAT_BASE_URL, settings.KB_CHAT_MODEL = running.url, "local-chat"
+        yield running
+
+
+def rewrites(body: dict[str, Any]) -> str:
+    if body["messages"][0]["content"] == TRANSFORM_PROMPT:
+        return json.dumps({"queries": [MODEL_REWRITE]})
+    return careful_reply(body)
+
+
+def test_the_models_transform_leaves_no_query_text(acme: Imported, make_key: MakeKey,
+                                                   logs: pytest.LogCaptureFixture,
+                                                   server: ChatServer) -> None:
+    server.reply = rewrites
+    RagConfig.objects.create(tenant=acme.tenant, enable_query_transform=True,
+                             query_transform_strategy="REWRITE")
+    _, secret = make_key("acme")
+    bodies = every_path(secret)
+    prompts = [r["messages"][0]["content"] for r in server.requests]
+    assert TRANSFORM_PROMPT in prompts  # the model rewrote the queries
+    assert_nowhere([QUESTION, TWO_PARTS, MODEL_REWRITE,
+                    *(q for b in bodies for q in searched(b))], logs.text)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_mcp_calls_leave_no_query_text(acme: Imported, make_key: MakeKey, web: str,
+                                       logs: pytest.LogCaptureFixture) -> None:
+    RagConfig.objects.create(tenant=acme.tenant, enable_query_transform=True,
+                             query_transform_strategy="REWRITE")
+    _, secret = make_key("acme")
+    _, results = over_http(f"{web}/mcp", secret, [
+        ("lookup_knowledge", {"query": QUESTION}), ("rag_answer", {"query": QUESTION}),
+        ("rag_agentic", {"query": TWO_PARTS}), ("rag_node", {"query": TWO_PARTS})])
+    assert not any(r.is_error for r in results)
+    assert_nowhere([QUESTION, TWO_PARTS,
+                    *(q for r in results for q in searched(r.structured_content))], logs.text)
+    assert ToolInvocation.objects.filter(channel="mcp").count() == 4
+
+
+def test_with_raw_queries_on_the_question_and_its_rewrite_are_kept(
+        acme: Imported, make_key: MakeKey, settings: Any) -> None:
+    settings.KB_AUDIT_STORE_RAW_QUERY = True
+    RagConfig.objects.create(tenant=acme.tenant, enable_query_transform=True,
+                             query_transform_strategy="REWRITE")
+    _, secret = make_key("acme")
+    bodies = every_path(secret)
+    rows = {r.tool_call_id: r for r in ToolInvocation.objects.all()}
+    for body in bodies:
+        row = rows[body["tool_call_id"]]
+        assert row.query_text == body["query"]  # the question asked, not a sub-question
+    lookup = rows[bodies[0]["tool_call_id"]]
+    notes = [s["note"] for s in lookup.details["retrievalDetails"]["stages"]]
+    assert f"REWRITE: rewritten to {rewrite(QUESTION)!r} (1 queries)" in notes
