@@ -27,7 +27,16 @@ REJECTED = frozenset({6, 1100})
 # pymilvus pings idle channels every 10 s; the Milvus Lite server keeps gRPC's default policy
 # (no ping without a call more often than every 5 min) and answers with GOAWAY "too many
 # pings". pymilvus then finds its shared channel broken and the next connect fails.
-_GRPC = {"grpc.keepalive_permit_without_calls": 0}
+#
+# Reconnecting: gRPC waits 1 s after a failed connect, then 1.6 times longer each time, up
+# to 120 s, so a channel found down for long retried rarely: lookups were UNAVAILABLE 12 s
+# after Milvus returned from a 30 s outage. Every channel also shares one process-wide
+# subchannel per address, in that backoff, so pymilvus's recovery (a new channel on each
+# UNAVAILABLE) failed at once too. A channel of its own, and at most 1 s between attempts:
+# lookups answer within a second of Milvus's return (tests/retrieval/test_reconnect.py).
+_GRPC = {"grpc.keepalive_permit_without_calls": 0,
+         "grpc.use_local_subchannel_pool": 1,
+         "grpc.max_reconnect_backoff_ms": 1000}
 
 T = TypeVar("T")
 
