@@ -101,7 +101,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
                         f"innodb_lock_wait_timeout = {KB_DATABASE_TIMEOUT_SECONDS}"}
     DATABASES["default"]["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
 else:
-    DATABASES["default"]["OPTIONS"] = {"timeout": KB_DATABASE_TIMEOUT_SECONDS}
+    # Writers wait their turn (docs/operations.md, "The embedded database"): a transaction
+    # takes the write lock when it begins (IMMEDIATE), so the busy timeout applies, instead of
+    # reading first and being refused at once when it upgrades; WAL lets lookups read (and
+    # the admin poll) beside a writer.
+    DATABASES["default"]["OPTIONS"] = {"timeout": KB_DATABASE_TIMEOUT_SECONDS,
+                                       "transaction_mode": "IMMEDIATE",
+                                       "init_command": "PRAGMA journal_mode=WAL"}
     # Tests on the embedded defaults use a file as the embedded defaults do (an in-memory
     # database shares no locks or busy-waits between threads or processes).
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test_kbplatform.sqlite3")}
