@@ -27,7 +27,7 @@ from datasets.admin_scope import (
 from retrieval import admin_evaluation, admin_index  # noqa: F401  (register their pages)
 from retrieval import config as cfg
 from retrieval.admin_experiments import experiment_started
-from retrieval.admin_hit_test import draft_url, hit_test_page
+from retrieval.admin_hit_test import draft_data, hit_test_page
 from retrieval.models import RagAgent, RagConfig, RagConfigChange
 from retrieval.selectors import checked_settings
 from retrieval.services import rag_config_rollback, rag_config_update
@@ -151,26 +151,32 @@ class RagConfigAdmin(TenantScopedAdmin[RagConfig]):
                         name="retrieval_ragconfig_hit_test")
         return [hit_test, *super().get_urls()]
 
-    def hit_test(self, request: HttpRequest) -> HttpResponse:
-        """Hit testing: a question, the tool's answer and the lookup's whole trace (GET: a
-        result is a link to share)."""
+    def hit_test(self, request: HttpRequest,
+                 data: dict[str, Any] | None = None) -> HttpResponse:
+        """Hit testing: a question, the tool's answer and the lookup's whole trace. A run is a
+        POST (CSRF-checked by admin_view; a GET shows the form), a draft's (`data`, from a
+        config's form) for users who may change configs only."""
         if not self.has_view_permission(request):
             raise PermissionDenied
         context = {**self.admin_site.each_context(request), "title": "Hit testing",
-                   "opts": self.model._meta, **hit_test_page(request)}
+                   "opts": self.model._meta, **hit_test_page(
+                       request, data=data, may_draft=self.has_change_permission(request))}
         return TemplateResponse(request, "admin/retrieval/hit_test.html", context)
 
     def changeform_view(self, request: HttpRequest, object_id: str | None = None,
                         form_url: str = "", extra_context: dict[str, Any] | None = None
                         ) -> HttpResponse:
-        # "Hit test this draft": the form's values, validated, to the hit-testing page
-        # instead of being saved.
+        # "Hit test this draft": the form's values, validated, run by the hit-testing page
+        # instead of being saved (by a user who may save them).
         if request.method == "POST" and "_hit_test_draft" in request.POST:
             obj = self.get_object(request, unquote(object_id)) if object_id else None
+            if not (self.has_change_permission(request, obj) if object_id
+                    else self.has_add_permission(request)):
+                raise PermissionDenied
             form = cast(RagConfigForm, self.get_form(request, obj, change=obj is not None)(
                 request.POST, request.FILES, instance=obj))
             if form.is_valid():
-                return redirect(draft_url(
+                return self.hit_test(request, draft_data(
                     config=obj, form_data=form.cleaned_data, values=form.setting_values(),
                     question=request.POST.get("_hit_test_question", "")))
         return super().changeform_view(request, object_id, form_url, extra_context)

@@ -1,6 +1,6 @@
 """What the console's pages ask first: a tenant of the user's admin scope, some of its datasets,
-and a config version: of its default config by number (hit testing), or chosen from the
-versions that exist of any of its configs (batch hit testing, suite evaluations)."""
+and a config version chosen from the versions that exist of any of its configs (hit testing,
+batch hit testing, suite evaluations)."""
 
 from __future__ import annotations
 

@@ -1,20 +1,27 @@
 """The admin's hit-testing page (RagConfigAdmin.hit_test): a question for one tenant's lookups,
 under the serving config, an earlier version of it or a draft not saved yet, the tool's answer
-and the lookup's trace; two of them side by side, the differences marked. Nothing is audited."""
+and the lookup's trace; two of them side by side, the differences marked. Nothing is audited.
+
+A run may call the tenant's chat model (a query transform, a judge) with the tenant's key, so
+it is a POST only, which the admin checks for its CSRF token: a GET — a link someone was sent —
+shows the empty form and runs nothing, and the question never appears in a URL (nor in a
+server's request log). A draft runs only for users who may change RAG configs."""
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
-from urllib.parse import urlencode
 
 from django import forms
 from django.conf import settings as django_settings
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
-from django.urls import reverse
 
 from audit.admin_display import trace_tables
-from retrieval.admin_forms import TenantVersionForm
+from datasets.models import Tenant
+from datasets.selectors import db_id
+from retrieval.admin_forms import ConfigVersionForm
 from retrieval.config import RagConfigConverter, RagConfigError
 from retrieval.hit_test import HitTest, compared, hit_test_question
 from retrieval.models import RagConfig, RagConfigChange
@@ -23,14 +30,10 @@ from retrieval.selectors import draft_settings
 MAX_DRAFT_CHARS = 20_000
 
 
-class HitTestForm(TenantVersionForm):
-    """A question for one tenant's lookups, with the serving config, an earlier version or a
-    draft."""
+class HitTestForm(ConfigVersionForm):
+    """A question for one tenant's lookups, with the serving config, a version of one of its
+    configs (chosen from those that exist) or a draft."""
 
-    compare = forms.IntegerField(
-        min_value=1, required=False, label="Compare with version",
-        help_text="Another version: the same question under both, side by side, the "
-                  "differences marked. Empty: no comparison.")
     draft = forms.CharField(
         required=False, max_length=MAX_DRAFT_CHARS, label="Draft settings",
         widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
@@ -40,10 +43,20 @@ class HitTestForm(TenantVersionForm):
     question = forms.CharField(max_length=django_settings.KB_MAX_QUERY_CHARS,
                                widget=forms.TextInput(attrs={"size": 80}))
 
+    def __init__(self, data: Any = None, files: Any = None, *, request: HttpRequest) -> None:
+        super().__init__(data, files, request=request)
+        # The second version is chosen as the first is, from the same versions.
+        compare = copy.deepcopy(self.fields["version"])
+        compare.label = "Compare with version"
+        compare.help_text = ("Another version: the same question under both, side by side, "
+                             "the differences marked. Empty: no comparison.")
+        self.fields["compare"] = compare
+        self.order_fields(["tenant", "datasets", "version", "compare", "draft", "question"])
+
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
         tenant = cleaned.get("tenant")
-        cleaned["compared"] = self.version_of(tenant, "compare") if tenant else None
+        cleaned["compared"] = self.compared_change(tenant) if tenant else None
         cleaned["draft_settings"] = None
         if tenant is not None and cleaned.get("draft"):
             try:
@@ -54,15 +67,36 @@ class HitTestForm(TenantVersionForm):
                 self.add_error("draft", "; ".join(f"{k}: {v}" for k, v in exc.errors.items()))
         return cleaned
 
+    def compared_change(self, tenant: Tenant) -> RagConfigChange | None:
+        """The second version, of one of the tenant's configs (the datasets searched stay
+        those of the first)."""
+        chosen = db_id(self.cleaned_data.get("compare") or "")
+        if chosen is None:
+            return None
+        change = RagConfigChange.objects.select_related("config__tenant", "config__dataset") \
+            .filter(pk=chosen, config__tenant=tenant).first()
+        if change is None:
+            self.add_error("compare", f"not a version of a config of {tenant.slug}")
+        return change
+
 
 def _label(change: RagConfigChange | None) -> str:
-    return f"version {change.version}" if change is not None else "the serving config"
+    return (f"{change.config.scope_label} version {change.version}" if change is not None
+            else "the serving config")
 
 
-def hit_test_page(request: HttpRequest) -> dict[str, Any]:
-    """The page's context: the form, and once it is valid the answer, its trace and the
-    side-by-side columns."""
-    form = HitTestForm(request.GET or None, request=request)
+def hit_test_page(request: HttpRequest, *, may_draft: bool,
+                  data: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The page's context: the form, and once a POST's (or `data`'s, a config form's draft)
+    form is valid the answer, its trace and the side-by-side columns. `may_draft`: the user
+    may change RAG configs; a draft of anyone else is refused (403)."""
+    if data is None and request.method == "POST":
+        data = request.POST
+    if data is None:
+        return {"form": HitTestForm(request=request)}
+    if data.get("draft") and not may_draft:
+        raise PermissionDenied("a draft runs only for users who may change RAG configs")
+    form = HitTestForm(data, request=request)
     if not form.is_valid():
         return {"form": form}
     data = form.cleaned_data
@@ -89,15 +123,12 @@ def hit_test_page(request: HttpRequest) -> dict[str, Any]:
             "rd": details, "trace": trace_tables(details, tenant.pk), "comparison": comparison}
 
 
-def draft_url(*, config: RagConfig | None, form_data: dict[str, Any], values: dict[str, Any],
-              question: str) -> str:
-    """The hit-testing page for a config form's values, not saved (a new config's too)."""
+def draft_data(*, config: RagConfig | None, form_data: dict[str, Any], values: dict[str, Any],
+               question: str) -> dict[str, Any]:
+    """The hit-testing form's data for a config form's values, not saved (a new config's
+    too)."""
     tenant = config.tenant if config is not None else form_data["tenant"]
     dataset = config.dataset if config is not None else form_data.get("dataset")
     draft = RagConfigConverter.to_dict(RagConfigConverter.to_settings(values))
-    params: list[tuple[str, Any]] = [("tenant", tenant.pk), ("draft", json.dumps(draft))]
-    if dataset is not None:
-        params.append(("datasets", dataset.pk))
-    if question.strip():
-        params.append(("question", question.strip()))
-    return f"{reverse('admin:retrieval_ragconfig_hit_test')}?{urlencode(params)}"
+    return {"tenant": tenant.pk, "draft": json.dumps(draft), "question": question.strip(),
+            "datasets": [dataset.pk] if dataset is not None else []}

@@ -116,6 +116,6 @@ def test_hit_tests_are_not_routed(admin_client: Client, acme: Imported) -> None:
     config = two_versions(acme)
     start(admin_client, config, 1, 99)
     for n in range(5):
-        page = admin_client.get(reverse("admin:retrieval_ragconfig_hit_test"), {
+        page = admin_client.post(reverse("admin:retrieval_ragconfig_hit_test"), {
             "tenant": acme.tenant.pk, "question": f"{QUESTION} {n}"}).content.decode()
         assert "<th>config version</th><td>2</td>" in page
