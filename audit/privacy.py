@@ -13,7 +13,9 @@ from django.utils.crypto import salted_hmac
 def query_fingerprint(query: str) -> str:
     # Keyed with SECRET_KEY: a plain SHA-256 of a short question is one dictionary lookup
     # away from the question itself. Equal queries still share a hash, so repeats group.
-    return salted_hmac("kbplatform.audit.query", query, algorithm="sha256").hexdigest()
+    # surrogatepass: a lone surrogate (a command line's undecodable byte) still has a hash.
+    return salted_hmac("kbplatform.audit.query", query.encode("utf-8", "surrogatepass"),
+                       algorithm="sha256").hexdigest()
 
 
 def audited_text(text: str) -> str:

@@ -197,3 +197,12 @@ def test_wrong_method_and_bad_json_write_one_row_each(make_key: MakeKey) -> None
     assert sorted(ToolInvocation.objects.values_list("error", flat=True)) == [
         "MethodNotAllowed", "ParseError"]
     assert set(ToolInvocation.objects.values_list("outcome", flat=True)) == {"invalid"}
+
+
+def test_a_query_with_a_lone_surrogate_still_has_a_fingerprint() -> None:
+    """A command line's undecodable byte reaches the audit as a lone surrogate: hashed, not a
+    failure that would leave the call without its row."""
+    from audit.privacy import query_fingerprint
+
+    assert query_fingerprint("\ud800") != query_fingerprint("\ud801")
+    assert query_fingerprint("x") == query_fingerprint("x")
