@@ -184,8 +184,9 @@ class RagNodeOutput(serializers.Serializer[dict[str, Any]]):
     query_source = serializers.ChoiceField(choices=["query", "rag_keywords", "user_input", ""])
     selected_by = serializers.ChoiceField(choices=["ids", "all", "name", "contains", ""],
                                           help_text="Which rule chose the datasets.")
-    delegated_to = serializers.CharField(allow_blank=True, help_text="The RagAgent that ran "
-                                         "the question; empty: the node's own agentic graph.")
+    delegated_to = serializers.CharField(allow_blank=True, help_text="The RagAgent, or the "
+                                         "sub-agent named as a RAG agent, that ran the question; "
+                                         "empty: the node's own agentic graph.")
     missing = serializers.ListField(child=serializers.CharField())
     routes = AgenticIterationOutput(many=True)
     evidence = EvidenceOutput(many=True)
