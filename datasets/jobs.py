@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from datasets.models import Job
+from datasets.models import Document, Job
 
 logger = logging.getLogger(__name__)
 
@@ -19,6 +19,7 @@ GENERIC_ERROR = "the job failed on the platform's side; the operators have the d
 
 # A job's log keeps its last lines: a rebuild of many documents logs milestones, not each one.
 LOG_LINES = 200
+GOING = (Job.Status.QUEUED, Job.Status.RUNNING)  # a job in one of these has not ended yet
 
 
 def job_update(job: Job | None, *, status: str | None = None, done: int | None = None,
@@ -48,7 +49,21 @@ def job_update(job: Job | None, *, status: str | None = None, done: int | None =
 
 
 def job_fail(job: Job | None, exc: BaseException, *, public: str = GENERIC_ERROR) -> None:
-    """Failed, with `public` for the owner and the exception for operators."""
+    """Failed, with `public` for the owner and the exception for operators. A database that
+    cannot take even that leaves the job to the recovery, which ends it (retrieval/recovery.py)."""
     logger.error("job %s failed: %s: %s", job.pk if job else None, type(exc).__name__, exc)
-    job_update(job, status=Job.Status.FAILED, error=public[:2000],
-               error_detail=f"{type(exc).__name__}: {exc}"[:4000], log=f"failed: {public}")
+    try:
+        job_update(job, status=Job.Status.FAILED, error=public[:2000],
+                   error_detail=f"{type(exc).__name__}: {exc}"[:4000], log=f"failed: {public}")
+    except DatabaseError:
+        logger.exception("job %s: its failure could not be recorded", job.pk if job else None)
+
+
+def job_indexed(job: Job | None, document: Document | None, *, note: str = "") -> None:
+    """An indexing job's success: Milvus follows `document` (None: gone)."""
+    if document is None or document.deleted:
+        job_update(job, status=Job.Status.SUCCEEDED, done=1, detail={"skipped": "deleted"},
+                   log="nothing to index: the document is deleted")
+        return
+    job_update(job, status=Job.Status.SUCCEEDED, done=1, detail={"chunks": document.chunk_count},
+               log=f"ready, chunks: {document.chunk_count}{note}")

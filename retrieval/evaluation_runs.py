@@ -22,7 +22,7 @@ from django.conf import settings as django_settings
 from django.db import transaction
 from django.utils import timezone
 
-from datasets.jobs import job_update
+from datasets.jobs import GOING, job_update
 from datasets.models import Job, Tenant
 from kbplatform.tasks import enqueue_on_commit
 from retrieval.benchmarks import Timing
@@ -49,7 +49,6 @@ MAX_TRACED_MISSES = 100  # a run keeps the traces of its first misses, not of th
 RANKING_KEPT = 10
 PROGRESS_STEPS = 50  # progress is written about this many times per run
 MAX_SUITE_QUERIES = 10_000  # a run's outcomes are read whole by its comparisons
-GOING = (Job.Status.QUEUED, Job.Status.RUNNING)  # a run whose job is one of these still goes
 
 
 class RunUnavailable(RuntimeError):

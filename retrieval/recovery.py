@@ -3,8 +3,9 @@ index operations that a dead process left half done.
 
 It runs when a worker starts and then every KB_RECOVERY_INTERVAL_SECONDS (kbplatform/celery.py),
 so a lost message or a killed worker delays a change, never loses it. Running it twice is
-harmless: a sync is idempotent and a job runs only from `queued`. An evaluation run whose
-worker died is failed (it is started again by hand, not re-run behind the operator's back).
+harmless: a sync is idempotent and a job runs only from `queued`. An evaluation run or an
+import whose process died is failed (started again by hand, not re-run behind the operator's
+back); an indexing job whose task is gone ends as its document is: a job always ends.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import logging
 from datetime import timedelta
 
 from django.conf import settings
+from django.db.models import F, Q
 from django.utils import timezone
 
-from datasets.jobs import job_update
-from datasets.models import Job
+from datasets.jobs import GENERIC_ERROR, GOING, job_indexed, job_update
+from datasets.models import Document, Job
 from datasets.services import documents_sync_due
 from kbplatform.tasks import send
 from retrieval.index_versions import serving_index
@@ -33,31 +35,62 @@ INDEX_OPERATIONS = {Job.Kind.REBUILD: "retrieval.tasks.rebuild_task",
 
 
 def recover(*, grace_seconds: float | None = None) -> dict[str, int]:
+    grace = settings.KB_RECOVERY_GRACE_SECONDS if grace_seconds is None else grace_seconds
     restarted = _interrupted_operations()
-    _lost_evaluations()
-    due = documents_sync_due(older_than_seconds=settings.KB_RECOVERY_GRACE_SECONDS
-                             if grace_seconds is None else grace_seconds)
+    _lost_runs()
+    due = documents_sync_due(older_than_seconds=grace)
     for pk in due:
         job = (Job.objects.filter(document_id=pk, kind=Job.Kind.INDEX_DOCUMENT,
-                                  status__in=[Job.Status.QUEUED, Job.Status.RUNNING])
+                                  status__in=GOING)
                .order_by("-pk").first())
         send("retrieval.tasks.sync_document", pk, job.pk if job else None)
-    if due or restarted:
-        logger.warning("recovery: %d document(s) re-synced, %d index operation(s) restarted",
-                       len(due), restarted)
-    return {"documents": len(due), "operations": restarted}
+    ended = _lost_index_jobs(grace)
+    if due or restarted or ended:
+        logger.warning("recovery: %d document(s) re-synced, %d index operation(s) restarted, "
+                       "%d job(s) of lost tasks ended", len(due), restarted, ended)
+    return {"documents": len(due), "operations": restarted, "jobs": ended}
 
 
-def _lost_evaluations() -> None:
-    """A running evaluation writes its progress often: one silent for longer than
-    KB_EVALUATION_STALE_SECONDS lost its worker (its message is dropped when redelivered: the
-    job is not queued any more). It fails, so that its page ends and it can be started again."""
+def _lost_index_jobs(grace_seconds: float) -> int:
+    """An indexing job still going, silent for the grace, whose document Milvus follows
+    already (another batch wrote it, or a later sync), or that is gone: its task failed
+    before it could end it, or was lost. Nothing is left for it to do; it ends as the
+    document is (a document still due is re-synced above, with its latest job)."""
+    stale = timezone.now() - timedelta(seconds=grace_seconds)
+    jobs = (Job.objects.filter(kind=Job.Kind.INDEX_DOCUMENT, status__in=GOING,
+                               updated_at__lte=stale)
+            .filter(Q(document__isnull=True) | Q(document__synced_revision=F("document__revision")))
+            .select_related("document"))
+    for job in jobs:
+        _end_as_its_document(job, job.document)
+    return len(jobs)
+
+
+def _end_as_its_document(job: Job, document: Document | None) -> None:
+    if document is None or document.deleted or document.status == Document.Status.READY:
+        job_indexed(job, document, note=" (written by another sync)")
+    else:
+        job_update(job, status=Job.Status.FAILED, error=document.error or GENERIC_ERROR,
+                   log="failed: its task stopped before the end")
+
+
+# Jobs that write their progress often while they run (an evaluation's queries, an import's
+# files), and what their owner reads when one fell silent.
+SILENT = {Job.Kind.EVALUATE: ("its worker stopped during the run; start the run again",
+                              "failed: its worker stopped during the run"),
+          Job.Kind.IMPORT: ("its process stopped during the import; import again",
+                            "failed: its process stopped during the import")}
+
+
+def _lost_runs() -> None:
+    """A running job of SILENT silent for longer than KB_EVALUATION_STALE_SECONDS lost its
+    process (its message is dropped when redelivered: the job is not queued any more). It
+    fails, so that its page ends and it can be started again."""
     stale = timezone.now() - timedelta(seconds=settings.KB_EVALUATION_STALE_SECONDS)
-    for job in Job.objects.filter(kind=Job.Kind.EVALUATE, status=Job.Status.RUNNING,
+    for job in Job.objects.filter(kind__in=list(SILENT), status=Job.Status.RUNNING,
                                   updated_at__lt=stale):
-        job_update(job, status=Job.Status.FAILED,
-                   error="its worker stopped during the run; start the run again",
-                   log="failed: its worker stopped during the run")
+        error, log = SILENT[Job.Kind(job.kind)]
+        job_update(job, status=Job.Status.FAILED, error=error, log=log)
 
 
 def _interrupted_operations() -> int:

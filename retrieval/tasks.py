@@ -14,8 +14,8 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from datasets.ingestion.parse import DocumentParseError
-from datasets.jobs import GENERIC_ERROR, job_fail, job_update
-from datasets.models import Job
+from datasets.jobs import GENERIC_ERROR, GOING, job_fail, job_indexed, job_update
+from datasets.models import Document, Job
 from retrieval.embedders import EmbeddingAuthError, EmbeddingError
 from retrieval.evaluation import SuiteError
 from retrieval.evaluation_runs import RunUnavailable, evaluation_run_execute
@@ -50,47 +50,61 @@ def public_error(exc: BaseException) -> str:
     return GENERIC_ERROR
 
 
-def _give_up(document_id: int, job_id: int | None, exc: BaseException) -> None:
+def _give_up(document_id: int, job: Job | None, exc: BaseException) -> None:
     message = public_error(exc)
-    document_mark_failed(document_id=document_id, error=message)
-    job_fail(Job.objects.filter(pk=job_id).first() if job_id else None, exc, public=message)
+    try:
+        document_mark_failed(document_id=document_id, error=message)
+    except DatabaseError:  # the document stays due: the recovery syncs it again
+        logger.exception("document %s: its failure could not be recorded", document_id)
+    job_fail(job, exc, public=message)
+
+
+def _going(job_id: int | None) -> Job | None:
+    """The job this sync reports to, unless it has ended: a late or repeated delivery (the
+    recovery ends a job whose task was lost) never reopens it."""
+    return Job.objects.filter(pk=job_id, status__in=GOING).first() if job_id else None
 
 
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
 def sync_document(self, document_id: int, job_id: int | None = None) -> None:  # type: ignore[no-untyped-def]
-    """Make the serving index follow one document's row (content, activation, deletion)."""
-    job = Job.objects.filter(pk=job_id).first() if job_id else None
-    attempt = self.request.retries + 1
-    job_update(job, status=Job.Status.RUNNING,
-               log="indexing" if attempt == 1 else f"indexing, attempt {attempt}")
+    """Make the serving index follow one document's row (content, activation, deletion).
+
+    Whatever fails, the job ends or the task retries: marking the job itself is inside, so a
+    database lock on it is retried like the sync (a sync is idempotent).
+    """
+    job = None
     try:
-        document = document_sync(document_id=document_id)
+        job = _going(job_id)
+        attempt = self.request.retries + 1
+        job_update(job, status=Job.Status.RUNNING,
+                   log="indexing" if attempt == 1 else f"indexing, attempt {attempt}")
+        _synced_job(job, document_sync(document_id=document_id))
     except PERMANENT as exc:
-        _give_up(document_id, job_id, exc)
-        return
+        _give_up(document_id, job, exc)
     except TRANSIENT as exc:
         if self.request.retries >= self.max_retries:
-            _give_up(document_id, job_id, exc)
+            _give_up(document_id, job, exc)
             return
         countdown = 2 ** self.request.retries
         logger.warning("syncing document %s failed (%r); retry in %s s", document_id, exc,
                        countdown)
-        job_update(job, log=f"a platform service was unavailable; retry in {countdown} s")
+        try:
+            job_update(job, log=f"a platform service was unavailable; retry in {countdown} s")
+        except DatabaseError:
+            pass  # a line of the log: the retry matters, not the line
         if self.request.is_eager:
             # Eager retries run at once: without a pause they would all fail together.
             time.sleep(countdown)
         raise self.retry(exc=exc, countdown=countdown) from exc
     except Exception as exc:  # our own bug: recorded, and raised for the worker's log
-        _give_up(document_id, job_id, exc)
+        _give_up(document_id, job, exc)
         raise
-    if document is None or document.deleted:
-        job_update(job, status=Job.Status.SUCCEEDED, done=1, detail={"skipped": "deleted"},
-                   log="nothing to index: the document is deleted")
-        return
-    document.refresh_from_db(fields=["chunk_count"])  # written by the sync with update()
-    job_update(job, status=Job.Status.SUCCEEDED, done=1,
-               detail={"chunks": document.chunk_count},
-               log=f"ready, chunks: {document.chunk_count}")
+
+
+def _synced_job(job: Job | None, document: Document | None) -> None:
+    if document is not None:
+        document.refresh_from_db(fields=["chunk_count"])  # written by the sync with update()
+    job_indexed(job, document)
 
 
 def _claim(job_id: int) -> Job | None:
