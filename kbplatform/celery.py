@@ -1,4 +1,3 @@
-import logging
 import os
 import threading
 from typing import Any
@@ -12,7 +11,6 @@ app = Celery("kbplatform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
-logger = logging.getLogger(__name__)
 _stop = threading.Event()
 
 
@@ -20,18 +18,9 @@ _stop = threading.Event()
 def _recover_periodically(**_: Any) -> None:
     """A started worker picks up what a dead one left (retrieval/recovery.py), then keeps
     looking: a change whose message was lost is applied within one interval."""
-    from django.conf import settings
+    from kbplatform.tasks import recover_periodically
 
-    def loop() -> None:
-        while True:
-            try:
-                app.signature("retrieval.tasks.recover_task").delay()
-            except Exception:
-                logger.exception("could not enqueue the recovery")
-            if _stop.wait(settings.KB_RECOVERY_INTERVAL_SECONDS):
-                return
-
-    threading.Thread(target=loop, name="kb-recovery", daemon=True).start()
+    recover_periodically(_stop)
 
 
 @worker_shutdown.connect

@@ -169,6 +169,9 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
 KB_RECOVERY_INTERVAL_SECONDS = env_int("KB_RECOVERY_INTERVAL_SECONDS", 300, minimum=5)
 # A change younger than this most likely still has its message in the queue: not re-sent.
 KB_RECOVERY_GRACE_SECONDS = env_int("KB_RECOVERY_GRACE_SECONDS", 60, minimum=0)
+# With tasks in-process (no worker to do it), the web process runs the recovery itself
+# (kbplatform/wsgi.py): what an outage left undone is applied without an operator.
+KB_RECOVERY_IN_PROCESS = env_bool("KB_RECOVERY_IN_PROCESS", CELERY_TASK_ALWAYS_EAGER)
 # Every write to the vector store runs on this queue. Milvus Lite also needs one writer at a
 # time across processes: KB_MILVUS_SINGLE_WRITER makes every writer take one lock (see
 # retrieval/writer_lock.py); on a Milvus server set it to false and run more workers.

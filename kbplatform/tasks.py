@@ -2,27 +2,35 @@
 
 The task runs after the surrounding transaction commits (a worker must never read a row that
 is not committed yet). A broker that cannot take the message does not undo the committed
-change: the change is marked as due (Document.revision) and the worker's recovery applies it.
+change: the change is marked as due (Document.revision) and the recovery applies it: a
+worker's, or with tasks in-process (the embedded default), the web process's own.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
-from django.db import transaction
+from django.conf import settings
+from django.db import connections, transaction
 
 from kbplatform.celery import app
 
 logger = logging.getLogger(__name__)
 
 
+_loading = threading.Lock()
+
+
 def send(name: str, *args: Any) -> None:
     """Enqueue now (or, in eager mode, run now)."""
     if name not in app.tasks:
         # Task modules load lazily (autodiscovery); a web process has not needed them yet,
-        # and a task Celery does not know is sent to the broker even in eager mode.
-        app.loader.import_default_modules()
+        # and a task Celery does not know is sent to the broker even in eager mode. One
+        # thread loads them: another, finding them half loaded, sent its task nowhere.
+        with _loading:
+            app.loader.import_default_modules()
     app.signature(name, args=args).delay()
 
 
@@ -35,3 +43,25 @@ def enqueue_on_commit(name: str, *args: Any) -> None:
                              name, args)
 
     transaction.on_commit(fire)
+
+
+def recover_periodically(stop: threading.Event) -> threading.Thread:
+    """The recovery (retrieval/recovery.py) now, then every KB_RECOVERY_INTERVAL_SECONDS
+    until `stop` is set, from a thread of its own. A worker sends it to its queue; with tasks
+    in-process it runs in that thread, so that what an outage left undone (a deletion whose
+    Milvus rows stayed, an upload that gave up) is applied without a worker or an operator."""
+
+    def loop() -> None:
+        while True:
+            try:
+                send("retrieval.tasks.recover_task")
+            except Exception:
+                logger.exception("could not run the recovery")
+            finally:
+                connections.close_all()  # this thread's own, if it ran in-process
+            if stop.wait(settings.KB_RECOVERY_INTERVAL_SECONDS):
+                return
+
+    thread = threading.Thread(target=loop, name="kb-recovery", daemon=True)
+    thread.start()
+    return thread

@@ -2,6 +2,7 @@
 (the MCP server's streamable HTTP transport at /mcp)."""
 
 import os
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -13,7 +14,12 @@ django_application = get_wsgi_application()
 from django.conf import settings  # noqa: E402 (configured above)
 from django.utils.module_loading import import_string  # noqa: E402
 
+from kbplatform.tasks import recover_periodically  # noqa: E402
+
 mounts = [(prefix, import_string(app)()) for prefix, app in settings.KB_WSGI_MOUNTS.items()]
+
+if settings.KB_RECOVERY_IN_PROCESS:  # no worker recovers for this process's tasks: it does
+    recover_periodically(threading.Event())
 
 
 def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:

@@ -15,6 +15,10 @@ from rest_framework.test import APIClient
 from kbplatform.processes import CeleryWorker, MilvusLiteServer
 from tests.datasets.builders import api_client
 
+# The suite's processes never run the recovery by themselves (an embedded web process does,
+# kbplatform/wsgi.py): a test that needs it starts it (tests/retrieval/test_in_process_repair.py).
+settings.KB_RECOVERY_IN_PROCESS = False
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
