@@ -7,34 +7,42 @@ from __future__ import annotations
 from typing import Any, cast
 
 from django import forms
+from django.db.models import F
 from django.http import HttpRequest
 
 from datasets.admin_scope import admin_datasets, admin_tenants, scoped
 from datasets.models import Dataset, Tenant
 from datasets.selectors import db_id
 from retrieval.models import RagConfigChange
-from retrieval.selectors import default_config_version
+
+MAX_VERSIONS_OFFERED = 100  # of each config, the latest
 
 
-class TenantVersionForm(forms.Form):
-    """cleaned_data gains `dataset_ids` (the chosen ones, else every activated dataset of the
-    tenant, as its tool keys search) and `change` (the version, None: the one serving)."""
+class ConfigVersionForm(forms.Form):
+    """A tenant of the user's scope, some of its datasets and a version, one of those that
+    exist of any of its configs (a tenant default or a dataset's own), offered by config.
+    cleaned_data gains `dataset_ids` (the chosen ones; none chosen: the chosen version's
+    dataset when it is a dataset's config, else every activated dataset of the tenant, as its
+    tool keys search) and `change` (the version; None: the config that serves)."""
 
     tenant: forms.ModelChoiceField[Tenant] = forms.ModelChoiceField(queryset=None)
     datasets: forms.ModelMultipleChoiceField[Dataset] | None = forms.ModelMultipleChoiceField(
         queryset=None, required=False, help_text="Empty: every activated dataset of the "
                                                  "tenant, as a tool key of the tenant searches.")
-    version: forms.Field = forms.IntegerField(
-        min_value=1, required=False, help_text="A version of the tenant's default RAG config "
-                                               "(its history). Empty: the config that serves.")
+    version = forms.ChoiceField(
+        required=False, choices=(),
+        help_text="A version of one of the tenant's RAG configs (its history; the latest "
+                  f"{MAX_VERSIONS_OFFERED} of each). Empty: the config that serves the datasets "
+                  "searched (a dataset's own config when only that dataset is searched).")
 
     def __init__(self, data: Any = None, files: Any = None, *, request: HttpRequest) -> None:
         super().__init__(data, files)
-        # The tenants and datasets of the user's admin scope only.
+        # The tenants, datasets and versions of the user's admin scope only.
         cast(forms.ModelChoiceField, self.fields["tenant"]).queryset = admin_tenants(request)
         if "datasets" in self.fields:
             cast(forms.ModelMultipleChoiceField, self.fields["datasets"]).queryset = (
                 admin_datasets(request).filter(activated=True).order_by("tenant__slug", "name"))
+        cast(forms.ChoiceField, self.fields["version"]).choices = version_choices(request)
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
@@ -45,73 +53,47 @@ class TenantVersionForm(forms.Form):
         chosen = cleaned.get("datasets") or []
         if any(d.tenant_id != tenant.pk for d in chosen):
             self.add_error("datasets", f"pick datasets of {tenant.slug} only")
-        cleaned["dataset_ids"] = [d.pk for d in chosen] or list(
-            tenant.datasets.filter(activated=True).values_list("pk", flat=True))
-        cleaned["change"] = self.chosen_change(tenant)
+        change = cleaned["change"] = self.tenant_change(tenant, "version")
+        if not chosen and change is not None and change.config.dataset_id is not None:
+            cleaned["dataset_ids"] = [change.config.dataset_id]
+        else:
+            cleaned["dataset_ids"] = [d.pk for d in chosen] or list(
+                tenant.datasets.filter(activated=True).values_list("pk", flat=True))
         return cleaned
 
-    def chosen_change(self, tenant: Tenant) -> RagConfigChange | None:
-        return cast(RagConfigChange | None, self.version_of(tenant, "version"))
-
-    def version_of(self, tenant: Tenant, field: str) -> Any:
-        number = self.cleaned_data.get(field)
-        if not number:
-            return None
-        change = default_config_version(tenant=tenant, version=number)
-        if change is None:
-            self.add_error(field, f"{tenant.slug}/default has no version {number}")
-        return change
-
-
-MAX_VERSIONS_OFFERED = 100  # of each config, the latest
-
-
-class ConfigVersionForm(TenantVersionForm):
-    """A tenant version form whose `version` is one of the versions that exist of any config
-    the user may see (a tenant default or a dataset's own), offered by config. No dataset
-    chosen and a dataset's config chosen: that dataset is searched."""
-
-    version = forms.ChoiceField(
-        required=False, choices=(),
-        help_text="A version of one of the tenant's RAG configs (its history; the latest "
-                  f"{MAX_VERSIONS_OFFERED} of each). Empty: the config that serves the datasets "
-                  "searched (a dataset's own config when only that dataset is searched).")
-
-    def __init__(self, data: Any = None, files: Any = None, *, request: HttpRequest) -> None:
-        super().__init__(data, files, request=request)
-        cast(forms.ChoiceField, self.fields["version"]).choices = version_choices(request)
-
-    def chosen_change(self, tenant: Tenant) -> RagConfigChange | None:
-        chosen = db_id(self.cleaned_data.get("version") or "")
+    def tenant_change(self, tenant: Tenant, field: str) -> RagConfigChange | None:
+        """The version chosen in `field`, when it is one of a config of `tenant` (else the
+        field's error)."""
+        chosen = db_id(self.cleaned_data.get(field) or "")
         if chosen is None:
             return None
         change = RagConfigChange.objects.select_related(
             "config__tenant", "config__dataset").filter(pk=chosen).first()
         if change is None:  # deleted with its config since the form was shown
-            self.add_error("version", "that config is gone: choose again")
+            self.add_error(field, "that config is gone: choose again")
             return None
         config = change.config
         if config.tenant_id != tenant.pk:
-            self.add_error("version", f"version {change.version} is a version of "
-                                      f"{config.scope_label}, not of a config of {tenant.slug}")
+            self.add_error(field, f"version {change.version} is a version of "
+                                  f"{config.scope_label}, not of a config of {tenant.slug}")
             return None
-        if config.dataset_id is not None and not self.cleaned_data.get("datasets"):
-            self.cleaned_data["dataset_ids"] = [config.dataset_id]
         return change
 
 
 def version_choices(request: HttpRequest) -> list[tuple[str, Any]]:
     """"" (the config that serves), then each config of the user's tenants with its versions,
     newest first: the choices of ConfigVersionForm.version."""
+    # The latest MAX_VERSIONS_OFFERED of each config in the query itself (a config's
+    # versions are numbered 1, 2, … as it changes), not every version ever made.
     changes = scoped(RagConfigChange.objects.defer("before", "after"), request,
-                     "config__tenant").select_related("config__tenant", "config__dataset")
+                     "config__tenant").select_related("config__tenant", "config__dataset") \
+        .filter(version__gt=F("config__version") - MAX_VERSIONS_OFFERED)
     grouped: dict[int, tuple[str, list[tuple[str, str]]]] = {}
     for change in changes.order_by("config__tenant__slug", "config__dataset_id", "-version"):
         config = change.config
         label, options = grouped.setdefault(config.pk, (config.scope_label, []))
-        if len(options) < MAX_VERSIONS_OFFERED:
-            serving = " (serving)" if change.version == config.version else ""
-            options.append((str(change.pk), f"{label} version {change.version}{serving}, "
-                                            f"{change.changed_at:%Y-%m-%d %H:%M} by "
-                                            f"{change.changed_by or '?'}"))
+        serving = " (serving)" if change.version == config.version else ""
+        options.append((str(change.pk), f"{label} version {change.version}{serving}, "
+                                        f"{change.changed_at:%Y-%m-%d %H:%M} by "
+                                        f"{change.changed_by or '?'}"))
     return [("", "the config that serves"), *grouped.values()]

@@ -19,8 +19,6 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 
 from audit.admin_display import trace_tables
-from datasets.models import Tenant
-from datasets.selectors import db_id
 from retrieval.admin_forms import ConfigVersionForm
 from retrieval.config import RagConfigConverter, RagConfigError
 from retrieval.hit_test import HitTest, compared, hit_test_question
@@ -56,7 +54,7 @@ class HitTestForm(ConfigVersionForm):
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
         tenant = cleaned.get("tenant")
-        cleaned["compared"] = self.compared_change(tenant) if tenant else None
+        cleaned["compared"] = self.tenant_change(tenant, "compare") if tenant else None
         cleaned["draft_settings"] = None
         if tenant is not None and cleaned.get("draft"):
             try:
@@ -66,18 +64,6 @@ class HitTestForm(ConfigVersionForm):
             except RagConfigError as exc:
                 self.add_error("draft", "; ".join(f"{k}: {v}" for k, v in exc.errors.items()))
         return cleaned
-
-    def compared_change(self, tenant: Tenant) -> RagConfigChange | None:
-        """The second version, of one of the tenant's configs (the datasets searched stay
-        those of the first)."""
-        chosen = db_id(self.cleaned_data.get("compare") or "")
-        if chosen is None:
-            return None
-        change = RagConfigChange.objects.select_related("config__tenant", "config__dataset") \
-            .filter(pk=chosen, config__tenant=tenant).first()
-        if change is None:
-            self.add_error("compare", f"not a version of a config of {tenant.slug}")
-        return change
 
 
 def _label(change: RagConfigChange | None) -> str:

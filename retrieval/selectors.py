@@ -125,12 +125,6 @@ def configs_naming_a_key_variable(tenant: Tenant) -> list[str]:
             f"the rename)." for config in named.select_related("tenant", "dataset")]
 
 
-def default_config_version(*, tenant: Tenant, version: int) -> RagConfigChange | None:
-    """Version `version` of the tenant's default config (its history), if it has one."""
-    return RagConfigChange.objects.filter(config__tenant=tenant, config__dataset__isnull=True,
-                                          version=version).first()
-
-
 def index_versions() -> QuerySet[IndexVersion]:
     return IndexVersion.objects.order_by("-created_at")
 
