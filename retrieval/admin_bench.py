@@ -20,13 +20,13 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection
-from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
 from audit.models import InvocationDataset, Outcome, ToolInvocation
 from datasets.models import Dataset, Document, Tenant
+from retrieval.benchmarks import in_process_client
 from retrieval.models import ConfigExperiment, EvaluationQuery, EvaluationRun, RagConfig
 from retrieval.services import experiment_start, rag_config_update
 
@@ -172,8 +172,7 @@ def measure(tenant: Tenant, *, rounds: int) -> list[PageTiming]:
     user, _ = User.objects.get_or_create(username=BENCH_USER)
     user.is_staff = user.is_superuser = True
     user.save()
-    host = next((h for h in settings.ALLOWED_HOSTS if h and h[0] not in ".*"), "localhost")
-    client = Client(SERVER_NAME=host)
+    client = in_process_client()
     client.force_login(user)
     timings = []
     for name, path in pages(tenant):

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from django.conf import settings
+from django.test import Client
 
 from retrieval.analysis import bm25_text
 from retrieval.milvus.connection import MilvusConnection
@@ -72,3 +74,10 @@ def raw_hybrid_search(connection: MilvusConnection, collection: str, *, expr: st
                      AnnSearchRequest([bm25_text(text)], "sparse_vector",
                                       {"metric_type": "BM25"}, k, expr=expr)],
         RRFRanker(60), limit=k, output_fields=["id", "content", "metadata"])
+
+
+def in_process_client() -> Client:
+    """A Django test client for a benchmark run outside the test suite, sending a Host that
+    ALLOWED_HOSTS names (the client's `testserver` is only a test run's)."""
+    host = next((h for h in settings.ALLOWED_HOSTS if h and h[0] not in ".*"), "localhost")
+    return Client(SERVER_NAME=host)

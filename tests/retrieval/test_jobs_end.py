@@ -4,14 +4,11 @@ indexed its document meanwhile; the admin's page, which polls until the job ends
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.conf import settings
-from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
@@ -20,6 +17,7 @@ from datasets.services import document_store
 from retrieval.recovery import recover
 from retrieval.tasks import sync_document
 from tests.datasets.builders import runbook, upload
+from tests.sqlite_lock import sqlite_locked
 
 
 def _progress(admin_client: Any, job: Job) -> dict[str, Any]:
@@ -95,23 +93,8 @@ def test_a_task_that_cannot_mark_its_job_retries_and_the_job_ends(kb, store, eag
                             max_bytes=settings.KB_MAX_UPLOAD_BYTES, queue=False)
     job = Job.objects.create(tenant=kb.tenant, dataset=kb.dataset, document=stored.document,
                              kind=Job.Kind.INDEX_DOCUMENT, total=1)
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sqlite3, sys, time\n"
-        "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
-        "db.execute('BEGIN IMMEDIATE')\n"
-        "print('locked', flush=True)\n"
-        "time.sleep(2.5)\n"), str(connection.settings_dict["NAME"])], stdout=subprocess.PIPE,
-        text=True)
-    connection.close()
-    connection.settings_dict["OPTIONS"]["timeout"] = 1
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    with sqlite_locked(mode="IMMEDIATE", seconds=2.5, timeout=1):
         sync_document.apply(args=(stored.document.pk, job.pk))  # as in-process mode runs it
-    finally:
-        holder.kill()
-        holder.wait()
-        connection.close()
-        connection.settings_dict["OPTIONS"]["timeout"] = settings.KB_DATABASE_TIMEOUT_SECONDS
 
     job.refresh_from_db()
     assert job.status == Job.Status.SUCCEEDED, (job.status, job.log)

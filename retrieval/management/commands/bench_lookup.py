@@ -3,10 +3,8 @@ import random
 from typing import Any
 
 import numpy as np
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
-from django.test import Client
 
 from datasets.auth import api_key_create
 from datasets.models import Dataset, Document
@@ -14,6 +12,7 @@ from datasets.services import tenant_get_or_create
 from retrieval import milvus
 from retrieval.benchmarks import (
     Timing,
+    in_process_client,
     raw_hybrid_search,
     synthetic_text,
     timed_ms,
@@ -83,9 +82,7 @@ class Command(BaseCommand):
         texts = [synthetic_text(rng, 6) + f" q{rng.random()}" for _ in range(queries)]
         filters = SearchFilters(tenant_id=tenant.pk, dataset_ids=(dataset.pk,))
         k = RagSettings().retrieve_k
-        # A host ALLOWED_HOSTS names (the test client's `testserver` is only a test run's).
-        client = Client(SERVER_NAME=next((h for h in settings.ALLOWED_HOSTS
-                                          if h and h[0] not in ".*"), "localhost"))
+        client = in_process_client()
         connection = milvus.collections().connection
 
         def rest(i: int) -> None:
