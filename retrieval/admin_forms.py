@@ -84,10 +84,11 @@ def version_choices(request: HttpRequest) -> list[tuple[str, Any]]:
     """"" (the config that serves), then each config of the user's tenants with its versions,
     newest first: the choices of ConfigVersionForm.version."""
     # The latest MAX_VERSIONS_OFFERED of each config in the query itself (a config's
-    # versions are numbered 1, 2, … as it changes), not every version ever made.
+    # versions are numbered 1, 2, … as it changes), not every version ever made; added to the
+    # version, not taken from the config's (MariaDB's versions are unsigned).
     changes = scoped(RagConfigChange.objects.defer("before", "after"), request,
                      "config__tenant").select_related("config__tenant", "config__dataset") \
-        .filter(version__gt=F("config__version") - MAX_VERSIONS_OFFERED)
+        .filter(config__version__lt=F("version") + MAX_VERSIONS_OFFERED)
     grouped: dict[int, tuple[str, list[tuple[str, str]]]] = {}
     for change in changes.order_by("config__tenant__slug", "config__dataset_id", "-version"):
         config = change.config

@@ -154,6 +154,23 @@ def test_the_forms_offer_the_versions_that_exist_of_the_configs_the_user_may_see
     assert not EvaluationRun.objects.exists()
 
 
+def test_only_the_latest_versions_of_a_config_are_offered(
+        admin_client: Client, acme: Imported, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A config's history grows with every save: the form offers its latest versions only,
+    cut in the query (MariaDB's unsigned versions included)."""
+    monkeypatch.setattr("retrieval.admin_forms.MAX_VERSIONS_OFFERED", 2)
+    config = None
+    for n in (3, 2, 1):
+        config = rag_config_update(config=config, tenant=acme.tenant, values={"return_n": n},
+                                   changed_by="a")
+    assert config is not None and config.version == 3
+    form = admin_client.get(reverse(ADD)).content.decode()
+    select = form.split('name="version"', 1)[1].split("</select>", 1)[0]
+    offered = {c.version for c in RagConfigChange.objects.filter(config=config)
+               if f'<option value="{c.pk}">' in select}
+    assert offered == {2, 3}
+
+
 def test_a_version_of_another_tenants_config_is_refused_for_this_tenant(
         admin_client: Client, acme: Imported) -> None:
     other = tenant_get_or_create(slug="globex")
