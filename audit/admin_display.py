@@ -66,7 +66,7 @@ REASONS = {"duplicate": "a copy of a better-ranked hit",
 
 
 def dropped_reason(code: str) -> str:
-    """The words for a reason the gate recorded (retrieval/post_process.py)."""
+    """The words for a reason the gate recorded (retrieval/lookup/post_process.py)."""
     if code.startswith("below:"):
         quality, _, support = code.removeprefix("below:").partition("/")
         lexical = f", {support} with the query's words" if support else ""

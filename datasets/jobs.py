@@ -50,7 +50,8 @@ def job_update(job: Job | None, *, status: str | None = None, done: int | None =
 
 def job_fail(job: Job | None, exc: BaseException, *, public: str = GENERIC_ERROR) -> None:
     """Failed, with `public` for the owner and the exception for operators. A database that
-    cannot take even that leaves the job to the recovery, which ends it (retrieval/recovery.py)."""
+    cannot take even that leaves the job to the recovery, which ends it
+    (retrieval/index/recovery.py)."""
     logger.error("job %s failed: %s: %s", job.pk if job else None, type(exc).__name__, exc)
     try:
         job_update(job, status=Job.Status.FAILED, error=public[:2000],
@@ -67,3 +68,14 @@ def job_indexed(job: Job | None, document: Document | None, *, note: str = "") -
         return
     job_update(job, status=Job.Status.SUCCEEDED, done=1, detail={"chunks": document.chunk_count},
                log=f"ready, chunks: {document.chunk_count}{note}")
+
+
+def job_claim(job_id: int) -> Job | None:
+    """The job, if this delivery is the one that runs it (a redelivered message is not)."""
+    if Job.objects.filter(pk=job_id, status=Job.Status.QUEUED).update(
+            status=Job.Status.RUNNING, updated_at=timezone.now()) != 1:
+        logger.info("job %s is not queued any more; this delivery does nothing", job_id)
+        return None
+    job = Job.objects.get(pk=job_id)
+    job_update(job, log="started by a worker")
+    return job

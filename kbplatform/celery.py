@@ -16,7 +16,7 @@ _stop = threading.Event()
 
 @worker_ready.connect
 def _recover_periodically(**_: Any) -> None:
-    """A started worker picks up what a dead one left (retrieval/recovery.py), then keeps
+    """A started worker picks up what a dead one left (retrieval/index/recovery.py), then keeps
     looking: a change whose message was lost is applied within one interval."""
     from kbplatform.tasks import recover_periodically
 

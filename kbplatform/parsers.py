@@ -4,7 +4,7 @@ DRF's JSONParser hands any nesting to the standard decoder, whose recursion fail
 1,000 levels (a RecursionError: a 500), and passes lone surrogates ("\\ud800") and 1e999
 (infinity) on to code that cannot take them: UTF-8 encoders (the audit's query hash,
 MariaDB's utf8mb4, the embedder) and numeric fields. The MCP endpoint reads its bodies with
-the same function (retrieval/agents/mcp_http.py).
+the same function (retrieval/tools/mcp_http.py).
 """
 
 from __future__ import annotations

@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "datasets",
     "retrieval",
     "audit",
+    "evaluation",
 ]
 
 MIDDLEWARE = [
@@ -74,7 +75,7 @@ ROOT_URLCONF = "kbplatform.urls"
 WSGI_APPLICATION = "kbplatform.wsgi.application"
 # WSGI apps served beside Django, by path prefix (kbplatform/wsgi.py): the MCP server over
 # streamable HTTP (docs/agents.md).
-KB_WSGI_MOUNTS = {"/mcp": "retrieval.agents.mcp_http.McpWsgiApp"}
+KB_WSGI_MOUNTS = {"/mcp": "retrieval.tools.mcp_http.McpWsgiApp"}
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
@@ -153,7 +154,7 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # With late acks, Redis hands a task that is not acknowledged within the visibility timeout to
 # another worker: it must be longer than the longest task (a large rebuild), or that task runs
-# twice. A worker that dies is covered by the recovery instead (retrieval/recovery.py).
+# twice. A worker that dies is covered by the recovery instead (retrieval/index/recovery.py).
 KB_TASK_VISIBILITY_TIMEOUT_SECONDS = env_int("KB_TASK_VISIBILITY_TIMEOUT_SECONDS", 12 * 3600,
                                              minimum=60)
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
@@ -174,12 +175,12 @@ KB_RECOVERY_GRACE_SECONDS = env_int("KB_RECOVERY_GRACE_SECONDS", 60, minimum=0)
 KB_RECOVERY_IN_PROCESS = env_bool("KB_RECOVERY_IN_PROCESS", CELERY_TASK_ALWAYS_EAGER)
 # Every write to the vector store runs on this queue. Milvus Lite also needs one writer at a
 # time across processes: KB_MILVUS_SINGLE_WRITER makes every writer take one lock (see
-# retrieval/writer_lock.py); on a Milvus server set it to false and run more workers.
+# retrieval/index/writer_lock.py); on a Milvus server set it to false and run more workers.
 KB_INDEXING_QUEUE = "indexing"
 # Evaluation runs only read, but for a suite's corpus (whose writes take the writer lock like
 # any other): on Celery's default queue, so that a worker of their own keeps them from delaying
 # the indexing (an exact name wins over the patterns).
-CELERY_TASK_ROUTES = {"retrieval.tasks.evaluation_task": {"queue": "celery"},
+CELERY_TASK_ROUTES = {"evaluation.tasks.evaluation_task": {"queue": "celery"},
                       "datasets.tasks.*": {"queue": KB_INDEXING_QUEUE},
                       "retrieval.tasks.*": {"queue": KB_INDEXING_QUEUE}}
 # A running evaluation writes its progress at least this often; a run silent for longer lost

@@ -46,7 +46,7 @@ def enqueue_on_commit(name: str, *args: Any) -> None:
 
 
 def recover_periodically(stop: threading.Event) -> threading.Thread:
-    """The recovery (retrieval/recovery.py) now, then every KB_RECOVERY_INTERVAL_SECONDS
+    """The recovery (retrieval/index/recovery.py) now, then every KB_RECOVERY_INTERVAL_SECONDS
     until `stop` is set, from a thread of its own. A worker sends it to its queue; with tasks
     in-process it runs in that thread, so that what an outage left undone (a deletion whose
     Milvus rows stayed, an upload that gave up) is applied without a worker or an operator."""

@@ -13,7 +13,7 @@ class RetrievalConfig(AppConfig):
         jieba.setLogLevel(logging.WARNING)  # jieba installs its own DEBUG handler
 
         from datasets.slug_secrets import slug_use_register
-        from retrieval import checks  # noqa: F401  (registers the deploy checks)
-        from retrieval.selectors import configs_naming_a_key_variable
+        from retrieval.index import checks  # noqa: F401  (registers the deploy checks)
+        from retrieval.ragconfig.selectors import configs_naming_a_key_variable
 
         slug_use_register(configs_naming_a_key_variable)  # a rename must not move their key

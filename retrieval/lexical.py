@@ -16,8 +16,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from retrieval.analysis import bm25_text
-from retrieval.transform import contains_term, normalize_text
+from retrieval.analysis import bm25_text, contains_term, normalize_text
 
 # A run of Latin letters, digits and the joiners identifiers use; CJK and spaces end it.
 _RUN = re.compile(r"[0-9A-Za-z][0-9A-Za-z_.+#:/\\-]*")

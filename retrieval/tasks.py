@@ -1,7 +1,8 @@
 """Celery tasks of the index: fetch by id, call a service, own the retries.
 
-All run on the `indexing` queue. Every Milvus write inside them takes the cross-process writer
-lock, so even two workers (or a worker and a command) never write at once.
+All run on the `indexing` queue (the evaluation app's task runs on `celery`). Every Milvus write
+inside them takes the cross-process writer lock, so even two workers (or a worker and a command)
+never write at once.
 """
 
 from __future__ import annotations
@@ -11,21 +12,18 @@ import time
 
 from celery import shared_task
 from django.db import DatabaseError
-from django.utils import timezone
 
 from datasets.ingestion.parse import DocumentParseError
-from datasets.jobs import GENERIC_ERROR, GOING, job_fail, job_indexed, job_update
+from datasets.jobs import GENERIC_ERROR, GOING, job_claim, job_fail, job_indexed, job_update
 from datasets.models import Document, Job
-from retrieval.embedders import EmbeddingAuthError, EmbeddingError
-from retrieval.evaluation import SuiteError
-from retrieval.evaluation_runs import RunUnavailable, evaluation_run_execute
-from retrieval.index_versions import IndexNotReady
-from retrieval.indexing import document_mark_failed, document_sync
-from retrieval.milvus import VectorStoreRejected, VectorStoreUnavailable
-from retrieval.models import EvaluationRun, IndexVersion
-from retrieval.rebuild import IndexOperationRunning, index_rollback, rebuild_hybrid_knowledge
-from retrieval.recovery import reconcile_serving, recover
-from retrieval.writer_lock import WriterBusy
+from retrieval.index.embedders import EmbeddingAuthError, EmbeddingError
+from retrieval.index.milvus import VectorStoreRejected, VectorStoreUnavailable
+from retrieval.index.models import IndexVersion
+from retrieval.index.rebuild import IndexOperationRunning, index_rollback, rebuild_hybrid_knowledge
+from retrieval.index.recovery import reconcile_serving, recover
+from retrieval.index.sync import document_mark_failed, document_sync
+from retrieval.index.versions import IndexNotReady
+from retrieval.index.writer_lock import WriterBusy
 
 logger = logging.getLogger(__name__)
 
@@ -107,20 +105,9 @@ def _synced_job(job: Job | None, document: Document | None) -> None:
     job_indexed(job, document)
 
 
-def _claim(job_id: int) -> Job | None:
-    """The job, if this delivery is the one that runs it (a redelivered message is not)."""
-    if Job.objects.filter(pk=job_id, status=Job.Status.QUEUED).update(
-            status=Job.Status.RUNNING, updated_at=timezone.now()) != 1:
-        logger.info("job %s is not queued any more; this delivery does nothing", job_id)
-        return None
-    job = Job.objects.get(pk=job_id)
-    job_update(job, log="started by a worker")
-    return job
-
-
 @shared_task(acks_late=True)
 def rebuild_task(job_id: int) -> None:
-    job = _claim(job_id)
+    job = job_claim(job_id)
     if job is None:
         return
     try:
@@ -131,7 +118,7 @@ def rebuild_task(job_id: int) -> None:
 
 @shared_task(acks_late=True)
 def rollback_task(job_id: int, version_id: int | None) -> None:
-    job = _claim(job_id)
+    job = job_claim(job_id)
     if job is None:
         return
     try:
@@ -145,7 +132,7 @@ def rollback_task(job_id: int, version_id: int | None) -> None:
 
 @shared_task(acks_late=True)
 def reconcile_task(job_id: int, repair: bool) -> None:
-    job = _claim(job_id)
+    job = job_claim(job_id)
     if job is None:
         return
     try:
@@ -154,27 +141,6 @@ def reconcile_task(job_id: int, repair: bool) -> None:
                    log=("repaired " if repair else "checked ") + report.line())
     except (IndexNotReady, IndexOperationRunning) as exc:
         job_fail(job, exc, public=str(exc))
-    except Exception as exc:
-        job_fail(job, exc)
-
-
-@shared_task(acks_late=True)
-def evaluation_task(job_id: int, run_id: int) -> None:
-    job = _claim(job_id)
-    if job is None:
-        return
-    run = EvaluationRun.objects.filter(pk=run_id).first()
-    if run is None:
-        job_update(job, status=Job.Status.FAILED, error="the run was deleted before it started",
-                   log="failed: the run was deleted before it started")
-        return
-    try:
-        evaluation_run_execute(run=run, job=job)
-    except SuiteError as exc:
-        job_fail(job, exc, public=str(exc))
-    except RunUnavailable as exc:
-        job_fail(job, exc, public="a lookup answered UNAVAILABLE: a platform service failed; "
-                                  "start the run again once it is back")
     except Exception as exc:
         job_fail(job, exc)
 

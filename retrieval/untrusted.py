@@ -5,7 +5,7 @@ DESIGN.md): in untrusted text every `<` that could open a tag is `&lt;`, and eve
 could open a citation marker (`[…#chunk-N]`) is `&#91;`. So no such text can close its block
 or open another (`<source>`, `<sources>`, `<question>`, `<answer>`, or any tag an agent may
 read as structure), nor cite evidence: the only markers of an answer are the ones the platform
-or the model put there, and those are confined to the evidence served (retrieval/answer.py).
+or the model put there, and those are confined to the evidence served (retrieval/answers/answer.py).
 The rule is idempotent (escaped text escapes to itself) and leaves other text as it was.
 
 Every prompt that carries evidence or a question builds it here: each evidence item is one

@@ -58,9 +58,9 @@ def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusLi
 def store(milvus_server: MilvusLiteServer | None, tmp_path: Path,
           settings: Any) -> Iterator[Any]:
     """A clean Milvus for the test, and a probe to read it; collections are dropped after."""
-    from retrieval import milvus
-    from retrieval.embedders import reset_embedders
-    from retrieval.milvus.connection import reset_connection
+    from retrieval.index import milvus
+    from retrieval.index.embedders import reset_embedders
+    from retrieval.index.milvus.connection import reset_connection
 
     if milvus_server is None:
         settings.MILVUS_URI = str(tmp_path / "milvus.db")
@@ -179,7 +179,7 @@ def kb(make_key: Callable[..., tuple[Any, str]]) -> Kb:
 def ingest(store: Any) -> Callable[..., Any]:
     """Store a document and sync it in this process, as the indexing worker would."""
     from datasets.services import document_store
-    from retrieval.indexing import document_sync
+    from retrieval.index.sync import document_sync
 
     def run(dataset: Any, name: str, raw: bytes) -> Any:
         outcome = document_store(dataset=dataset, file_name=name.rsplit("/", 1)[-1], raw=raw,

@@ -6,9 +6,9 @@ from typing import Any
 
 from django.conf import settings
 
-from retrieval import milvus
-from retrieval.index_versions import active_version
-from retrieval.milvus.connection import get_connection
+from retrieval.index import milvus
+from retrieval.index.milvus.connection import get_connection
+from retrieval.index.versions import active_version
 
 
 class MilvusProbe:
@@ -47,7 +47,7 @@ class MilvusProbe:
 
 def collection_before_filter_fields(name: str, dimension: int) -> None:
     """A collection with the schema of before the metadata filter fields (domain, ...)."""
-    from retrieval.milvus.imports import DataType, Function, FunctionType
+    from retrieval.index.milvus.imports import DataType, Function, FunctionType
 
     client = get_connection().client()
     schema = client.create_schema(auto_id=False, enable_dynamic_field=False)

@@ -188,7 +188,7 @@ def upload(world: World, dataset_id: str, name: str, raw: bytes, status: int) ->
 
 @pytest.mark.django_db
 def test_a_client_session_answers_as_documented(world: World, monkeypatch: Any) -> None:
-    from retrieval.indexing import document_sync
+    from retrieval.index.sync import document_sync
 
     admin = world.platform
     call(None, "GET", "/api/datasets", 401)
@@ -244,7 +244,7 @@ def test_a_client_session_answers_as_documented(world: World, monkeypatch: Any) 
     def down(*args: Any, **kwargs: Any) -> None:
         raise ServiceUnavailable("the canonical invocation store is unavailable")
 
-    monkeypatch.setattr("retrieval.lookup_service.canonical_store", down)
+    monkeypatch.setattr("retrieval.lookup.service.canonical_store", down)
     failed = call(world.tool, "POST", "/api/tools/lookup_knowledge", 503, body={"query": "redis"})
     assert failed["evidence_status"] == "UNAVAILABLE"
     failed = call(world.tool, "POST", "/api/rag/answer", 503, body={"query": "redis"})

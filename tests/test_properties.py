@@ -46,7 +46,7 @@ from rest_framework.test import APIClient
 from audit.models import ToolInvocation
 from datasets.models import Dataset, Document
 from datasets.services import dataset_create, document_delete, tenant_get_or_create
-from retrieval.indexing import document_sync
+from retrieval.index.sync import document_sync
 from tests.datasets.builders import api_client, markdown, md_file
 
 pytestmark = pytest.mark.django_db

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from retrieval.milvus.connection import VectorStoreRejected, VectorStoreUnavailable
+from retrieval.index.milvus.connection import VectorStoreRejected, VectorStoreUnavailable
 
 
 class StoreCommand(BaseCommand):

@@ -17,7 +17,7 @@ from audit.admin import EstimatedCountPaginator
 from audit.models import ToolInvocation
 from audit.services import invocation_record
 from datasets.models import ApiKey, Dataset, Document, Tenant
-from retrieval.project import invocation_of
+from retrieval.lookup.project import invocation_of
 from retrieval.types import EvidenceStatus, RelevanceLevel, StageTrace
 from tests.conftest import BOTH_RUNTIMES
 from tests.datasets.test_admin import assert_flat

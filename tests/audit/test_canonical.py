@@ -15,7 +15,7 @@ from django.utils import timezone
 from audit.canonical import canonical_get, canonical_store, ready_evidence, session_tool_calls
 from audit.models import CanonicalInvocation
 from datasets.services import tenant_get_or_create
-from retrieval.project import invocation_of
+from retrieval.lookup.project import invocation_of
 from retrieval.types import ContextPack, PackedEvidence
 from tests.conftest import BOTH_RUNTIMES
 from tests.datasets.builders import runbook

@@ -16,7 +16,7 @@ from audit.models import ToolInvocation
 from audit.services import invocation_record, query_fingerprint
 from datasets.models import ApiKey, Dataset, Tenant
 from kbplatform.errors import ApiError
-from retrieval.project import invocation_of, trace_details
+from retrieval.lookup.project import invocation_of, trace_details
 from retrieval.types import EvidenceStatus, RelevanceLevel
 from tests.retrieval.builders import audit_record, lookup_result
 

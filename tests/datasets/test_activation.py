@@ -15,7 +15,7 @@ from django.test import Client
 
 from datasets.models import Chunk, Document
 from datasets.services import document_store
-from retrieval.indexing import document_sync
+from retrieval.index.sync import document_sync
 from tests.datasets.builders import (
     api_client,
     found_doc_ids,
@@ -136,8 +136,8 @@ def test_admin_actions_deactivate_and_delete_reach_milvus(kb, store, docs, appli
 
 def _ranking(store, text: str, mode: str, tenant_id: int, dataset_id: int):  # type: ignore[no-untyped-def]
     """(chunk id, score) of a raw search of the serving collection, scores rounded."""
-    from retrieval import milvus
-    from retrieval.embedders import get_embedder
+    from retrieval.index import milvus
+    from retrieval.index.embedders import get_embedder
     from retrieval.types import SearchFilters, SearchRequest
 
     request = SearchRequest(

@@ -15,12 +15,13 @@ from django.utils import timezone
 from audit.models import ToolInvocation
 from datasets.auth import api_key_create
 from datasets.models import Chunk, Dataset, Document, Job, Tenant
-from retrieval.models import ConfigExperiment, EvaluationQuery, EvaluationRun, RagAgent
-from retrieval.services import experiment_start, rag_config_update
+from evaluation.models import EvaluationQuery, EvaluationRun
+from retrieval.models import ConfigExperiment, RagAgent
+from retrieval.ragconfig.services import experiment_start, rag_config_update
 
 pytestmark = pytest.mark.django_db
 
-APPS = ("datasets", "audit", "retrieval")
+APPS = ("datasets", "audit", "retrieval", "evaluation")
 
 
 @dataclass
@@ -50,7 +51,7 @@ class Owned:
 APP_OF = {"dataset": "datasets", "document": "datasets", "chunk": "datasets", "job": "datasets",
           "apikey": "datasets", "tenant": "datasets", "toolinvocation": "audit",
           "ragconfig": "retrieval", "ragconfigchange": "retrieval", "ragagent": "retrieval",
-          "evaluationrun": "retrieval", "configexperiment": "retrieval"}
+          "evaluationrun": "evaluation", "configexperiment": "retrieval"}
 
 
 def owned(slug: str) -> Owned:
@@ -143,11 +144,11 @@ def test_another_tenants_row_looks_like_one_that_does_not_exist(
                        args=[bravo.config_change.pk])
     assert client.post(rollback).status_code == 404
     for name in ("progress", "download"):
-        url = reverse(f"admin:retrieval_evaluationrun_{name}", args=[bravo.run.pk])
+        url = reverse(f"admin:evaluation_evaluationrun_{name}", args=[bravo.run.pk])
         assert client.get(url).status_code == 404, name
-    assert client.get(reverse("admin:retrieval_evaluationrun_query",
+    assert client.get(reverse("admin:evaluation_evaluationrun_query",
                               args=[bravo.run.pk, 1])).status_code == 404
-    compare = reverse("admin:retrieval_evaluationrun_compare")
+    compare = reverse("admin:evaluation_evaluationrun_compare")
     assert client.get(compare, {"a": alpha.run.pk, "b": bravo.run.pk}).status_code == 404
     for url in (reverse("admin:retrieval_configexperiment_stop", args=[bravo.experiment.pk]),
                 reverse("admin:retrieval_ragconfigchange_ab_test",
@@ -166,7 +167,7 @@ def test_forms_offer_the_staffs_tenants_and_datasets_only(client: Client,
     for url in (reverse("admin:datasets_document_add"), reverse("admin:datasets_apikey_add"),
                 reverse("admin:retrieval_ragconfig_add"), reverse("admin:retrieval_ragagent_add"),
                 reverse("admin:retrieval_ragconfig_hit_test"),
-                reverse("admin:retrieval_evaluationrun_add")):
+                reverse("admin:evaluation_evaluationrun_add")):
         html = page(client, url)
         assert "alpha" in html and "bravo" not in html, url
     # A dataset of another tenant submitted anyway is not a valid choice.

@@ -13,8 +13,8 @@ from django.core.management import CommandError, call_command
 
 from datasets.models import ApiKey
 from datasets.services import dataset_create, tenant_get_or_create
-from retrieval.embedders import get_embedder
-from retrieval.milvus import reset_connection
+from retrieval.index.embedders import get_embedder
+from retrieval.index.milvus import reset_connection
 from retrieval.models import IndexVersion
 from tests.conftest import ROOT, database_url
 from tests.datasets.builders import api_client, runbook

@@ -341,7 +341,7 @@ django.setup()
 
 from datasets.ingestion.parse import DocumentTooLarge, parse_markdown
 from datasets.ingestion.pipeline import Chunking, build_chunks
-from retrieval.embedders import build_embedder
+from retrieval.index.embedders import build_embedder
 
 
 def status_mb(field):

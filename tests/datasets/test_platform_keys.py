@@ -31,7 +31,7 @@ def staff_of(client: Client, tenant: Tenant, name: str = "staffer") -> User:
     """A staff user of `tenant` with every permission of the project's models."""
     user = User.objects.create_user(name, is_staff=True)
     user.user_permissions.add(*Permission.objects.filter(
-        content_type__app_label__in=("datasets", "audit", "retrieval")))
+        content_type__app_label__in=("datasets", "audit", "retrieval", "evaluation")))
     tenant.staff.add(user)
     client.force_login(user)
     return user
@@ -162,7 +162,7 @@ def test_tenant_staff_reach_nothing_platform_wide_in_the_admin(client: Client,
     assert "alpha" in tenants and "bravo" not in tenants
     assert client.get(reverse("admin:datasets_tenant_change", args=[other.pk]),
                       follow=True).redirect_chain[-1][0] == reverse("admin:index")
-    suite = client.get(reverse("admin:retrieval_evaluationrun_add"), {"kind": "suite"})
+    suite = client.get(reverse("admin:evaluation_evaluationrun_add"), {"kind": "suite"})
     assert suite.status_code == 403
     index = client.get(reverse("admin:index")).content.decode()
     assert "Index operations" not in index and "Index versions" not in index

@@ -9,8 +9,8 @@ import pytest
 
 from datasets.importer import knowledge_import
 from datasets.models import Chunk, Document
-from retrieval.embedders import get_embedder
-from retrieval.indexing import document_sync
+from retrieval.index.embedders import get_embedder
+from retrieval.index.sync import document_sync
 from retrieval.models import EmbeddingCache
 from tests.datasets.builders import lookup, markdown, milvus_rows
 

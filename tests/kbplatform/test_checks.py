@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
 from kbplatform.checks import check_configuration
-from retrieval.checks import check_services
+from retrieval.index.checks import check_services
 
 
 def _ids(problems) -> list[str]:  # type: ignore[no-untyped-def]
@@ -103,7 +103,7 @@ def test_manage_py_check_refuses_to_start_with_the_error_id(valid) -> None:
 
 
 def test_E007_deploy_check_when_milvus_does_not_answer(settings) -> None:
-    from retrieval.milvus import reset_connection
+    from retrieval.index.milvus import reset_connection
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -119,8 +119,8 @@ def test_E007_deploy_check_when_milvus_does_not_answer(settings) -> None:
 
 @pytest.mark.django_db
 def test_W008_deploy_check_when_the_index_was_built_differently(store, settings) -> None:
-    from retrieval import milvus
-    from retrieval.index_versions import serving_index
+    from retrieval.index import milvus
+    from retrieval.index.versions import serving_index
 
     serving_index(collections=milvus.collections())  # built with the current configuration
     assert check_services() == []
@@ -136,8 +136,8 @@ def test_W008_deploy_check_when_the_index_was_built_differently(store, settings)
 
 @pytest.mark.django_db
 def test_W011_deploy_check_when_the_serving_index_predates_the_filter_fields(store) -> None:
-    from retrieval.embedders import get_embedder
-    from retrieval.index_versions import wanted_spec
+    from retrieval.index.embedders import get_embedder
+    from retrieval.index.versions import wanted_spec
     from retrieval.models import IndexVersion
     from tests.milvus import collection_before_filter_fields
 
@@ -165,7 +165,7 @@ def test_W010_deploy_check_when_the_secret_key_was_generated(settings) -> None:
 @pytest.mark.django_db
 def test_W012_deploy_check_when_a_config_names_a_key_that_is_not_set(monkeypatch) -> None:
     from datasets.services import tenant_get_or_create
-    from retrieval.checks import check_chat_keys
+    from retrieval.index.checks import check_chat_keys
     from retrieval.models import RagConfig
 
     RagConfig.objects.create(tenant=tenant_get_or_create(slug="acme"),

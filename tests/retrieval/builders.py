@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from audit.types import InvocationRecord
-from retrieval.project import invocation_of
+from retrieval.lookup.project import invocation_of
 from retrieval.types import (
     ContextPack,
     EvidenceStatus,

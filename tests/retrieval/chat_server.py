@@ -16,9 +16,9 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from retrieval.agentic_plan import SYSTEM_PROMPT as PLAN_PROMPT
-from retrieval.graph.model_judge import SYSTEM_PROMPT as JUDGE_PROMPT
-from retrieval.graph.query_transform import decompose
+from retrieval.answers.agentic_plan import SYSTEM_PROMPT as PLAN_PROMPT
+from retrieval.lookup.graph.model_judge import SYSTEM_PROMPT as JUDGE_PROMPT
+from retrieval.lookup.graph.query_transform import decompose
 from tests.retrieval.scripted_server import ScriptedServer, serving
 
 _QUESTION = re.compile(r"<question>\n(.*?)\n</question>", re.DOTALL)

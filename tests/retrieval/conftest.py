@@ -20,7 +20,7 @@ from rest_framework.test import APIClient
 
 from datasets.importer import knowledge_import
 from datasets.models import ApiKey, Dataset, Document, Tenant
-from retrieval.indexing import document_sync
+from retrieval.index.sync import document_sync
 
 if TYPE_CHECKING:
     from rest_framework.response import _MonkeyPatchedResponse as TestResponse

@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from audit.models import ToolInvocation
 from retrieval.models import ConfigExperiment, RagConfig
-from retrieval.services import rag_config_update
+from retrieval.ragconfig.services import rag_config_update
 from tests.retrieval.conftest import Imported, MakeKey, client_for, lookup, ready
 
 pytestmark = pytest.mark.django_db

@@ -14,10 +14,10 @@ from django.test import Client, RequestFactory
 from django.urls import reverse
 
 from datasets.models import Dataset, Job, Tenant
-from retrieval.admin import RagAgentForm, RagConfigAdmin, RagConfigForm
-from retrieval.config import SETTING_NAMES, RagConfigConverter, RagSettings
+from retrieval.admin.ragconfig import RagAgentForm, RagConfigAdmin, RagConfigForm
 from retrieval.models import IndexVersion, RagAgent, RagConfig, RagConfigChange
-from retrieval.services import rag_config_update
+from retrieval.ragconfig.config import SETTING_NAMES, RagConfigConverter, RagSettings
+from retrieval.ragconfig.services import rag_config_update
 from tests.conftest import BOTH_RUNTIMES
 from tests.datasets.test_admin import assert_flat, assert_read_only_page, tenant_dataset
 
@@ -318,7 +318,7 @@ def test_rolling_back_writes_a_new_version_equal_to_the_old(runtime: str, admin_
 
 
 def test_fields_added_after_a_version_take_their_defaults(tenant: Tenant) -> None:
-    from retrieval.services import rag_config_rollback
+    from retrieval.ragconfig.services import rag_config_rollback
 
     config = history(tenant)
     old = config.changes.get(version=2)
@@ -367,7 +367,7 @@ def test_the_admin_index_opens_the_console_pages_the_user_may_open(
     console = html.split('id="operator-console"', 1)[1].split("</table>", 1)[0]
     for name in ("hit_test", "evaluationrun_add", "evaluationrun_changelist"):
         assert reverse(f"admin:retrieval_ragconfig_{name}" if name == "hit_test"
-                       else f"admin:retrieval_{name}") in console, name
+                       else f"admin:evaluation_{name}") in console, name
     assert reverse("admin:retrieval_indexversion_operations") in console
     assert reverse("admin:audit_datasets_glance") in console
     viewer = User.objects.create_user("viewer", is_staff=True)
@@ -376,7 +376,7 @@ def test_the_admin_index_opens_the_console_pages_the_user_may_open(
     mine = client.get(reverse("admin:index")).content.decode()
     assert reverse("admin:retrieval_ragconfig_hit_test") in mine
     assert reverse("admin:retrieval_indexversion_operations") not in mine
-    assert reverse("admin:retrieval_evaluationrun_add") not in mine
+    assert reverse("admin:evaluation_evaluationrun_add") not in mine
 
 
 def test_a_versions_page_lists_what_it_changed(admin_client: Client, tenant: Tenant) -> None:

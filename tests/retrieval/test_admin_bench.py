@@ -11,8 +11,8 @@ from django.core.management import call_command
 
 from audit.models import ToolInvocation
 from datasets.models import Tenant
-from retrieval.admin_bench import BENCH_TENANT
-from retrieval.models import EvaluationRun
+from evaluation.admin_bench import BENCH_TENANT
+from evaluation.models import EvaluationRun
 from tests.conftest import BOTH_RUNTIMES
 
 pytestmark = pytest.mark.django_db

@@ -16,10 +16,10 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from audit.models import ToolInvocation
-from retrieval.agentic import MAX_TRACED_CANDIDATES, MAX_TRACED_ITERATIONS, agentic_answer
-from retrieval.agentic_plan import SYSTEM_PROMPT as PLAN_PROMPT
-from retrieval.config import RagConfigConverter, RagConfigError, RagSettings
+from retrieval.answers.agentic import MAX_TRACED_CANDIDATES, MAX_TRACED_ITERATIONS, agentic_answer
+from retrieval.answers.agentic_plan import SYSTEM_PROMPT as PLAN_PROMPT
 from retrieval.models import RagConfig
+from retrieval.ragconfig.config import RagConfigConverter, RagConfigError, RagSettings
 from retrieval.types import SearchFilters
 from tests.retrieval.chat_server import ChatServer, asks_to_judge, careful_reply, chat_server
 from tests.retrieval.conftest import Imported, MakeKey, client_for, import_runbooks
@@ -134,7 +134,7 @@ def test_at_the_default_the_rules_do_not_search_again_after_finding_the_runbook(
 
 
 def _evidence(result: Any) -> list[dict[str, Any]]:
-    from retrieval.project import RagResultProjector
+    from retrieval.lookup.project import RagResultProjector
 
     return list(RagResultProjector().project(result)["evidence"])
 

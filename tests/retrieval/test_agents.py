@@ -17,7 +17,7 @@ from django.conf import settings
 
 from audit.models import ToolInvocation
 from kbplatform_client import Dataset, Job, KbClient, KbError
-from retrieval.agents.schemas import TOOLS, tool_definitions
+from retrieval.tools.schemas import TOOLS, tool_definitions
 from tests.mcp_clients import over_http
 from tests.retrieval.chat_server import chat_server
 from tests.retrieval.conftest import Imported, MakeKey, client_for
@@ -151,7 +151,7 @@ def test_the_http_endpoint_bounds_what_it_accepts(web: str) -> None:
     import http.client
     from urllib.parse import urlsplit
 
-    from retrieval.agents.mcp_http import MAX_BODY_BYTES
+    from retrieval.tools.mcp_http import MAX_BODY_BYTES
 
     def ask(method: str, body: bytes = b"", host: str = "", origin: str = "") -> int:
         where = urlsplit(web)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from retrieval.answer import Draft, ExtractiveAnswerer, Source, prompt, sentences
+from retrieval.answers.answer import Draft, ExtractiveAnswerer, Source, prompt, sentences
 
 REDIS = Source("1#chunk-0", "Redis 内存打满", "# Redis 内存打满\n\n写入失败时先看内存。"
                "执行 INFO memory 查看 used_memory。\n\nRaise maxmemory. Or set an eviction policy.")

@@ -10,7 +10,7 @@ import pytest
 
 from datasets.models import Dataset, Document
 from datasets.services import document_store, tenant_get_or_create
-from retrieval.indexing import BATCH, document_sync
+from retrieval.index.sync import BATCH, document_sync
 from tests.datasets.builders import runbook
 
 pytestmark = pytest.mark.django_db
@@ -26,7 +26,7 @@ def test_one_sync_writes_the_documents_waiting_behind_it(store: Any, monkeypatch
     dataset = Dataset.objects.create(tenant=tenant_get_or_create(slug="batch"), name="kb")
     first, *others = _waiting(dataset, "redis", "kafka", "nginx")
     flushes: list[str] = []
-    from retrieval.milvus.writer import MilvusWriter
+    from retrieval.index.milvus.writer import MilvusWriter
 
     real = MilvusWriter._flush
     monkeypatch.setattr(MilvusWriter, "_flush",

@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from retrieval.evaluation import mrr_at, ndcg_at, recall_at
+from evaluation.suites import mrr_at, ndcg_at, recall_at
 from tests.retrieval.chat_server import chat_server
 
 CORPUS = [

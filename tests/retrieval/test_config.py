@@ -7,7 +7,12 @@ from dataclasses import FrozenInstanceError
 
 import pytest
 
-from retrieval.config import SETTING_NAMES, RagConfigConverter, RagConfigError, RagSettings
+from retrieval.ragconfig.config import (
+    SETTING_NAMES,
+    RagConfigConverter,
+    RagConfigError,
+    RagSettings,
+)
 
 convert = RagConfigConverter.to_settings
 

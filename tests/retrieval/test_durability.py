@@ -14,12 +14,12 @@ from django.core.management import call_command
 
 from datasets.models import Document
 from kbplatform.processes import MilvusLiteServer, free_port
-from retrieval import milvus
-from retrieval.milvus import VectorStoreUnavailable
-from retrieval.milvus.collections import MilvusCollections
-from retrieval.milvus.connection import MilvusConnection, reset_connection
-from retrieval.milvus.imports import MilvusClient
-from retrieval.milvus.writer import ChunkRow, MilvusWriter
+from retrieval.index import milvus
+from retrieval.index.milvus import VectorStoreUnavailable
+from retrieval.index.milvus.collections import MilvusCollections
+from retrieval.index.milvus.connection import MilvusConnection, reset_connection
+from retrieval.index.milvus.imports import MilvusClient
+from retrieval.index.milvus.writer import ChunkRow, MilvusWriter
 from tests.conftest import wait_until
 from tests.datasets.builders import found_doc_ids, lookup, runbook, top_doc_id
 from tests.milvus import MilvusProbe
@@ -190,7 +190,7 @@ def settings_uri(settings):  # type: ignore[no-untyped-def]
 @pytest.fixture
 def ingest_on():  # type: ignore[no-untyped-def]
     from datasets.services import document_store
-    from retrieval.indexing import document_sync
+    from retrieval.index.sync import document_sync
 
     def run(dataset, name, raw):  # type: ignore[no-untyped-def]
         outcome = document_store(dataset=dataset, file_name=name, raw=raw,

@@ -15,7 +15,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from kbplatform.processes import free_port, wait_for_port
-from retrieval.embedders import (
+from retrieval.index.embedders import (
     CachedEmbedder,
     EmbeddingAuthError,
     EmbeddingError,

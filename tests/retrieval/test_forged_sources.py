@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from retrieval.answer import Draft
+from retrieval.answers.answer import Draft
 from retrieval.untrusted import as_data
 from tests.mcp_clients import over_http
 from tests.retrieval.chat_server import ChatServer, chat_server

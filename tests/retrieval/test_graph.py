@@ -6,11 +6,10 @@ from typing import Any, ClassVar
 
 import pytest
 
-from retrieval.config import RagConfigConverter, RagSettings
-from retrieval.graph.aggregate import Aggregator, CandidateList
-from retrieval.graph.plan import build_graph, fallback_graph
-from retrieval.graph.quality import QualityAssessor, query_terms
-from retrieval.graph.registry import (
+from retrieval.lookup.graph.aggregate import Aggregator, CandidateList
+from retrieval.lookup.graph.plan import build_graph, fallback_graph
+from retrieval.lookup.graph.quality import QualityAssessor, query_terms
+from retrieval.lookup.graph.registry import (
     NestedGraphError,
     Param,
     RetrieverCall,
@@ -18,8 +17,9 @@ from retrieval.graph.registry import (
     RetrieverSpec,
     run_retriever,
 )
-from retrieval.graph.retrievers import REGISTRY, default_registry
-from retrieval.lookup_service import lookup_knowledge
+from retrieval.lookup.graph.retrievers import REGISTRY, default_registry
+from retrieval.lookup.service import lookup_knowledge
+from retrieval.ragconfig.config import RagConfigConverter, RagSettings
 from retrieval.types import ScoredChunk, SearchFilters, SearchHit
 from tests.retrieval.conftest import Imported
 

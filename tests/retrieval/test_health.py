@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from retrieval.milvus.connection import reset_connection
+from retrieval.index.milvus.connection import reset_connection
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,7 @@ import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
-from retrieval.hit_test import (
+from retrieval.lookup.hit_test import (
     MAX_BYTES,
     MAX_QUESTIONS,
     HitReport,

@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from audit.models import ToolInvocation
-from retrieval.services import rag_config_update
+from retrieval.ragconfig.services import rag_config_update
 from tests.retrieval.conftest import Imported
 from tests.retrieval.test_admin import form_data
 

@@ -14,7 +14,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
-from retrieval.services import rag_config_update
+from retrieval.ragconfig.services import rag_config_update
 from tests.retrieval.chat_server import ChatServer, chat_server
 from tests.retrieval.conftest import Imported
 

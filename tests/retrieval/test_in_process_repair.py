@@ -16,9 +16,9 @@ import pytest
 
 from kbplatform.processes import ROOT
 from kbplatform.tasks import recover_periodically
-from retrieval.index_versions import serving_index
-from retrieval.milvus import reset_connection
-from retrieval.reconcile import reconcile
+from retrieval.index.milvus import reset_connection
+from retrieval.index.reconcile import reconcile
+from retrieval.index.versions import serving_index
 from tests.conftest import database_url, wait_until
 from tests.datasets.builders import found_doc_ids, runbook
 
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 # Opens the Milvus Lite file and keeps it (a file opens in one process at a time) until its
 # stdin closes, then exits cleanly, which stops its Milvus Lite server and frees the file.
-HOLD_FILE = ("import sys\nfrom retrieval.milvus.imports import MilvusClient\n"
+HOLD_FILE = ("import sys\nfrom retrieval.index.milvus.imports import MilvusClient\n"
              "client = MilvusClient(uri=sys.argv[1])\nclient.list_collections()\n"
              "print('held', flush=True)\nsys.stdin.read()\nclient.close()\n")
 

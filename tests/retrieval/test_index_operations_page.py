@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from datasets.jobs import GENERIC_ERROR, LOG_LINES, job_fail, job_update
 from datasets.models import Job, Tenant
-from retrieval import milvus
+from retrieval.index import milvus
 from retrieval.models import IndexVersion
 from tests.datasets.builders import lookup, runbook, top_doc_id, upload
 

@@ -9,10 +9,10 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from datasets.models import Document, Job
-from retrieval.checks import check_services
-from retrieval.embedders import reset_embedders
+from retrieval.index.checks import check_services
+from retrieval.index.embedders import reset_embedders
+from retrieval.index.reconcile import reconcile
 from retrieval.models import IndexVersion
-from retrieval.reconcile import reconcile
 from tests.datasets.builders import (
     api_client,
     found_doc_ids,
@@ -70,7 +70,7 @@ def test_rollback_serves_the_previous_version_brought_up_to_date(kb, store, inge
     # Changes made while the second version served: the first must have them after a rollback.
     kafka = ingest(kb.dataset, "kafka.md", runbook("kafka"))
     kb.admin.delete(f"/api/documents/{redis.doc_key}")
-    from retrieval.indexing import document_sync
+    from retrieval.index.sync import document_sync
 
     document_sync(document_id=redis.pk)
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from datasets.models import Document, Job
 from datasets.services import document_store
-from retrieval.recovery import recover
+from retrieval.index.recovery import recover
 from retrieval.tasks import sync_document
 from tests.datasets.builders import runbook, upload
 from tests.sqlite_lock import sqlite_locked

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from retrieval.milvus import reset_connection
+from retrieval.index.milvus import reset_connection
 from tests.conftest import ROOT, database_url
 from tests.retrieval.conftest import (
     KAFKA,

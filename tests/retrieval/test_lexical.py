@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from datasets.services import dataset_create
+from retrieval.analysis import normalize_text
 from retrieval.lexical import query_terms
-from retrieval.post_process import LEXICAL_DISCOUNT, KnowledgeEvidencePostProcessor
-from retrieval.transform import normalize_text
+from retrieval.lookup.post_process import LEXICAL_DISCOUNT, KnowledgeEvidencePostProcessor
 from retrieval.types import QueryHints, RelevanceLevel, SearchHit
 from tests.datasets.builders import markdown
 from tests.retrieval.conftest import client_for, last_trace, lookup, ready

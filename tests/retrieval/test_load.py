@@ -12,8 +12,8 @@ import pytest
 from django.core.management import call_command
 
 from datasets.models import Tenant
-from retrieval.loadtest.fleet import TENANTS
-from retrieval.loadtest.ledger import Ledger, Observation, Owner, ToolKey, check
+from evaluation.loadtest.fleet import TENANTS
+from evaluation.loadtest.ledger import Ledger, Observation, Owner, ToolKey, check
 
 A1, A2, B1 = Owner(tenant=1, dataset=11), Owner(tenant=1, dataset=12), Owner(tenant=2, dataset=21)
 A_ALL = ToolKey("a/*", "secret", tenant=1, datasets=(11, 12))

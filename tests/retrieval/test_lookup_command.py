@@ -10,7 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from retrieval.models import RagConfig
-from retrieval.services import rag_config_update
+from retrieval.ragconfig.services import rag_config_update
 from tests.retrieval.conftest import CONTRACT_KEYS, EVIDENCE_KEYS, Imported
 
 KAFKA_LAG = "kafka consumer group lag keeps growing"

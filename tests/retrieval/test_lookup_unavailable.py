@@ -9,10 +9,10 @@ import pytest
 
 from audit.canonical import canonical_get
 from audit.models import Outcome, ToolInvocation
-from retrieval import milvus
-from retrieval.milvus import VectorStoreUnavailable, reset_connection
+from retrieval.index import milvus
+from retrieval.index.milvus import VectorStoreUnavailable, reset_connection
 from retrieval.models import RagConfig
-from retrieval.services import rag_config_update
+from retrieval.ragconfig.services import rag_config_update
 from tests.conftest import wait_until
 from tests.retrieval.conftest import (
     CONTRACT_KEYS,

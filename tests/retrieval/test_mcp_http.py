@@ -17,7 +17,7 @@ import pytest
 import kbplatform
 from kbplatform.parsers import MAX_DEPTH
 from kbplatform.wsgi import application
-from retrieval.agents.mcp_http import MAX_BODY_BYTES
+from retrieval.tools.mcp_http import MAX_BODY_BYTES
 
 ROOT = Path(kbplatform.__file__).resolve().parent.parent
 PING = b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}'

@@ -9,12 +9,12 @@ import sys
 import pytest
 from rest_framework.test import APIClient
 
-from retrieval import milvus
-from retrieval.milvus import VectorStoreUnavailable
-from retrieval.milvus.arms import MilvusSearch
-from retrieval.milvus.connection import MilvusConnection, reset_connection
-from retrieval.milvus.expressions import filter_expression, quote
-from retrieval.milvus.writer import ChunkRow
+from retrieval.index import milvus
+from retrieval.index.milvus import VectorStoreUnavailable
+from retrieval.index.milvus.arms import MilvusSearch
+from retrieval.index.milvus.connection import MilvusConnection, reset_connection
+from retrieval.index.milvus.expressions import filter_expression, quote
+from retrieval.index.milvus.writer import ChunkRow
 from retrieval.types import SearchFilters, SearchRequest
 from tests.conftest import ROOT
 from tests.milvus import collection_before_filter_fields
@@ -156,8 +156,8 @@ def test_an_unreachable_milvus_is_an_error_never_an_empty_result() -> None:
 @pytest.mark.django_db
 def test_a_lookup_while_milvus_is_down_answers_503_unavailable(settings, make_key) -> None:
     from datasets.services import dataset_create
-    from retrieval.embedders import get_embedder
-    from retrieval.index_versions import wanted_spec
+    from retrieval.index.embedders import get_embedder
+    from retrieval.index.versions import wanted_spec
     from retrieval.models import IndexVersion
 
     with socket.socket() as sock:
@@ -204,7 +204,7 @@ def test_a_closed_connection_leaves_the_milvus_lite_file_to_another_process(stor
     the process exited: no command could open the file after it."""
     milvus.collections().create("biz_e2", DIM)
     path = milvus.collections().connection.uri
-    probe = ("import sys\nfrom retrieval.milvus.imports import MilvusClient\n"
+    probe = ("import sys\nfrom retrieval.index.milvus.imports import MilvusClient\n"
              "print(MilvusClient(uri=sys.argv[1]).list_collections())")
 
     def other_process() -> subprocess.CompletedProcess[str]:
@@ -220,7 +220,7 @@ def test_a_closed_connection_leaves_the_milvus_lite_file_to_another_process(stor
 
 def test_a_row_milvus_refuses_is_a_permanent_error_not_a_transient_one(store, db) -> None:
     """A category over the field's 100 characters was retried as if Milvus were down."""
-    from retrieval.milvus import VectorStoreRejected
+    from retrieval.index.milvus import VectorStoreRejected
 
     milvus.collections().create("biz_r", DIM)
     with pytest.raises(VectorStoreRejected, match="refused"):
@@ -241,7 +241,7 @@ def test_metadata_filters_are_quoted_clauses_on_the_entitys_fields() -> None:
 
 def test_a_collection_built_before_the_filter_fields_takes_writes_and_asks_for_a_rebuild(
         store, db) -> None:  # type: ignore[no-untyped-def]
-    from retrieval.milvus.arms import IndexOutdated
+    from retrieval.index.milvus.arms import IndexOutdated
     from retrieval.types import MetadataFilter
 
     collection_before_filter_fields("biz_old", DIM)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from retrieval.services import rag_config_update
+from retrieval.ragconfig.services import rag_config_update
 from tests.retrieval.conftest import (
     RUNBOOKS_A,
     Imported,

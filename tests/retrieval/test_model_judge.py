@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from retrieval.chat import ChatModelError, OpenAIChatModel
-from retrieval.graph.model_judge import SYSTEM_PROMPT, ModelQualityJudge
+from retrieval.lookup.graph.model_judge import SYSTEM_PROMPT, ModelQualityJudge
 from retrieval.types import ScoredChunk
 from tests.retrieval.chat_server import ChatServer, chat_server
 from tests.retrieval.conftest import Imported, MakeKey

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from retrieval.chat import ChatModelError, OpenAIChatModel
-from retrieval.graph.model_transform import ModelQueryTransformer
-from retrieval.transform import L0Index
+from retrieval.lookup.graph.model_transform import ModelQueryTransformer
+from retrieval.lookup.transform import L0Index
 from retrieval.types import QueryHints
 from tests.retrieval.chat_server import ChatServer, chat_server
 from tests.retrieval.conftest import Imported, MakeKey

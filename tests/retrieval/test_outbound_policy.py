@@ -16,10 +16,10 @@ import pytest
 from datasets.services import tenant_get_or_create
 from kbplatform.processes import free_port
 from retrieval.chat import ChatModelError, OpenAIChatModel
-from retrieval.config import RagConfigError
-from retrieval.embedders import EmbeddingError, OpenAIEmbedder
-from retrieval.rerank import HttpReranker, RerankError
-from retrieval.services import rag_config_update
+from retrieval.index.embedders import EmbeddingError, OpenAIEmbedder
+from retrieval.lookup.rerank import HttpReranker, RerankError
+from retrieval.ragconfig.config import RagConfigError
+from retrieval.ragconfig.services import rag_config_update
 from tests.retrieval.chat_server import ChatServer, chat_server
 from tests.retrieval.rerank_server import RerankServer, rerank_server
 from tests.retrieval.scripted_server import serving

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.pack import ELLIPSIS, KnowledgeContextPacker, cut_text
+from retrieval.lookup.pack import ELLIPSIS, KnowledgeContextPacker, cut_text
 from tests.retrieval.builders import chunk
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from retrieval.post_process import (
+from retrieval.lookup.post_process import (
     KnowledgeEvidencePostProcessor,
     RetrievalScoreNormalizer,
     evidence_key_of,

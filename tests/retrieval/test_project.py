@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from retrieval.project import RagResultProjector, trace_details
+from retrieval.lookup.project import RagResultProjector, trace_details
 from retrieval.types import EvidenceStatus, RelevanceLevel
 from tests.retrieval.builders import lookup_result
 

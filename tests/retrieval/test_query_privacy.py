@@ -21,8 +21,8 @@ from django.core.cache import cache
 from django.db import connection
 
 from audit.models import ToolInvocation
-from retrieval.graph.model_transform import SYSTEM_PROMPT as TRANSFORM_PROMPT
-from retrieval.graph.query_transform import rewrite
+from retrieval.lookup.graph.model_transform import SYSTEM_PROMPT as TRANSFORM_PROMPT
+from retrieval.lookup.graph.query_transform import rewrite
 from retrieval.models import RagConfig
 from tests.mcp_clients import over_http
 from tests.retrieval.chat_server import ChatServer, careful_reply, chat_server

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.graph.query_transform import (
+from retrieval.lookup.graph.query_transform import (
     MAX_QUERIES,
     DeterministicQueryTransformer,
     decompose,
     rewrite,
 )
-from retrieval.transform import KnowledgeQueryTransformer, L0Document, L0Index
+from retrieval.lookup.transform import KnowledgeQueryTransformer, L0Document, L0Index
 
 INDEX = L0Index([
     L0Document("1", "Redis 内存满了", "cache", ("redis", "maxmemory", "淘汰策略"), "ops"),

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from retrieval.question_sets import (
+from evaluation.question_sets import (
     MAX_BYTES,
     MAX_QUESTIONS,
     BatchQuestion,

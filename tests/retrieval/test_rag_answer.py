@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from audit.models import Outcome, ToolInvocation
-from retrieval.answer import SYSTEM_PROMPT
+from retrieval.answers.answer import SYSTEM_PROMPT
 from retrieval.models import RagConfig
 from tests.retrieval.chat_server import ChatServer, chat_server
 from tests.retrieval.conftest import Imported, MakeKey, client_for, import_runbooks

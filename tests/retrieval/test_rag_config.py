@@ -6,10 +6,10 @@ import pytest
 from django.db import IntegrityError, transaction
 
 from datasets.models import Dataset, Tenant
-from retrieval.config import RagConfigError, RagSettings
 from retrieval.models import RagConfig, RagConfigChange
-from retrieval.selectors import ServingConfig, rag_config_for
-from retrieval.services import rag_config_ensure_default, rag_config_update
+from retrieval.ragconfig.config import RagConfigError, RagSettings
+from retrieval.ragconfig.selectors import ServingConfig, rag_config_for
+from retrieval.ragconfig.services import rag_config_ensure_default, rag_config_update
 from tests.conftest import BOTH_RUNTIMES
 
 pytestmark = pytest.mark.django_db

@@ -16,8 +16,14 @@ from django.test import Client
 from audit.models import Outcome, ToolInvocation
 from datasets.models import Dataset
 from datasets.services import tenant_get_or_create
+from retrieval.answers.rag_node import (
+    DatasetRef,
+    NodeInput,
+    node_query,
+    rag_sub_agent,
+    select_datasets,
+)
 from retrieval.models import RagAgent
-from retrieval.rag_node import DatasetRef, NodeInput, node_query, rag_sub_agent, select_datasets
 from tests.retrieval.chat_server import ChatServer, careful_reply, chat_server
 from tests.retrieval.conftest import Imported, MakeKey, client_for
 

@@ -13,7 +13,7 @@ from django.core.management import call_command
 
 from datasets.models import Document, Job
 from datasets.services import document_delete
-from retrieval.embedders import get_embedder
+from retrieval.index.embedders import get_embedder
 from retrieval.models import EmbeddingCache, IndexVersion
 from tests.datasets.builders import (
     api_client,
@@ -192,7 +192,7 @@ def test_rebuild_command_on_the_embedded_defaults(kb, store, ingest) -> None:
 
 
 def _rebuild() -> IndexVersion:
-    from retrieval.rebuild import rebuild_hybrid_knowledge
+    from retrieval.index.rebuild import rebuild_hybrid_knowledge
 
     return rebuild_hybrid_knowledge()
 
@@ -204,7 +204,7 @@ def test_a_rebuild_reads_the_stored_sources_a_batch_at_a_time(kb, store, ingest)
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from retrieval.indexing import BATCH
+    from retrieval.index.sync import BATCH
 
     for n in range(2 * BATCH + 5):
         ingest(kb.dataset, f"doc-{n}.md", runbook(f"topic{n}"))

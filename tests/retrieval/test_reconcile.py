@@ -10,8 +10,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from datasets.models import Chunk
-from retrieval import milvus
-from retrieval.milvus.writer import ChunkRow
+from retrieval.index import milvus
+from retrieval.index.milvus.writer import ChunkRow
 from tests.datasets.builders import lookup, runbook, top_doc_id
 
 pytestmark = pytest.mark.django_db

@@ -15,8 +15,8 @@ from django.conf import settings
 
 from datasets.services import document_store
 from kbplatform.processes import MilvusLiteServer, free_port
-from retrieval.indexing import document_sync
-from retrieval.milvus import reset_connection
+from retrieval.index.milvus import reset_connection
+from retrieval.index.sync import document_sync
 from tests.datasets.builders import runbook
 
 # integration: the test stops and starts a Milvus Lite server process of its own.

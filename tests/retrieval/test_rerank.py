@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from retrieval.rerank import HttpReranker, RerankError
+from retrieval.lookup.rerank import HttpReranker, RerankError
 from tests.retrieval.rerank_server import RerankServer, rerank_server
 
 DOCUMENTS = ["kafka consumer lag", "alerting on lag: alert alert", "nginx 502", "alert once"]

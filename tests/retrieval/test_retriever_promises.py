@@ -15,11 +15,11 @@ from typing import Any, ClassVar
 import pytest
 from django.db import connections
 
-from retrieval import config
-from retrieval.graph.registry import RetrieverCall, RetrieverEvent, RetrieverSpec
-from retrieval.graph.retrievers import REGISTRY, default_registry
-from retrieval.lookup_service import lookup_knowledge
-from retrieval.services import rag_config_update
+from retrieval.lookup.graph.registry import RetrieverCall, RetrieverEvent, RetrieverSpec
+from retrieval.lookup.graph.retrievers import REGISTRY, default_registry
+from retrieval.lookup.service import lookup_knowledge
+from retrieval.ragconfig import config
+from retrieval.ragconfig.services import rag_config_update
 from retrieval.types import (
     EvidenceStatus,
     KnowledgeSearchPort,

@@ -9,9 +9,9 @@ import socket
 import pytest
 
 from datasets.models import Document, Job
-from retrieval.embedders import get_embedder
-from retrieval.index_versions import wanted_spec
-from retrieval.milvus import reset_connection
+from retrieval.index.embedders import get_embedder
+from retrieval.index.milvus import reset_connection
+from retrieval.index.versions import wanted_spec
 from retrieval.models import IndexVersion
 from tests.datasets.builders import runbook, upload
 

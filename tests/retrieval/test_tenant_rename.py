@@ -12,8 +12,8 @@ from django.test import Client
 from django.urls import reverse
 
 from datasets.models import Tenant
-from retrieval.config import RagConfigError
-from retrieval.services import rag_config_update
+from retrieval.ragconfig.config import RagConfigError
+from retrieval.ragconfig.services import rag_config_update
 from tests.retrieval.chat_server import chat_server
 from tests.retrieval.conftest import Imported, client_for
 
@@ -25,7 +25,7 @@ KAFKA_LAG = "kafka consumer group lag keeps growing"
 def staff_of(client: Client, tenant: Tenant) -> User:
     user = User.objects.create_user("staffer", is_staff=True)
     user.user_permissions.add(*Permission.objects.filter(
-        content_type__app_label__in=("datasets", "audit", "retrieval")))
+        content_type__app_label__in=("datasets", "audit", "retrieval", "evaluation")))
     tenant.staff.add(user)
     client.force_login(user)
     return user

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from retrieval.transform import KnowledgeQueryTransformer, L0Document, L0Index
+from retrieval.lookup.transform import KnowledgeQueryTransformer, L0Document, L0Index
 from retrieval.types import QueryHints
 
 DOCS = [

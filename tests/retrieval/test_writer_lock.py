@@ -14,14 +14,14 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from retrieval.writer_lock import WriterBusy, milvus_writer, process_lock
+from retrieval.index.writer_lock import WriterBusy, milvus_writer, process_lock
 from tests.conftest import BOTH_RUNTIMES, ROOT, database_url
 
 HOLDER = """
 import json, os, sys, time
 import django
 django.setup()
-from retrieval.writer_lock import milvus_writer
+from retrieval.index.writer_lock import milvus_writer
 spans = []
 for _ in range(4):
     with milvus_writer(timeout=60):
@@ -53,7 +53,7 @@ def test_the_lock_is_reentrant_in_a_thread_and_busy_for_another_process(runtime:
     env = {**os.environ, "DATABASE_URL": database_url(), "MILVUS_URI": settings.MILVUS_URI,
            "KB_VAR_DIR": str(settings.VAR_DIR), "DJANGO_SETTINGS_MODULE": "kbplatform.settings"}
     probe = ("import django; django.setup()\n"
-             "from retrieval.writer_lock import WriterBusy, milvus_writer\n"
+             "from retrieval.index.writer_lock import WriterBusy, milvus_writer\n"
              "try:\n    with milvus_writer(timeout=0.5): print('free')\n"
              "except WriterBusy: print('busy')\n")
     with milvus_writer(), milvus_writer():  # nested: the same holder

@@ -2,10 +2,10 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from retrieval.index_versions import IndexNotReady
+from retrieval.index.models import IndexVersion
+from retrieval.index.rebuild import DROP_WORD, index_version_drop
+from retrieval.index.versions import IndexNotReady
 from retrieval.management.store import StoreCommand
-from retrieval.models import IndexVersion
-from retrieval.rebuild import DROP_WORD, index_version_drop
 
 
 class Command(StoreCommand):

@@ -4,10 +4,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from retrieval.config import MODE_OVERRIDES
-from retrieval.lookup_service import lookup_knowledge
+from retrieval.lookup.project import RagResultProjector
+from retrieval.lookup.service import lookup_knowledge
 from retrieval.management.scope import command_filters
-from retrieval.project import RagResultProjector
+from retrieval.ragconfig.config import MODE_OVERRIDES
 
 
 class Command(BaseCommand):

@@ -17,7 +17,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         from mcp.server.stdio import stdio_server
 
-        from retrieval.agents.mcp_server import build_server
+        from retrieval.tools.mcp_server import build_server
 
         name = options["api_key_env"]
         key = os.environ.get(name, "").strip()

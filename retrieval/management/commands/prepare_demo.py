@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from datasets.auth import api_key_create, api_key_resolve
 from datasets.models import ApiKey
 from datasets.services import tenant_get_or_create
-from retrieval.services import rag_config_ensure_default
+from retrieval.ragconfig.services import rag_config_ensure_default
 
 
 class Command(BaseCommand):

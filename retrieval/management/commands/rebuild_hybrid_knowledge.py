@@ -2,8 +2,8 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from retrieval.index.rebuild import CONFIRM_WORD, IndexOperationRunning, rebuild_hybrid_knowledge
 from retrieval.management.store import StoreCommand
-from retrieval.rebuild import CONFIRM_WORD, IndexOperationRunning, rebuild_hybrid_knowledge
 
 
 class Command(StoreCommand):

@@ -3,10 +3,10 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from retrieval.index_versions import IndexNotReady
+from retrieval.index.rebuild import IndexOperationRunning
+from retrieval.index.recovery import reconcile_serving
+from retrieval.index.versions import IndexNotReady
 from retrieval.management.store import StoreCommand
-from retrieval.rebuild import IndexOperationRunning
-from retrieval.recovery import reconcile_serving
 
 
 class Command(StoreCommand):

@@ -1,0 +1,83 @@
+"""Speed benchmarks: lookup latency against a raw-pymilvus floor, ingest rate against the
+embedder alone. Commands, not timed tests: `manage.py bench_lookup`, `manage.py bench_ingest`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from django.conf import settings
+from django.test import Client
+
+from retrieval.analysis import bm25_text
+from retrieval.index.milvus.connection import MilvusConnection
+from retrieval.index.milvus.imports import AnnSearchRequest, RRFRanker
+
+WORDS_EN = ("redis memory eviction latency replica lag mysql slow query index deadlock jvm heap "
+            "gc pause thread dump kubernetes pod crashloop oomkilled node notready dns timeout "
+            "tls certificate disk inode io nginx gateway kafka consumer rabbitmq queue backlog "
+            "cpu load connection pool buffer cache partition leader vacuum bloat").split()
+WORDS_ZH = ("内存 延迟 主从 慢查询 索引 死锁 堆 停顿 线程 容器 节点 解析 证书 磁盘 网关 消费 "
+            "积压 负载 连接 缓存 分区 淘汰 超时 重启 告警 排查 处理 预防").split()
+
+
+def synthetic_text(rng: random.Random, words: int = 60) -> str:
+    """Mixed Chinese/English ops text with a Zipf-like word distribution."""
+    vocabulary = WORDS_EN + WORDS_ZH
+    weights = [1.0 / (rank + 1) for rank in range(len(vocabulary))]
+    return " ".join(rng.choices(vocabulary, weights=weights, k=words))
+
+
+def unit_vectors(rng: np.random.Generator, count: int, dimension: int) -> np.ndarray:
+    vectors = rng.standard_normal((count, dimension)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest rank: the smallest value with at least q of the values at or below it."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+@dataclass(frozen=True)
+class Timing:
+    p50: float
+    p95: float
+
+    @classmethod
+    def of(cls, samples: list[float]) -> Timing:
+        if not samples:
+            return cls(0.0, 0.0)
+        return cls(round(statistics.median(samples), 2), round(percentile(samples, 0.95), 2))
+
+
+def timed_ms(call: Callable[[int], object], argument: int) -> float:
+    started = time.perf_counter()
+    call(argument)
+    return (time.perf_counter() - started) * 1000
+
+
+def raw_hybrid_search(connection: MilvusConnection, collection: str, *, expr: str,
+                      vector: list[float], text: str, k: int) -> None:
+    """The floor: one raw pymilvus `hybrid_search` (RRF k=60) with the lookup's filters."""
+    connection.client().hybrid_search(
+        collection, [AnnSearchRequest([vector], "vector", {"metric_type": "L2",
+                                      "params": {"nprobe": 16}}, k, expr=expr),
+                     AnnSearchRequest([bm25_text(text)], "sparse_vector",
+                                      {"metric_type": "BM25"}, k, expr=expr)],
+        RRFRanker(60), limit=k, output_fields=["id", "content", "metadata"])
+
+
+def in_process_client() -> Client:
+    """A Django test client for a benchmark run outside the test suite, sending a Host that
+    ALLOWED_HOSTS names (the client's `testserver` is only a test run's)."""
+    host = next((h for h in settings.ALLOWED_HOSTS if h and h[0] not in ".*"), "localhost")
+    return Client(SERVER_NAME=host)

@@ -1,0 +1,117 @@
+"""Which processes the load test runs and how they are wired: a broker, Milvus, a worker and
+the web server of its own, on this process's database and cache."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from urllib.parse import quote
+
+from django.conf import settings
+from django.db import connection
+
+from evaluation.loadtest import LoadTestError
+from kbplatform.processes import (
+    CeleryWorker,
+    GunicornServer,
+    MilvusLiteServer,
+    RedisServer,
+    Service,
+    ServiceError,
+    free_port,
+)
+from retrieval.index.milvus.collections import MilvusCollections
+from retrieval.index.milvus.connection import MilvusConnection
+from retrieval.index.versions import active_version
+
+WEB_THREADS = 8
+
+Progress = Callable[[str], None]
+
+
+def database_url() -> str:
+    """This process's database (in the test suite: the test database) as a DATABASE_URL."""
+    if connection.vendor != "mysql":
+        raise LoadTestError("the load test needs DATABASE_URL=mysql://...: its web server and "
+                            "worker are separate processes, which SQLite serialises")
+    db = connection.settings_dict
+    user, password = quote(str(db["USER"] or ""), safe=""), quote(str(db["PASSWORD"] or ""),
+                                                                    safe="")
+    return (f"mysql://{user}:{password}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 3306}/"
+            f"{db['NAME']}")
+
+
+def serve_active_version(uri: str) -> None:
+    """The new Milvus is empty. When the database already serves an index version, give it
+    that version's collection (empty) so that uploads are indexed as in production; without
+    one, the first upload creates it. Nothing else writes yet: the worker is not started."""
+    version = active_version()
+    if version is None:
+        return
+    store = MilvusCollections(MilvusConnection(uri=uri, timeout=settings.MILVUS_TIMEOUT_SECONDS),
+                              alias=settings.MILVUS_COLLECTION)
+    try:
+        store.create(version.collection_name, version.dimension)
+        store.point_alias(version.collection_name)
+    finally:
+        store.connection.close()
+
+
+@contextmanager
+def deployment(workdir: Path, progress: Progress) -> Iterator[int]:
+    """Broker, Milvus, worker and web on free ports of 127.0.0.1; the web port. Stopped in
+    reverse order when the block ends, however it ends (Milvus last, with SIGINT)."""
+    broker_port, milvus_port, web_port = free_port(), free_port(), free_port()
+    # Sessions of their own: a Ctrl-C reaches this command only, which stops them in order.
+    redis = RedisServer(broker_port, workdir, workdir / "redis.log", own_session=True)
+    milvus = MilvusLiteServer(f"http://127.0.0.1:{milvus_port}", workdir / "milvus",
+                              workdir / "milvus.log", own_session=True)
+    # A broker of its own: a worker already on the shared broker's `indexing` queue (the test
+    # suite's, a deployment's) would take these tasks and write them into its own Milvus.
+    env = {"DATABASE_URL": database_url(), "MILVUS_URI": milvus.uri, "MILVUS_TOKEN": "",
+           "CELERY_BROKER_URL": f"{redis.url}/0", "CELERY_TASK_ALWAYS_EAGER": "false",
+           "REDIS_URL": settings.REDIS_URL or f"{redis.url}/1",
+           "DJANGO_ALLOWED_HOSTS": "127.0.0.1"}
+    worker = CeleryWorker(env, workdir / "worker.log", hostname=f"loadtest-{os.getpid()}@%h",
+                          own_session=True)
+    web = GunicornServer(web_port, workdir / "web.log", env, threads=WEB_THREADS,
+                         own_session=True)
+    with ExitStack() as stack:
+
+        def start(service: Service) -> None:
+            stack.callback(service.stop)
+            try:
+                service.start()
+            except ServiceError as exc:
+                raise LoadTestError(str(exc)) from exc
+
+        progress(f"starting redis (broker) :{broker_port}, milvus-lite :{milvus_port}, "
+                 f"celery worker, gunicorn :{web_port} — logs in {workdir}")
+        start(redis)
+        start(milvus)
+        serve_active_version(milvus.uri)
+        start(worker)
+        start(web)
+        yield web_port
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a CI timeout, `kill`) stops the services like Ctrl-C instead of orphaning
+    them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,161 @@
+import json
+import random
+from typing import Any
+
+import numpy as np
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+
+from datasets.auth import api_key_create
+from datasets.models import Dataset, Document
+from datasets.services import tenant_get_or_create
+from evaluation.benchmarks import (
+    Timing,
+    in_process_client,
+    raw_hybrid_search,
+    synthetic_text,
+    timed_ms,
+    unit_vectors,
+)
+from retrieval.index import milvus
+from retrieval.index.embedders import CachedEmbedder, get_embedder
+from retrieval.index.milvus.expressions import filter_expression
+from retrieval.index.milvus.writer import ChunkRow
+from retrieval.index.models import IndexVersion
+from retrieval.index.versions import wanted_spec
+from retrieval.index.writer_lock import milvus_writer
+from retrieval.ragconfig.config import RagSettings
+from retrieval.types import SearchFilters
+
+OTHER_TENANT = 10**12  # rows of "other tenants" that every filter must skip
+BENCH_DOC_BASE = 2**60  # doc ids of the bench rows, far from the random ones of uploads
+
+
+class Command(BaseCommand):
+    help = ("Lookup latency of the full REST call against the floor measured in the same run: "
+            "query embedding + one raw pymilvus hybrid_search with the same filters.")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--sizes", default="10000,100000",
+                            help="comma-separated chunk counts (default 10000,100000)")
+        parser.add_argument("--queries", type=int, default=100)
+        parser.add_argument("--share", type=float, default=0.2,
+                            help="share of the rows that the caller's filter matches")
+        parser.add_argument("--json", action="store_true")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            sizes = [int(s) for s in options["sizes"].split(",") if s.strip()]
+        except ValueError as exc:
+            raise CommandError("--sizes takes integers, e.g. 10000,100000") from exc
+        if not sizes or min(sizes) < 100 or options["queries"] < 5:
+            raise CommandError("sizes must be at least 100 and --queries at least 5")
+        rows = [self.bench(size, options["queries"], options["share"]) for size in sizes]
+        if len(rows) > 1:
+            rows[-1]["p50_growth_vs_first"] = round(rows[-1]["rest_p50_ms"] /
+                                                    rows[0]["rest_p50_ms"], 2)
+        if options["json"]:
+            self.stdout.write(json.dumps({"lookup": rows}))
+            return
+        self.stdout.write(f"{'chunks':>8} {'REST p50':>9} {'p95':>8} {'floor p50':>10} "
+                          f"{'p95':>8} {'ratio p50':>10}")
+        for row in rows:
+            self.stdout.write(
+                f"{row['chunks']:>8} {row['rest_p50_ms']:>9} {row['rest_p95_ms']:>8} "
+                f"{row['floor_p50_ms']:>10} {row['floor_p95_ms']:>8} {row['ratio_p50']:>10}")
+        if len(rows) > 1:
+            self.stdout.write(f"REST p50 growth {sizes[0]} → {sizes[-1]}: "
+                              f"{rows[-1]['p50_growth_vs_first']}x")
+
+    def bench(self, size: int, queries: int, share: float) -> dict[str, Any]:
+        tenant = tenant_get_or_create(slug="bench")
+        # An evaluation dataset: never part of a rebuild, a reconciliation or a sync.
+        dataset, _ = Dataset.objects.get_or_create(tenant=tenant, name=f"bench_{size}",
+                                                   defaults={"evaluation": True})
+        embedder = get_embedder()
+        raw_embedder = embedder.inner if isinstance(embedder, CachedEmbedder) else embedder
+        # One data collection per size and dimension: reused by the next run.
+        collection = f"bench_{size}_data_{embedder.dimension}d"
+        self.fill(collection, size, share, tenant.pk, dataset, embedder.dimension)
+        _, secret = api_key_create(tenant=tenant, name="bench", datasets=[dataset])
+        rng = random.Random(size)
+        texts = [synthetic_text(rng, 6) + f" q{rng.random()}" for _ in range(queries)]
+        filters = SearchFilters(tenant_id=tenant.pk, dataset_ids=(dataset.pk,))
+        k = RagSettings().retrieve_k
+        client = in_process_client()
+        connection = milvus.collections().connection
+
+        def rest(i: int) -> None:
+            answer = client.post("/api/tools/lookup_knowledge", {"query": texts[i]},
+                                 content_type="application/json",
+                                 HTTP_AUTHORIZATION=f"Bearer {secret}")
+            if answer.status_code != 200:
+                raise CommandError(f"lookup failed: {answer.status_code} "
+                                   f"{answer.content[:300]!r}")
+
+        def floor(i: int) -> None:
+            raw_hybrid_search(connection, collection, expr=filter_expression(filters),
+                              vector=raw_embedder.embed_query(texts[i]), text=texts[i], k=k)
+
+        # The bench collection serves only inside this transaction, rolled back at the end:
+        # the REST calls (on the same connection) see it, no other process ever does.
+        with transaction.atomic():
+            IndexVersion.objects.filter(status=IndexVersion.Status.ACTIVE).update(
+                status=IndexVersion.Status.RETIRED)
+            IndexVersion.objects.create(collection_name=f"bench-{collection}",
+                                        status=IndexVersion.Status.ACTIVE,
+                                        **wanted_spec(embedder))
+            IndexVersion.objects.filter(collection_name=f"bench-{collection}").update(
+                collection_name=collection)
+            for i in range(3):  # warm-up: models, connections, caches
+                rest(i)
+                floor(i)
+            rest_ms, floor_ms = [], []
+            for i in range(queries):  # interleaved, so both see the same machine state
+                floor_ms.append(timed_ms(floor, i))
+                rest_ms.append(timed_ms(rest, i))
+            transaction.set_rollback(True)
+        r, f = Timing.of(rest_ms), Timing.of(floor_ms)
+        return {"chunks": size, "rest_p50_ms": r.p50, "rest_p95_ms": r.p95,
+                "floor_p50_ms": f.p50, "floor_p95_ms": f.p95,
+                "ratio_p50": round(r.p50 / f.p50, 2), "queries": queries,
+                "embedder": embedder.name}
+
+    def fill(self, collection: str, size: int, share: float, tenant_id: int, dataset: Dataset,
+             dimension: int) -> None:
+        collections = milvus.collections()
+        rng, vectors_rng = random.Random(7), np.random.default_rng(7)
+        mine = [n for n in range(size) if rng.random() < share]
+        documents = Document.objects.filter(dataset=dataset)
+        base = BENCH_DOC_BASE + size * 2**24  # doc ids are unique across sizes
+        if collection in collections.names() and collections.count(collection) == size \
+                and documents.count() == len(mine):
+            collections.load(collection)
+            return
+        with milvus_writer():
+            if collection in collections.names():
+                collections.drop(collection)
+            collections.create(collection, dimension)
+        documents.delete()
+        # The lookup serves a hit only if the database knows its document (the guard).
+        Document.objects.bulk_create(
+            [Document(dataset=dataset, doc_id=base + n, source_path=f"{n}.md",
+                      file_name=f"{n}.md", status=Document.Status.READY) for n in mine],
+            batch_size=2000)
+        owned, batch = set(mine), 2000
+        for start in range(0, size, batch):
+            count = min(batch, size - start)
+            vectors = unit_vectors(vectors_rng, count, dimension)
+            rows = [ChunkRow(
+                id=f"{base + n}#chunk-0",
+                tenant_id=tenant_id if n in owned else OTHER_TENANT,
+                dataset_id=dataset.pk if n in owned else OTHER_TENANT,
+                doc_id=base + n, activated=True, category="",
+                content=synthetic_text(rng), search_text=synthetic_text(rng),
+                vector=vectors[offset].tolist(),
+                metadata={"docId": str(base + n), "chunkIndex": 0,
+                          "datasetId": str(dataset.pk)})
+                for offset, n in enumerate(range(start, start + count))]
+            milvus.writer().replace_documents([], rows, collection=collection)
+            self.stderr.write(f"[bench {size}] inserted {start + count}/{size}")
+        collections.load(collection)

@@ -1,0 +1,58 @@
+import json
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import CommandError, CommandParser
+
+from evaluation.management.overrides import add_override_arguments, parsed_overrides
+from retrieval.lookup.hit_test import (
+    QuestionSetError,
+    hit_test_run,
+    lookup_asker,
+    questions_load,
+    questions_of_split,
+)
+from retrieval.management.scope import command_filters
+from retrieval.management.store import StoreCommand
+
+
+class Command(StoreCommand):
+    help = ("Ask a question set through lookup_knowledge as a tenant's agent would and report "
+            "how often the right runbook comes first, anywhere, and off-topic questions EMPTY.")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--questions", type=Path,
+                            default=settings.KB_KNOWLEDGE_DIR / "eval" / "questions.jsonl",
+                            help="JSON lines file (default: knowledge_base/eval/questions.jsonl)")
+        parser.add_argument("--tenant", required=True)
+        parser.add_argument("--dataset", action="append", default=[])
+        parser.add_argument("--split", choices=["held-out", "fit", "all"], default="held-out")
+        parser.add_argument("--json", action="store_true", help="print one JSON object")
+        add_override_arguments(parser, mode_default=None,
+                               mode_help="the retrievers and how they run (default: the "
+                                         "tenant's RagConfig)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            questions = questions_load(options["questions"])
+        except QuestionSetError as exc:
+            raise CommandError(str(exc)) from exc
+        questions = questions_of_split(questions, options["split"])
+        if not questions:
+            raise CommandError(f"no question in split {options['split']}")
+        filters = command_filters(tenant_slug=options["tenant"], dataset_names=options["dataset"])
+        overrides = parsed_overrides(options["set"])
+        report = hit_test_run(questions=questions, ask=lookup_asker(
+            filters, mode=options["mode"], overrides=overrides))
+        if options["json"]:
+            self.stdout.write(json.dumps({"split": options["split"], **report.as_json()},
+                                         ensure_ascii=False, indent=2))
+        else:
+            self.stdout.write(f"{len(questions)} questions, split {options['split']}, "
+                              f"tenant {options['tenant']}")
+            self.stdout.write("\n".join(report.lines()))
+        unavailable = sum(o.status == "UNAVAILABLE" for o in report.outcomes)
+        if unavailable:
+            # Figures over answers that never searched would measure an outage, not retrieval.
+            raise CommandError(f"{unavailable} lookups answered UNAVAILABLE")

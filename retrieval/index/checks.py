@@ -1,0 +1,68 @@
+"""`manage.py check --deploy`: Milvus answers, what the serving index was built with, and the
+keys the RagConfigs' chat models name."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import DatabaseError
+
+from retrieval.index import milvus
+from retrieval.index.milvus.expressions import DATE_FIELD, TEXT_FIELDS
+from retrieval.index.versions import active_version, spec_difference
+
+FILTER_FIELDS = frozenset((*TEXT_FIELDS, DATE_FIELD))
+
+
+@register(Tags.database, deploy=True)
+def check_services(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    try:
+        milvus.collections().names()
+    except milvus.VectorStoreUnavailable as exc:
+        return [Error(f"Milvus at {settings.MILVUS_URI} does not answer: {exc}",
+                      id="kbplatform.E007")]
+    try:
+        version = active_version()
+    except DatabaseError as exc:  # the database may not be migrated yet
+        return [Error(f"cannot read the index version: {exc}", id="kbplatform.E009")]
+    if version is None:
+        return []
+    found: list[CheckMessage] = []
+    difference = spec_difference(version)
+    if difference:
+        found.append(Warning(difference, id="kbplatform.W008"))
+    try:
+        missing = FILTER_FIELDS - milvus.collections().fields(version.collection_name)
+    except milvus.VectorStoreUnavailable as exc:
+        return [*found, Error(f"cannot describe the serving collection: {exc}",
+                              id="kbplatform.E007")]
+    if missing:
+        found.append(Warning(
+            f"the serving index {version.collection_name} was built before chunks carried "
+            f"{', '.join(sorted(missing))}: lookups whose RagConfig.metadata_filters use them "
+            "answer UNAVAILABLE until a rebuild", id="kbplatform.W011",
+            hint="python manage.py rebuild_hybrid_knowledge --confirm REBUILD"))
+    return found
+
+
+@register(Tags.database, deploy=True)
+def check_chat_keys(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    from retrieval.ragconfig.models import RagConfig
+
+    try:
+        named = list(RagConfig.objects.exclude(chat_api_key_env="").select_related(
+            "tenant", "dataset"))
+    except DatabaseError:  # not migrated yet: check_services says what matters then
+        return []
+    unset = sorted(f"{config.scope_label} ({config.chat_api_key_env})" for config in named
+                   if config.chat_api_key_env not in os.environ)
+    if not unset:
+        return []
+    return [Warning(f"RagConfigs name chat-model keys this process does not have: "
+                    f"{', '.join(unset)}; their LLM stages fail (then the fallback, or "
+                    "UNAVAILABLE)", id="kbplatform.W012",
+                    hint="set the variables in the environment of the web and worker "
+                         "processes")]

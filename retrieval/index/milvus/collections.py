@@ -1,0 +1,127 @@
+"""Collections and the alias: the schema (seed 000 §5), create, load, point, drop, count.
+
+One collection per index version (`biz_v3`). Filter fields are scalars with INVERTED indexes
+(a JSON-path filter is ~50x slower on Milvus Lite).
+"""
+
+from __future__ import annotations
+
+from retrieval.index.milvus.connection import MilvusConnection
+from retrieval.index.milvus.expressions import DATE_FIELD, TEXT_FIELDS
+from retrieval.index.milvus.imports import DataType, Function, FunctionType
+
+MAX_CONTENT = 16_000
+MAX_SEARCH_TEXT = 20_000
+MAX_CATEGORY = 100
+MAX_DOMAIN = 100
+MAX_BUSINESS_KEY = 200
+MAX_FILE_NAME = 255
+
+
+class MilvusCollections:
+    def __init__(self, connection: MilvusConnection, *, alias: str = "biz") -> None:
+        self.connection = connection
+        self.alias = alias
+
+    def create(self, name: str, dimension: int) -> None:
+        """Create `name` with the hybrid schema (nothing happens if it exists)."""
+        call, timeout = self.connection.call, self.connection.timeout
+        if call("has_collection", lambda c: c.has_collection(name, timeout=timeout)):
+            return
+        self.connection.schema_fields.pop(name, None)
+        client = self.connection.client()
+        schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=128)
+        schema.add_field("tenant_id", DataType.INT64)
+        schema.add_field("dataset_id", DataType.INT64)
+        schema.add_field("doc_id", DataType.INT64)
+        schema.add_field("activated", DataType.BOOL)
+        schema.add_field("category", DataType.VARCHAR, max_length=MAX_CATEGORY)
+        # The document's fields that RagConfig.metadata_filters compare (expressions.py).
+        # max_length counts bytes on a Milvus server: room for 4-byte characters.
+        schema.add_field("domain", DataType.VARCHAR, max_length=MAX_DOMAIN * 4)
+        schema.add_field("business_key", DataType.VARCHAR, max_length=MAX_BUSINESS_KEY * 4)
+        schema.add_field("file_name", DataType.VARCHAR, max_length=MAX_FILE_NAME * 4)
+        schema.add_field("updated_at", DataType.INT64)
+        schema.add_field("content", DataType.VARCHAR, max_length=MAX_CONTENT * 4)
+        schema.add_field("search_text", DataType.VARCHAR, max_length=MAX_SEARCH_TEXT * 4,
+                         enable_analyzer=True, analyzer_params={"tokenizer": "jieba"})
+        schema.add_field("sparse_vector", DataType.SPARSE_FLOAT_VECTOR)
+        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dimension)
+        schema.add_field("metadata", DataType.JSON)
+        schema.add_function(Function(name="bm25", function_type=FunctionType.BM25,
+                                     input_field_names=["search_text"],
+                                     output_field_names=["sparse_vector"]))
+        index = client.prepare_index_params()
+        index.add_index("vector", index_type="IVF_FLAT", metric_type="L2", params={"nlist": 128})
+        index.add_index("sparse_vector", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+        for field in ("tenant_id", "dataset_id", "doc_id", "activated", *TEXT_FIELDS,
+                      DATE_FIELD):
+            index.add_index(field, index_type="INVERTED")
+        call("create_collection",
+             lambda c: c.create_collection(name, schema=schema, timeout=timeout))
+        # sync=False: pymilvus would poll index state with an RPC Milvus Lite lacks
+        # (AllocTimestamp), retrying for seconds per index.
+        call("create_index", lambda c: c.create_index(name, index, sync=False, timeout=timeout))
+        self.load(name)
+
+    def fields(self, name: str) -> frozenset[str]:
+        """The fields of `name`'s schema (collections built before a field was added lack
+        it: the writer leaves it out, a filter on it asks for a rebuild)."""
+        return collection_fields(self.connection, name)
+
+    def names(self) -> list[str]:
+        return list(self.connection.call(
+            "list_collections", lambda c: c.list_collections(timeout=self.connection.timeout)))
+
+    def alias_target(self) -> str | None:
+        timeout = self.connection.timeout
+        # Ask before describing: describing a missing alias is an error pymilvus logs loudly.
+        aliases = self.connection.call("list_aliases", lambda c: c.list_aliases(
+            timeout=timeout)).get("aliases", [])
+        if self.alias not in aliases:
+            return None
+        return str(self.connection.call("describe_alias", lambda c: c.describe_alias(
+            self.alias, timeout=timeout))["collection_name"])
+
+    def point_alias(self, collection: str) -> None:
+        """Point the alias (for outside tools; lookups read the index version) at `collection`."""
+        timeout = self.connection.timeout
+        if self.alias_target() is None:
+            self.connection.call("create_alias", lambda c: c.create_alias(
+                collection, self.alias, timeout=timeout))
+        else:
+            self.connection.call("alter_alias", lambda c: c.alter_alias(
+                collection, self.alias, timeout=timeout))
+
+    def drop(self, name: str) -> None:
+        # Milvus Lite drops the target when given an alias name: only real names, and
+        # never the one the alias points at.
+        if name == self.alias or name == self.alias_target():
+            raise ValueError(f"refusing to drop {name!r}: it is the alias or what it serves")
+        self.connection.call("drop_collection", lambda c: c.drop_collection(
+            name, timeout=self.connection.timeout))
+        self.connection.schema_fields.pop(name, None)
+
+    def load(self, name: str) -> None:
+        """Collections come back unloaded after a Milvus Lite restart; searches need them."""
+        self.connection.call("load_collection", lambda c: c.load_collection(
+            name, timeout=self.connection.timeout))
+
+    def count(self, name: str) -> int:
+        rows = self.connection.call("count", lambda c: c.query(
+            name, filter="", output_fields=["count(*)"], timeout=self.connection.timeout),
+            collection=name)
+        return int(rows[0]["count(*)"])
+
+
+def collection_fields(connection: MilvusConnection, name: str) -> frozenset[str]:
+    """The fields of `name`, asked once per connection (a schema never changes under a name
+    while it exists; creating or dropping it forgets the answer)."""
+    fields = connection.schema_fields.get(name)
+    if fields is None:
+        described = connection.call("describe_collection", lambda c: c.describe_collection(
+            name, timeout=connection.timeout), collection=name)
+        fields = connection.schema_fields[name] = frozenset(
+            str(f["name"]) for f in described["fields"])
+    return fields

@@ -1,0 +1,163 @@
+"""One Milvus client per process, and the one place where Milvus errors get their meaning.
+
+A local path is Milvus Lite in this process; http(s):// is a server (a Milvus Lite server,
+Standalone, Distributed, Zilliz Cloud). Every call has a timeout; a failure is
+VectorStoreUnavailable (a lookup answers UNAVAILABLE, a task retries) unless Milvus refused
+the request itself (VectorStoreRejected: retrying cannot help).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django.conf import settings
+
+from retrieval.index.milvus.imports import MilvusClient, MilvusException
+
+logger = logging.getLogger(__name__)
+
+RELEASED = 101  # "collection not loaded"
+# Milvus's "illegal argument" / "invalid parameter" codes (Lite, then Milvus 2.4+): the
+# request itself is wrong (e.g. a value over a VARCHAR's max_length).
+REJECTED = frozenset({6, 1100})
+# pymilvus pings idle channels every 10 s; the Milvus Lite server keeps gRPC's default policy
+# (no ping without a call more often than every 5 min) and answers with GOAWAY "too many
+# pings". pymilvus then finds its shared channel broken and the next connect fails.
+#
+# Reconnecting: gRPC waits 1 s after a failed connect, then 1.6 times longer each time, up
+# to 120 s, so a channel found down for long retried rarely: lookups were UNAVAILABLE 12 s
+# after Milvus returned from a 30 s outage. Every channel also shares one process-wide
+# subchannel per address, in that backoff, so pymilvus's recovery (a new channel on each
+# UNAVAILABLE) failed at once too. A channel of its own, and at most 1 s between attempts:
+# lookups answer within a second of Milvus's return (tests/retrieval/test_reconnect.py).
+_GRPC = {"grpc.keepalive_permit_without_calls": 0,
+         "grpc.use_local_subchannel_pool": 1,
+         "grpc.max_reconnect_backoff_ms": 1000}
+
+T = TypeVar("T")
+
+
+class VectorStoreUnavailable(Exception):
+    """Milvus failed or cannot be reached; a lookup answers UNAVAILABLE, never 'no results'."""
+
+
+class VectorStoreRejected(Exception):
+    """Milvus refused the request as invalid: the same request will fail again."""
+
+
+# Milvus Lite files whose in-process server this process started: {absolute path: pid}. A
+# forked child inherits the parent's server (it reaches it on its port) and must never stop it.
+_lite_servers: dict[str, int] = {}
+
+
+def is_local(uri: str) -> bool:
+    return not uri.startswith(("http://", "https://", "tcp://", "unix:"))
+
+
+class MilvusConnection:
+    def __init__(self, *, uri: str, token: str = "", timeout: float = 10.0) -> None:
+        self.uri = uri
+        self.timeout = timeout
+        self._token = token
+        self._client: MilvusClient | None = None
+        self._lock = threading.Lock()
+        self.schema_fields: dict[str, frozenset[str]] = {}  # collections.collection_fields
+
+    @property
+    def is_local(self) -> bool:
+        return is_local(self.uri)
+
+    def client(self) -> MilvusClient:
+        with self._lock:
+            if self._client is None:
+                if self.is_local:
+                    os.makedirs(os.path.dirname(os.path.abspath(self.uri)), exist_ok=True)
+                try:
+                    self._client = MilvusClient(uri=self.uri, token=self._token,
+                                                timeout=self.timeout, grpc_options=_GRPC)
+                except Exception as exc:  # pymilvus raises several unrelated types here
+                    if self.is_local and "Open local milvus failed" in str(exc):
+                        raise VectorStoreUnavailable(_file_in_use(self.uri)) from exc
+                    raise VectorStoreUnavailable(
+                        f"cannot connect to Milvus: {type(exc).__name__}") from exc
+                if self.is_local:
+                    _lite_servers.setdefault(os.path.abspath(self.uri), os.getpid())
+            return self._client
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+                path = os.path.abspath(self.uri)
+                if self.is_local and _lite_servers.get(path) == os.getpid():
+                    # Closing the client leaves Milvus Lite's in-process server running until
+                    # the process exits: the file stays locked against every other process,
+                    # with its threads and loaded collections. Stop it: the file is free.
+                    from milvus_lite.server_manager import server_manager_instance
+
+                    server_manager_instance.release_server(path)
+                    del _lite_servers[path]
+
+    def call(self, what: str, fn: Callable[[MilvusClient], T], *,
+             collection: str | None = None) -> T:
+        """Run `fn(client)` with the error meaning above. A collection found released (the
+        server restarted and forgot what was loaded) is loaded and the call tried again."""
+        try:
+            client = self.client()
+            try:
+                return fn(client)
+            except MilvusException as exc:
+                if exc.code != RELEASED or collection is None:
+                    raise
+                client.load_collection(collection, timeout=self.timeout)
+                return fn(client)
+        except (VectorStoreUnavailable, VectorStoreRejected):
+            raise
+        except MilvusException as exc:
+            logger.warning("milvus %s failed: %s", what, exc)
+            if exc.code in REJECTED:
+                raise VectorStoreRejected(f"Milvus refused {what}: {exc.message}") from exc
+            raise VectorStoreUnavailable(f"Milvus {what} failed: {exc.message}") from exc
+        except Exception as exc:  # grpc and connection errors surface with their own types
+            logger.warning("milvus %s failed: %r", what, exc)
+            raise VectorStoreUnavailable(f"Milvus {what} failed: {type(exc).__name__}") from exc
+
+    def options(self) -> dict[str, Any]:
+        return {"timeout": self.timeout}
+
+
+def _file_in_use(path: str) -> str:
+    return (f"the Milvus Lite file {path} is open in another process (a file opens in one "
+            f"process at a time): stop that process, or serve the file to every process with "
+            f"`milvus-lite server --data-dir {path} --port 19530` and "
+            f"MILVUS_URI=http://127.0.0.1:19530 (scripts/demo.sh does this for var/milvus.db)")
+
+
+_connections: dict[int, MilvusConnection] = {}
+_connections_lock = threading.Lock()
+
+
+def get_connection() -> MilvusConnection:
+    """One connection per process (a forked worker must not reuse its parent's gRPC channel)."""
+    pid = os.getpid()
+    with _connections_lock:
+        connection = _connections.get(pid)
+        if connection is None:
+            connection = MilvusConnection(uri=settings.MILVUS_URI, token=settings.MILVUS_TOKEN,
+                                          timeout=settings.MILVUS_TIMEOUT_SECONDS)
+            _connections.clear()
+            _connections[pid] = connection
+        return connection
+
+
+def reset_connection() -> None:
+    """Close the process's client: tests and commands that switch MILVUS_URI call this."""
+    with _connections_lock:
+        for connection in _connections.values():
+            connection.close()
+        _connections.clear()

@@ -1,0 +1,147 @@
+"""Writes to Milvus (the KnowledgeWritePort): a document's chunks, its activation, its removal.
+
+Every method takes the cross-process writer lock itself (retrieval/index/writer_lock.py), so no
+caller can write without it; callers that must read the database and write as one step take
+the same lock around both (it is reentrant). Every write ends with a flush: unflushed rows are
+searched 50-200x slower on Milvus Lite, and a flush makes them durable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from retrieval.analysis import bm25_text
+from retrieval.index.milvus.collections import MAX_CONTENT, MAX_SEARCH_TEXT, collection_fields
+from retrieval.index.milvus.connection import MilvusConnection
+from retrieval.index.milvus.expressions import ints
+from retrieval.index.writer_lock import milvus_writer
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    id: str  # evidence key "{docId}#chunk-{n}"
+    tenant_id: int
+    dataset_id: int
+    doc_id: int
+    # Always true: activation is filtered by doc_id at query time (expressions.py). The
+    # field stays in the schema so that collections built before keep their layout.
+    activated: bool
+    category: str
+    content: str
+    search_text: str
+    vector: list[float]
+    metadata: dict[str, Any]
+    # What RagConfig.metadata_filters compare (with category above).
+    domain: str = ""
+    business_key: str = ""
+    file_name: str = ""
+    updated_at: int = 0  # epoch seconds of the document's last content change
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    """What reconciliation compares: one Milvus row without its text and vectors."""
+
+    id: str
+    doc_id: int
+    dataset_id: int
+    content_hash: str
+
+
+class KnowledgeWritePort(Protocol):
+    """What indexing, rebuild and reconciliation write through (MilvusWriter below)."""
+
+    def replace_documents(self, doc_ids: Sequence[int], rows: Sequence[ChunkRow], *,
+                          collection: str, scope: str = "all") -> None: ...
+
+    def delete_ids(self, ids: Sequence[str], *, collection: str, scope: str = "all",
+                   flush: bool = True) -> None: ...
+
+    def delete_document(self, doc_id: int, *, collection: str, scope: str = "all") -> None: ...
+
+    def stored_chunks(self, collection: str, *,
+                      batch_size: int = 1000) -> Iterator[StoredChunk]: ...
+
+
+UPSERT_BATCH = 100  # rows per upsert call
+
+
+def _entities(rows: Sequence[ChunkRow], fields: frozenset[str]) -> list[dict[str, Any]]:
+    """Rows as Milvus entities of a collection with `fields` (one built before a field was
+    added does not get it); BM25 reads the analysed text (retrieval/analysis.py)."""
+    return [{k: v for k, v in row.__dict__.items() if k in fields}
+            | {"content": row.content[:MAX_CONTENT],
+               "search_text": bm25_text(row.search_text[:MAX_SEARCH_TEXT])}
+            for row in rows]
+
+
+class MilvusWriter:
+    def __init__(self, connection: MilvusConnection) -> None:
+        self.connection = connection
+
+    def _upsert(self, collection: str, batch: list[dict[str, Any]]) -> None:
+        self.connection.call("upsert", lambda c: c.upsert(collection, batch,
+                                                          timeout=self.connection.timeout))
+
+    def _flush(self, collection: str) -> None:
+        self.connection.call("flush", lambda c: c.flush(collection,
+                                                        timeout=self.connection.timeout))
+
+    def _ids_of(self, collection: str, doc_ids: Sequence[int]) -> set[str]:
+        rows = self.connection.call("query", lambda c: c.query(
+            collection, filter=f"doc_id in {ints(doc_ids)}", output_fields=["id"],
+            timeout=self.connection.timeout), collection=collection)
+        return {str(row["id"]) for row in rows}
+
+    def replace_documents(self, doc_ids: Sequence[int], rows: Sequence[ChunkRow], *,
+                          collection: str, scope: str = "all") -> None:
+        """The documents' chunks become exactly `rows`: upsert, delete leftovers, one flush.
+
+        Leftovers (a document that now has fewer chunks) are found by the scalar doc_id and
+        deleted by primary key, so no orphan chunk stays searchable.
+        """
+        data = _entities(rows, collection_fields(self.connection, collection)) if rows else []
+        with milvus_writer(scope):
+            # A bounded request each: a 2,000-chunk document is many calls of one timeout.
+            for start in range(0, len(data), UPSERT_BATCH):
+                self._upsert(collection, data[start:start + UPSERT_BATCH])
+            stale = sorted(self._ids_of(collection, doc_ids) - {row.id for row in rows})
+            if stale:
+                self.delete_ids(stale, collection=collection, scope=scope, flush=False)
+            self._flush(collection)
+
+    def delete_ids(self, ids: Sequence[str], *, collection: str, scope: str = "all",
+                   flush: bool = True) -> None:
+        with milvus_writer(scope):
+            self.connection.call("delete", lambda c: c.delete(
+                collection, ids=list(ids), timeout=self.connection.timeout))
+            if flush:
+                self._flush(collection)
+
+    def delete_document(self, doc_id: int, *, collection: str, scope: str = "all") -> None:
+        """Delete a document's chunks by the scalar doc_id (not a JSON filter)."""
+        with milvus_writer(scope):
+            self.connection.call("delete", lambda c: c.delete(
+                collection, filter=f"doc_id == {int(doc_id)}", timeout=self.connection.timeout))
+            self._flush(collection)
+
+    def stored_chunks(self, collection: str, *, batch_size: int = 1000) -> Iterator[StoredChunk]:
+        """Every row of `collection`, a batch at a time (reconciliation)."""
+        iterator = self.connection.call("query_iterator", lambda c: c.query_iterator(
+            collection, batch_size=batch_size, filter="",
+            output_fields=["id", "doc_id", "dataset_id", "metadata"],
+            timeout=self.connection.timeout), collection=collection)
+        try:
+            while True:
+                batch = self.connection.call("query_iterator", lambda c: iterator.next())
+                if not batch:
+                    return
+                for row in batch:
+                    yield StoredChunk(id=str(row["id"]), doc_id=int(row["doc_id"]),
+                                      dataset_id=int(row["dataset_id"]),
+                                      content_hash=str((row.get("metadata") or {})
+                                                       .get("contentHash", "")))
+        finally:
+            iterator.close()

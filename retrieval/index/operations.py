@@ -1,0 +1,34 @@
+"""Index operations (platform operators): a rebuild, a rollback or a reconcile, one at a time,
+queued as a platform job (no tenant) for the indexing worker."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from datasets.models import Job
+from kbplatform.errors import ApiError
+from kbplatform.tasks import enqueue_on_commit
+
+INDEX_TASKS = {Job.Kind.REBUILD: "retrieval.tasks.rebuild_task",
+               Job.Kind.ROLLBACK: "retrieval.tasks.rollback_task",
+               Job.Kind.RECONCILE: "retrieval.tasks.reconcile_task"}
+
+
+class OperationRunning(ApiError):
+    status_code = 409
+    default_code = "operation_running"
+
+
+def index_operation_start(*, kind: str, args: tuple[object, ...] = (),
+                          detail: dict[str, object] | None = None) -> Job:
+    """Queue a platform-wide index operation (no tenant: only platform keys see it)."""
+    with transaction.atomic():
+        running = Job.objects.select_for_update().filter(
+            tenant__isnull=True, kind__in=list(INDEX_TASKS),
+            status__in=[Job.Status.QUEUED, Job.Status.RUNNING]).first()
+        if running is not None:
+            raise OperationRunning(f"job {running.pk} ({running.kind}) is still {running.status}",
+                                   extra={"job_id": running.pk})
+        job = Job.objects.create(kind=kind, detail=detail or {})
+        enqueue_on_commit(INDEX_TASKS[Job.Kind(kind)], job.pk, *args)
+    return job

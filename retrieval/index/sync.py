@@ -1,0 +1,226 @@
+"""Indexing: make Milvus follow a document's row (seed 003 §1: transform → split → batched
+embedding → store), on the single-writer indexing queue.
+
+The slow part (split, embed) runs without the writer lock. The write runs under it, and
+re-reads the row first: a document deleted or given new content meanwhile is not written
+(its own sync, queued with that change, writes it). Activation is never written: lookups
+filter on the row (retrieval/index/milvus/expressions.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import transaction
+
+from datasets.ingestion.parse import parse_markdown
+from datasets.ingestion.pipeline import ChunkDraft, Chunking, build_chunks
+from datasets.models import Chunk, Document, evidence_key
+from retrieval.index import milvus
+from retrieval.index.embedders import Embedder
+from retrieval.index.milvus.writer import ChunkRow
+from retrieval.index.models import IndexVersion
+from retrieval.index.versions import serving_index
+from retrieval.index.writer_lock import milvus_writer
+
+logger = logging.getLogger(__name__)
+
+
+# Documents read, split, embedded and written per step of a rebuild, a reconciliation or a
+# switch: memory follows this many documents (each at most KB_MAX_UPLOAD_BYTES), never the
+# whole corpus.
+BATCH = 20
+
+
+def document_batches(pks: Sequence[int]) -> Iterator[list[Document]]:
+    """The documents of `pks` (with their datasets), BATCH at a time, in pk order."""
+    ordered = sorted(pks)
+    for start in range(0, len(ordered), BATCH):
+        yield list(Document.objects.select_related("dataset")
+                   .filter(pk__in=ordered[start:start + BATCH]).order_by("pk"))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A document split and embedded as it was read: the work done outside the lock."""
+
+    document: Document
+    drafts: list[ChunkDraft]
+    vectors: list[list[float]]
+
+
+def lock_scope(document: Document) -> str:
+    return f"doc:{document.pk}"
+
+
+def chunk_drafts(document: Document, *, chunking: Chunking) -> list[ChunkDraft]:
+    raw = document.source_text.encode("utf-8")
+    return build_chunks(parse_markdown(raw, file_name=document.file_name, max_bytes=len(raw) + 1),
+                        chunking=chunking, redact=settings.KB_REDACT_SECRETS)
+
+
+def prepare(documents: Sequence[Document], *, chunking: Chunking,
+            embedder: Embedder) -> list[Prepared]:
+    """Split every document and embed all their chunks in one call."""
+    return _embedded(documents, [chunk_drafts(d, chunking=chunking) for d in documents],
+                     embedder)
+
+
+def _embedded(documents: Sequence[Document], drafts: Sequence[list[ChunkDraft]],
+              embedder: Embedder) -> list[Prepared]:
+    vectors = iter(embedder.embed_documents([c.search_text for chunks in drafts for c in chunks]))
+    return [Prepared(document=d, drafts=chunks, vectors=[next(vectors) for _ in chunks])
+            for d, chunks in zip(documents, drafts, strict=True)]
+
+
+def _companions(document: Document) -> list[Document]:
+    """Other documents waiting for their first index (their syncs are queued behind this
+    one), to write with it: Milvus Lite pays about a second per flush, whatever it holds, so
+    one write for BATCH documents makes a queue of small uploads as fast as the embedder.
+    Only with the single writer (Milvus Lite): with per-document locks each has its own."""
+    if not settings.KB_MILVUS_SINGLE_WRITER:
+        return []
+    return list(Document.objects.select_related("dataset")
+                .filter(status=Document.Status.PENDING, deleted=False,
+                        dataset__evaluation=False)
+                .exclude(pk=document.pk).order_by("pk")[:BATCH - 1])
+
+
+def _prepare_with_companions(document: Document, *, chunking: Chunking,
+                             embedder: Embedder) -> list[Prepared]:
+    """`document` prepared (its errors raise), with what of its companions splits cleanly:
+    a companion that does not is left to its own sync, which records why."""
+    documents, drafts = [document], [chunk_drafts(document, chunking=chunking)]
+    for companion in _companions(document):
+        try:
+            drafts.append(chunk_drafts(companion, chunking=chunking))
+        except Exception:  # noqa: BLE001 - its own sync fails it, with its reason
+            logger.debug("document %s is left to its own sync", companion.pk, exc_info=True)
+            continue
+        documents.append(companion)
+    return _embedded(documents, drafts, embedder)
+
+
+def chunk_rows(document: Document, prepared: Prepared) -> list[ChunkRow]:
+    """Milvus rows of `prepared`, carrying `document` as read under the lock."""
+    dataset = document.dataset
+    return [ChunkRow(
+        id=evidence_key(document.doc_id, draft.index), tenant_id=dataset.tenant_id,
+        dataset_id=dataset.pk, doc_id=document.doc_id, activated=True,
+        category=document.category, domain=document.domain,
+        business_key=document.business_key, file_name=document.file_name,
+        updated_at=int(document.content_updated_at.timestamp()),
+        content=draft.content, search_text=draft.search_text, vector=vector,
+        metadata={"docId": str(document.doc_id), "chunkIndex": draft.index,
+                  "title": document.title, "breadcrumb": draft.breadcrumb,
+                  "source": document.source_path, "category": document.category,
+                  "kb_scope": dataset.kb_scope, "datasetId": str(dataset.pk),
+                  "contentHash": document.content_hash})
+        for draft, vector in zip(prepared.drafts, prepared.vectors, strict=True)]
+
+
+def _fresh(pks: Sequence[int]) -> dict[int, Document]:
+    return {d.pk: d for d in Document.objects.select_related("dataset").filter(pk__in=pks)}
+
+
+def write_prepared(prepared: Sequence[Prepared], *, collection: str, scope: str = "all",
+                   record: bool = True) -> list[Document]:
+    """Write what is still current into `collection`; the documents written, as read under
+    the lock. `record`: the rows say so (not for a collection that does not serve yet).
+
+    A document deleted, or given new content, since it was prepared is skipped: its own
+    sync (queued with that change) writes it.
+    """
+    with milvus_writer(scope):
+        fresh = _fresh([p.document.pk for p in prepared])
+        current = [(fresh[p.document.pk], p) for p in prepared
+                   if p.document.pk in fresh and not fresh[p.document.pk].deleted
+                   and fresh[p.document.pk].content_hash == p.document.content_hash]
+        rows = [row for document, p in current for row in chunk_rows(document, p)]
+        milvus.writer().replace_documents([d.doc_id for d, _ in current], rows,
+                                          collection=collection, scope=scope)
+        if not record:
+            return [document for document, _ in current]
+        with transaction.atomic():
+            for document, p in current:
+                _record(document.pk, p.drafts, revision=document.revision,
+                        content_hash=document.content_hash)
+    return [document for document, _ in current]
+
+
+def _record(pk: int, drafts: Sequence[ChunkDraft], *, revision: int, content_hash: str) -> None:
+    """The row says what the index holds: READY with these chunks, synced up to `revision`."""
+    Chunk.objects.filter(document_id=pk).delete()
+    Chunk.objects.bulk_create([
+        Chunk(document_id=pk, chunk_index=d.index, content=d.content,
+              breadcrumb=d.breadcrumb[:1000], metadata={"search_chars": len(d.search_text)})
+        for d in drafts])
+    Document.objects.filter(pk=pk).update(status=Document.Status.READY, chunk_count=len(drafts),
+                                          indexed_hash=content_hash, error="")
+    _synced(pk, revision)
+
+
+def _synced(pk: int, revision: int) -> None:
+    """Milvus follows the row up to `revision` (the mark never moves backwards)."""
+    Document.objects.filter(pk=pk, synced_revision__lt=revision).update(
+        synced_revision=revision)
+
+
+def document_sync(*, document_id: int) -> Document | None:
+    """Make the serving index follow the document's row; the row as applied (None: gone)."""
+    document = Document.objects.select_related("dataset").filter(pk=document_id).first()
+    if document is None or document.dataset.evaluation:
+        return document  # gone, or a suite's document: `evaluate` indexes those itself
+    index = serving_index(collections=milvus.collections())
+    scope = lock_scope(document)
+    if document.deleted:
+        return _remove(document, scope=scope)
+    if document.status == Document.Status.READY and document.indexed_hash == document.content_hash:
+        _synced(document.pk, document.revision)  # indexed already: nothing to follow
+        return document
+    Document.objects.filter(pk=document.pk).update(status=Document.Status.INDEXING)
+    prepared = _prepare_with_companions(document, chunking=index.chunking,
+                                        embedder=index.embedder)
+    with milvus_writer(scope):
+        current = serving_index()
+        if current.version.pk != index.version.pk:  # a rebuild switched meanwhile
+            return document_sync(document_id=document_id)
+        written = write_prepared(prepared, collection=index.collection, scope=scope)
+    mine = [d for d in written if d.pk == document.pk]
+    return mine[0] if mine else _fresh([document.pk]).get(document.pk)
+
+
+def _remove(document: Document, *, scope: str) -> Document | None:
+    with milvus_writer(scope):
+        fresh = _fresh([document.pk]).get(document.pk)
+        if fresh is None or not fresh.deleted:
+            return fresh  # uploaded again since: that upload's sync indexes it
+        milvus.writer().delete_document(fresh.doc_id, collection=serving_index().collection,
+                                        scope=scope)
+        Chunk.objects.filter(document=fresh).delete()
+        _synced(fresh.pk, fresh.revision)
+        return fresh
+
+
+def record_written(written: dict[int, tuple[int, str]], *, version: IndexVersion) -> None:
+    """After a switch to `version`: the rows say what it holds, {pk: (revision, content
+    hash)}, and their Chunk rows follow its splitter settings."""
+    for batch in document_batches(list(written)):
+        with transaction.atomic():
+            for document in batch:
+                revision, content_hash = written[document.pk]
+                if document.content_hash != content_hash:
+                    continue  # new content since: its own sync writes it
+                _record(document.pk, chunk_drafts(document, chunking=version.chunking),
+                        revision=revision, content_hash=content_hash)
+
+
+def document_mark_failed(*, document_id: int, error: str) -> None:
+    """FAILED with a message the uploader may read; it stays re-indexable (re-upload,
+    reindex API or admin action) with its identity."""
+    # A deleted document is not "failed": its removal stays due, and the recovery retries it.
+    Document.objects.filter(pk=document_id, deleted=False).update(
+        status=Document.Status.FAILED, error=error[:2000])

@@ -1,0 +1,518 @@
+"""The executor: runs a retrieval-only graph for one query within one deadline.
+
+transform → (attempt: retrieve per execution mode → aggregate → guard → rerank → gate →
+quality) × correction → neighbours → pack. A stage that fails or overruns falls back to the
+plain hybrid search when the graph allows it; a backend that is down (Milvus, the embedder, the
+database) is never hidden behind a fallback: the caller answers UNAVAILABLE.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Collection, Iterator, Sequence
+from concurrent.futures import wait
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from django.db import DatabaseError
+
+from retrieval.index.embedders import EmbeddingError
+from retrieval.index.milvus.connection import VectorStoreUnavailable
+from retrieval.index.search import VectorSearchService
+from retrieval.lexical import query_terms
+from retrieval.lookup.graph.aggregate import Aggregator, CandidateList
+from retrieval.lookup.graph.neighbours import NeighbourExpander
+from retrieval.lookup.graph.plan import RetrievalGraph, fallback_graph
+from retrieval.lookup.graph.ports import (
+    NeighbourPort,
+    QualityJudgePort,
+    QueryTransformPort,
+    RerankPort,
+)
+from retrieval.lookup.graph.quality import Quality, QualityAssessor
+from retrieval.lookup.graph.query_transform import DeterministicQueryTransformer
+from retrieval.lookup.graph.registry import (
+    RetrieverCall,
+    RetrieverEvent,
+    RetrieverRegistry,
+    RetrieverRun,
+    RetrieverTimeout,
+)
+from retrieval.lookup.pack import KnowledgeContextPacker
+from retrieval.lookup.post_process import KnowledgeEvidencePostProcessor, searchable_text
+from retrieval.lookup.transform import KnowledgeQueryTransformer, L0Index
+from retrieval.types import (
+    ContextPack,
+    PostProcessed,
+    QueryHints,
+    RelevanceLevel,
+    RetryDecision,
+    ScoredChunk,
+    SearchFilters,
+    SearchHit,
+    SearchMode,
+    StageTrace,
+)
+
+# Failures no fallback can help: the fallback needs the same backend.
+BACKEND_ERRORS = (VectorStoreUnavailable, EmbeddingError, DatabaseError)
+# The fallback gets at least this much time, even when the deadline has passed.
+FALLBACK_GRACE_MS = 2000
+LiveDocuments = Callable[[SearchFilters, Collection[int]], set[int]]
+
+
+class GraphTimeout(TimeoutError):
+    pass
+
+
+class Deadline:
+    def __init__(self, millis: float) -> None:
+        self.millis = millis
+        self.ends = time.monotonic() + millis / 1000
+
+    def remaining_s(self) -> float:
+        return max(self.ends - time.monotonic(), 0.0)
+
+    def check(self, stage: str) -> None:
+        if time.monotonic() >= self.ends:
+            raise GraphTimeout(f"the deadline of {self.millis:.0f} ms passed before {stage}")
+
+
+class Clock:
+    """Stage timings and traces of one lookup."""
+
+    def __init__(self) -> None:
+        self.traces: list[StageTrace] = []
+        self.timings: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed = round((time.perf_counter() - start) * 1000, 2)
+            self.timings[name] = round(self.timings.get(name, 0.0) + elapsed, 2)
+
+    def record(self, stage: str, result: PostProcessed | None = None, note: str = "",
+               hits: tuple[tuple[str, float], ...] = ()) -> None:
+        candidates = hits or tuple((c.evidence_key, round(c.quality, 4))
+                                   for c in (result.chunks if result else ()))
+        self.traces.append(StageTrace(stage=stage, elapsed_ms=self.timings.get(stage, 0.0),
+                                      candidates=candidates, note=note,
+                                      dropped=result.dropped if result else ()))
+
+
+@dataclass
+class GraphRun:
+    """What the graph did: the audit's account of it (JSON-ready)."""
+
+    plan: dict[str, Any]
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    fallback: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def listen(self, event: RetrieverEvent) -> None:  # a retriever listener
+        with self.lock:
+            self.events.append({"event": event.kind, "retriever": event.retriever,
+                                "elapsed_ms": round(event.elapsed_ms, 2), "hits": event.hits,
+                                **({"error": event.error} if event.error else {})})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"plan": self.plan, "attempts": self.attempts, "retrievers": self.events,
+                "fallback": self.fallback or None}
+
+
+@dataclass(frozen=True)
+class GraphOutcome:
+    result: PostProcessed
+    chunks: tuple[ScoredChunk, ...]  # result.chunks with their neighbours
+    pack: ContextPack
+    hints: QueryHints
+    filters: SearchFilters
+    retry: RetryDecision
+    quality: Quality | None
+    mode: str
+
+
+@dataclass(frozen=True)
+class GraphParts:
+    """What the executor runs on; built once per lookup by the lookup service."""
+
+    registry: RetrieverRegistry
+    search: VectorSearchService
+    post: KnowledgeEvidencePostProcessor
+    packer: KnowledgeContextPacker
+    l0_index: Callable[[], L0Index]
+    live_documents: LiveDocuments
+    weights: dict[str, float]
+    rrf_k: int
+    # A query transform strategy and the L0 index → the transformer (deterministic by default;
+    # the LLM-backed strategies implement the same port).
+    transformer: Callable[[str, L0Index], QueryTransformPort] = DeterministicQueryTransformer
+    reranker: RerankPort | None = None
+    # None: the rules grade the evidence (quality.py); else the chat model's judge.
+    judge: QualityJudgePort | None = None
+    # A neighbour expansion mode, its window and the search port → the expander.
+    neighbours: Callable[..., NeighbourPort] = NeighbourExpander
+
+
+class StageUnavailable(RuntimeError):
+    """An optional stage cannot run (e.g. rerank on, no reranker configured)."""
+
+
+class GraphExecutor:
+    """Runs one graph for one lookup; `log` collects what ran for the audit."""
+
+    def __init__(self, graph: RetrievalGraph, parts: GraphParts, log: GraphRun) -> None:
+        self.graph = graph
+        self.parts = parts
+        self.log = log
+        self.assessor = QualityAssessor()
+
+    def run(self, query: str, filters: SearchFilters, clock: Clock) -> GraphOutcome:
+        run = self.log
+        deadline = Deadline(self.graph.timeout_ms)
+        with clock.stage("transform"):
+            hints = KnowledgeQueryTransformer(self.parts.l0_index()).transform(query)
+        clock.record("transform", note=f"domains={list(hints.domains)} "
+                                       f"category={hints.category_filter}")
+        try:
+            return self._run(self.graph, query, filters, hints, clock, run, deadline)
+        except BACKEND_ERRORS:
+            raise
+        except Exception as exc:  # a stage failed or overran: fall back, or UNAVAILABLE
+            reason = f"{type(exc).__name__}: {exc}"
+            if not self.graph.fallback:
+                raise StageFailed(reason) from exc
+            run.fallback = reason
+            clock.record("fallback", note=f"plain hybrid search because {reason}")
+            grace = Deadline(max(deadline.remaining_s() * 1000, min(FALLBACK_GRACE_MS,
+                                                                    self.graph.timeout_ms)))
+            try:
+                return self._run(fallback_graph(self.graph), query, filters, hints, clock, run,
+                                 grace)
+            except BACKEND_ERRORS:
+                raise
+            except Exception as again:  # the fallback overran too: UNAVAILABLE, never a 500
+                raise StageFailed(f"{reason}; the fallback failed too: "
+                                  f"{type(again).__name__}: {again}") from again
+
+    # --- one graph: attempts with correction, then neighbours and the pack ----------------
+
+    def _run(self, graph: RetrievalGraph, query: str, filters: SearchFilters,
+             hints: QueryHints, clock: Clock, run: GraphRun,
+             deadline: Deadline) -> GraphOutcome:
+        best: tuple[PostProcessed, SearchFilters, RetryDecision, Quality | None,
+                    RetrievalGraph] | None = None
+        plan = graph
+        quality: Quality | None = None
+        for attempt in range(graph.max_attempts):
+            change, searched = "as configured", query
+            if attempt:
+                deadline.check(f"correction attempt {attempt}")
+                plan, change = graph.corrected(attempt)
+                if quality is not None and quality.correction:
+                    # The judge's better query is searched; the question judged stays the same.
+                    searched = quality.correction
+                    change += "; the judge's better query"
+            result, used, retry = self._attempt(plan, searched, filters, hints, clock, deadline,
+                                                attempt)
+            quality = (self._assess(query, result.chunks, clock, deadline, attempt)
+                       if plan.assess or graph.max_attempts > 1 else None)
+            run.attempts.append({
+                "attempt": attempt, "change": change, "execution": plan.execution,
+                "retrievers": [r.name for r in plan.retrievers], "transform": plan.transform,
+                "returned": len(result.chunks),
+                "quality": None if quality is None else quality.score})
+            if quality is not None:
+                clock.record(f"quality[{attempt}]", note=quality.note())
+            if best is None or (quality is not None and best[3] is not None
+                                and quality.score > best[3].score):
+                best = (result, used, retry, quality, plan)
+            if quality is None or quality.score >= graph.quality_threshold:
+                break
+        assert best is not None
+        result, used, retry, quality, plan = best
+        if quality is not None and graph.assess and quality.score < graph.quality_threshold:
+            # Below the bar the evidence may still help, but is never called precise.
+            if result.relevance_level is RelevanceLevel.PRECISE:
+                result = replace(result, relevance_level=RelevanceLevel.REFERENCE)
+        chunks = result.chunks
+        if graph.neighbours and chunks:
+            deadline.check("neighbours")
+            chunks = self._neighbours(graph, chunks, used, clock)
+        deadline.check("pack")
+        with clock.stage("pack"):
+            pack = self.parts.packer.pack(chunks)
+        clock.record("pack", hits=tuple((i.chunk.evidence_key, len(i.excerpt))
+                                        for i in pack.items))
+        return GraphOutcome(result=result, chunks=chunks, pack=pack, hints=hints, filters=used,
+                            retry=retry, quality=quality, mode=plan.label())
+
+    def _assess(self, query: str, chunks: tuple[ScoredChunk, ...], clock: Clock,
+                deadline: Deadline, attempt: int) -> Quality:
+        judge = self.parts.judge
+        if judge is None:
+            return self.assessor.assess(query, chunks)
+        deadline.check("quality")
+        with clock.stage(f"quality[{attempt}]"):
+            return judge.assess(query, chunks, timeout_s=max(deadline.remaining_s(), 0.001))
+
+    def _attempt(self, plan: RetrievalGraph, query: str, filters: SearchFilters,
+                 hints: QueryHints, clock: Clock, deadline: Deadline,
+                 attempt: int) -> tuple[PostProcessed, SearchFilters, RetryDecision]:
+        suffix = f"[{attempt}]" if attempt else ""
+        queries = self._queries(plan, query, hints, clock, deadline, suffix)
+        vectors = self._vectors(plan, queries, clock)
+        if not (plan.category_filter and hints.category_filter):
+            reason = "no category hint" if plan.category_filter else "category hint not used"
+            return (self._round(plan, query, queries, vectors, filters, hints, clock, deadline,
+                                "retrieve" + suffix),
+                    filters, RetryDecision(ran=False, reason=reason))
+        filtered = replace(filters, category=hints.category_filter)
+        result = self._round(plan, query, queries, vectors, filtered, hints, clock, deadline,
+                             "retrieve_filtered" + suffix)
+        retry = self._retry_decision(result)
+        if not retry.ran:
+            return result, filtered, retry
+        return (self._round(plan, query, queries, vectors, filters, hints, clock, deadline,
+                            "retrieve_unfiltered" + suffix), filters, retry)
+
+    def _queries(self, plan: RetrievalGraph, query: str, hints: QueryHints, clock: Clock,
+                 deadline: Deadline, suffix: str) -> tuple[str, ...]:
+        if plan.transform is None:
+            return (query,)
+        stage = "query_transform" + suffix
+        with clock.stage(stage):
+            transformer = self.parts.transformer(plan.transform, self.parts.l0_index())
+            transformed = transformer.transform(query, hints,
+                                                timeout_s=max(deadline.remaining_s(), 0.001))
+        clock.record(stage, note=f"{plan.transform}: {transformed.note} "
+                                 f"({len(transformed.queries)} queries)")
+        return transformed.queries or (query,)
+
+    def _vectors(self, plan: RetrievalGraph, queries: Sequence[str],
+                 clock: Clock) -> dict[str, list[float] | None]:
+        needed = any(self.parts.registry.spec(r.name).needs_vector for r in plan.retrievers)
+        with clock.stage("embed"):
+            # Embedded here, not in the retriever threads: the embedding cache may use the DB.
+            return {q: (self.parts.search.embed(q, "hybrid").vector if needed else None)
+                    for q in queries}
+
+    # --- one round: retrieve per execution mode, aggregate, guard, rerank, gate ------------
+
+    def _round(self, plan: RetrievalGraph, query: str, queries: Sequence[str],
+               vectors: dict[str, list[float] | None], filters: SearchFilters,
+               hints: QueryHints, clock: Clock, deadline: Deadline,
+               stage: str) -> PostProcessed:
+        lists: list[CandidateList] = []
+        steps = plan.retrievers
+        groups = [steps] if plan.execution != "SEQUENTIAL" else [(s,) for s in steps]
+        result = PostProcessed(chunks=(), relevance_level=RelevanceLevel.NONE, top_quality=0.0)
+        for number, group in enumerate(groups):
+            deadline.check(stage)
+            with clock.stage(stage):
+                lists += self._retrieve(plan, group, queries, vectors, filters, deadline)
+            clock.record(stage, note=f"{plan.execution}: " + ", ".join(
+                f"{c.retriever} {len(c.hits)}" for c in lists[-len(group) * len(queries):]),
+                hits=tuple((h.chunk_id, round(h.score, 6)) for c in lists for h in c.hits)[:50])
+            result = self._finish(plan, query, lists, filters, hints, clock, deadline)
+            if plan.execution == "SEQUENTIAL" and number + 1 < len(groups):
+                quality = self.assessor.assess(query, result.chunks)
+                enough = quality.score >= plan.quality_threshold
+                clock.record(f"sequential[{group[0].name}]", note=(
+                    f"{quality.note()}: " + ("enough, the next retriever is skipped" if enough
+                                             else "below the threshold, next retriever")))
+                if enough:
+                    break
+        return result
+
+    def _retrieve(self, plan: RetrievalGraph, steps: Sequence[Any], queries: Sequence[str],
+                  vectors: dict[str, list[float] | None], filters: SearchFilters,
+                  deadline: Deadline) -> list[CandidateList]:
+        registry = self.parts.registry
+        listeners = [self.log.listen]
+        runs: list[RetrieverRun] = []
+        try:
+            for step in steps:
+                retriever = registry.inner(step.name, port=self.parts.search.port)
+                spec = retriever.spec
+                for text in queries:
+                    call = RetrieverCall(
+                        query=text, vector=vectors.get(text) if spec.needs_vector else None,
+                        filters=filters, limit=plan.per_retriever,
+                        arguments=dict(step.arguments), distances=self._distances_needed(plan))
+                    runs.append(registry.submit(retriever, call, listeners))
+                    # Waited for one by one unless it may run beside others; one that is not
+                    # thread-safe too, so that its calls do not queue on its single thread
+                    # against their own timeout_s.
+                    if not (spec.parallel and spec.thread_safe
+                            and plan.execution == "PARALLEL"):
+                        _await(runs[-1:], deadline)
+            _await(runs, deadline)
+        except BaseException:
+            for run in runs:  # the stage failed: no call of it may reach the lookup
+                run.abandon("the retrieval stage failed")
+            raise
+        return [CandidateList(run.name, run.query,
+                              tuple(self._floor(plan, run.query, run.future.result())))
+                for run in runs]  # result() re-raises a retriever's error
+
+    def _floor(self, plan: RetrievalGraph, query: str, hits: list[SearchHit]) -> list[SearchHit]:
+        """min_score: the calibrated vector similarity a candidate needs, unless BM25 matched
+        it (RagConfig's help text: BM25's candidates have no similarity and are kept, in the
+        hybrid search as with BM25 alone, although the gate measures their distance too)."""
+        if plan.min_score <= 0:
+            return hits
+        quality = self.parts.post.normalizer.dense_quality
+        terms = query_terms(query)
+
+        def matched(hit: SearchHit) -> bool:
+            if hit.bm25_match is not None:
+                return hit.bm25_match
+            # Milvus fused the arms without saying which found it: the query's own terms in
+            # the chunk's text stand for BM25's match.
+            return terms.coverage(searchable_text(hit)) > 0
+
+        return [h for h in hits if h.dense_l2 is None or matched(h)
+                or quality(h.dense_l2) >= plan.min_score]
+
+    def _finish(self, plan: RetrievalGraph, query: str, lists: Sequence[CandidateList],
+                filters: SearchFilters, hints: QueryHints, clock: Clock,
+                deadline: Deadline) -> PostProcessed:
+        post = self.parts.post
+        aggregator = Aggregator(
+            plan.aggregation, rrf_k=self.parts.rrf_k, weights=self.parts.weights,
+            quality=lambda hit, rank, n: post.normalizer.gate_quality(
+                hit, mode=_gate_mode(plan), rank=rank, n=n), limit=plan.pool)
+        with clock.stage("aggregate"):
+            hits = aggregator.aggregate(lists)
+        if len(lists) > 1:
+            clock.record("aggregate", note=f"{plan.aggregation} of {len(lists)} lists",
+                         hits=tuple((h.chunk_id, round(h.score, 6)) for h in hits))
+        with clock.stage("guard"):
+            served = self._guard(hits, filters)
+        if len(served) < len(hits):
+            dropped = sorted({h.chunk_id for h in hits} - {h.chunk_id for h in served})
+            clock.record("guard", hits=tuple((key, 0.0) for key in dropped),
+                         note=f"dropped {len(dropped)} hit(s) of deactivated or deleted "
+                              "documents")
+        if plan.rerank_top_n is not None and served:
+            deadline.check("rerank")
+            served = self._rerank(plan.rerank_top_n, query, served, clock, deadline)
+        with clock.stage("post_process"):
+            result = post.process(served, _gate_mode(plan), hints, query)
+        clock.record("post_process", result, note=f"top_quality={result.top_quality:.4f}")
+        return result
+
+    def _guard(self, hits: list[SearchHit], filters: SearchFilters) -> list[SearchHit]:
+        """Defence in depth: only hits of documents the database says may be served now,
+        whatever Milvus holds (its copy follows the database through the indexing queue)."""
+        doc_ids = {_doc_id(hit) for hit in hits}
+        live = self.parts.live_documents(filters, {d for d in doc_ids if d is not None})
+        return [hit for hit in hits if _doc_id(hit) in live]
+
+    def _rerank(self, top_n: int, query: str, hits: list[SearchHit], clock: Clock,
+                deadline: Deadline) -> list[SearchHit]:
+        reranker = self.parts.reranker
+        if reranker is None:
+            raise StageUnavailable("rerank is on but no reranker is configured "
+                                   "(KB_RERANK_BASE_URL)")
+        documents = [" ".join(filter(None, (str(h.metadata.get("title") or ""),
+                                            str(h.metadata.get("breadcrumb") or ""),
+                                            h.content))) for h in hits]
+        with clock.stage("rerank"):
+            ranked = reranker.rerank(query, documents, top_n=min(top_n, len(hits)),
+                                     timeout_s=max(deadline.remaining_s(), 0.001))
+        reordered = [replace(hits[r.index], rank=rank, score=float(r.score))
+                     for rank, r in enumerate(ranked, 1)]
+        clock.record("rerank", note=f"{reranker.name}: top {len(reordered)} of {len(hits)}",
+                     hits=tuple((h.chunk_id, round(h.score, 6)) for h in reordered))
+        return reordered
+
+    def _distances_needed(self, plan: RetrievalGraph) -> bool:
+        """Whether anything reads the dense distance of a hit the dense arm did not return:
+        the relevance gate, min_score, quality and MERGE of several lists (evaluation runs
+        with the gate off and skips the work)."""
+        post = self.parts.post
+        merge = plan.aggregation == "MERGE" and (len(plan.retrievers) > 1
+                                                 or plan.transform is not None)
+        return (post.reference_threshold > 0 or post.precise_threshold > 0
+                or plan.min_score > 0 or plan.assess or plan.max_attempts > 1
+                or plan.execution == "SEQUENTIAL" or merge)
+
+    def _retry_decision(self, filtered: PostProcessed) -> RetryDecision:
+        threshold = self.parts.post.reference_threshold
+        if not filtered.chunks:
+            return RetryDecision(ran=True, reason="the category-filtered search had no evidence")
+        if filtered.top_quality < threshold:
+            return RetryDecision(ran=True, reason=f"top quality {filtered.top_quality:.3f} < "
+                                                  f"reference {threshold}")
+        return RetryDecision(ran=False, reason="the category-filtered search was good enough")
+
+    def _neighbours(self, graph: RetrievalGraph, chunks: tuple[ScoredChunk, ...],
+                    filters: SearchFilters, clock: Clock) -> tuple[ScoredChunk, ...]:
+        assert graph.neighbours is not None
+        mode, window = graph.neighbours
+        packer = self.parts.packer
+        # What the hits themselves take of the pack: neighbours only fill the rest.
+        budget = packer.max_context_chars - sum(
+            min(len(c.content.strip()), packer.max_excerpt_chars) for c in chunks)
+        with clock.stage("neighbours"):
+            expander = self.parts.neighbours(mode, window, port=self.parts.search.port)
+            found = expander.expand(chunks, filters, budget=budget,
+                                    excerpt_chars=packer.max_excerpt_chars)
+        clock.record("neighbours", note=f"{mode} ±{window}: {len(found)} added",
+                     hits=tuple((c.evidence_key, round(c.quality, 4)) for c in found))
+        after: dict[str, list[ScoredChunk]] = {}
+        for chunk in found:
+            parent = next((r.split(":", 1)[1] for r in chunk.hit_reasons
+                           if r.startswith("neighbour_of:")), "")
+            after.setdefault(parent, []).append(chunk)
+        out: list[ScoredChunk] = []
+        for chunk in chunks:
+            out.append(chunk)
+            out += after.pop(chunk.evidence_key, [])
+        return (*out, *(c for rest in after.values() for c in rest))
+
+
+class StageFailed(RuntimeError):
+    """A stage failed and the graph may not fall back: the lookup answers UNAVAILABLE."""
+
+
+def _await(runs: Sequence[RetrieverRun], deadline: Deadline) -> None:
+    """Wait until every run answered; the first to outlive its own timeout_s, or the deadline
+    passing, fails the stage (the caller gives the unfinished runs up)."""
+    while True:
+        pending = [run for run in runs if not run.future.done()]
+        if not pending:
+            return
+        now = time.monotonic()
+        for run in pending:
+            if run.overdue(now) and run.abandon(f"no answer within its timeout_s of "
+                                                f"{run.timeout_s} s"):
+                raise RetrieverTimeout(f"{run.name} did not answer within its timeout_s of "
+                                       f"{run.timeout_s} s")
+        if deadline.remaining_s() <= 0:
+            raise GraphTimeout(f"{len(pending)} retriever call(s) did not answer before the "
+                               f"deadline of {deadline.millis:.0f} ms")
+        dues = [run.due - now for run in pending if run.due is not None]
+        wait([run.future for run in pending], timeout=min([deadline.remaining_s(), *dues]))
+
+
+def _gate_mode(plan: RetrievalGraph) -> SearchMode:
+    names = [r.name for r in plan.retrievers]
+    if names == ["VECTOR"]:
+        return "dense"
+    if names == ["BM25"]:
+        return "bm25"
+    return "hybrid"
+
+
+def _doc_id(hit: SearchHit) -> int | None:
+    value = str(hit.metadata.get("docId", "")).strip()
+    return int(value) if value.isdigit() and len(value) <= 19 else None

@@ -1,0 +1,70 @@
+"""What lookups need to know about the documents of (tenant, datasets), kept in sync with the
+database in every web and worker process: the L0 index, the deactivated and the live documents.
+
+Each process caches one view per (tenant, datasets) with the datasets' document revisions
+(bumped by datasets/services.py with every change lookups must see). A lookup reads them (one
+query over the datasets' rows, whatever their number of documents) and rebuilds the view when
+another process changed a document: no invalidation messages to lose.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import F, Q, QuerySet
+
+from datasets.models import Dataset, Document
+from retrieval.lookup.transform import L0Document, L0Index
+
+# Deactivated documents excluded in the Milvus filter itself, so that they do not take places
+# in the top-k. Beyond this many, the rest are dropped by the lookup's guard after the search.
+MAX_EXCLUDED = 1000
+
+
+@dataclass(frozen=True)
+class DocumentsView:
+    l0: L0Index
+    # Documents whose chunks Milvus may hold but no lookup may serve: deactivated ones, and
+    # deleted ones whose removal the indexing worker has not applied yet.
+    excluded: tuple[int, ...]
+    # Every document a lookup may serve now (live and activated): the guard checks each hit
+    # against it, whatever Milvus holds, without a query per lookup.
+    live: frozenset[int]
+
+
+# (tenant, datasets) → (the datasets' (pk, created_at, revision), the view). created_at tells
+# a dataset apart from an earlier one that had its pk (SQLite reuses the highest rowid); the
+# revision is random, so a rolled-back change cannot leave a view that looks current.
+_cache: dict[tuple[int, tuple[int, ...]], tuple[tuple[Any, ...], DocumentsView]] = {}
+_lock = threading.Lock()
+
+
+def _documents(tenant_id: int, dataset_ids: Sequence[int]) -> QuerySet[Document]:
+    return Document.objects.filter(dataset__tenant_id=tenant_id, dataset_id__in=dataset_ids)
+
+
+def documents_view(*, tenant_id: int, dataset_ids: Sequence[int]) -> DocumentsView:
+    key = (tenant_id, tuple(sorted(dataset_ids)))
+    fingerprint = tuple(Dataset.objects.filter(pk__in=key[1]).order_by("pk").values_list(
+        "pk", "created_at", "documents_revision"))
+    with _lock:
+        cached = _cache.get(key)
+        if cached and cached[0] == fingerprint:
+            return cached[1]
+    rows = (_documents(tenant_id, key[1]).filter(deleted=False, activated=True)
+            .values_list("doc_id", "title", "domain", "keywords", "category"))
+    documents = [L0Document(doc_id=str(doc_id), title=title, domain=domain,
+                            keywords=tuple(keywords or ()), category=category)
+                 for doc_id, title, domain, keywords, category in rows]
+    excluded = (_documents(tenant_id, key[1])
+                .filter(Q(deleted=False, activated=False) | Q(deleted=True,
+                                                             synced_revision__lt=F("revision")))
+                .order_by("-updated_at").values_list("doc_id", flat=True)[:MAX_EXCLUDED])
+    view = DocumentsView(l0=L0Index(documents), excluded=tuple(sorted(excluded)),
+                         live=frozenset(int(d.doc_id) for d in documents))
+    with _lock:
+        _cache[key] = (fingerprint, view)
+    return view

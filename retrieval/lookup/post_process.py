@@ -1,0 +1,236 @@
+"""Post-processing: one quality scale across modes, chunk identity, dedup, limits, relevance.
+
+Seed 000 §6.2 / §7: the order is the store's order (the fused order for hybrid) and is never
+changed here; L0 overlap only explains a hit (`hit_reasons`). Thresholds look at the gate
+quality, which prefers the absolute dense L2 distance over the rank, because a rank says
+nothing about whether the best hit is any good, and at the query's own words in the chunk's
+text (`_judged`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from retrieval.analysis import contains_term, normalize_text
+from retrieval.lexical import QueryTerms, query_terms
+from retrieval.types import (
+    PostProcessed,
+    QueryHints,
+    RelevanceLevel,
+    ScoredChunk,
+    SearchHit,
+    SearchMode,
+)
+
+# How much of a calibrated dense quality a chunk that shares none of the query's content terms
+# loses before the REFERENCE threshold (fitted on the hit-test set's `fit` half; see
+# docs/benchmarks.md, "Hit test").
+LEXICAL_DISCOUNT = 0.3
+
+
+class RetrievalScoreNormalizer:
+    """Raw scores → quality in [0, 1]."""
+
+    def __init__(self, max_l2_distance: float) -> None:
+        if not (math.isfinite(max_l2_distance) and max_l2_distance > 0):
+            raise ValueError("max_l2_distance must be a positive number")
+        self.max_l2_distance = max_l2_distance
+
+    def dense_quality(self, l2: float) -> float:
+        if math.isnan(l2):
+            return 0.0
+        return 1.0 - min(max(l2, 0.0), self.max_l2_distance) / self.max_l2_distance
+
+    def rank_quality(self, rank: int, n: int) -> float:
+        """Linear in this round's rank: 1 → 1.0 … n → 1/n. Fused RRF scores are not L2."""
+        if n < 1:
+            return 0.0
+        rank = min(max(rank, 1), n)
+        return (n - rank + 1) / n
+
+    def gate_quality(self, hit: SearchHit, *, mode: SearchMode, rank: int, n: int) -> float:
+        """Quality used against the thresholds: the hit's dense L2 when known, else its rank."""
+        if hit.dense_l2 is not None:
+            return self.dense_quality(hit.dense_l2)
+        if mode == "dense":  # a dense hit's score is its L2 distance
+            return self.dense_quality(hit.score)
+        return self.rank_quality(rank, n)
+
+
+def _text(metadata: dict[str, Any], key: str) -> str:
+    value = metadata.get(key)
+    return "" if value is None else str(value)
+
+
+def _int(metadata: dict[str, Any], key: str) -> int | None:
+    text = _text(metadata, key).strip()
+    return int(text) if text.isdigit() and len(text) <= 19 else None
+
+
+def _chunk_index(metadata: dict[str, Any]) -> int | None:
+    value = metadata.get("chunkIndex")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def evidence_key_of(hit: SearchHit) -> str:
+    """docId#chunk-{chunkIndex}; fallback vector:{chunk_id}; fallback rank:{rank} (seed 000 §7)."""
+    doc_id = _text(hit.metadata, "docId").strip()
+    index = _chunk_index(hit.metadata)
+    if doc_id and index is not None:
+        return f"{doc_id}#chunk-{index}"
+    if hit.chunk_id:
+        return f"vector:{hit.chunk_id}"
+    return f"rank:{hit.rank}"
+
+
+def searchable_text(hit: SearchHit) -> str:
+    """The chunk's title, breadcrumb and content, through normalize_text."""
+    meta = hit.metadata
+    return normalize_text(" ".join((_text(meta, "title"), _text(meta, "breadcrumb"),
+                                    hit.content)))
+
+
+def _hit_reasons(hit: SearchHit, hints: QueryHints, terms: QueryTerms) -> tuple[str, ...]:
+    meta = hit.metadata
+    reasons = []
+    if hints.keywords or terms.identifiers:  # normalising the text is the costly part
+        text = searchable_text(hit)
+        reasons = [f"keyword:{k}" for k in hints.keywords if contains_term(text, k)]
+        reasons += [f"identifier:{t}" for t in terms.identifiers_in(text)]
+    domain = normalize_text(_text(meta, "domain")).strip()
+    reasons += [f"domain:{d}" for d in hints.domains if domain and normalize_text(d) == domain]
+    category = _text(meta, "category")
+    if hints.category_filter and category == hints.category_filter:
+        reasons.append(f"category:{category}")
+    return tuple(reasons)
+
+
+def _below(chunk: ScoredChunk, support: float) -> str:
+    """A dropped chunk's reason in the audit's compact form: below:quality[/support]."""
+    lexical = f"/{support:.3f}" if support != chunk.quality else ""
+    return f"below:{chunk.quality:.3f}{lexical}"
+
+
+class KnowledgeEvidencePostProcessor:
+    """Search hits of one round → at most `return_n` relevant chunks, in the store's order."""
+
+    def __init__(self, return_n: int, max_chunks_per_document: int, reference_threshold: float,
+                 precise_threshold: float, *, max_l2_distance: float = 2.0) -> None:
+        if return_n < 1 or max_chunks_per_document < 1:
+            raise ValueError("return_n and max_chunks_per_document must be at least 1")
+        if not 0.0 <= reference_threshold <= precise_threshold <= 1.0:
+            raise ValueError("need 0 <= reference_threshold <= precise_threshold <= 1")
+        self.return_n = return_n
+        self.max_chunks_per_document = max_chunks_per_document
+        self.reference_threshold = reference_threshold
+        self.precise_threshold = precise_threshold
+        self.normalizer = RetrievalScoreNormalizer(max_l2_distance)
+
+    def process(self, hits: Sequence[SearchHit], mode: SearchMode, hints: QueryHints,
+                query: str = "") -> PostProcessed:
+        """The gate reads each chunk's quality and its lexical support (see `_judged`);
+        `query` is the caller's question, whose own words the chunks' text is checked for."""
+        ordered = sorted(hits, key=lambda h: h.rank)  # stable: ties keep the store's order
+        terms = query_terms(query)
+        judged: list[tuple[ScoredChunk, float]] = []
+        hit_of: dict[str, SearchHit] = {}
+        seen: set[str] = set()
+        dropped: list[tuple[str, str]] = []
+        for position, hit in enumerate(ordered, start=1):
+            key = evidence_key_of(hit)
+            if key in seen:  # the first (best-ranked) occurrence wins
+                dropped.append((key, "duplicate"))
+                continue
+            seen.add(key)
+            quality = self.normalizer.gate_quality(hit, mode=mode, rank=position,
+                                                   n=len(ordered))
+            quality, support = self._judged(hit, quality, terms, distance_known=(
+                hit.dense_l2 is not None or mode == "dense"))
+            judged.append((self._scored(hit, key, quality, mode), support))
+            hit_of[key] = hit
+
+        top_quality = max((c.quality for c, _ in judged), default=0.0)
+        top_support = max((support for _, support in judged), default=0.0)
+        level = (RelevanceLevel.PRECISE if top_quality >= self.precise_threshold else
+                 RelevanceLevel.REFERENCE if top_support >= self.reference_threshold else
+                 RelevanceLevel.NONE)
+        if level is RelevanceLevel.NONE:
+            # Nothing relevant: the answer is EMPTY, not the least bad junk.
+            dropped += [(chunk.evidence_key, _below(chunk, support)) for chunk, support in judged]
+            return PostProcessed(chunks=(), relevance_level=level, top_quality=top_quality,
+                                 dropped=tuple(dropped))
+
+        kept: list[ScoredChunk] = []
+        per_document: dict[str, int] = {}
+        for chunk, support in judged:
+            key = chunk.evidence_key
+            if len(kept) == self.return_n:
+                dropped.append((key, "return_n"))
+                continue
+            # Below-reference chunks are dropped before the limits so they do not take the
+            # place of a relevant chunk further down, and never sit under a precise hit.
+            if support < self.reference_threshold and chunk.quality < self.precise_threshold:
+                dropped.append((key, _below(chunk, support)))
+                continue
+            document = chunk.doc_id or key
+            if per_document.get(document, 0) >= self.max_chunks_per_document:
+                dropped.append((key, "per_document"))
+                continue
+            per_document[document] = per_document.get(document, 0) + 1
+            # Explained here, for the few kept: the reasons read the chunk's whole text.
+            kept.append(replace(chunk, hit_reasons=_hit_reasons(hit_of[key], hints, terms)))
+        return PostProcessed(chunks=tuple(kept), relevance_level=level, top_quality=top_quality,
+                             dropped=tuple(dropped))
+
+    def _judged(self, hit: SearchHit, quality: float, terms: QueryTerms, *,
+                distance_known: bool) -> tuple[float, float]:
+        """(quality, support): quality decides PRECISE, support REFERENCE.
+
+        A chunk that contains every identifier of the query is PRECISE whatever its dense
+        distance. Otherwise a calibrated distance is discounted by up to LEXICAL_DISCOUNT
+        for the query's content terms the chunk lacks: a chunk that shares none of the
+        query's words needs a closer distance to count as a reference (an off-topic question
+        still has a nearest chunk). The text is read only where it can change a decision:
+        support is compared with the reference threshold alone, so outside the band the
+        discount can reach, the quality stands for it.
+        """
+        if self.precise_threshold == 0:  # no gate (evaluation): both thresholds are 0
+            return quality, quality
+        text: str | None = None
+        if terms.identifiers and quality < self.precise_threshold:
+            text = searchable_text(hit)
+            if len(terms.identifiers_in(text)) == len(terms.identifiers):
+                return self.precise_threshold, self.precise_threshold
+        in_band = quality * (1.0 - LEXICAL_DISCOUNT) < self.reference_threshold <= quality
+        if not (distance_known and terms.terms and in_band):  # a rank is no distance
+            return quality, quality
+        coverage = terms.coverage(text if text is not None else searchable_text(hit))
+        return quality, quality * (1.0 - LEXICAL_DISCOUNT * (1.0 - coverage))
+
+    @staticmethod
+    def _scored(hit: SearchHit, key: str, quality: float, mode: SearchMode) -> ScoredChunk:
+        meta = hit.metadata
+        dense_l2 = hit.dense_l2 if hit.dense_l2 is not None else (
+            hit.score if mode == "dense" else None)
+        return ScoredChunk(
+            evidence_key=key,
+            doc_id=_text(meta, "docId").strip(),
+            chunk_index=_chunk_index(meta),
+            content=hit.content,
+            title=_text(meta, "title"),
+            breadcrumb=_text(meta, "breadcrumb"),
+            source=_text(meta, "source"),
+            category=_text(meta, "category"),
+            original_rank=hit.rank,
+            raw_score=hit.score,
+            quality=quality,
+            dense_l2=dense_l2,
+            dataset_id=_int(meta, "datasetId"),
+        )

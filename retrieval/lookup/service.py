@@ -1,0 +1,194 @@
+"""The lookup a caller may make: scope from the API key, config from the DB, then the tool."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from django.db import DatabaseError
+
+from audit.canonical import canonical_store, ready_evidence
+from datasets.auth import Caller
+from datasets.models import Tenant
+from datasets.selectors import datasets_in_scope, db_id, live_doc_ids
+from kbplatform.errors import ApiError, ServiceUnavailable
+from retrieval.chat import chat_model_for
+from retrieval.index import milvus
+from retrieval.index.embedders import EmbeddingError
+from retrieval.index.search import VectorSearchService
+from retrieval.index.versions import IndexNotReady, serving_index
+from retrieval.lookup.l0 import DocumentsView, documents_view
+from retrieval.lookup.project import invocation_of
+from retrieval.lookup.rerank import configured_reranker
+from retrieval.lookup.tool import LookupKnowledgeTool, LookupRequest, as_unavailable
+from retrieval.lookup.transform import L0Index
+from retrieval.ragconfig.config import (
+    MODE_OVERRIDES,
+    RagConfigConverter,
+    RagConfigError,
+    RagSettings,
+    metadata_filter,
+)
+from retrieval.ragconfig.selectors import checked_settings, rag_config_for
+from retrieval.types import LookupResult, SearchFilters, SearchMode
+
+logger = logging.getLogger(__name__)
+
+
+def lookup_scope(*, caller: Caller, requested: Sequence[int] | None) -> SearchFilters:
+    """Tenant and datasets come from the key; `requested` may only narrow them.
+
+    A dataset the key may not read (another tenant's, out of its scope, deactivated) is
+    refused in exactly the words of one that does not exist: the answer reveals nothing.
+    """
+    allowed = caller.readable_dataset_ids()
+    if requested:
+        wanted = sorted(set(requested))
+        unknown = [d for d in wanted if d not in allowed]
+        if unknown:
+            raise ApiError(f"unknown dataset ids: {unknown}", code="unknown_dataset")
+        allowed = wanted
+    return SearchFilters(tenant_id=caller.tenant.pk, dataset_ids=tuple(allowed))
+
+
+@dataclass(frozen=True)
+class _Setup:
+    settings: RagSettings
+    config_version: int | None
+    filters: SearchFilters  # the key's scope, narrowed by the config's kb_scope and filters
+    search: VectorSearchService | None  # None: nothing has been indexed yet
+    view: DocumentsView | None  # None: no dataset to search
+    experiment: tuple[int, str] | None  # (A/B test, arm) of this call, when one runs
+
+
+class _Unavailable(Exception):
+    """Something a lookup needs is broken: it answers UNAVAILABLE with this reason."""
+
+
+def _setup(filters: SearchFilters, overrides: dict[str, Any] | None, mode: SearchMode | None,
+           search: VectorSearchService | None, routing_key: str) -> _Setup:
+    try:
+        serving = rag_config_for(tenant_id=filters.tenant_id, dataset_ids=filters.dataset_ids,
+                                 routing_key=routing_key)
+    except RagConfigError as exc:
+        # A stored config that no longer validates (a hand edit, a tightened rule) is a broken
+        # backend like a down Milvus: UNAVAILABLE (503) with the reason for the audit; never
+        # a 500, never EMPTY, never a search with half-right settings.
+        logger.error("tenant %s: the stored RagConfig does not validate: %s",
+                     filters.tenant_id, exc)
+        raise _Unavailable(f"RagConfigError: {exc}") from exc
+    settings = serving.settings
+    if mode is not None:
+        overrides = {**MODE_OVERRIDES[mode], **(overrides or {})}
+    if overrides:
+        settings = _overridden(settings, overrides, filters.tenant_id)
+    if search is None:
+        try:
+            # The serving version's own embedder and collection: never a query vector of
+            # one model against the vectors of another.
+            index = serving_index()
+            search = VectorSearchService(port=milvus.searcher(index.collection),
+                                         embedder=index.embedder)
+        except IndexNotReady:
+            search = None
+    filters = configured_filters(filters, settings)
+    view = (documents_view(tenant_id=filters.tenant_id, dataset_ids=filters.dataset_ids)
+            if filters.dataset_ids else None)
+    return _Setup(settings, serving.version, filters, search, view, serving.experiment)
+
+
+def _overridden(settings: RagSettings, overrides: dict[str, Any], tenant_id: int
+                ) -> RagSettings:
+    """`overrides` (an earlier version's, a draft's, an evaluation's) over the settings, held
+    to the rules of a stored config: values that would not save fail the lookup."""
+    try:
+        settings = RagConfigConverter.to_settings(overrides, base=settings)
+        # Never another tenant's key to the endpoint a draft or an old version names (the
+        # tenant is read only then: evaluations pass overrides on every lookup).
+        tenant = (Tenant.objects.filter(pk=tenant_id).first()
+                  if settings.chat_api_key_env else None)
+        if tenant is not None:
+            checked_settings(tenant=tenant, values={}, base=settings)
+    except RagConfigError as exc:
+        raise _Unavailable(f"RagConfigError: {exc}") from exc
+    return settings
+
+
+def configured_filters(filters: SearchFilters, settings: RagSettings) -> SearchFilters:
+    """The config's kb_scope (the datasets in it) and metadata_filters (compared inside the
+    Milvus query) narrow the key's scope; nothing here can widen it."""
+    dataset_ids = filters.dataset_ids
+    if settings.kb_scope and dataset_ids:
+        dataset_ids = datasets_in_scope(tenant_id=filters.tenant_id, dataset_ids=dataset_ids,
+                                        kb_scope=settings.kb_scope)
+    return replace(filters, dataset_ids=dataset_ids,
+                   metadata=metadata_filter(settings.metadata_filters))
+
+
+def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = "",
+                     session_id: str = "", mode: SearchMode | None = None,
+                     overrides: dict[str, Any] | None = None,
+                     search: VectorSearchService | None = None) -> LookupResult:
+    """Run one lookup. `overrides` and `search` (evaluation only) replace the config values
+    and the serving index for this call. Its session (else its call id) routes it to an arm of
+    the config's A/B test, when one runs."""
+    request = LookupRequest(query=query, filters=filters, tool_call_id=tool_call_id,
+                            session_id=session_id)
+    try:
+        setup = _setup(filters, overrides, mode, search, session_id or tool_call_id)
+    except (_Unavailable, EmbeddingError, DatabaseError) as exc:
+        broken = str(exc) if isinstance(exc, _Unavailable) else f"{type(exc).__name__}: {exc}"
+        tool = _tool(RagSettings(), None, None, None)
+        return replace(tool.unavailable_result(request, error=broken), config={})
+    request = replace(request, filters=setup.filters)
+    if setup.view is not None:
+        request = replace(request, filters=replace(setup.filters,
+                                                   excluded_doc_ids=setup.view.excluded))
+    tool = _tool(setup.settings, setup.config_version, setup.search, setup.view)
+    if setup.view is None or setup.search is None:
+        # Nothing to search: EMPTY, without a search that would need a dataset or an index.
+        result = tool.empty_result(request)
+    else:
+        result = tool.run(request)
+    return replace(result, experiment=setup.experiment) if setup.experiment else result
+
+
+def served_lookup(*, filters: SearchFilters, query: str, tool_call_id: str = "",
+                  session_id: str = "", overrides: dict[str, Any] | None = None
+                  ) -> LookupResult:
+    """A lookup whose READY evidence the guard can confirm later: the call is stored as its
+    canonical invocation first, and evidence that could not be stored is not handed out.
+    An agent's call without an id gets one here, so that an A/B test can route it too."""
+    tool_call_id = tool_call_id or f"call_{uuid.uuid4().hex}"
+    result = lookup_knowledge(filters=filters, query=query, tool_call_id=tool_call_id,
+                              session_id=session_id, overrides=overrides)
+    try:
+        canonical_store(invocation_of(result))
+    except ServiceUnavailable:
+        result = as_unavailable(result, error="the canonical invocation store is unavailable")
+    return result
+
+
+def confirmed_evidence(*, tenant_id: int, readable: Sequence[int], document_ids: Sequence[str],
+                       tool_call_id: str = "", session_id: str = "") -> list[str]:
+    """The evidence guard: of `document_ids`, those that were READY evidence of the call (or
+    session), from a dataset in `readable`, of a document that may still be served."""
+    datasets = ready_evidence(tenant_id=tenant_id, document_ids=document_ids,
+                              tool_call_id=tool_call_id, session_id=session_id)
+    in_scope = [key for key, dataset in datasets.items() if dataset in readable]
+    doc_ids = {db_id(key.split("#", 1)[0]) for key in in_scope}
+    live = live_doc_ids(tenant_id=tenant_id, dataset_ids=readable,
+                        doc_ids={d for d in doc_ids if d is not None})
+    return [key for key in in_scope if db_id(key.split("#", 1)[0]) in live]
+
+
+def _tool(settings: RagSettings, version: int | None, search: VectorSearchService | None,
+          view: DocumentsView | None) -> LookupKnowledgeTool:
+    return LookupKnowledgeTool(
+        search=search, l0_index=lambda: view.l0 if view else L0Index(()),
+        live_documents=lambda f, ids: set(ids) & view.live if view else set(),
+        settings=settings, config_version=version, reranker=configured_reranker(),
+        chat=chat_model_for(RagConfigConverter.to_dict(settings)))

@@ -1,0 +1,2 @@
+"""RAG configuration: the typed settings and their converter, the RagConfig rows with history,
+RAG agents and A/B tests, and the reads and writes of them."""

@@ -1,0 +1,132 @@
+"""Reads of RagConfig, the RAG agents and the index versions."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from django.db.models import Q
+
+from datasets.models import Tenant
+from datasets.selectors import tenant_key_variable
+from retrieval.ragconfig.config import RagConfigConverter, RagConfigError, RagSettings
+from retrieval.ragconfig.models import ConfigExperiment, RagAgent, RagConfig, RagConfigChange
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """What serves one lookup: its settings, the config version they are, and its arm of an
+    A/B test (test id, "control" or "candidate") when one runs."""
+
+    settings: RagSettings
+    version: int | None
+    experiment: tuple[int, str] | None = None
+    config_id: int | None = None  # the row that serves; None: the built-in defaults
+
+
+def ab_arm(experiment: ConfigExperiment, routing_key: str) -> str:
+    """The arm of a call: `share` per cent of routing keys, stably (one session, one arm)."""
+    digest = hashlib.sha256(f"{experiment.pk}:{routing_key}".encode()).digest()
+    candidate = int.from_bytes(digest[:8], "big") % 100 < experiment.share
+    return ConfigExperiment.Arm.CANDIDATE if candidate else ConfigExperiment.Arm.CONTROL
+
+
+def rag_config_for(*, tenant_id: int, dataset_ids: Sequence[int],
+                   routing_key: str = "") -> ServingConfig:
+    """The settings of one lookup and the version of the row they came from.
+
+    A dataset override applies only when exactly one dataset is searched: a search over
+    several datasets has one result list, so it cannot honour several configs. Otherwise the
+    tenant default, else the built-in defaults (version None). A stored row that no longer
+    validates raises RagConfigError rather than being used half-right. While the row runs an
+    A/B test, a call with a `routing_key` (its session, else its call id) is routed to an arm;
+    one without (a hit test, an evaluation) gets the config as it serves.
+    """
+    distinct = set(dataset_ids)
+    scope = Q(dataset__isnull=True)
+    if len(distinct) == 1:
+        scope |= Q(dataset_id=next(iter(distinct)))
+    rows = list(RagConfig.objects.filter(scope, tenant_id=tenant_id)
+                .select_related("tenant", "experiment__candidate"))
+    # The override, when present, sorts before the default.
+    rows.sort(key=lambda row: row.dataset_id is None)
+    if not rows:
+        return ServingConfig(RagSettings(), None)
+    row = rows[0]
+    serving = ServingConfig(row.to_settings(), row.version, config_id=row.pk)
+    if row.experiment is not None and routing_key:
+        arm = ab_arm(row.experiment, routing_key)
+        serving = replace(serving, experiment=(row.experiment.pk, arm))
+        if arm == ConfigExperiment.Arm.CANDIDATE:
+            candidate = row.experiment.candidate
+            serving = replace(serving, settings=RagConfigConverter.to_settings(
+                candidate.settings()), version=candidate.version)
+    errors = chat_key_env_error(row.tenant, serving.settings.chat_api_key_env)
+    if errors:
+        raise RagConfigError(errors)
+    return serving
+
+
+def draft_settings(*, tenant: Tenant, dataset_ids: Sequence[int],
+                   version: RagConfigChange | None, draft: str) -> dict[str, Any]:
+    """Every setting of a draft: its JSON values over `version` (else the config serving those
+    datasets), held to the rules of a save. Raises RagConfigError with the reason."""
+    try:
+        values = json.loads(draft)
+    except (ValueError, RecursionError) as exc:
+        raise RagConfigError({"draft": f"not JSON ({str(exc)[:200]})"}) from exc
+    if not isinstance(values, dict):
+        raise RagConfigError({"draft": 'a JSON object of settings, e.g. {"return_n": 3}'})
+    base = (RagConfigConverter.to_settings(version.settings()) if version is not None
+            else rag_config_for(tenant_id=tenant.pk, dataset_ids=dataset_ids).settings)
+    return RagConfigConverter.to_dict(checked_settings(tenant=tenant, values=values, base=base))
+
+
+def checked_settings(*, tenant: Tenant, values: Mapping[str, object],
+                     base: RagSettings | None = None) -> RagSettings:
+    """`values` over `base` (the built-in defaults) as a save of the tenant's config would take
+    them: through the converter, and naming no key variable but the tenant's own. Raises
+    RagConfigError (field → message)."""
+    settings = RagConfigConverter.to_settings(values, base=base or RagSettings())
+    errors = chat_key_env_error(tenant, settings.chat_api_key_env)
+    if errors:
+        raise RagConfigError(errors)
+    return settings
+
+
+def chat_key_env_error(tenant: Tenant, name: str) -> dict[str, str]:
+    """A config may name only its tenant's own key variable: never one that would send
+    another tenant's key to an endpoint this config chose."""
+    if not name:
+        return {}
+    own = tenant_key_variable(tenant)
+    if name == own:
+        return {}
+    return {"chat_api_key_env": f"must be {own}, this tenant's key variable" if own else
+            "this tenant's slug names the same key variable as another tenant's: no key "
+            "variable can be this tenant's alone"}
+
+
+def configs_naming_a_key_variable(tenant: Tenant) -> list[str]:
+    """The tenant's configs that name a chat-key variable, as reasons not to rename it: the
+    variable they may name follows the slug (datasets/slug_secrets.py)."""
+    named = RagConfig.objects.filter(tenant=tenant).exclude(chat_api_key_env="")
+    return [f"RAG config {config.scope_label} names {config.chat_api_key_env}, which follows "
+            f"the slug: clear its chat_api_key_env first (and name the new variable after "
+            f"the rename)." for config in named.select_related("tenant", "dataset")]
+
+
+def rag_agent_named(*, tenant_id: int, names: Sequence[str]) -> RagAgent | None:
+    """The tenant's RagAgent named by the first of `names` that names one (any case)."""
+    wanted = [name.strip() for name in names if name.strip()]
+    if not wanted:
+        return None
+    match = Q()
+    for name in wanted:
+        match |= Q(name__iexact=name)
+    agents = {agent.name.casefold(): agent
+              for agent in RagAgent.objects.filter(match, tenant_id=tenant_id)}
+    return next((agents[n.casefold()] for n in wanted if n.casefold() in agents), None)

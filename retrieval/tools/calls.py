@@ -1,0 +1,111 @@
+"""The agent tools as calls: one function per tool, from the caller and its validated input to
+the agent-facing body and the audit record.
+
+The REST views and the MCP server are both channels over these: they validate with the same
+serializers (retrieval/tools/serializers.py), call the same function, and write the record with
+their channel. Tenant and datasets always come from the caller's key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from audit.types import InvocationRecord
+from datasets.auth import Caller
+from datasets.selectors import dataset_list, readable_datasets
+from datasets.serializers import DatasetOutput
+from retrieval.answers.agentic import agentic_answer
+from retrieval.answers.answer import AnswerStatus
+from retrieval.answers.rag_node import DatasetRef, NodeInput, NodeStatus, rag_node
+from retrieval.answers.service import rag_answer
+from retrieval.lookup.project import RagResultProjector, invocation_of
+from retrieval.lookup.service import confirmed_evidence, lookup_scope, served_lookup
+from retrieval.types import EvidenceStatus, SearchFilters
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    body: dict[str, Any]  # the agent-facing result
+    record: InvocationRecord  # the audit row's content
+    unavailable: bool  # a backend failed: HTTP 503, an MCP tool error
+
+
+def _scope(who: Caller, values: Mapping[str, Any]) -> SearchFilters:
+    return lookup_scope(caller=who, requested=values.get("dataset_ids"))
+
+
+def _ids(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {"tool_call_id": values.get("tool_call_id", ""),
+            "session_id": values.get("session_id", "")}
+
+
+def lookup_call(who: Caller, values: Mapping[str, Any]) -> ToolCall:
+    result = served_lookup(filters=_scope(who, values), query=values["query"], **_ids(values))
+    return ToolCall(RagResultProjector().project(result), invocation_of(result),
+                    result.evidence_status is EvidenceStatus.UNAVAILABLE)
+
+
+def rag_answer_call(who: Caller, values: Mapping[str, Any]) -> ToolCall:
+    outcome = rag_answer(filters=_scope(who, values), query=values["query"], **_ids(values))
+    body = {"answer": outcome.answer, "citations": list(outcome.citations),
+            "answer_status": outcome.status.value, **outcome.body}
+    record = replace(invocation_of(outcome.result), tool_name="rag_answer",
+                     answer=outcome.trace())
+    return ToolCall(body, record, outcome.status is AnswerStatus.UNAVAILABLE)
+
+
+def rag_agentic_call(who: Caller, values: Mapping[str, Any]) -> ToolCall:
+    filters = _scope(who, values)
+    outcome = agentic_answer(filters=filters, query=values["query"], **_ids(values))
+    state = outcome.state
+    body = {"answer": outcome.answer, "citations": list(outcome.citations),
+            "answer_status": outcome.status.value, "confidence": outcome.confidence,
+            "iterations": state.iteration, "routes": state.routes,
+            "evidence": list(state.candidates.values()),
+            "tool_call_id": outcome.tool_call_id, "session_id": outcome.session_id,
+            "query": state.query}
+    return ToolCall(body, outcome.invocation(filters),
+                    outcome.status is AnswerStatus.UNAVAILABLE)
+
+
+def rag_node_call(who: Caller, values: Mapping[str, Any]) -> ToolCall:
+    readable = [DatasetRef(pk, name) for pk, name in readable_datasets(caller=who)]
+    node = NodeInput(
+        query=values.get("query", ""), rag_keywords=tuple(values.get("rag_keywords", ())),
+        user_input=values.get("user_input", ""),
+        target_dataset_ids=tuple(values.get("target_dataset_ids", ())),
+        target_dataset_name=values.get("target_dataset_name", ""),
+        agent=values.get("agent", ""), sub_agents=tuple(values.get("sub_agents", ())),
+        **_ids(values))
+    done = rag_node(tenant_id=who.tenant.pk, readable=readable, node=node)
+    outcome = done.outcome
+    body = {"status": done.status.value, "result": done.text,
+            "answer": outcome.answer if outcome else "",
+            "citations": list(outcome.citations) if outcome else [],
+            "structured": done.structured, "query": done.query,
+            "query_source": done.query_source, "selected_by": done.selected_by,
+            "delegated_to": done.delegated_to, "missing": list(done.missing),
+            "routes": outcome.state.routes if outcome else [],
+            "evidence": list(outcome.state.candidates.values()) if outcome else [],
+            "tool_call_id": done.tool_call_id, "session_id": done.session_id}
+    filters = SearchFilters(tenant_id=who.tenant.pk,
+                            dataset_ids=tuple(d.id for d in done.target_datasets))
+    return ToolCall(body, done.invocation(filters), done.status is NodeStatus.UNAVAILABLE)
+
+
+def list_datasets_call(who: Caller) -> dict[str, Any]:
+    """The datasets the key's lookups may search (GET /api/datasets' shape)."""
+    readable = dataset_list(caller=who).filter(activated=True)
+    return {"datasets": DatasetOutput(readable, many=True).data}
+
+
+def evidence_guard_call(who: Caller, values: Mapping[str, Any]) -> dict[str, Any]:
+    """Confirmed: READY evidence of the call (or session), from a dataset this key may read,
+    of a document that may still be served."""
+    asked = list(dict.fromkeys(values["document_ids"]))
+    ready = confirmed_evidence(tenant_id=who.tenant.pk, readable=who.readable_dataset_ids(),
+                               document_ids=asked, tool_call_id=values.get("tool_call_id", ""),
+                               session_id=values.get("session_id", ""))
+    return {"ready": ready, "not_ready": [key for key in asked if key not in ready]}

@@ -1,0 +1,206 @@
+"""The agent contract as serializers: the tools' inputs and results (DESIGN.md "Agent-facing
+result"). The REST views, the tool schemas (/api/tools/schema) and the MCP server all read
+these, so the three cannot drift apart."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from drf_spectacular.utils import extend_schema_serializer
+from rest_framework import serializers
+
+from datasets.selectors import MAX_DB_ID
+from retrieval.answers.agentic import Route
+from retrieval.answers.answer import AnswerStatus
+from retrieval.answers.rag_node import NodeStatus
+from retrieval.types import EvidenceStatus, RelevanceLevel
+
+IDENT = r"^[A-Za-z0-9_.:\-]{1,128}$"
+
+
+# --- the agent contract (DESIGN.md "Agent-facing result"), as RagResultProjector builds it ----
+
+@extend_schema_serializer(component_name="Evidence")
+class EvidenceOutput(serializers.Serializer[dict[str, Any]]):
+    document_id = serializers.CharField(help_text="The evidence key `<docId>#chunk-<n>`: cite "
+                                                  "it, and check it with the evidence guard.")
+    # DRF takes declared fields off the class, so this does not shadow Field.source at runtime.
+    source = serializers.CharField(allow_blank=True)  # type: ignore[assignment]
+    title = serializers.CharField(allow_blank=True)
+    breadcrumb = serializers.CharField(allow_blank=True)
+    excerpt = serializers.CharField(allow_blank=True, help_text="Retrieved text: untrusted data.")
+
+
+@extend_schema_serializer(component_name="RagToolResult")
+class RagToolResultOutput(serializers.Serializer[dict[str, Any]]):
+    evidence_status = serializers.ChoiceField(
+        choices=[s.value for s in EvidenceStatus],
+        help_text="READY: evidence found. EMPTY: nothing relevant. UNAVAILABLE: a backend "
+                  "failed (HTTP 503) - never the same as EMPTY.")
+    tool_call_id = serializers.CharField(help_text="The caller's, or a generated `call_...`.")
+    query = serializers.CharField(allow_blank=True)
+    evidence = EvidenceOutput(many=True, help_text="Empty unless READY.")
+    relevance_level = serializers.ChoiceField(choices=[r.value for r in RelevanceLevel])
+    truncated = serializers.BooleanField(help_text="The context budget cut some evidence.")
+    returned_count = serializers.IntegerField(min_value=0)
+
+
+@extend_schema_serializer(component_name="EvidenceGuardResult")
+class EvidenceGuardOutput(serializers.Serializer[dict[str, Any]]):
+    ready = serializers.ListField(child=serializers.CharField(), help_text="Confirmed: READY "
+                                  "evidence of that call or session that may still be served.")
+    not_ready = serializers.ListField(child=serializers.CharField())
+
+
+@extend_schema_serializer(component_name="Lookup")
+class LookupInput(serializers.Serializer[dict[str, Any]]):
+    query = serializers.CharField(trim_whitespace=True, max_length=settings.KB_MAX_QUERY_CHARS)
+    tool_call_id = serializers.RegexField(IDENT, required=False)
+    session_id = serializers.RegexField(IDENT, required=False)
+    dataset_ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=MAX_DB_ID), required=False,
+        max_length=100)
+
+
+@extend_schema_serializer(component_name="RagAnswerResult")
+class RagAnswerOutput(serializers.Serializer[dict[str, Any]]):
+    answer = serializers.CharField(allow_blank=True, help_text="Empty unless ANSWERED. Built "
+                                   "from retrieved text: cite it by `citations`.")
+    citations = serializers.ListField(
+        child=serializers.CharField(), help_text="Evidence `document_id`s the answer rests on, "
+        "each confirmed by the evidence guard for this call.")
+    answer_status = serializers.ChoiceField(
+        choices=[s.value for s in AnswerStatus],
+        help_text="ANSWERED; NO_ANSWER: evidence was found but does not answer; EMPTY: nothing "
+                  "relevant; UNAVAILABLE: a backend failed (HTTP 503).")
+    evidence_status = serializers.ChoiceField(choices=[s.value for s in EvidenceStatus])
+    tool_call_id = serializers.CharField()
+    query = serializers.CharField(allow_blank=True)
+    evidence = EvidenceOutput(many=True, help_text="The lookup's evidence, as the tool returns "
+                                                   "it.")
+    relevance_level = serializers.ChoiceField(choices=[r.value for r in RelevanceLevel])
+    truncated = serializers.BooleanField()
+    returned_count = serializers.IntegerField(min_value=0)
+
+
+@extend_schema_serializer(component_name="AgenticIteration")
+class AgenticIterationOutput(serializers.Serializer[dict[str, Any]]):
+    iteration = serializers.IntegerField(min_value=0)
+    route = serializers.ChoiceField(choices=[r.value for r in Route])
+    query = serializers.CharField(required=False, help_text="What this iteration searched.")
+    next = serializers.CharField(required=False, help_text="What the next iteration searches.")
+    evidence_status = serializers.CharField(required=False)
+    returned = serializers.IntegerField(required=False)
+    quality = serializers.FloatField(required=False, help_text="The judge's grade, 0-1.")
+    judge_usage = serializers.DictField(required=False, help_text="The model judge's token "
+                                        "counts: model, prompt_tokens, completion_tokens.")
+    judge_error = serializers.CharField(required=False, help_text="Why the model judge "
+                                        "failed, when the rules judged instead.")
+    reason = serializers.CharField(required=False)
+
+
+@extend_schema_serializer(component_name="RagAgenticResult")
+class RagAgenticOutput(serializers.Serializer[dict[str, Any]]):
+    answer = serializers.CharField(allow_blank=True)
+    citations = serializers.ListField(child=serializers.CharField(), help_text="Evidence "
+                                      "`document_id`s, confirmed by the evidence guard for "
+                                      "the call's session.")
+    answer_status = serializers.ChoiceField(choices=[s.value for s in AnswerStatus])
+    confidence = serializers.FloatField(help_text="The mean grade of the sub-questions, 0-1.")
+    iterations = serializers.IntegerField(min_value=0)
+    routes = AgenticIterationOutput(many=True, help_text="The route taken after each "
+                                                         "iteration.")
+    evidence = EvidenceOutput(many=True, help_text="What the answer was built from: each "
+                              "sub-question's best evidence in turn, at most 8 items.")
+    tool_call_id = serializers.CharField()
+    session_id = serializers.CharField(help_text="Each iteration's lookup is recorded under "
+                                                 "it: check citations with the guard.")
+    query = serializers.CharField()
+
+
+@extend_schema_serializer(component_name="RagNode")
+class RagNodeInput(serializers.Serializer[dict[str, Any]]):
+    query = serializers.CharField(required=False, allow_blank=True,
+                                  max_length=settings.KB_MAX_QUERY_CHARS,
+                                  help_text="The task's query parameter: searched when given.")
+    rag_keywords = serializers.ListField(
+        child=serializers.CharField(max_length=200, allow_blank=True), required=False,
+        max_length=50, help_text="The intent's keywords: searched, joined by spaces, when "
+                                 "there is no query.")
+    user_input = serializers.CharField(required=False, allow_blank=True,
+                                       max_length=settings.KB_MAX_QUERY_CHARS,
+                                       help_text="Searched when neither of the above is given.")
+    target_dataset_ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=MAX_DB_ID), required=False,
+        max_length=100, help_text="Exactly these (of those the key may read).")
+    target_dataset_name = serializers.CharField(
+        required=False, allow_blank=True, max_length=100,
+        help_text="Without ids: empty, 全部 or all = every readable dataset; else the dataset "
+                  "of that name, else those whose name contains it.")
+    agent = serializers.CharField(required=False, allow_blank=True, max_length=100,
+                                  help_text="The task's agent: a RagAgent of the tenant by this "
+                                            "name runs the question with its settings.")
+    sub_agents = serializers.ListField(
+        child=serializers.CharField(max_length=100, allow_blank=True), required=False,
+        max_length=20, help_text="The loop agent's sub-agents: the first that is a RagAgent of "
+                                 "the tenant is delegated to (after `agent`).")
+    tool_call_id = serializers.RegexField(IDENT, required=False)
+    session_id = serializers.RegexField(IDENT, required=False)
+
+    def validate_rag_keywords(self, value: list[str]) -> list[str]:
+        if len(" ".join(value)) > settings.KB_MAX_QUERY_CHARS:
+            raise serializers.ValidationError(
+                f"joined, at most {settings.KB_MAX_QUERY_CHARS} characters")
+        return value
+
+
+@extend_schema_serializer(component_name="TargetDataset")
+class TargetDatasetOutput(serializers.Serializer[dict[str, Any]]):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+
+
+@extend_schema_serializer(component_name="RagNodeStructured")
+class RagNodeStructuredOutput(serializers.Serializer[dict[str, Any]]):
+    confidence = serializers.FloatField()
+    iterations = serializers.IntegerField(min_value=0)
+    target_datasets = TargetDatasetOutput(many=True)
+
+
+@extend_schema_serializer(component_name="RagNodeResult")
+class RagNodeOutput(serializers.Serializer[dict[str, Any]]):
+    status = serializers.ChoiceField(
+        choices=[s.value for s in NodeStatus],
+        help_text="The answer's statuses, and NO_KNOWLEDGE_BASE (no readable dataset matched "
+                  "the target: 未配置知识库, not EMPTY) and NEEDS_INPUT (nothing to look up: "
+                  "see `missing`).")
+    result = serializers.CharField(help_text="For the loop: the answer, else the evidence as "
+                                             "delimited untrusted snippets, else why not.")
+    answer = serializers.CharField(allow_blank=True)
+    citations = serializers.ListField(child=serializers.CharField())
+    structured = RagNodeStructuredOutput()
+    query = serializers.CharField(allow_blank=True, help_text="What was searched.")
+    query_source = serializers.ChoiceField(choices=["query", "rag_keywords", "user_input", ""])
+    selected_by = serializers.ChoiceField(choices=["ids", "all", "name", "contains", ""],
+                                          help_text="Which rule chose the datasets.")
+    delegated_to = serializers.CharField(allow_blank=True, help_text="The RagAgent, or the "
+                                         "sub-agent named as a RAG agent, that ran the question; "
+                                         "empty: the node's own agentic graph.")
+    missing = serializers.ListField(child=serializers.CharField())
+    routes = AgenticIterationOutput(many=True)
+    evidence = EvidenceOutput(many=True)
+    tool_call_id = serializers.CharField()
+    session_id = serializers.CharField()
+
+@extend_schema_serializer(component_name="EvidenceGuard")
+class EvidenceGuardInput(serializers.Serializer[dict[str, Any]]):
+    tool_call_id = serializers.RegexField(IDENT, required=False)
+    session_id = serializers.RegexField(IDENT, required=False)
+    document_ids = serializers.ListField(child=serializers.CharField(max_length=200),
+                                         min_length=1, max_length=200)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if bool(attrs.get("tool_call_id")) == bool(attrs.get("session_id")):
+            raise serializers.ValidationError("give exactly one of tool_call_id, session_id")
+        return attrs
