@@ -12,7 +12,7 @@ bash scripts/setup.sh "mysql,dev"
 . .venv/bin/activate
 
 ruff check .
-mypy kbplatform kbplatform_client datasets retrieval audit
+mypy kbplatform kbplatform_client datasets retrieval audit evaluation
 
 run_pytest() {
   # pytest exits 5 when it ran no test: that is a failure here, not a success.
