@@ -9,21 +9,21 @@ from functools import partial
 
 from retrieval.chat import ChatModel
 from retrieval.index.search import VectorSearchService
-from retrieval.lookup.graph.executor import (
-    BACKEND_ERRORS,
-    Clock,
-    GraphExecutor,
-    GraphParts,
-    GraphRun,
-    LiveDocuments,
-    StageFailed,
-)
+from retrieval.lookup.graph.executor import GraphExecutor
 from retrieval.lookup.graph.model_judge import ModelQualityJudge
 from retrieval.lookup.graph.model_transform import ModelQueryTransformer
 from retrieval.lookup.graph.plan import build_graph
 from retrieval.lookup.graph.ports import QueryTransformPort, RerankPort
 from retrieval.lookup.graph.query_transform import DeterministicQueryTransformer
 from retrieval.lookup.graph.retrievers import REGISTRY
+from retrieval.lookup.graph.run import (
+    BACKEND_ERRORS,
+    Clock,
+    GraphParts,
+    GraphRun,
+    LiveDocuments,
+    StageFailed,
+)
 from retrieval.lookup.pack import KnowledgeContextPacker
 from retrieval.lookup.post_process import KnowledgeEvidencePostProcessor
 from retrieval.lookup.transform import L0Index

@@ -8,43 +8,33 @@ database) is never hidden behind a fallback: the caller answers UNAVAILABLE.
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Collection, Iterator, Sequence
-from concurrent.futures import wait
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-from django.db import DatabaseError
-
-from retrieval.index.embedders import EmbeddingError
-from retrieval.index.milvus.connection import VectorStoreUnavailable
-from retrieval.index.search import VectorSearchService
 from retrieval.lexical import query_terms
 from retrieval.lookup.graph.aggregate import Aggregator, CandidateList
-from retrieval.lookup.graph.neighbours import NeighbourExpander
 from retrieval.lookup.graph.plan import RetrievalGraph, fallback_graph
-from retrieval.lookup.graph.ports import (
-    NeighbourPort,
-    QualityJudgePort,
-    QueryTransformPort,
-    RerankPort,
-)
 from retrieval.lookup.graph.quality import Quality, QualityAssessor
-from retrieval.lookup.graph.query_transform import DeterministicQueryTransformer
 from retrieval.lookup.graph.registry import (
     RetrieverCall,
-    RetrieverEvent,
-    RetrieverRegistry,
     RetrieverRun,
-    RetrieverTimeout,
 )
-from retrieval.lookup.pack import KnowledgeContextPacker
-from retrieval.lookup.post_process import KnowledgeEvidencePostProcessor, searchable_text
-from retrieval.lookup.transform import KnowledgeQueryTransformer, L0Index
+from retrieval.lookup.graph.run import (
+    BACKEND_ERRORS,
+    FALLBACK_GRACE_MS,
+    Clock,
+    Deadline,
+    GraphOutcome,
+    GraphParts,
+    GraphRun,
+    StageFailed,
+    StageUnavailable,
+    await_runs,
+)
+from retrieval.lookup.post_process import searchable_text
+from retrieval.lookup.transform import KnowledgeQueryTransformer
 from retrieval.types import (
-    ContextPack,
     PostProcessed,
     QueryHints,
     RelevanceLevel,
@@ -53,115 +43,7 @@ from retrieval.types import (
     SearchFilters,
     SearchHit,
     SearchMode,
-    StageTrace,
 )
-
-# Failures no fallback can help: the fallback needs the same backend.
-BACKEND_ERRORS = (VectorStoreUnavailable, EmbeddingError, DatabaseError)
-# The fallback gets at least this much time, even when the deadline has passed.
-FALLBACK_GRACE_MS = 2000
-LiveDocuments = Callable[[SearchFilters, Collection[int]], set[int]]
-
-
-class GraphTimeout(TimeoutError):
-    pass
-
-
-class Deadline:
-    def __init__(self, millis: float) -> None:
-        self.millis = millis
-        self.ends = time.monotonic() + millis / 1000
-
-    def remaining_s(self) -> float:
-        return max(self.ends - time.monotonic(), 0.0)
-
-    def check(self, stage: str) -> None:
-        if time.monotonic() >= self.ends:
-            raise GraphTimeout(f"the deadline of {self.millis:.0f} ms passed before {stage}")
-
-
-class Clock:
-    """Stage timings and traces of one lookup."""
-
-    def __init__(self) -> None:
-        self.traces: list[StageTrace] = []
-        self.timings: dict[str, float] = {}
-
-    @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            elapsed = round((time.perf_counter() - start) * 1000, 2)
-            self.timings[name] = round(self.timings.get(name, 0.0) + elapsed, 2)
-
-    def record(self, stage: str, result: PostProcessed | None = None, note: str = "",
-               hits: tuple[tuple[str, float], ...] = ()) -> None:
-        candidates = hits or tuple((c.evidence_key, round(c.quality, 4))
-                                   for c in (result.chunks if result else ()))
-        self.traces.append(StageTrace(stage=stage, elapsed_ms=self.timings.get(stage, 0.0),
-                                      candidates=candidates, note=note,
-                                      dropped=result.dropped if result else ()))
-
-
-@dataclass
-class GraphRun:
-    """What the graph did: the audit's account of it (JSON-ready)."""
-
-    plan: dict[str, Any]
-    attempts: list[dict[str, Any]] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
-    fallback: str = ""
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def listen(self, event: RetrieverEvent) -> None:  # a retriever listener
-        with self.lock:
-            self.events.append({"event": event.kind, "retriever": event.retriever,
-                                "elapsed_ms": round(event.elapsed_ms, 2), "hits": event.hits,
-                                **({"error": event.error} if event.error else {})})
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"plan": self.plan, "attempts": self.attempts, "retrievers": self.events,
-                "fallback": self.fallback or None}
-
-
-@dataclass(frozen=True)
-class GraphOutcome:
-    result: PostProcessed
-    chunks: tuple[ScoredChunk, ...]  # result.chunks with their neighbours
-    pack: ContextPack
-    hints: QueryHints
-    filters: SearchFilters
-    retry: RetryDecision
-    quality: Quality | None
-    mode: str
-
-
-@dataclass(frozen=True)
-class GraphParts:
-    """What the executor runs on; built once per lookup by the lookup service."""
-
-    registry: RetrieverRegistry
-    search: VectorSearchService
-    post: KnowledgeEvidencePostProcessor
-    packer: KnowledgeContextPacker
-    l0_index: Callable[[], L0Index]
-    live_documents: LiveDocuments
-    weights: dict[str, float]
-    rrf_k: int
-    # A query transform strategy and the L0 index → the transformer (deterministic by default;
-    # the LLM-backed strategies implement the same port).
-    transformer: Callable[[str, L0Index], QueryTransformPort] = DeterministicQueryTransformer
-    reranker: RerankPort | None = None
-    # None: the rules grade the evidence (quality.py); else the chat model's judge.
-    judge: QualityJudgePort | None = None
-    # A neighbour expansion mode, its window and the search port → the expander.
-    neighbours: Callable[..., NeighbourPort] = NeighbourExpander
-
-
-class StageUnavailable(RuntimeError):
-    """An optional stage cannot run (e.g. rerank on, no reranker configured)."""
 
 
 class GraphExecutor:
@@ -352,8 +234,8 @@ class GraphExecutor:
                     # against their own timeout_s.
                     if not (spec.parallel and spec.thread_safe
                             and plan.execution == "PARALLEL"):
-                        _await(runs[-1:], deadline)
-            _await(runs, deadline)
+                        await_runs(runs[-1:], deadline)
+            await_runs(runs, deadline)
         except BaseException:
             for run in runs:  # the stage failed: no call of it may reach the lookup
                 run.abandon("the retrieval stage failed")
@@ -478,30 +360,6 @@ class GraphExecutor:
             out.append(chunk)
             out += after.pop(chunk.evidence_key, [])
         return (*out, *(c for rest in after.values() for c in rest))
-
-
-class StageFailed(RuntimeError):
-    """A stage failed and the graph may not fall back: the lookup answers UNAVAILABLE."""
-
-
-def _await(runs: Sequence[RetrieverRun], deadline: Deadline) -> None:
-    """Wait until every run answered; the first to outlive its own timeout_s, or the deadline
-    passing, fails the stage (the caller gives the unfinished runs up)."""
-    while True:
-        pending = [run for run in runs if not run.future.done()]
-        if not pending:
-            return
-        now = time.monotonic()
-        for run in pending:
-            if run.overdue(now) and run.abandon(f"no answer within its timeout_s of "
-                                                f"{run.timeout_s} s"):
-                raise RetrieverTimeout(f"{run.name} did not answer within its timeout_s of "
-                                       f"{run.timeout_s} s")
-        if deadline.remaining_s() <= 0:
-            raise GraphTimeout(f"{len(pending)} retriever call(s) did not answer before the "
-                               f"deadline of {deadline.millis:.0f} ms")
-        dues = [run.due - now for run in pending if run.due is not None]
-        wait([run.future for run in pending], timeout=min([deadline.remaining_s(), *dues]))
 
 
 def _gate_mode(plan: RetrievalGraph) -> SearchMode:
