@@ -12,6 +12,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 from markdown_it.tree import SyntaxTreeNode
 
+from datasets.ingestion.blocks import cut_block
 from datasets.ingestion.limits import (
     ELLIPSIS,
     MAX_ATOMIC_FACTOR,
@@ -38,9 +39,6 @@ _INLINE_PARSER = MarkdownIt("commonmark")
 # Only this multiple of a heading's limit is inline-parsed: markup (links, code spans)
 # rarely quadruples a title, and a 1.5 MB heading must not be parsed whole to keep 200.
 _MARKUP_ALLOWANCE = 4
-# A fence's info string is a language tag and maybe attributes; a longer one is not
-# repeated on every piece of a cut block.
-_MAX_INFO_CHARS = 100
 
 
 @dataclass(frozen=True)
@@ -223,7 +221,7 @@ class MarkdownSplitter:
         if node.type in _ATOMIC:
             if end - start <= max_atomic:
                 return [_Unit(start, end, atomic=True)]
-            pieces = _cut_block(source.text, node, start, end, max_atomic)
+            pieces = cut_block(source.text, node, start, end, max_atomic)
             return [_Unit(start, end, atomic=True, text=piece) for piece in pieces]
         if end - start <= max_unit:
             return [_Unit(start, end, atomic=False)] if end > start else []
@@ -320,60 +318,6 @@ def _breadcrumb(headings: Sequence[str]) -> str:
         if len(path) <= MAX_BREADCRUMB_CHARS:
             return path
     return shorten(headings[-1], MAX_BREADCRUMB_CHARS)
-
-
-def _cut_block(text: str, node: SyntaxTreeNode, start: int, end: int, limit: int) -> list[str]:
-    """An oversized code block or table as valid blocks of at most `limit` characters."""
-    token = node.token
-    if node.type == "fence" and token is not None:
-        info = token.info if len(token.info) <= _MAX_INFO_CHARS else ""
-        body = token.content
-        return _pack_lines(body, 0, len(body), limit,
-                           opener=f"{token.markup}{info}\n", closer=f"\n{token.markup}")
-    if node.type == "code_block" and token is not None:
-        # Re-indented from the de-indented content, so a piece cut from a list item's code
-        # (or a hard-cut line) is still indented code on its own.
-        body = token.content
-        return _pack_lines(body, 0, len(body), limit, indent="    ")
-    # A table: every piece repeats the header and delimiter rows, so it is still a table.
-    header_end = _line_end(text, _line_end(text, start, end) + 1, end)
-    if header_end - start >= limit // 2:
-        return _pack_lines(text, start, end, limit)  # a monstrous header is not repeated
-    return _pack_lines(text, header_end + 1, end, limit, opener=text[start:header_end] + "\n")
-
-
-def _line_end(text: str, start: int, end: int) -> int:
-    newline = text.find("\n", start, end)
-    return end if newline == -1 else newline
-
-
-def _pack_lines(
-    text: str, start: int, end: int, limit: int, *, opener: str = "", closer: str = "",
-    indent: str = "",
-) -> list[str]:
-    """The lines of text[start:end] packed into `opener + lines + closer` of ≤ limit chars."""
-    if len(opener) + len(closer) > limit // 2:
-        opener = closer = ""  # a monstrous fence line is not repeated
-    budget = limit - len(opener) - len(closer)
-    width = budget - len(indent)
-    pieces: list[str] = []
-    lines: list[str] = []
-    used = 0
-    position = start
-    while position < end:
-        line_end = _line_end(text, position, end)
-        # An overlong line is hard-cut: a piece must fit whatever the line.
-        for cut in range(position, max(line_end, position + 1), width):
-            fragment = indent + text[cut : min(cut + width, line_end)]
-            if lines and used + 1 + len(fragment) > budget:
-                pieces.append(opener + "\n".join(lines) + closer)
-                lines, used = [], 0
-            used += len(fragment) + (1 if lines else 0)
-            lines.append(fragment)
-        position = line_end + 1
-    if lines:
-        pieces.append(opener + "\n".join(lines) + closer)
-    return pieces
 
 
 def _sections(
