@@ -11,7 +11,6 @@ from drf_spectacular.utils import (
     inline_serializer,
 )
 from rest_framework import serializers
-from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -19,6 +18,7 @@ from rest_framework.views import APIView
 from audit.models import ToolInvocation
 from audit.selectors import session_trace
 from datasets.auth import IsAdminKey, caller
+from kbplatform.errors import NotFound
 from kbplatform.openapi import errors, path_id
 
 

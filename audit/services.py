@@ -11,13 +11,13 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from rest_framework import exceptions
 
 from audit.models import Channel, InvocationDataset, Outcome, ToolInvocation
 from audit.privacy import query_fingerprint
 from audit.selectors import searched_datasets
 from audit.types import InvocationRecord
 from datasets.models import ApiKey
+from kbplatform.errors import ErrorCode, raised_codes, raised_status
 
 logger = logging.getLogger(__name__)
 
@@ -103,14 +103,11 @@ def _ident(value: object) -> str:
     return value if isinstance(value, str) and len(value) <= IDENT_MAX else ""
 
 
-def _status(error: Exception | None) -> int:
-    return error.status_code if isinstance(error, exceptions.APIException) else 500
-
-
 def _outcome(error: Exception | None) -> Outcome:
-    status = _status(error)
-    if status == 401 or isinstance(error, (exceptions.NotAuthenticated,
-                                           exceptions.AuthenticationFailed)):
+    status = raised_status(error)
+    # By code too: DRF answers these 403 where no authenticator names a WWW-Authenticate.
+    if status == 401 or raised_codes(error) in (ErrorCode.NOT_AUTHENTICATED,
+                                                ErrorCode.AUTHENTICATION_FAILED):
         return Outcome.UNAUTHENTICATED
     if status == 403:
         return Outcome.FORBIDDEN
@@ -121,9 +118,8 @@ def _outcome(error: Exception | None) -> Outcome:
 
 def _failure(error: Exception | None) -> dict[str, Any]:
     # Codes, never messages: an exception's text may quote the query or a backend's internals.
-    codes = error.get_codes() if isinstance(error, exceptions.APIException) else None
     return {"type": type(error).__name__ if error is not None else None,
-            "status": _status(error), "codes": codes}
+            "status": raised_status(error), "codes": raised_codes(error)}
 
 
 def tool_invocations_prune(*, older_than_days: int, batch_size: int = 1000) -> int:

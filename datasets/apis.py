@@ -28,13 +28,14 @@ from datasets.serializers import (
     JobOutput,
 )
 from datasets.services import (
+    DocumentTooBig,
     dataset_create,
     document_delete,
     document_reindex,
     document_set_activation,
     document_store,
 )
-from kbplatform.errors import ApiError
+from kbplatform.errors import ApiError, ErrorCode, Forbidden
 from kbplatform.openapi import errors, path_id
 
 DATASET_ID = path_id("dataset_id", "The dataset's id (an integer, as returned by the listing).")
@@ -63,8 +64,7 @@ class DatasetListApi(APIView):
     def post(self, request: Request) -> Response:
         who = caller(request)
         if not who.is_admin or who.is_scoped:
-            raise ApiError("creating a dataset needs an admin API key of the whole tenant",
-                           code="forbidden", status_code=403)
+            raise Forbidden("creating a dataset needs an admin API key of the whole tenant")
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         dataset = dataset_create(tenant=who.tenant, **data.validated_data)
@@ -98,13 +98,14 @@ class DocumentListApi(APIView):
     def post(self, request: Request, dataset_id: str) -> Response:
         dataset = dataset_get(caller=caller(request), dataset_id=dataset_id)
         if not caller(request).is_admin:
-            raise ApiError("uploading needs an admin API key", code="forbidden", status_code=403)
+            raise Forbidden("uploading needs an admin API key")
         upload = request.FILES.get("file")
         if upload is None:
-            raise ApiError("send the markdown as the multipart field 'file'", code="missing_file")
+            raise ApiError("send the markdown as the multipart field 'file'",
+                           code=ErrorCode.MISSING_FILE)
         if upload.size and upload.size > settings.KB_MAX_UPLOAD_BYTES:
-            raise ApiError(f"the file has {upload.size} bytes; the limit is "
-                           f"{settings.KB_MAX_UPLOAD_BYTES}", code="too_large", status_code=413)
+            raise DocumentTooBig(f"the file has {upload.size} bytes; the limit is "
+                                 f"{settings.KB_MAX_UPLOAD_BYTES}")
         outcome = document_store(dataset=dataset, file_name=upload.name or "", raw=upload.read(),
                                  max_bytes=settings.KB_MAX_UPLOAD_BYTES)
         # As they are now: with tasks run in-process (the embedded defaults) the job is done.

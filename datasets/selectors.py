@@ -13,15 +13,10 @@ from django.db.models.functions import Coalesce, RowNumber
 from datasets.auth import Caller
 from datasets.models import Dataset, Document, Job, Tenant
 from datasets.slug_secrets import key_variable_of
-from kbplatform.errors import ApiError
+from kbplatform.errors import NotFound
 
 # The widest id a BIGINT column holds: a larger one cannot exist (and would overflow a query).
 MAX_DB_ID = 2**63 - 1
-
-
-class NotFound(ApiError):
-    status_code = 404
-    default_code = "not_found"
 
 
 def db_id(value: int | str) -> int | None:

@@ -30,7 +30,7 @@ from datasets.ingestion.parse import (
 from datasets.ingestion.pipeline import Chunking, build_chunks
 from datasets.ingestion.source import stored_source
 from datasets.models import Chunk, Dataset, Document, Job, Tenant
-from kbplatform.errors import ApiError
+from kbplatform.errors import ApiError, ErrorCode
 from kbplatform.tasks import enqueue_on_commit
 
 logger = logging.getLogger(__name__)
@@ -41,20 +41,20 @@ SYNC_TASK = "retrieval.tasks.sync_document"
 
 class DuplicateName(ApiError):
     status_code = 409
-    default_code = "duplicate"
+    default_code = ErrorCode.DUPLICATE
 
 
 class InvalidDocument(ApiError):
     """The upload is not ingestible markdown (encoding, binary, frontmatter...): a 400."""
 
-    default_code = "invalid_document"
+    default_code = ErrorCode.INVALID_DOCUMENT
 
 
 class DocumentTooBig(ApiError):
     """The upload is valid markdown but exceeds a size bound: a 413."""
 
     status_code = 413
-    default_code = "too_large"
+    default_code = ErrorCode.TOO_LARGE
 
 
 @dataclass(frozen=True)
@@ -94,10 +94,10 @@ def content_hash(raw: bytes) -> str:
 def check_file_name(file_name: str) -> str:
     name = file_name.strip()
     if not name or len(name) > 255 or "\x00" in name or name.startswith("."):
-        raise ApiError("the file name is missing or not valid", code="invalid_file_name")
+        raise ApiError("the file name is missing or not valid", code=ErrorCode.INVALID_FILE_NAME)
     if not name.lower().endswith(MARKDOWN_SUFFIXES):
         raise ApiError(f"{name!r} is not a markdown file (.md or .markdown)",
-                       code="unsupported_type")
+                       code=ErrorCode.UNSUPPORTED_TYPE)
     return name
 
 

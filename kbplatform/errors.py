@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from enum import StrEnum
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
@@ -16,11 +17,52 @@ from rest_framework.views import exception_handler as drf_exception_handler
 logger = logging.getLogger(__name__)
 
 
+class ErrorCode(StrEnum):
+    """Every `code` the API answers with: the project's, its transports' and DRF's (as
+    error_of passes them on). docs/api.md's error table lists them all."""
+
+    # 400
+    BAD_REQUEST = "bad_request"  # ApiError's default: a refusal without a code of its own
+    INVALID = "invalid"  # a serializer's field errors, in extra.fields
+    PARSE_ERROR = "parse_error"
+    INVALID_REQUEST = "invalid_request"  # MCP: not a JSON-RPC 2.0 message
+    CONFIRMATION_REQUIRED = "confirmation_required"
+    INVALID_FORMAT = "invalid_format"
+    UNKNOWN_DATASET = "unknown_dataset"
+    MISSING_FILE = "missing_file"
+    INVALID_FILE_NAME = "invalid_file_name"
+    UNSUPPORTED_TYPE = "unsupported_type"
+    INVALID_DOCUMENT = "invalid_document"
+    # 401 (DRF's)
+    NOT_AUTHENTICATED = "not_authenticated"
+    AUTHENTICATION_FAILED = "authentication_failed"
+    # 403
+    FORBIDDEN = "forbidden"
+    PERMISSION_DENIED = "permission_denied"  # DRF's, and Django's PermissionDenied
+    INVALID_ORIGIN = "invalid_origin"  # MCP
+    # 404
+    NOT_FOUND = "not_found"
+    # 405, 406 (DRF's)
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    NOT_ACCEPTABLE = "not_acceptable"
+    # 409
+    DUPLICATE = "duplicate"
+    OPERATION_RUNNING = "operation_running"
+    # 413, 415, 421
+    TOO_LARGE = "too_large"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    INVALID_HOST = "invalid_host"  # MCP
+    # 500, 503
+    INTERNAL_ERROR = "internal_error"
+    UNAVAILABLE = "unavailable"
+
+
 class ApiError(exceptions.APIException):
-    """An error the client is meant to read; `code` is stable, `message` is for people."""
+    """An error the client is meant to read; `code` (an ErrorCode) is stable, `message` is for
+    people. Services raise these; the exception handler turns them into responses."""
 
     status_code: int = status.HTTP_400_BAD_REQUEST
-    default_code = "bad_request"
+    default_code = ErrorCode.BAD_REQUEST
 
     def __init__(self, message: str, *, code: str | None = None, status_code: int | None = None,
                  extra: dict[str, Any] | None = None) -> None:
@@ -33,11 +75,35 @@ class ApiError(exceptions.APIException):
 
 class ServiceUnavailable(ApiError):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    default_code = "unavailable"
+    default_code = ErrorCode.UNAVAILABLE
+
+
+class Forbidden(ApiError):
+    status_code = status.HTTP_403_FORBIDDEN
+    default_code = ErrorCode.FORBIDDEN
+
+
+class NotFound(ApiError):
+    """Also what an object outside the caller's tenant or scope answers."""
+
+    status_code = status.HTTP_404_NOT_FOUND
+    default_code = ErrorCode.NOT_FOUND
 
 
 def error_body(code: str, message: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"code": code, "message": message, "extra": extra or {}}
+    # A plain str, not the ErrorCode: the body is the same whichever encoder writes it.
+    return {"code": str(code), "message": message, "extra": extra or {}}
+
+
+def raised_status(exc: Exception | None) -> int:
+    """The status `exc` was raised with (as the audit records a failed call): an API error's
+    own, 500 for anything else."""
+    return exc.status_code if isinstance(exc, exceptions.APIException) else 500
+
+
+def raised_codes(exc: Exception | None) -> Any:
+    """An API error's codes (a field error's are a dict of lists), None for anything else."""
+    return exc.get_codes() if isinstance(exc, exceptions.APIException) else None
 
 
 def as_api_exception(exc: Exception) -> Exception:
@@ -59,13 +125,13 @@ def error_of(exc: Exception) -> tuple[int, dict[str, Any]]:
     if isinstance(exc, ApiError):
         return exc.status_code, error_body(exc.code, str(exc.detail), exc.extra)
     if isinstance(exc, exceptions.ValidationError):
-        return exc.status_code, error_body("invalid", "The request is not valid.",
+        return exc.status_code, error_body(ErrorCode.INVALID, "The request is not valid.",
                                            {"fields": exc.detail})
     if isinstance(exc, exceptions.APIException):
         codes = exc.get_codes()
         code = codes if isinstance(codes, str) else exc.default_code
         return exc.status_code, error_body(str(code), str(exc.detail))
-    return status.HTTP_500_INTERNAL_SERVER_ERROR, error_body("internal_error",
+    return status.HTTP_500_INTERNAL_SERVER_ERROR, error_body(ErrorCode.INTERNAL_ERROR,
                                                               "Internal server error.")
 
 
@@ -89,12 +155,13 @@ def _is_api(request: HttpRequest) -> bool:
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     """handler404: the error shape under /api/, Django's page elsewhere."""
     if _is_api(request):
-        return JsonResponse(error_body("not_found", "No such endpoint."), status=404)
+        return JsonResponse(error_body(ErrorCode.NOT_FOUND, "No such endpoint."), status=404)
     return defaults.page_not_found(request, exception)
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
     """handler500: the error shape under /api/ (outside DRF's views), Django's page elsewhere."""
     if _is_api(request):
-        return JsonResponse(error_body("internal_error", "Internal server error."), status=500)
+        return JsonResponse(error_body(ErrorCode.INTERNAL_ERROR, "Internal server error."),
+                            status=500)
     return defaults.server_error(request)

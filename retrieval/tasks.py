@@ -19,7 +19,8 @@ from datasets.models import Document, Job
 from retrieval.index.embedders import EmbeddingAuthError, EmbeddingError
 from retrieval.index.milvus import VectorStoreRejected, VectorStoreUnavailable
 from retrieval.index.models import IndexVersion
-from retrieval.index.rebuild import IndexOperationRunning, index_rollback, rebuild_hybrid_knowledge
+from retrieval.index.operations import IndexOperationRunning
+from retrieval.index.rebuild import index_rollback, rebuild_hybrid_knowledge
 from retrieval.index.recovery import reconcile_serving, recover
 from retrieval.index.sync import document_mark_failed, document_sync
 from retrieval.index.versions import IndexNotReady

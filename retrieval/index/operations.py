@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from datasets.models import Job
-from kbplatform.errors import ApiError
+from kbplatform.errors import ApiError, ErrorCode
 from kbplatform.tasks import enqueue_on_commit
 
 INDEX_TASKS = {Job.Kind.REBUILD: "retrieval.tasks.rebuild_task",
@@ -14,9 +14,12 @@ INDEX_TASKS = {Job.Kind.REBUILD: "retrieval.tasks.rebuild_task",
                Job.Kind.RECONCILE: "retrieval.tasks.reconcile_task"}
 
 
-class OperationRunning(ApiError):
+class IndexOperationRunning(ApiError):
+    """Another index operation is queued or running (the API's 409), or holds the index (a
+    rebuild, rollback or repair refused in a command or task): one at a time."""
+
     status_code = 409
-    default_code = "operation_running"
+    default_code = ErrorCode.OPERATION_RUNNING
 
 
 def index_operation_start(*, kind: str, args: tuple[object, ...] = (),
@@ -27,8 +30,9 @@ def index_operation_start(*, kind: str, args: tuple[object, ...] = (),
             tenant__isnull=True, kind__in=list(INDEX_TASKS),
             status__in=[Job.Status.QUEUED, Job.Status.RUNNING]).first()
         if running is not None:
-            raise OperationRunning(f"job {running.pk} ({running.kind}) is still {running.status}",
-                                   extra={"job_id": running.pk})
+            raise IndexOperationRunning(
+                f"job {running.pk} ({running.kind}) is still {running.status}",
+                extra={"job_id": running.pk})
         job = Job.objects.create(kind=kind, detail=detail or {})
         enqueue_on_commit(INDEX_TASKS[Job.Kind(kind)], job.pk, *args)
     return job

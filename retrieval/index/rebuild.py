@@ -21,6 +21,7 @@ from kbplatform.tasks import send
 from retrieval.index import milvus
 from retrieval.index.embedders import embedder_named, get_embedder
 from retrieval.index.models import IndexVersion
+from retrieval.index.operations import IndexOperationRunning
 from retrieval.index.reconcile import reconcile
 from retrieval.index.sync import (
     Prepared,
@@ -43,10 +44,6 @@ CONFIRM_WORD = "REBUILD"
 ROLLBACK_WORD = "ROLLBACK"
 DROP_WORD = "DROP"
 Progress = Callable[[int, int, str], None]
-
-
-class IndexOperationRunning(Exception):
-    """Another rebuild or rollback holds the index: one at a time."""
 
 
 @dataclass(frozen=True)

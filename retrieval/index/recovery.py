@@ -22,8 +22,8 @@ from datasets.models import Document, Job
 from datasets.services import documents_sync_due
 from kbplatform.tasks import send
 from retrieval.index.models import IndexVersion
-from retrieval.index.operations import INDEX_TASKS
-from retrieval.index.rebuild import IndexOperationRunning, abandon, index_lock
+from retrieval.index.operations import INDEX_TASKS, IndexOperationRunning
+from retrieval.index.rebuild import abandon, index_lock
 from retrieval.index.reconcile import ReconcileReport, reconcile
 from retrieval.index.versions import serving_index
 from retrieval.index.writer_lock import WriterBusy

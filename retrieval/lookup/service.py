@@ -14,7 +14,7 @@ from audit.canonical import canonical_store, ready_evidence
 from datasets.auth import Caller
 from datasets.models import Tenant
 from datasets.selectors import datasets_in_scope, db_id, live_doc_ids
-from kbplatform.errors import ApiError, ServiceUnavailable
+from kbplatform.errors import ApiError, ErrorCode, ServiceUnavailable
 from retrieval.chat import chat_model_for
 from retrieval.index import milvus
 from retrieval.index.embedders import EmbeddingError
@@ -49,7 +49,7 @@ def lookup_scope(*, caller: Caller, requested: Sequence[int] | None) -> SearchFi
         wanted = sorted(set(requested))
         unknown = [d for d in wanted if d not in allowed]
         if unknown:
-            raise ApiError(f"unknown dataset ids: {unknown}", code="unknown_dataset")
+            raise ApiError(f"unknown dataset ids: {unknown}", code=ErrorCode.UNKNOWN_DATASET)
         allowed = wanted
     return SearchFilters(tenant_id=caller.tenant.pk, dataset_ids=tuple(allowed))
 

@@ -2,7 +2,8 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from retrieval.index.rebuild import CONFIRM_WORD, IndexOperationRunning, rebuild_hybrid_knowledge
+from retrieval.index.operations import IndexOperationRunning
+from retrieval.index.rebuild import CONFIRM_WORD, rebuild_hybrid_knowledge
 from retrieval.management.store import StoreCommand
 
 

@@ -3,7 +3,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from retrieval.index.rebuild import IndexOperationRunning
+from retrieval.index.operations import IndexOperationRunning
 from retrieval.index.recovery import reconcile_serving
 from retrieval.index.versions import IndexNotReady
 from retrieval.management.store import StoreCommand

@@ -3,7 +3,8 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from retrieval.index.models import IndexVersion
-from retrieval.index.rebuild import ROLLBACK_WORD, IndexOperationRunning, index_rollback
+from retrieval.index.operations import IndexOperationRunning
+from retrieval.index.rebuild import ROLLBACK_WORD, index_rollback
 from retrieval.index.versions import IndexNotReady
 from retrieval.management.store import StoreCommand
 
