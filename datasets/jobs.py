@@ -8,7 +8,8 @@ from typing import Any
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from datasets.models import Document, Job
+from datasets.models import Dataset, Document, Job
+from kbplatform.tasks import enqueue_on_commit
 
 logger = logging.getLogger(__name__)
 
@@ -20,6 +21,26 @@ GENERIC_ERROR = "the job failed on the platform's side; the operators have the d
 # A job's log keeps its last lines: a rebuild of many documents logs milestones, not each one.
 LOG_LINES = 200
 GOING = (Job.Status.QUEUED, Job.Status.RUNNING)  # a job in one of these has not ended yet
+
+
+class _JobId:
+    """Where the new job's id goes among its task's arguments (most tasks take it first, the
+    document sync last: it also runs without a job)."""
+
+
+JOB_ID = _JobId()
+
+
+def job_create(*, kind: str, task: str, args: tuple[object, ...],
+               tenant_id: int | None = None, dataset: Dataset | None = None,
+               document: Document | None = None, total: int = 0,
+               detail: dict[str, Any] | None = None) -> Job:
+    """A queued job, and its task enqueued by name with `args` (JOB_ID: the job's id) once the
+    surrounding transaction commits: a worker never looks for a job that is not stored yet."""
+    job = Job.objects.create(kind=kind, tenant_id=tenant_id, dataset=dataset, document=document,
+                             total=total, detail=detail or {})
+    enqueue_on_commit(task, *(job.pk if arg is JOB_ID else arg for arg in args))
+    return job
 
 
 def job_update(job: Job | None, *, status: str | None = None, done: int | None = None,

@@ -29,6 +29,7 @@ from datasets.ingestion.parse import (
 )
 from datasets.ingestion.pipeline import Chunking, build_chunks
 from datasets.ingestion.source import stored_source
+from datasets.jobs import JOB_ID, job_create
 from datasets.models import Chunk, Dataset, Document, Job, Tenant
 from kbplatform.errors import ApiError, ErrorCode
 from kbplatform.tasks import enqueue_on_commit
@@ -193,10 +194,9 @@ def _due(document: Document, **changes: object) -> None:
 def _sync_job(document: Document, queue: bool = True) -> Job | None:
     if not queue:
         return None
-    job = Job.objects.create(tenant_id=document.dataset.tenant_id, dataset=document.dataset,
-                             kind=Job.Kind.INDEX_DOCUMENT, document=document, total=1)
-    enqueue_on_commit(SYNC_TASK, document.pk, job.pk)
-    return job
+    return job_create(kind=Job.Kind.INDEX_DOCUMENT, task=SYNC_TASK, args=(document.pk, JOB_ID),
+                      tenant_id=document.dataset.tenant_id, dataset=document.dataset,
+                      document=document, total=1)
 
 
 def document_set_activation(*, document: Document, activated: bool) -> Document:

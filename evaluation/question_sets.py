@@ -1,11 +1,17 @@
-"""Question sets of a batch hit test, as people upload or paste them: JSON lines or CSV.
+"""Question sets, read by one parser in two formats.
 
-JSON lines: one object per line with `query` (or `question`), an optional `id`, and the
-expected documents as `expected` (a list, one string, or null) or `expect` (the hit-test file
-format of knowledge_base/eval/questions.jsonl; other keys are ignored). CSV: a header row naming
-a `query` (or `question`) column, optional `id` and `expected` columns; several expected
-documents are separated by `|`. An expected document is a source path (`web/nginx-502.md`) or
-a document id; none means off-topic: the right answer is EMPTY.
+The hit-test file (`knowledge_base/eval/questions.jsonl`, for `manage.py hit_test` and
+`bench_agents`): JSON lines whose objects have exactly `id`, `query`, `expect` (the source path
+of the one right runbook, or null when nothing in the knowledge base answers it), `kind` and
+`split`.
+
+A batch hit test's set, as people upload or paste it in the admin: JSON lines or CSV. JSON
+lines: one object per line with `query` (or `question`), an optional `id`, and the expected
+documents as `expected` (a list, one string, or null) or `expect` (as in the hit-test file;
+other keys are ignored). CSV: a header row naming a `query` (or `question`) column, optional
+`id` and `expected` columns; several expected documents are separated by `|`. An expected
+document is a source path (`web/nginx-502.md`) or a document id; none means off-topic: the
+right answer is EMPTY.
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -23,10 +31,23 @@ MAX_QUESTIONS = 2_000
 MAX_EXPECTED = 20
 MAX_EXPECTED_CHARS = 500
 MAX_ID_CHARS = 200
+KINDS = ("identifier", "mixed", "near-miss", "plain", "off-topic")
+SPLITS = ("fit", "held-out")
 
 
 class QuestionSetError(ValueError):
     """Not a question set: what is wrong, and on which line."""
+
+
+@dataclass(frozen=True)
+class Question:
+    """A question of the hit-test file."""
+
+    id: str
+    query: str
+    expect: str | None  # source path of the right runbook; None: off-topic, EMPTY is right
+    kind: str
+    split: str
 
 
 @dataclass(frozen=True)
@@ -91,8 +112,8 @@ def _question(line: int, row: dict[str, Any]) -> BatchQuestion:
                          expected=_expected(line, expected))
 
 
-def _json_lines(text: str) -> list[tuple[int, dict[str, Any]]]:
-    rows = []
+def _json_lines(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each non-blank line's object, with its line number."""
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -104,8 +125,13 @@ def _json_lines(text: str) -> list[tuple[int, dict[str, Any]]]:
             raise QuestionSetError(f"line {number}: not a question ({exc})"[:300]) from exc
         if not isinstance(row, dict):
             raise QuestionSetError(f"line {number}: not a JSON object")
-        rows.append((number, row))
-    return rows
+        yield number, row
+
+
+def _unique(seen: set[str], line: int, question_id: str) -> None:
+    if question_id in seen:
+        raise QuestionSetError(f"line {line}: id {question_id!r} is used twice")
+    seen.add(question_id)
 
 
 def _csv_rows(text: str) -> list[tuple[int, dict[str, Any]]]:
@@ -139,7 +165,7 @@ def question_set_parse(raw: bytes) -> list[BatchQuestion]:
         raise QuestionSetError("not UTF-8 text") from exc
     if not text.strip():
         raise QuestionSetError("no questions")
-    rows = _json_lines(text) if text.lstrip()[0] in "{[" else _csv_rows(text)
+    rows = list(_json_lines(text)) if text.lstrip()[0] in "{[" else _csv_rows(text)
     if not rows:
         raise QuestionSetError("no questions")
     if len(rows) > MAX_QUESTIONS:
@@ -150,8 +176,56 @@ def question_set_parse(raw: bytes) -> list[BatchQuestion]:
         question = _question(line, row)
         if not question.id:
             question = BatchQuestion(f"q{place}", question.query, question.expected)
-        if question.id in seen:
-            raise QuestionSetError(f"line {line}: id {question.id!r} is used twice")
-        seen.add(question.id)
+        _unique(seen, line, question.id)
         questions.append(question)
     return questions
+
+
+def _file_question(number: int, row: dict[str, Any]) -> Question:
+    fields = {"id", "query", "expect", "kind", "split"}
+    if set(row) != fields:
+        raise QuestionSetError(f"line {number}: the keys must be exactly {sorted(fields)}")
+    if not (isinstance(row["id"], str) and row["id"].strip()):
+        raise QuestionSetError(f"line {number}: id must be a non-empty string")
+    if not (isinstance(row["query"], str) and row["query"].strip()):
+        raise QuestionSetError(f"line {number}: query must be a non-empty string")
+    if row["kind"] not in KINDS:
+        raise QuestionSetError(f"line {number}: kind must be one of {', '.join(KINDS)}")
+    if row["split"] not in SPLITS:
+        raise QuestionSetError(f"line {number}: split must be one of {', '.join(SPLITS)}")
+    off_topic = row["kind"] == "off-topic"
+    if off_topic != (row["expect"] is None) or not (
+            row["expect"] is None or isinstance(row["expect"], str) and row["expect"].strip()):
+        raise QuestionSetError(f"line {number}: expect must be null exactly when kind is "
+                               "off-topic, else a runbook's source path")
+    return Question(id=row["id"], query=row["query"].strip(), expect=row["expect"],
+                    kind=row["kind"], split=row["split"])
+
+
+def questions_load(path: Path) -> list[Question]:
+    """Read a hit-test file; refuses more than MAX_BYTES or MAX_QUESTIONS, names a bad line."""
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise QuestionSetError(f"{path}: cannot read it ({exc.strerror})") from exc
+    if size > MAX_BYTES:
+        raise QuestionSetError(f"{path}: {size} bytes, more than the {MAX_BYTES} allowed")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise QuestionSetError(f"{path}: not UTF-8") from exc
+    questions: list[Question] = []
+    seen: set[str] = set()
+    for number, row in _json_lines(text):
+        if len(questions) == MAX_QUESTIONS:
+            raise QuestionSetError(f"{path}: more than {MAX_QUESTIONS} questions")
+        question = _file_question(number, row)
+        _unique(seen, number, question.id)
+        questions.append(question)
+    if not questions:
+        raise QuestionSetError(f"{path}: no questions")
+    return questions
+
+
+def questions_of_split(questions: Iterable[Question], split: str) -> list[Question]:
+    return [q for q in questions if split == "all" or q.split == split]

@@ -22,7 +22,7 @@ from django.conf import settings as django_settings
 from django.db import transaction
 from django.utils import timezone
 
-from datasets.jobs import GOING, job_update
+from datasets.jobs import GOING, JOB_ID, job_create, job_update
 from datasets.models import Job, Tenant
 from evaluation.benchmarks import Timing
 from evaluation.models import EvaluationQuery, EvaluationRun
@@ -36,7 +36,6 @@ from evaluation.suites import (
     load_suite,
     suite_scores,
 )
-from kbplatform.tasks import enqueue_on_commit
 from retrieval.index.versions import IndexNotReady, serving_index
 from retrieval.lookup.project import trace_details
 from retrieval.lookup.service import lookup_knowledge
@@ -116,15 +115,16 @@ def evaluation_run_start(*, tenant: Tenant, kind: str, name: str,
         going = EvaluationRun.objects.filter(tenant=tenant, job__status__in=GOING).first()
         if going is not None:
             raise RunRefused(going)
-        job = Job.objects.create(kind=Job.Kind.EVALUATE, tenant=tenant, total=len(questions),
-                                 detail={"name": name})
         run = EvaluationRun.objects.create(
-            tenant=tenant, kind=kind, name=name, job=job, config_scope=config.scope,
+            tenant=tenant, kind=kind, name=name, config_scope=config.scope,
             config_version=config.version, settings=config.settings,
             dataset_ids=list(dataset_ids), questions=[q.as_json() for q in questions],
             max_queries=max_queries, created_by=created_by)
-        job_update(job, detail={"run": run.pk}, log=f"queued: {name}, {run.config_label}")
-        enqueue_on_commit("evaluation.tasks.evaluation_task", job.pk, run.pk)
+        run.job = job_create(kind=Job.Kind.EVALUATE, task="evaluation.tasks.evaluation_task",
+                             args=(JOB_ID, run.pk), tenant_id=tenant.pk, total=len(questions),
+                             detail={"name": name, "run": run.pk})
+        run.save(update_fields=["job"])
+        job_update(run.job, log=f"queued: {name}, {run.config_label}")
     return run
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from datasets.jobs import GOING, JOB_ID, job_create
 from datasets.models import Job
 from kbplatform.errors import ApiError, ErrorCode
-from kbplatform.tasks import enqueue_on_commit
 
 INDEX_TASKS = {Job.Kind.REBUILD: "retrieval.tasks.rebuild_task",
                Job.Kind.ROLLBACK: "retrieval.tasks.rollback_task",
@@ -28,11 +28,10 @@ def index_operation_start(*, kind: str, args: tuple[object, ...] = (),
     with transaction.atomic():
         running = Job.objects.select_for_update().filter(
             tenant__isnull=True, kind__in=list(INDEX_TASKS),
-            status__in=[Job.Status.QUEUED, Job.Status.RUNNING]).first()
+            status__in=GOING).first()
         if running is not None:
             raise IndexOperationRunning(
                 f"job {running.pk} ({running.kind}) is still {running.status}",
                 extra={"job_id": running.pk})
-        job = Job.objects.create(kind=kind, detail=detail or {})
-        enqueue_on_commit(INDEX_TASKS[Job.Kind(kind)], job.pk, *args)
-    return job
+        return job_create(kind=kind, task=INDEX_TASKS[Job.Kind(kind)], args=(JOB_ID, *args),
+                          detail=detail)

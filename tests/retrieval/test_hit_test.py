@@ -16,14 +16,8 @@ import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
-from retrieval.lookup.hit_test import (
-    MAX_BYTES,
-    MAX_QUESTIONS,
-    HitReport,
-    QuestionSetError,
-    hit_test_run,
-    questions_load,
-)
+from evaluation.hit_test import HitReport, hit_test_run
+from evaluation.question_sets import MAX_BYTES, MAX_QUESTIONS, QuestionSetError, questions_load
 from tests.datasets.builders import api_client, lookup
 from tests.retrieval.conftest import Imported, MakeKey, import_runbooks
 

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from datasets.importer import IndexingState, Stored, documents_wait, knowledge_import
+from datasets.jobs import JOB_ID, job_create
 from datasets.models import Document, Job
 from datasets.services import tenant_get_or_create
 from datasets.tasks import import_knowledge_task
@@ -32,10 +33,10 @@ class Command(BaseCommand):
             raise CommandError(f"{root} is not a directory")
 
         if options["background"]:
-            job = Job.objects.create(tenant=tenant_get_or_create(slug=options["tenant"]),
-                                     kind=Job.Kind.IMPORT)
-            import_knowledge_task.delay(job.pk, str(root.resolve()), options["tenant"],
-                                        options["dataset"])
+            job = job_create(kind=Job.Kind.IMPORT, task=import_knowledge_task.name,
+                             args=(JOB_ID, str(root.resolve()), options["tenant"],
+                                   options["dataset"]),
+                             tenant_id=tenant_get_or_create(slug=options["tenant"]).pk)
             self.stdout.write(f"import queued as job {job.pk}")
             return
 

@@ -11,8 +11,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from evaluation.benchmarks import Timing
+from evaluation.question_sets import QuestionSetError, questions_load
 from kbplatform_client import KbClient, KbError
-from retrieval.lookup.hit_test import QuestionSetError, questions_load
 
 CHANNELS = ("rest", "mcp_http", "mcp_stdio")
 

@@ -5,14 +5,9 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 
+from evaluation.hit_test import hit_test_run, lookup_asker
 from evaluation.management.overrides import add_override_arguments, parsed_overrides
-from retrieval.lookup.hit_test import (
-    QuestionSetError,
-    hit_test_run,
-    lookup_asker,
-    questions_load,
-    questions_of_split,
-)
+from evaluation.question_sets import QuestionSetError, questions_load, questions_of_split
 from retrieval.management.scope import command_filters
 from retrieval.management.store import StoreCommand
 

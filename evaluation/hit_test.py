@@ -1,0 +1,148 @@
+"""Hit test of a question set: does a question find its runbook, and does an off-topic one
+find nothing?
+
+The scoring works on the agent-facing answer (`RagResultProjector`'s dict), so the management
+command (in process) and the tests (through the REST endpoint) measure the same thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from evaluation.question_sets import KINDS, Question
+from retrieval.lookup.project import RagResultProjector
+from retrieval.lookup.service import lookup_knowledge
+from retrieval.types import SearchFilters, SearchMode
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One question and what the lookup answered (from the agent-facing dict)."""
+
+    question: Question
+    status: str  # READY | EMPTY | UNAVAILABLE
+    relevance_level: str
+    sources: tuple[str, ...]  # evidence sources, best first
+
+    @classmethod
+    def of(cls, question: Question, answer: dict[str, Any]) -> Outcome:
+        return cls(question=question, status=str(answer["evidence_status"]),
+                   relevance_level=str(answer["relevance_level"]),
+                   sources=tuple(str(item["source"]) for item in answer["evidence"]))
+
+    @property
+    def first(self) -> bool:
+        return bool(self.sources) and self.sources[0] == self.question.expect
+
+    @property
+    def anywhere(self) -> bool:
+        return self.question.expect in self.sources
+
+    @property
+    def empty(self) -> bool:
+        return self.status == "EMPTY"
+
+    @property
+    def got(self) -> str:
+        """The top evidence's source, or the status when there is none."""
+        return self.sources[0] if self.sources else self.status
+
+    @property
+    def hit(self) -> bool:
+        """Right as a user sees it: the right runbook first, or EMPTY for off-topic."""
+        return self.empty if self.question.expect is None else self.first
+
+
+@dataclass(frozen=True)
+class Tally:
+    questions: int
+    first: int  # on-topic: right runbook first
+    anywhere: int  # on-topic: right runbook in the evidence
+    empty: int  # off-topic: EMPTY (on-topic: EMPTY too, which is a miss)
+
+    def as_json(self) -> dict[str, int]:
+        return {"questions": self.questions, "first": self.first, "anywhere": self.anywhere,
+                "empty": self.empty}
+
+
+def _tally(outcomes: Sequence[Outcome]) -> Tally:
+    return Tally(questions=len(outcomes), first=sum(o.first for o in outcomes),
+                 anywhere=sum(o.anywhere for o in outcomes),
+                 empty=sum(o.empty for o in outcomes))
+
+
+def _rate(part: int, whole: int) -> str:
+    return f"{part}/{whole} ({100 * part / whole:.0f} %)" if whole else "-"
+
+
+@dataclass(frozen=True)
+class HitReport:
+    outcomes: tuple[Outcome, ...]
+
+    @property
+    def on_topic(self) -> Tally:
+        return _tally([o for o in self.outcomes if o.question.expect is not None])
+
+    @property
+    def off_topic(self) -> Tally:
+        return _tally([o for o in self.outcomes if o.question.expect is None])
+
+    def by_kind(self) -> dict[str, Tally]:
+        return {kind: _tally([o for o in self.outcomes if o.question.kind == kind])
+                for kind in KINDS if any(o.question.kind == kind for o in self.outcomes)}
+
+    @property
+    def misses(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.hit]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "on_topic": self.on_topic.as_json(),
+            "off_topic": self.off_topic.as_json(),
+            "by_kind": {kind: t.as_json() for kind, t in self.by_kind().items()},
+            "misses": [{"id": o.question.id, "kind": o.question.kind, "query": o.question.query,
+                        "expected": o.question.expect, "got": o.got,
+                        "anywhere": o.anywhere, "status": o.status,
+                        "relevance_level": o.relevance_level} for o in self.misses],
+        }
+
+    def lines(self) -> list[str]:
+        on, off = self.on_topic, self.off_topic
+        lines = [f"right runbook first:    {_rate(on.first, on.questions)}",
+                 f"right runbook anywhere: {_rate(on.anywhere, on.questions)}",
+                 f"off-topic EMPTY:        {_rate(off.empty, off.questions)}",
+                 "by kind:"]
+        for kind, t in self.by_kind().items():
+            lines.append(f"  {kind:<10} " + (
+                f"EMPTY {_rate(t.empty, t.questions)}" if kind == "off-topic" else
+                f"first {_rate(t.first, t.questions)}, anywhere {_rate(t.anywhere, t.questions)}"))
+        lines.append(f"misses ({len(self.misses)}):")
+        for o in self.misses:
+            where = " (found lower)" if o.anywhere and not o.first else ""
+            lines.append(f"  {o.question.id} [{o.question.kind}] {o.question.query!r}: expected "
+                         f"{o.question.expect or 'EMPTY'}, got {o.got}{where}, "
+                         f"relevance {o.relevance_level}")
+        return lines
+
+
+Ask = Callable[[str], dict[str, Any]]
+
+
+def hit_test_run(*, questions: Iterable[Question], ask: Ask) -> HitReport:
+    """Ask every question (`ask` returns the agent-facing answer) and score the answers."""
+    return HitReport(tuple(Outcome.of(q, ask(q.query)) for q in questions))
+
+
+def lookup_asker(filters: SearchFilters, *, mode: SearchMode | None = None,
+                 overrides: dict[str, Any] | None = None) -> Ask:
+    """The in-process tool call: the tenant's serving config and index (with `mode` and
+    `overrides` over the config, when given), the REST projection."""
+    projector = RagResultProjector()
+
+    def ask(query: str) -> dict[str, Any]:
+        return projector.project(lookup_knowledge(filters=filters, query=query, mode=mode,
+                                                  overrides=overrides))
+
+    return ask
