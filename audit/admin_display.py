@@ -9,6 +9,7 @@ from typing import Any
 
 from django.urls import reverse
 
+from datasets.evidence import EvidenceKey
 from datasets.models import Document
 from datasets.selectors import documents_by_doc_id
 
@@ -44,8 +45,8 @@ class Stage:
 
 def doc_id_of(evidence_key: str) -> int | None:
     """The document id of a `{docId}#chunk-{n}` key; None for a fallback key."""
-    head, sep, _ = evidence_key.partition("#chunk-")
-    return int(head) if sep and head.isascii() and head.isdigit() else None
+    key = EvidenceKey.parse(evidence_key)
+    return int(key.doc_id) if key and key.doc_id.isascii() and key.doc_id.isdigit() else None
 
 
 def _labels(tenant_id: int | None, keys: Iterable[str]) -> dict[int, DocumentLabel]:

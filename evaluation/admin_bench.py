@@ -25,6 +25,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from audit.models import InvocationDataset, Outcome, ToolInvocation
+from datasets.evidence import EvidenceKey
 from datasets.models import Dataset, Document, Tenant
 from evaluation.benchmarks import in_process_client
 from evaluation.models import EvaluationQuery, EvaluationRun
@@ -49,7 +50,7 @@ class PageTiming:
 
 
 def _trace(rng: random.Random, dataset_ids: list[int]) -> dict[str, object]:
-    keys = [f"{rng.randrange(10**12)}#chunk-{n}" for n in range(8)]
+    keys = [str(EvidenceKey(str(rng.randrange(10**12)), n)) for n in range(8)]
     return {"retrievalDetails": {
         "evidence_status": "READY", "relevance_level": "PRECISE", "mode": "hybrid",
         "filters": {"tenant": 0, "datasets": dataset_ids, "category": None,

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from datasets.evidence import EvidenceKey
 from retrieval.analysis import contains_term, normalize_text
 from retrieval.lexical import QueryTerms, query_terms
 from retrieval.types import (
@@ -84,7 +85,7 @@ def evidence_key_of(hit: SearchHit) -> str:
     doc_id = _text(hit.metadata, "docId").strip()
     index = _chunk_index(hit.metadata)
     if doc_id and index is not None:
-        return f"{doc_id}#chunk-{index}"
+        return str(EvidenceKey(doc_id, index))
     if hit.chunk_id:
         return f"vector:{hit.chunk_id}"
     return f"rank:{hit.rank}"
