@@ -43,6 +43,7 @@ class InvocationRecord:
     config_version: int | None
     error: str
     details: dict[str, Any]  # retrievalDetails, JSON-ready
+    dataset_ids: tuple[int, ...] = ()  # the datasets the lookup searched
     ready: tuple[ReadyEvidence, ...] = field(default=())
     tool_name: str = "lookup_knowledge"
     answer: dict[str, Any] | None = None  # a RAG answer's generation: status, citations, usage

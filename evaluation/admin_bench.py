@@ -118,7 +118,7 @@ def seed(rows: int, *, progress: Callable[[int, int], object] | None = None) -> 
                 outcome=rng.choice(OUTCOMES), evidence_status="READY", relevance_level="PRECISE",
                 returned_count=5, latency_ms=rng.uniform(10, 60), config_version=1 + n % 2,
                 experiment_id=experiment.pk, experiment_arm=arm,
-                details=_trace(rng, searched)), searched))
+                details=_trace(rng, searched), dataset_ids=searched), searched))
         ToolInvocation.objects.bulk_create([row for row, _ in batch])
         if batch and batch[0][0].pk is None:  # no RETURNING (MySQL, MariaDB < 10.5)
             ids = dict(ToolInvocation.objects.filter(
