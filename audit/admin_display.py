@@ -9,6 +9,8 @@ from typing import Any
 
 from django.urls import reverse
 
+from audit.types import DropReason
+from datasets.evidence import EvidenceKey
 from datasets.models import Document
 from datasets.selectors import documents_by_doc_id
 
@@ -44,8 +46,8 @@ class Stage:
 
 def doc_id_of(evidence_key: str) -> int | None:
     """The document id of a `{docId}#chunk-{n}` key; None for a fallback key."""
-    head, sep, _ = evidence_key.partition("#chunk-")
-    return int(head) if sep and head.isascii() and head.isdigit() else None
+    key = EvidenceKey.parse(evidence_key)
+    return int(key.doc_id) if key and key.doc_id.isascii() and key.doc_id.isdigit() else None
 
 
 def _labels(tenant_id: int | None, keys: Iterable[str]) -> dict[int, DocumentLabel]:
@@ -60,15 +62,17 @@ def _labels(tenant_id: int | None, keys: Iterable[str]) -> dict[int, DocumentLab
         for doc_id, d in documents.items()}
 
 
-REASONS = {"duplicate": "a copy of a better-ranked hit",
-           "per_document": "its document has max_chunks_per_document chunks kept already",
-           "return_n": "after the first return_n kept"}
+REASONS: dict[str, str] = {
+    DropReason.DUPLICATE: "a copy of a better-ranked hit",
+    DropReason.PER_DOCUMENT: "its document has max_chunks_per_document chunks kept already",
+    DropReason.RETURN_N: "after the first return_n kept"}
 
 
 def dropped_reason(code: str) -> str:
     """The words for a reason the gate recorded (retrieval/lookup/post_process.py)."""
-    if code.startswith("below:"):
-        quality, _, support = code.removeprefix("below:").partition("/")
+    below = f"{DropReason.BELOW}:"
+    if code.startswith(below):
+        quality, _, support = code.removeprefix(below).partition("/")
         lexical = f", {support} with the query's words" if support else ""
         return f"below the reference threshold: quality {quality}{lexical}"
     return REASONS.get(code, code)

@@ -60,6 +60,9 @@ class ToolInvocation(models.Model):
     query_text = models.TextField(blank=True, help_text="Only with KB_AUDIT_STORE_RAW_QUERY.")
     error = models.CharField(max_length=200, blank=True)
     details = models.JSONField(default=dict, blank=True)
+    # The datasets the call's lookup searched, sorted ([] for a failed call): read as a field,
+    # so that the audit never decodes retrieval's trace.
+    dataset_ids = models.JSONField(default=list, blank=True)
 
     class Meta:
         db_table = "tool_invocation"

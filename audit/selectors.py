@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any
@@ -31,16 +31,10 @@ def session_trace(*, tenant_id: int, session_id: str,
     allowed = set(dataset_ids)
 
     def visible(row: ToolInvocation) -> bool:
-        searched = searched_datasets(row.details or {})
+        searched = row.dataset_ids
         return row.api_key_id == api_key_id or bool(searched) and set(searched) <= allowed
 
     return [row for row in rows if visible(row)]
-
-
-def searched_datasets(details: Mapping[str, Any]) -> list[int]:
-    """The datasets a call's lookup searched, from its trace's filters ([] for a failed call)."""
-    retrieval = details.get("retrievalDetails") or {}
-    return sorted({int(pk) for pk in (retrieval.get("filters") or {}).get("datasets") or []})
 
 
 @dataclass(frozen=True)

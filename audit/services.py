@@ -14,7 +14,6 @@ from django.utils import timezone
 
 from audit.models import Channel, InvocationDataset, Outcome, ToolInvocation
 from audit.privacy import query_fingerprint
-from audit.selectors import searched_datasets
 from audit.types import InvocationRecord
 from datasets.models import ApiKey
 from kbplatform.errors import ErrorCode, raised_codes, raised_status
@@ -54,7 +53,7 @@ def _save(row: ToolInvocation) -> None:
     """The row, then the datasets its lookup searched (for the per-dataset figures)."""
     row.save(force_insert=True)
     InvocationDataset.objects.bulk_create(
-        InvocationDataset.of(row, pk) for pk in searched_datasets(row.details))
+        InvocationDataset.of(row, pk) for pk in row.dataset_ids)
 
 
 def _invocation_row(*, api_key: ApiKey | None, latency_ms: float,
@@ -79,6 +78,7 @@ def _invocation_row(*, api_key: ApiKey | None, latency_ms: float,
             row.experiment_id, row.experiment_arm = result.experiment
         row.error = result.error[:200]
         row.details = {"retrievalDetails": result.details}
+        row.dataset_ids = sorted(set(result.dataset_ids))
         if result.answer is not None:
             row.details["answer"] = result.answer
         query = result.query

@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 EVIDENCE_STATUSES = ("READY", "EMPTY", "UNAVAILABLE")
 RELEVANCE_LEVELS = ("PRECISE", "REFERENCE", "NONE")
+
+
+class DropReason(StrEnum):
+    """Why the relevance gate did not keep a candidate, as its trace records it: the gate
+    (retrieval/lookup/post_process.py) writes these, the audit admin reads them."""
+
+    DUPLICATE = "duplicate"
+    # Followed by the figures: "below:QUALITY" or "below:QUALITY/SUPPORT".
+    BELOW = "below"
+    PER_DOCUMENT = "per_document"
+    RETURN_N = "return_n"
 
 
 @dataclass(frozen=True)
@@ -31,6 +43,7 @@ class InvocationRecord:
     config_version: int | None
     error: str
     details: dict[str, Any]  # retrievalDetails, JSON-ready
+    dataset_ids: tuple[int, ...] = ()  # the datasets the lookup searched
     ready: tuple[ReadyEvidence, ...] = field(default=())
     tool_name: str = "lookup_knowledge"
     answer: dict[str, Any] | None = None  # a RAG answer's generation: status, citations, usage

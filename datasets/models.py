@@ -9,6 +9,8 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
+from datasets.evidence import EvidenceKey
+
 SLUG = RegexValidator(r"^[a-z0-9][a-z0-9_-]{0,62}$", "lowercase letters, digits, - and _")
 
 
@@ -194,11 +196,7 @@ class Chunk(models.Model):
 
     @property
     def evidence_key(self) -> str:
-        return evidence_key(self.document.doc_id, self.chunk_index)
-
-
-def evidence_key(doc_id: int | str, chunk_index: int) -> str:
-    return f"{doc_id}#chunk-{chunk_index}"
+        return str(EvidenceKey(str(self.document.doc_id), self.chunk_index))
 
 
 class Job(models.Model):

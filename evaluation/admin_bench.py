@@ -25,6 +25,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from audit.models import InvocationDataset, Outcome, ToolInvocation
+from datasets.evidence import EvidenceKey
 from datasets.models import Dataset, Document, Tenant
 from evaluation.benchmarks import in_process_client
 from evaluation.models import EvaluationQuery, EvaluationRun
@@ -49,7 +50,7 @@ class PageTiming:
 
 
 def _trace(rng: random.Random, dataset_ids: list[int]) -> dict[str, object]:
-    keys = [f"{rng.randrange(10**12)}#chunk-{n}" for n in range(8)]
+    keys = [str(EvidenceKey(str(rng.randrange(10**12)), n)) for n in range(8)]
     return {"retrievalDetails": {
         "evidence_status": "READY", "relevance_level": "PRECISE", "mode": "hybrid",
         "filters": {"tenant": 0, "datasets": dataset_ids, "category": None,
@@ -117,7 +118,7 @@ def seed(rows: int, *, progress: Callable[[int, int], object] | None = None) -> 
                 outcome=rng.choice(OUTCOMES), evidence_status="READY", relevance_level="PRECISE",
                 returned_count=5, latency_ms=rng.uniform(10, 60), config_version=1 + n % 2,
                 experiment_id=experiment.pk, experiment_arm=arm,
-                details=_trace(rng, searched)), searched))
+                details=_trace(rng, searched), dataset_ids=searched), searched))
         ToolInvocation.objects.bulk_create([row for row, _ in batch])
         if batch and batch[0][0].pk is None:  # no RETURNING (MySQL, MariaDB < 10.5)
             ids = dict(ToolInvocation.objects.filter(

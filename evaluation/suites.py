@@ -20,6 +20,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from datasets.evidence import EvidenceKey
 from datasets.models import Dataset, Document
 from datasets.services import (
     configured_chunking,
@@ -209,7 +210,8 @@ def ranked_documents(result: LookupResult, source_of_doc: dict[str, str]) -> lis
     """The final evidence list (before packing), as corpus ids at their best rank."""
     ranking: list[str] = []
     for key in result.ranked:
-        source = source_of_doc.get(key.split("#", 1)[0])
+        parsed = EvidenceKey.parse(key)
+        source = source_of_doc.get(parsed.doc_id) if parsed else None
         if source is not None and source not in ranking:
             ranking.append(source)
     return ranking

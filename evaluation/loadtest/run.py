@@ -14,6 +14,7 @@ from typing import Any
 
 from django.conf import settings
 
+from datasets.evidence import EvidenceKey
 from datasets.models import Job
 from evaluation.benchmarks import synthetic_text
 from evaluation.loadtest.client import LOOKUP, Answer, Http
@@ -30,9 +31,14 @@ def observe(key: ToolKey, requested: tuple[int, ...], probe: bool, answer: Answe
     return Observation(key=key, requested=requested, probe=probe, status=answer.status,
                        asked=asked,
                        evidence_status=str(body.get("evidence_status", "")),
-                       doc_ids=tuple(str(item["document_id"]).split("#chunk-", 1)[0]
-                                     for item in evidence),
+                       doc_ids=tuple(_doc_of(str(item["document_id"])) for item in evidence),
                        sent=answer.sent, received=answer.received)
+
+
+def _doc_of(document_id: str) -> str:
+    # A malformed id stays whole: the check reports it as a document of no one.
+    key = EvidenceKey.parse(document_id)
+    return key.doc_id if key else document_id
 
 
 def agent(number: int, http: Http, fleet: Fleet, ledger: Ledger, stop: threading.Event,

@@ -20,7 +20,8 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from datasets.models import Chunk, Document, evidence_key
+from datasets.evidence import EvidenceKey
+from datasets.models import Chunk, Document
 from retrieval.index import milvus
 from retrieval.index.embedders import embedder_named
 from retrieval.index.milvus.writer import StoredChunk
@@ -87,7 +88,7 @@ def reconcile(*, version: IndexVersion, repair: bool = False) -> ReconcileReport
         chunk_ids: dict[int, set[str]] = defaultdict(set)
         for doc_id, index in Chunk.objects.filter(document__in=documents).values_list(
                 "document__doc_id", "chunk_index"):
-            chunk_ids[doc_id].add(evidence_key(doc_id, index))
+            chunk_ids[doc_id].add(str(EvidenceKey(str(doc_id), index)))
         for document in documents:
             if _drift(report, version, document, stored.get(document.doc_id, []),
                       chunk_ids[document.doc_id]):
@@ -104,7 +105,7 @@ def _drift(report: ReconcileReport, version: IndexVersion, document: Document,
            rows: list[StoredChunk], chunk_ids: set[str]) -> bool:
     """Record the document's drift; whether it must be indexed again."""
     doc_id = document.doc_id
-    expected = {evidence_key(doc_id, d.index) for d in chunk_drafts(
+    expected = {str(EvidenceKey(str(doc_id), d.index)) for d in chunk_drafts(
         document, chunking=version.chunking)}
     have = {c.id for c in rows}
     if chunk_ids != expected:
@@ -123,7 +124,7 @@ def _repair(version: IndexVersion, orphans: list[str], reindex: list[int]) -> No
     writer = milvus.writer()
     with milvus_writer():  # and every row re-read under it: the comparison ran without it
         live = set(Document.objects.filter(deleted=False).values_list("doc_id", flat=True))
-        orphans = [c for c in orphans if int(c.split("#", 1)[0]) not in live]
+        orphans = [c for c in orphans if int(EvidenceKey.require(c).doc_id) not in live]
         for start in range(0, len(orphans), 1000):
             writer.delete_ids(orphans[start:start + 1000], collection=version.collection_name)
         embedder = embedder_named(version.embedder)

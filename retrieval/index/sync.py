@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import transaction
 
+from datasets.evidence import EvidenceKey
 from datasets.ingestion.parse import parse_markdown
 from datasets.ingestion.pipeline import ChunkDraft, Chunking, build_chunks
-from datasets.models import Chunk, Document, evidence_key
+from datasets.models import Chunk, Document
 from retrieval.index import milvus
 from retrieval.index.embedders import Embedder
 from retrieval.index.milvus.writer import ChunkRow
@@ -108,7 +109,7 @@ def chunk_rows(document: Document, prepared: Prepared) -> list[ChunkRow]:
     """Milvus rows of `prepared`, carrying `document` as read under the lock."""
     dataset = document.dataset
     return [ChunkRow(
-        id=evidence_key(document.doc_id, draft.index), tenant_id=dataset.tenant_id,
+        id=str(EvidenceKey(str(document.doc_id), draft.index)), tenant_id=dataset.tenant_id,
         dataset_id=dataset.pk, doc_id=document.doc_id, activated=True,
         category=document.category, domain=document.domain,
         business_key=document.business_key, file_name=document.file_name,

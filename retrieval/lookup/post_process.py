@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from audit.types import DropReason
+from datasets.evidence import EvidenceKey
 from retrieval.analysis import contains_term, normalize_text
 from retrieval.lexical import QueryTerms, query_terms
 from retrieval.types import (
@@ -84,7 +86,7 @@ def evidence_key_of(hit: SearchHit) -> str:
     doc_id = _text(hit.metadata, "docId").strip()
     index = _chunk_index(hit.metadata)
     if doc_id and index is not None:
-        return f"{doc_id}#chunk-{index}"
+        return str(EvidenceKey(doc_id, index))
     if hit.chunk_id:
         return f"vector:{hit.chunk_id}"
     return f"rank:{hit.rank}"
@@ -115,7 +117,7 @@ def _hit_reasons(hit: SearchHit, hints: QueryHints, terms: QueryTerms) -> tuple[
 def _below(chunk: ScoredChunk, support: float) -> str:
     """A dropped chunk's reason in the audit's compact form: below:quality[/support]."""
     lexical = f"/{support:.3f}" if support != chunk.quality else ""
-    return f"below:{chunk.quality:.3f}{lexical}"
+    return f"{DropReason.BELOW}:{chunk.quality:.3f}{lexical}"
 
 
 class KnowledgeEvidencePostProcessor:
@@ -146,7 +148,7 @@ class KnowledgeEvidencePostProcessor:
         for position, hit in enumerate(ordered, start=1):
             key = evidence_key_of(hit)
             if key in seen:  # the first (best-ranked) occurrence wins
-                dropped.append((key, "duplicate"))
+                dropped.append((key, DropReason.DUPLICATE))
                 continue
             seen.add(key)
             quality = self.normalizer.gate_quality(hit, mode=mode, rank=position,
@@ -172,7 +174,7 @@ class KnowledgeEvidencePostProcessor:
         for chunk, support in judged:
             key = chunk.evidence_key
             if len(kept) == self.return_n:
-                dropped.append((key, "return_n"))
+                dropped.append((key, DropReason.RETURN_N))
                 continue
             # Below-reference chunks are dropped before the limits so they do not take the
             # place of a relevant chunk further down, and never sit under a precise hit.
@@ -181,7 +183,7 @@ class KnowledgeEvidencePostProcessor:
                 continue
             document = chunk.doc_id or key
             if per_document.get(document, 0) >= self.max_chunks_per_document:
-                dropped.append((key, "per_document"))
+                dropped.append((key, DropReason.PER_DOCUMENT))
                 continue
             per_document[document] = per_document.get(document, 0) + 1
             # Explained here, for the few kept: the reasons read the chunk's whole text.

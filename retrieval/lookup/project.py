@@ -107,5 +107,6 @@ def invocation_of(result: LookupResult) -> InvocationRecord:
         session_id=result.session_id, query=result.query,
         evidence_status=result.evidence_status.value, relevance_level=seen["relevance_level"],
         returned_count=seen["returned_count"], config_version=result.config_version,
-        error=result.error, details=trace_details(result), ready=ready,
+        error=result.error, details=trace_details(result),
+        dataset_ids=result.filters.dataset_ids, ready=ready,
         experiment=result.experiment)

@@ -179,3 +179,6 @@ def test_the_gates_reasons_read_as_words() -> None:
                                                    "0.400, 0.300 with the query's words")
     assert dropped_reason("duplicate") == "a copy of a better-ranked hit"
     assert dropped_reason("something new") == "something new"
+    # Every code the gate can record has its words.
+    from audit.types import DropReason
+    assert all(dropped_reason(code) != code for code in DropReason if code != DropReason.BELOW)

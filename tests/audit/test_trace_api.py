@@ -91,3 +91,23 @@ def test_no_key_is_401(acme_session: ApiKey) -> None:
     assert client_for().get("/api/diagnosis/s-1/trace").status_code == 401
     # Reading the trace is not a tool call: nothing more is audited.
     assert ToolInvocation.objects.count() == 3
+
+
+def test_a_dataset_scoped_reader_sees_the_calls_within_its_datasets(make_key: MakeKey) -> None:
+    from dataclasses import replace
+
+    from audit.selectors import session_trace
+
+    key, _ = make_key("acme")
+    record = audit_record()  # searched datasets 1 and 2
+    invocation_record(api_key=key, result=record, latency_ms=1.0)
+    invocation_record(api_key=key, result=replace(record, tool_call_id="call-9", dataset_ids=(1,)),
+                      latency_ms=1.0)
+
+    def trace(readable: list[int]) -> list[str]:
+        return [row.tool_call_id for row in session_trace(
+            tenant_id=key.tenant_id, session_id="s-1", dataset_ids=readable)]
+
+    assert trace([1]) == ["call-9"]
+    assert trace([1, 2]) == ["call-1", "call-9"]
+    assert trace([3]) == []

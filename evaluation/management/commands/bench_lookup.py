@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from datasets.auth import api_key_create
+from datasets.evidence import EvidenceKey
 from datasets.models import Dataset, Document
 from datasets.services import tenant_get_or_create
 from evaluation.benchmarks import (
@@ -147,7 +148,7 @@ class Command(BaseCommand):
             count = min(batch, size - start)
             vectors = unit_vectors(vectors_rng, count, dimension)
             rows = [ChunkRow(
-                id=f"{base + n}#chunk-0",
+                id=str(EvidenceKey(str(base + n), 0)),
                 tenant_id=tenant_id if n in owned else OTHER_TENANT,
                 dataset_id=dataset.pk if n in owned else OTHER_TENANT,
                 doc_id=base + n, activated=True, category="",

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from datasets.models import evidence_key
+from datasets.evidence import EvidenceKey
 from retrieval.types import KnowledgeSearchPort, ScoredChunk, SearchFilters, SearchHit
 
 MAX_SECTION_CHUNKS = 20  # per hit: a section longer than this is read from its hit onwards
@@ -62,7 +62,7 @@ class NeighbourExpander:
         index = chunk.chunk_index
         assert index is not None
         if self.mode == "ADJACENT":
-            return [evidence_key(chunk.doc_id, i)
+            return [str(EvidenceKey(chunk.doc_id, i))
                     for i in (*range(index - self.window, index),
                               *range(index + 1, index + self.window + 1)) if i >= 0]
         listing = self.port.fetch(filters, doc_id=int(chunk.doc_id), content=False,
@@ -73,7 +73,7 @@ class NeighbourExpander:
                   if i in section]
         after = [i for i in range(index + 1, index + MAX_SECTION_CHUNKS + 1) if i in section]
         # Contiguous runs only: a later section with the same heading is another section.
-        return [evidence_key(chunk.doc_id, i)
+        return [str(EvidenceKey(chunk.doc_id, i))
                 for i in (*reversed(_run(before, index, -1)), *_run(after, index, 1))]
 
 
