@@ -52,6 +52,11 @@ class SearchFilters:
     metadata: MetadataFilter = MetadataFilter()
 
 
+# The default k of reciprocal rank fusion: RagSettings.rrf_k's default (the knob is declared in
+# ragconfig, which this base cannot import), so a request that names no k fuses as a lookup does.
+RRF_K = 5
+
+
 @dataclass(frozen=True)
 class SearchRequest:
     query_text: str
@@ -59,7 +64,7 @@ class SearchRequest:
     mode: SearchMode
     limit: int
     filters: SearchFilters
-    rrf_k: int = 60
+    rrf_k: int = RRF_K
     dense_weight: float = 1.0
     bm25_weight: float = 1.0
     fusion_method: str = "RRF"  # hybrid: RRF (weighted, rrf_k) or CONVEX (normalised scores)

@@ -28,6 +28,16 @@ def _default_retrievers() -> list[str]:
     return list(D.enabled_retrievers)
 
 
+def _setting(name: str, **column: Any) -> dict[str, Any]:
+    """A setting's column options from its declaration (default, help text, and choices for a
+    text setting); `column` overrides them where the column stores the value differently."""
+    declared = cfg.KNOBS[name]
+    options: dict[str, Any] = {"default": getattr(D, name), "help_text": declared.help}
+    if declared.choices and isinstance(options["default"], str):
+        options["choices"] = _choices(declared.choices)
+    return {**options, **column}
+
+
 def _check(condition: Q, name: str, message: str) -> models.CheckConstraint:
     # The message is what an admin sees if a value slips past the converter's field errors.
     return models.CheckConstraint(condition=condition, name=f"rag_config_{name}",
@@ -43,188 +53,54 @@ class RagConfig(models.Model):
                   "override, used only by lookups that search this one dataset alone.")
 
     # The retrieval graph (seed 003 §3, docs/retrieval-graph.md); the admin groups the
-    # fields by the stage that reads them.
-    enable_query_transform = models.BooleanField(
-        default=D.enable_query_transform,
-        help_text="Rewrite the query before searching, with query_transform_strategy (no "
-                  "model: deterministic rules and the documents' frontmatter keywords).")
+    # fields by the stage that reads them. Each column's default, help text and choices come
+    # from the setting's declaration in RagSettings; here only how it is stored.
+    enable_query_transform = models.BooleanField(**_setting("enable_query_transform"))
     query_transform_strategy = models.CharField(
-        max_length=20, default=D.query_transform_strategy,
-        choices=_choices(cfg.QUERY_TRANSFORM_STRATEGIES),
-        help_text="REWRITE: strip filler words; EXPAND: add the matched domain's keywords; "
-                  "DECOMPOSE: one search per sub-question; MULTI_QUERY: the original, "
-                  "rewritten and expanded queries, each searched and the results aggregated.")
+        max_length=20, **_setting("query_transform_strategy"))
     enabled_retrievers = models.JSONField(
-        default=_default_retrievers,
-        help_text="Which retrievers run: VECTOR (vector similarity), BM25 (keywords, "
-                  "identifiers), HYBRID (both, fused by rank; recommended). SIMPLE takes "
-                  "one, PARALLEL and SEQUENTIAL several, HYBRID exactly VECTOR and BM25.")
+        **_setting("enabled_retrievers", default=_default_retrievers))
     retrieval_execution_mode = models.CharField(
-        max_length=20, default=D.retrieval_execution_mode,
-        choices=_choices(cfg.EXECUTION_MODES),
-        help_text="SIMPLE: one retriever. PARALLEL: all at once, within timeout_millis. "
-                  "SEQUENTIAL: the next only when the evidence so far scores below "
-                  "quality_threshold. HYBRID: Milvus fuses VECTOR and BM25 in one request.")
-    max_results = models.PositiveIntegerField(
-        default=D.max_results,
-        help_text="How many candidates each retriever fetches (per query).")
-    min_score = models.FloatField(
-        default=D.min_score,
-        help_text="The vector similarity (0–1, the scale of the thresholds) a retriever's "
-                  "candidate needs to be kept; 0 keeps all. BM25-only candidates have no "
-                  "similarity and are kept.")
-    aggregation_strategy = models.CharField(
-        max_length=20, default=D.aggregation_strategy,
-        choices=_choices(cfg.AGGREGATION_STRATEGIES),
-        help_text="How several candidate lists (retrievers × queries) become one: RANK by "
-                  "weighted rank fusion (recommended), MERGE by vector similarity, "
-                  "DEDUPLICATE list after list. Each chunk appears once.")
-    enable_rerank = models.BooleanField(
-        default=D.enable_rerank,
-        help_text="Reorder the candidates with the reranker of KB_RERANK_BASE_URL; without "
-                  "one the lookup falls back (enable_fallback) or answers UNAVAILABLE.")
-    rerank_top_n = models.PositiveIntegerField(
-        default=D.rerank_top_n,
-        help_text="With rerank on: how many of the reranked candidates go on to the "
-                  "relevance gate (at most retrieve_k).")
-    enable_quality_assessment = models.BooleanField(
-        default=D.enable_quality_assessment,
-        help_text="Score the evidence set (top similarity, query-term coverage, rank "
-                  "agreement; recorded in the trace). Below quality_threshold the answer is "
-                  "never PRECISE.")
-    quality_threshold = models.FloatField(
-        default=D.quality_threshold,
-        help_text="The evidence score (0–1) that counts as good enough: for the quality "
-                  "assessment, SEQUENTIAL execution and correction.")
-    enable_correction = models.BooleanField(
-        default=D.enable_correction,
-        help_text="Below quality_threshold, search again with a changed plan (wider, then "
-                  "other retrievers and an expanded query) and keep the best attempt; needs "
-                  "enable_quality_assessment.")
-    max_retry_count = models.PositiveIntegerField(
-        default=D.max_retry_count,
-        help_text="How many corrected attempts a lookup may make.")
-    metadata_filters = models.JSONField(
-        default=dict, blank=True,
-        help_text='Only chunks whose document matches, e.g. {"category": "ops"} or '
-                  '{"domain": ["cache", "db"]}; applied inside the vector store query. '
-                  "Keys: category, domain, file_name, business_key (a value or a list of "
-                  "values), updated_after, updated_before (ISO dates: when the document's "
-                  "content last changed).")
-    enable_fallback = models.BooleanField(
-        default=D.enable_fallback,
-        help_text="When a stage fails or the deadline passes, answer with the plain "
-                  "hybrid search instead of UNAVAILABLE (the trace says why).")
-    timeout_millis = models.PositiveIntegerField(
-        default=D.timeout_millis,
-        help_text="One deadline for the whole lookup, in milliseconds (each Milvus call "
-                  "also has its own: MILVUS_TIMEOUT_SECONDS).")
-    agentic_graph = models.CharField(
-        max_length=10, default=D.agentic_graph, choices=_choices(cfg.AGENTIC_GRAPHS),
-        help_text="The agentic RAG graph of /api/rag/agentic: FULL plans sub-questions, grades "
-                  "each retrieval and corrects weak ones (up to max_retry_count); SIMPLIFIED "
-                  "searches once and answers (no evaluation, no query optimisation: fewer "
-                  "model calls).")
-    agentic_quality_threshold = models.FloatField(
-        default=D.agentic_quality_threshold,
-        help_text="The agentic graph's own: the grade (0-1) of a sub-question's evidence below "
-                  "which it searches a corrected query. The lookup's quality_threshold does "
-                  "not apply here; without a chat model the rules grade a search that found "
-                  "the right runbook 0.44-0.82.")
-    agentic_max_retry_count = models.PositiveIntegerField(
-        default=D.agentic_max_retry_count,
-        help_text="The agentic graph's own: how many corrected searches one call may make, "
-                  "over all its sub-questions (the lookup's max_retry_count does not apply "
-                  "here).")
-    chat_base_url = models.CharField(
-        max_length=500, blank=True, default=D.chat_base_url,
-        help_text="This tenant's OpenAI-compatible endpoint for the LLM stages (query "
-                  "transformation, judge, answers), e.g. https://llm.example.com/v1. Empty: "
-                  "KB_CHAT_BASE_URL (none: the offline fallbacks).")
-    chat_model = models.CharField(
-        max_length=200, blank=True, default=D.chat_model,
-        help_text="The model name sent to the endpoint. Empty: KB_CHAT_MODEL.")
-    chat_api_key_env = models.CharField(
-        max_length=100, blank=True, default=D.chat_api_key_env,
-        help_text="The name of the environment variable holding this tenant's key, "
-                  "KB_CHAT_API_KEY_<NAME> (the key itself is never stored). Empty: "
-                  "KB_CHAT_API_KEY - but only for KB_CHAT_BASE_URL: a tenant's own endpoint "
-                  "never receives the platform's key. Only the tenant's own may be named: "
-                  "KB_CHAT_API_KEY_<TENANT> (its slug in capitals, - as _).")
-    chat_timeout_seconds = models.FloatField(
-        default=D.chat_timeout_seconds,
-        help_text="The longest wait for one model reply, in seconds; 0: "
-                  "KB_CHAT_TIMEOUT_SECONDS. timeout_millis still bounds the whole call.")
-    chat_max_tokens = models.PositiveIntegerField(
-        default=D.chat_max_tokens,
-        help_text="The most tokens one reply may have; 0: KB_CHAT_MAX_TOKENS.")
-    neighbour_expansion = models.CharField(
-        max_length=10, default=D.neighbour_expansion,
-        choices=_choices(cfg.NEIGHBOUR_EXPANSIONS),
-        help_text="Add context after each hit: ADJACENT, the chunks before and after it "
-                  "(neighbour_window each side); SECTION, the rest of its section. Within "
-                  "max_context_chars.")
-    neighbour_window = models.PositiveIntegerField(
-        default=D.neighbour_window,
-        help_text="ADJACENT: how many chunks on each side; SECTION: at most twice this many.")
+        max_length=20, **_setting("retrieval_execution_mode"))
+    max_results = models.PositiveIntegerField(**_setting("max_results"))
+    min_score = models.FloatField(**_setting("min_score"))
+    aggregation_strategy = models.CharField(max_length=20, **_setting("aggregation_strategy"))
+    enable_rerank = models.BooleanField(**_setting("enable_rerank"))
+    rerank_top_n = models.PositiveIntegerField(**_setting("rerank_top_n"))
+    enable_quality_assessment = models.BooleanField(**_setting("enable_quality_assessment"))
+    quality_threshold = models.FloatField(**_setting("quality_threshold"))
+    enable_correction = models.BooleanField(**_setting("enable_correction"))
+    max_retry_count = models.PositiveIntegerField(**_setting("max_retry_count"))
+    metadata_filters = models.JSONField(blank=True, **_setting("metadata_filters", default=dict))
+    enable_fallback = models.BooleanField(**_setting("enable_fallback"))
+    timeout_millis = models.PositiveIntegerField(**_setting("timeout_millis"))
+    agentic_graph = models.CharField(max_length=10, **_setting("agentic_graph"))
+    agentic_quality_threshold = models.FloatField(**_setting("agentic_quality_threshold"))
+    agentic_max_retry_count = models.PositiveIntegerField(**_setting("agentic_max_retry_count"))
+    chat_base_url = models.CharField(max_length=500, blank=True, **_setting("chat_base_url"))
+    chat_model = models.CharField(max_length=200, blank=True, **_setting("chat_model"))
+    chat_api_key_env = models.CharField(max_length=100, blank=True,
+                                        **_setting("chat_api_key_env"))
+    chat_timeout_seconds = models.FloatField(**_setting("chat_timeout_seconds"))
+    chat_max_tokens = models.PositiveIntegerField(**_setting("chat_max_tokens"))
+    neighbour_expansion = models.CharField(max_length=10, **_setting("neighbour_expansion"))
+    neighbour_window = models.PositiveIntegerField(**_setting("neighbour_window"))
 
     # lookup_knowledge (seed 000 §6).
-    fusion_method = models.CharField(
-        max_length=20, default=D.fusion_method, choices=_choices(cfg.FUSION_METHODS),
-        help_text="How the HYBRID retriever fuses its vector and BM25 lists: RRF, weighted "
-                  "reciprocal rank fusion with rrf_k; CONVEX, each list's scores normalised "
-                  "to 0–1 within the query and combined dense_weight : bm25_weight. "
-                  "(HYBRID execution: Milvus's RRF.)")
-    rrf_k = models.PositiveIntegerField(
-        default=D.rrf_k,
-        help_text="HYBRID retriever and RANK aggregation: each list adds weight / (rrf_k + "
-                  "rank) to a chunk's fused score. Smaller values favour the top few of each "
-                  "list more.")
-    dense_weight = models.FloatField(
-        default=D.dense_weight,
-        help_text="How much the vector search counts in fusion (HYBRID retriever, RANK "
-                  "aggregation), 0–1; with CONVEX, the ratio dense_weight : bm25_weight is "
-                  "what counts.")
-    bm25_weight = models.FloatField(
-        default=D.bm25_weight,
-        help_text="How much the BM25 keyword search counts in fusion (HYBRID retriever, "
-                  "RANK aggregation), 0–1.")
-    retrieve_k = models.PositiveIntegerField(
-        default=D.retrieve_k,
-        help_text="How many candidates a search fetches before they are filtered down to "
-                  "return_n (at least return_n). More may find more, and takes longer.")
-    return_n = models.PositiveIntegerField(
-        default=D.return_n, help_text="The most evidence items a lookup hands the agent.")
-    max_chunks_per_document = models.PositiveIntegerField(
-        default=D.max_chunks_per_document,
-        help_text="The most items one document may give one answer, so that a long document "
-                  "does not crowd out the others.")
-    reference_threshold = models.FloatField(
-        default=D.reference_threshold,
-        help_text="The quality (0–1) a chunk needs to be returned at all. When no chunk "
-                  "reaches it the answer is EMPTY; a category-filtered search below it is "
-                  "run again without the category.")
-    precise_threshold = models.FloatField(
-        default=D.precise_threshold,
-        help_text="The quality (0–1) at which the best chunk makes the answer PRECISE rather "
-                  "than REFERENCE.")
-    max_l2_distance = models.FloatField(
-        null=True, blank=True, default=D.max_l2_distance,
-        help_text="Empty: the embedder's calibration (recommended). Otherwise the vector "
-                  "distance (squared L2, up to 4) at which a chunk's quality falls to 0.")
-    kb_scope = models.CharField(
-        max_length=cfg.KB_SCOPE_MAX_CHARS, blank=True, default=D.kb_scope,
-        help_text="Empty: every dataset. Set: only datasets whose kb_scope is this value; "
-                  "applied inside the vector store query.")
-    max_context_chars = models.PositiveIntegerField(
-        default=D.max_context_chars,
-        help_text="The most characters of evidence text one answer carries: the item that "
-                  "does not fit is cut, later ones are left out, and the answer says "
-                  "truncated.")
-    max_excerpt_chars = models.PositiveIntegerField(
-        default=D.max_excerpt_chars,
-        help_text="The most characters of one evidence item; a longer chunk is cut at a "
-                  "sentence or line end. At most max_context_chars.")
+    fusion_method = models.CharField(max_length=20, **_setting("fusion_method"))
+    rrf_k = models.PositiveIntegerField(**_setting("rrf_k"))
+    dense_weight = models.FloatField(**_setting("dense_weight"))
+    bm25_weight = models.FloatField(**_setting("bm25_weight"))
+    retrieve_k = models.PositiveIntegerField(**_setting("retrieve_k"))
+    return_n = models.PositiveIntegerField(**_setting("return_n"))
+    max_chunks_per_document = models.PositiveIntegerField(**_setting("max_chunks_per_document"))
+    reference_threshold = models.FloatField(**_setting("reference_threshold"))
+    precise_threshold = models.FloatField(**_setting("precise_threshold"))
+    max_l2_distance = models.FloatField(null=True, blank=True, **_setting("max_l2_distance"))
+    kb_scope = models.CharField(max_length=cfg.KB_SCOPE_MAX_CHARS, blank=True,
+                                **_setting("kb_scope"))
+    max_context_chars = models.PositiveIntegerField(**_setting("max_context_chars"))
+    max_excerpt_chars = models.PositiveIntegerField(**_setting("max_excerpt_chars"))
 
     version = models.PositiveIntegerField(
         default=0, editable=False,
