@@ -26,6 +26,7 @@ from retrieval.ragconfig import config as cfg
 from retrieval.ragconfig.models import RagAgent, RagConfig, RagConfigChange
 from retrieval.ragconfig.selectors import checked_settings
 from retrieval.ragconfig.services import rag_config_rollback, rag_config_update
+from retrieval.ragconfig.settings import RETRIEVERS, SETTING_NAMES, RagSettings
 
 
 class RagConfigForm(forms.ModelForm):
@@ -33,17 +34,17 @@ class RagConfigForm(forms.ModelForm):
     # A declared field does not take the model default as its initial value: give it, so the
     # add form starts from the built-in defaults like every other field.
     enabled_retrievers = forms.MultipleChoiceField(
-        choices=[(r, r) for r in cfg.RETRIEVERS], required=False,
-        initial=list(cfg.RagSettings().enabled_retrievers),
+        choices=[(r, r) for r in RETRIEVERS], required=False,
+        initial=list(RagSettings().enabled_retrievers),
         help_text=RagConfig._meta.get_field("enabled_retrievers").help_text,
         widget=forms.CheckboxSelectMultiple)
 
     class Meta:
         model = RagConfig
-        fields = ["tenant", "dataset", *cfg.SETTING_NAMES]
+        fields = ["tenant", "dataset", *SETTING_NAMES]
 
     def setting_values(self) -> dict[str, Any]:
-        values = {n: self.cleaned_data[n] for n in cfg.SETTING_NAMES if n in self.cleaned_data}
+        values = {n: self.cleaned_data[n] for n in SETTING_NAMES if n in self.cleaned_data}
         if values.get("metadata_filters") is None and "metadata_filters" in values:
             values["metadata_filters"] = {}  # an emptied JSON box means "no filters"
         return values

@@ -47,8 +47,9 @@ from retrieval.lookup.graph.quality import QualityAssessor
 from retrieval.lookup.graph.query_transform import rewrite
 from retrieval.lookup.project import RagResultProjector, invocation_of, trace_details
 from retrieval.lookup.service import confirmed_evidence, served_lookup
-from retrieval.ragconfig.config import RagConfigConverter, RagConfigError, RagSettings
+from retrieval.ragconfig.config import RagConfigConverter, RagConfigError
 from retrieval.ragconfig.selectors import rag_config_for
+from retrieval.ragconfig.settings import RagSettings
 from retrieval.types import EvidenceStatus, LookupResult, RelevanceLevel, SearchFilters
 
 MAX_SOURCES = 8  # what the answer is built from, over every sub-question

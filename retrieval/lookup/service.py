@@ -30,10 +30,10 @@ from retrieval.ragconfig.config import (
     MODE_OVERRIDES,
     RagConfigConverter,
     RagConfigError,
-    RagSettings,
     metadata_filter,
 )
 from retrieval.ragconfig.selectors import checked_settings, rag_config_for
+from retrieval.ragconfig.settings import RagSettings
 from retrieval.types import LookupResult, SearchFilters, SearchMode
 
 logger = logging.getLogger(__name__)

@@ -27,7 +27,8 @@ from retrieval.lookup.graph.run import (
 from retrieval.lookup.pack import KnowledgeContextPacker
 from retrieval.lookup.post_process import KnowledgeEvidencePostProcessor
 from retrieval.lookup.transform import L0Index
-from retrieval.ragconfig.config import RagConfigConverter, RagSettings
+from retrieval.ragconfig.config import RagConfigConverter
+from retrieval.ragconfig.settings import RagSettings
 from retrieval.types import (
     ContextPack,
     EvidenceStatus,

@@ -16,8 +16,9 @@ from django.db.models import F, Q
 
 from datasets.models import Dataset, Tenant
 from retrieval.ragconfig import config as cfg
+from retrieval.ragconfig.settings import AGENTIC_GRAPHS, KNOBS, SETTING_NAMES, RagSettings
 
-D = cfg.RagSettings()  # the defaults, so that a column can never drift from the dataclass
+D = RagSettings()  # the defaults, so that a column can never drift from the dataclass
 
 
 def _choices(values: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -31,7 +32,7 @@ def _default_retrievers() -> list[str]:
 def _setting(name: str, **column: Any) -> dict[str, Any]:
     """A setting's column options from its declaration (default, help text, and choices for a
     text setting); `column` overrides them where the column stores the value differently."""
-    declared = cfg.KNOBS[name]
+    declared = KNOBS[name]
     options: dict[str, Any] = {"default": getattr(D, name), "help_text": declared.help}
     if declared.choices and isinstance(options["default"], str):
         options["choices"] = _choices(declared.choices)
@@ -156,9 +157,9 @@ class RagConfig(models.Model):
         return f"{self.tenant.slug}/{scope}"
 
     def setting_values(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in cfg.SETTING_NAMES}
+        return {name: getattr(self, name) for name in SETTING_NAMES}
 
-    def to_settings(self) -> cfg.RagSettings:
+    def to_settings(self) -> RagSettings:
         """Through the converter, so a hand-edited row is rejected, never half-trusted."""
         return cfg.RagConfigConverter.to_settings(self.setting_values())
 
@@ -177,7 +178,7 @@ class RagAgent(models.Model):
                   "/api/rag/node), matched without regard to case.")
     description = models.TextField(blank=True)
     agentic_graph = models.CharField(
-        max_length=10, blank=True, choices=_choices(cfg.AGENTIC_GRAPHS),
+        max_length=10, blank=True, choices=_choices(AGENTIC_GRAPHS),
         help_text="Empty: the RagConfig's.")
     max_retry_count = models.PositiveIntegerField(
         null=True, blank=True, help_text="Corrections of one call (over its sub-questions). "

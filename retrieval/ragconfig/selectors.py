@@ -12,8 +12,9 @@ from django.db.models import Q
 
 from datasets.models import Tenant
 from datasets.selectors import tenant_key_variable
-from retrieval.ragconfig.config import RagConfigConverter, RagConfigError, RagSettings
+from retrieval.ragconfig.config import RagConfigConverter, RagConfigError
 from retrieval.ragconfig.models import ConfigExperiment, RagAgent, RagConfig, RagConfigChange
+from retrieval.ragconfig.settings import RagSettings
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from datasets.models import Dataset, Tenant
-from retrieval.ragconfig.config import RagConfigConverter, RagConfigError, RagSettings
+from retrieval.ragconfig.config import RagConfigConverter, RagConfigError
 from retrieval.ragconfig.models import ConfigExperiment, RagConfig, RagConfigChange
 from retrieval.ragconfig.selectors import checked_settings
+from retrieval.ragconfig.settings import RagSettings
 
 
 def rag_config_update(*, config: RagConfig | None, tenant: Tenant, dataset: Dataset | None = None,

@@ -16,8 +16,9 @@ from django.urls import reverse
 from datasets.models import Dataset, Job, Tenant
 from retrieval.admin.ragconfig import RagAgentForm, RagConfigAdmin, RagConfigForm
 from retrieval.models import IndexVersion, RagAgent, RagConfig, RagConfigChange
-from retrieval.ragconfig.config import SETTING_NAMES, RagConfigConverter, RagSettings
+from retrieval.ragconfig.config import RagConfigConverter
 from retrieval.ragconfig.services import rag_config_update
+from retrieval.ragconfig.settings import SETTING_NAMES, RagSettings
 from tests.conftest import BOTH_RUNTIMES
 from tests.datasets.test_admin import assert_flat, assert_read_only_page, tenant_dataset
 

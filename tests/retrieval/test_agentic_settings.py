@@ -19,7 +19,8 @@ from audit.models import ToolInvocation
 from retrieval.answers.agentic import MAX_TRACED_CANDIDATES, MAX_TRACED_ITERATIONS, agentic_answer
 from retrieval.answers.agentic_plan import SYSTEM_PROMPT as PLAN_PROMPT
 from retrieval.models import RagConfig
-from retrieval.ragconfig.config import RagConfigConverter, RagConfigError, RagSettings
+from retrieval.ragconfig.config import RagConfigConverter, RagConfigError
+from retrieval.ragconfig.settings import RagSettings
 from retrieval.types import SearchFilters
 from tests.retrieval.chat_server import ChatServer, asks_to_judge, careful_reply, chat_server
 from tests.retrieval.conftest import Imported, MakeKey, client_for, import_runbooks

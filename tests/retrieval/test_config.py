@@ -7,12 +7,8 @@ from dataclasses import FrozenInstanceError
 
 import pytest
 
-from retrieval.ragconfig.config import (
-    SETTING_NAMES,
-    RagConfigConverter,
-    RagConfigError,
-    RagSettings,
-)
+from retrieval.ragconfig.config import RagConfigConverter, RagConfigError
+from retrieval.ragconfig.settings import SETTING_NAMES, RagSettings
 
 convert = RagConfigConverter.to_settings
 

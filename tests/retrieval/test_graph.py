@@ -19,7 +19,8 @@ from retrieval.lookup.graph.registry import (
 )
 from retrieval.lookup.graph.retrievers import REGISTRY, default_registry
 from retrieval.lookup.service import lookup_knowledge
-from retrieval.ragconfig.config import RagConfigConverter, RagSettings
+from retrieval.ragconfig.config import RagConfigConverter
+from retrieval.ragconfig.settings import RagSettings
 from retrieval.types import ScoredChunk, SearchFilters, SearchHit
 from tests.retrieval.conftest import Imported
 

@@ -12,8 +12,8 @@ import pytest
 
 from audit.models import ToolInvocation
 from datasets.models import Dataset
-from retrieval.ragconfig.config import SETTING_NAMES
 from retrieval.ragconfig.services import rag_config_update
+from retrieval.ragconfig.settings import SETTING_NAMES
 from tests.retrieval.chat_server import asks_to_judge, chat_server
 from tests.retrieval.conftest import (
     Imported,

@@ -9,8 +9,9 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from retrieval.ragconfig.config import KNOBS, SETTING_NAMES, RagConfigConverter, RagSettings
+from retrieval.ragconfig.config import RagConfigConverter
 from retrieval.ragconfig.models import RagConfig
+from retrieval.ragconfig.settings import KNOBS, SETTING_NAMES, RagSettings
 from retrieval.types import SearchFilters, SearchRequest
 
 D = RagSettings()

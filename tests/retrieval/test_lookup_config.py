@@ -6,8 +6,8 @@ import uuid
 
 import pytest
 
-from retrieval.ragconfig.config import RagSettings
 from retrieval.ragconfig.services import rag_config_update
+from retrieval.ragconfig.settings import RagSettings
 from tests.retrieval.conftest import (
     Imported,
     MakeKey,

@@ -7,9 +7,10 @@ from django.db import IntegrityError, transaction
 
 from datasets.models import Dataset, Tenant
 from retrieval.models import RagConfig, RagConfigChange
-from retrieval.ragconfig.config import RagConfigError, RagSettings
+from retrieval.ragconfig.config import RagConfigError
 from retrieval.ragconfig.selectors import ServingConfig, rag_config_for
 from retrieval.ragconfig.services import rag_config_ensure_default, rag_config_update
+from retrieval.ragconfig.settings import RagSettings
 from tests.conftest import BOTH_RUNTIMES
 
 pytestmark = pytest.mark.django_db

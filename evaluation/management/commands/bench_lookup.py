@@ -25,7 +25,7 @@ from retrieval.index.milvus.writer import ChunkRow
 from retrieval.index.models import IndexVersion
 from retrieval.index.versions import wanted_spec
 from retrieval.index.writer_lock import milvus_writer
-from retrieval.ragconfig.config import RagSettings
+from retrieval.ragconfig.settings import RagSettings
 from retrieval.types import SearchFilters
 
 OTHER_TENANT = 10**12  # rows of "other tenants" that every filter must skip

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from retrieval.lookup.graph.registry import NestedGraphError, RetrieverRegistry
-from retrieval.ragconfig.config import RagSettings
+from retrieval.ragconfig.settings import RagSettings
 
 # The correction stage never widens past this (it is also the converter's top for retrieve_k).
 MAX_DEPTH = 200

@@ -7,7 +7,7 @@ from typing import ClassVar
 from retrieval.lexical import query_terms
 from retrieval.lookup.graph.advanced import register_advanced
 from retrieval.lookup.graph.registry import Param, RetrieverCall, RetrieverRegistry, RetrieverSpec
-from retrieval.ragconfig.config import FUSION_METHODS, RagSettings
+from retrieval.ragconfig.settings import FUSION_METHODS, RagSettings
 from retrieval.types import KnowledgeSearchPort, SearchHit, SearchMode, SearchRequest
 
 
