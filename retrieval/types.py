@@ -52,9 +52,12 @@ class SearchFilters:
     metadata: MetadataFilter = MetadataFilter()
 
 
-# The default k of reciprocal rank fusion: RagSettings.rrf_k's default (the knob is declared in
-# ragconfig, which this base cannot import), so a request that names no k fuses as a lookup does.
+# The default fusion: RagSettings' defaults (its knobs are declared in ragconfig, which this base
+# cannot import), so a request that names no fusion fuses as a lookup does.
+FUSION_METHOD = "CONVEX"
 RRF_K = 5
+DENSE_WEIGHT = 0.3
+BM25_WEIGHT = 0.7
 
 
 @dataclass(frozen=True)
@@ -65,9 +68,10 @@ class SearchRequest:
     limit: int
     filters: SearchFilters
     rrf_k: int = RRF_K
-    dense_weight: float = 1.0
-    bm25_weight: float = 1.0
-    fusion_method: str = "RRF"  # hybrid: RRF (weighted, rrf_k) or CONVEX (normalised scores)
+    dense_weight: float = DENSE_WEIGHT
+    bm25_weight: float = BM25_WEIGHT
+    # hybrid: RRF (weighted, rrf_k) or CONVEX (normalised scores)
+    fusion_method: str = FUSION_METHOD
     # Measure the dense distance of hybrid hits the dense arm did not return (the relevance
     # gate reads it); a lookup whose gate and aggregation ignore it skips that work.
     distances: bool = True

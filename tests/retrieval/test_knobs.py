@@ -103,7 +103,10 @@ def _lookups(condition: Any) -> list[str]:
     return found
 
 
-def test_a_search_request_that_names_no_rrf_k_fuses_with_the_settings_default() -> None:
+@pytest.mark.parametrize("name", ["fusion_method", "rrf_k", "dense_weight", "bm25_weight"])
+def test_a_search_request_that_names_no_fusion_fuses_with_the_settings_defaults(
+        name: str) -> None:
     request = SearchRequest(query_text="q", query_vector=None, mode="hybrid", limit=5,
                             filters=SearchFilters(tenant_id=1, dataset_ids=(1,)))
-    assert request.rrf_k == D.rrf_k == RagConfig._meta.get_field("rrf_k").get_default()
+    default = RagConfig._meta.get_field(name).get_default()
+    assert getattr(request, name) == getattr(D, name) == default
