@@ -1,2 +1,2 @@
-"""The tools agents call: REST views, their serializers and URLs, the MCP server (stdio and
-streamable HTTP) and the tool schemas."""
+"""The tools agents call: declared once in registry.py, from which the REST views and URLs, the
+MCP server (stdio and streamable HTTP) and the tool schemas derive; one audit row per call."""

@@ -1,9 +1,9 @@
 """The agent tools as calls: one function per tool, from the caller and its validated input to
 the agent-facing body and the audit record.
 
-The REST views and the MCP server are both channels over these: they validate with the same
-serializers (retrieval/tools/serializers.py), call the same function, and write the record with
-their channel. Tenant and datasets always come from the caller's key.
+The registry (retrieval/tools/registry.py) declares each tool with its call; the REST views and
+the MCP server are both channels over it. Tenant and datasets always come from the caller's
+key.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from retrieval.types import EvidenceStatus, SearchFilters
 @dataclass(frozen=True)
 class ToolCall:
     body: dict[str, Any]  # the agent-facing result
-    record: InvocationRecord  # the audit row's content
-    unavailable: bool  # a backend failed: HTTP 503, an MCP tool error
+    record: InvocationRecord | None = None  # the audit row's content; None: a tool not audited
+    unavailable: bool = False  # a backend failed: HTTP 503, an MCP tool error
 
 
 def _scope(who: Caller, values: Mapping[str, Any]) -> SearchFilters:
@@ -95,17 +95,17 @@ def rag_node_call(who: Caller, values: Mapping[str, Any]) -> ToolCall:
     return ToolCall(body, done.invocation(filters), done.status is NodeStatus.UNAVAILABLE)
 
 
-def list_datasets_call(who: Caller) -> dict[str, Any]:
+def list_datasets_call(who: Caller, values: Mapping[str, Any]) -> ToolCall:
     """The datasets the key's lookups may search (GET /api/datasets' shape)."""
     readable = dataset_list(caller=who).filter(activated=True)
-    return {"datasets": DatasetOutput(readable, many=True).data}
+    return ToolCall({"datasets": DatasetOutput(readable, many=True).data})
 
 
-def evidence_guard_call(who: Caller, values: Mapping[str, Any]) -> dict[str, Any]:
+def evidence_guard_call(who: Caller, values: Mapping[str, Any]) -> ToolCall:
     """Confirmed: READY evidence of the call (or session), from a dataset this key may read,
     of a document that may still be served."""
     asked = list(dict.fromkeys(values["document_ids"]))
     ready = confirmed_evidence(tenant_id=who.tenant.pk, readable=who.readable_dataset_ids(),
                                document_ids=asked, tool_call_id=values.get("tool_call_id", ""),
                                session_id=values.get("session_id", ""))
-    return {"ready": ready, "not_ready": [key for key in asked if key not in ready]}
+    return ToolCall({"ready": ready, "not_ready": [key for key in asked if key not in ready]})

@@ -1,9 +1,8 @@
-"""The tool endpoints (lookup, RAG answer, agentic RAG, the RAG node), the evidence guard and
-the platform's index operations."""
+"""The tools' REST views (one per tool of retrieval/tools/registry.py), their schemas and the
+platform's index operations."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -24,7 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit.services import invocation_record
+from audit.models import Channel
 from datasets.auth import Caller, IsPlatformKey, caller
 from datasets.models import ApiKey, Job
 from datasets.selectors import NotFound, db_id
@@ -36,24 +35,9 @@ from retrieval.index.models import IndexVersion
 from retrieval.index.operations import index_operation_start
 from retrieval.index.rebuild import CONFIRM_WORD, ROLLBACK_WORD
 from retrieval.index.versions import index_versions
-from retrieval.tools.calls import (
-    evidence_guard_call,
-    lookup_call,
-    rag_agentic_call,
-    rag_answer_call,
-    rag_node_call,
-)
+from retrieval.tools.audit_once import AuditOnce
+from retrieval.tools.registry import Tool
 from retrieval.tools.schemas import FORMATS, tool_definitions
-from retrieval.tools.serializers import (
-    EvidenceGuardInput,
-    EvidenceGuardOutput,
-    LookupInput,
-    RagAgenticOutput,
-    RagAnswerOutput,
-    RagNodeInput,
-    RagNodeOutput,
-    RagToolResultOutput,
-)
 
 
 def _unavailable(component: str, contract: type[serializers.Serializer[Any]]
@@ -66,39 +50,25 @@ def _unavailable(component: str, contract: type[serializers.Serializer[Any]]
                     "when the database is down).")
 
 
-class _AuditedToolApi(APIView):
-    """A tool call with exactly one audit row: `post` writes it for an answer (READY, EMPTY,
-    UNAVAILABLE), `handle_exception` for every failure, a 401 from `initial` included."""
+class ToolApi(APIView):
+    """A tool of the registry over REST; for an audited one, exactly one audit row per call:
+    `post` writes the answer's, `handle_exception` a failure's, a 401 from `initial` included."""
 
-    tool_name = "lookup_knowledge"
-    contract: type[serializers.Serializer[dict[str, Any]]] = LookupInput
-    call = staticmethod(lookup_call)
-    started = 0.0
+    tool: Tool
+    audit: AuditOnce
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        self.started = time.perf_counter()  # before authentication: a 401 has a latency too
+        self.audit = AuditOnce(self.tool, channel=Channel.REST)
         super().initial(request, *args, **kwargs)
 
     def handle_exception(self, exc: Exception) -> Response:
-        key = self._audit_key()
-        # A stranger's body is not parsed: no tenant could trace its ids anyway.
-        invocation_record(api_key=key, payload=self._audit_payload() if key else None,
-                          error=exc, latency_ms=self._elapsed_ms(), tool_name=self.tool_name)
+        self.audit.failed(exc, api_key=self._audit_key, payload=self._audit_payload)
         return super().handle_exception(exc)
 
     def post(self, request: Request) -> Response:
-        who = caller(request)
-        data = self.contract(data=request.data)
-        data.is_valid(raise_exception=True)
-        done = self.call(who, data.validated_data)
-        # Last, so that anything raising above is audited once, by handle_exception.
-        invocation_record(api_key=who.api_key, result=done.record,
-                          latency_ms=self._elapsed_ms())
+        done = self.audit.run(caller(request), request.data)
         return Response(done.body, status=status.HTTP_503_SERVICE_UNAVAILABLE
                         if done.unavailable else status.HTTP_200_OK)
-
-    def _elapsed_ms(self) -> float:
-        return (time.perf_counter() - self.started) * 1000
 
     def _audit_key(self) -> ApiKey | None:
         try:
@@ -115,86 +85,21 @@ class _AuditedToolApi(APIView):
         return data if isinstance(data, Mapping) else None
 
 
-@extend_schema_view(post=extend_schema(
-    operation_id="lookup_knowledge", summary="The lookup_knowledge tool",
-    description="Tenant and datasets come from the API key; `dataset_ids` can only narrow "
-                "them. Any role.",
-    request=LookupInput,
-    responses={
-        200: OpenApiResponse(RagToolResultOutput, description="READY or EMPTY."),
-        503: _unavailable("LookupUnavailable", RagToolResultOutput),
-        **errors(400, 401, 415, e400="Invalid input, or a dataset id the key may not read."),
-    }))
-class LookupKnowledgeApi(_AuditedToolApi):
-    """The tool."""
-
-
-@extend_schema_view(post=extend_schema(
-    operation_id="rag_answer", summary="An answer with citations (standard RAG)",
-    description="Runs the lookup_knowledge tool (same scope, config and audit), then answers "
-                "from its evidence: with the chat model of the tenant's RagConfig or "
-                "KB_CHAT_BASE_URL, else extractively. Any role.",
-    request=LookupInput,
-    responses={200: OpenApiResponse(RagAnswerOutput, description="ANSWERED, NO_ANSWER or "
-                                                                  "EMPTY."),
-               503: _unavailable("RagAnswerUnavailable", RagAnswerOutput),
-               **errors(400, 401, 415)}))
-class RagAnswerApi(_AuditedToolApi):
-    """The standard RAG answer: the tool's lookup, then an answer with citations."""
-
-    tool_name = "rag_answer"
-    call = staticmethod(rag_answer_call)
-
-
-@extend_schema_view(post=extend_schema(
-    operation_id="rag_agentic", summary="An answer with citations (agentic RAG)",
-    description="Plans sub-questions, runs the tool's lookup for each, grades the evidence "
-                "and corrects weak searches (the chat model of the tenant's RagConfig or "
-                "KB_CHAT_BASE_URL when set, else rules), then answers. "
-                "RagConfig.agentic_graph SIMPLIFIED searches once. Any role.",
-    request=LookupInput,
-    responses={200: OpenApiResponse(RagAgenticOutput, description="ANSWERED, NO_ANSWER or "
-                                                                   "EMPTY."),
-               503: _unavailable("RagAgenticUnavailable", RagAgenticOutput),
-               **errors(400, 401, 415)}))
-class RagAgenticApi(_AuditedToolApi):
-    """Agentic RAG: plan, retrieve, evaluate, self-correct, then answer with citations."""
-
-    tool_name = "rag_agentic"
-    call = staticmethod(rag_agentic_call)
-
-
-@extend_schema_view(post=extend_schema(
-    operation_id="rag_node", summary="The RAG node of an agent loop",
-    description="Builds the query from the task (query, else rag_keywords, else user_input), "
-                "picks the datasets by target, and runs agentic RAG: a named RagAgent's, else "
-                "the node's own. Tenant and datasets come from the key. Any role.",
-    request=RagNodeInput,
-    responses={200: OpenApiResponse(RagNodeOutput, description="Every status but "
-                                                                "UNAVAILABLE."),
-               503: _unavailable("RagNodeUnavailable", RagNodeOutput),
-               **errors(400, 401, 415)}))
-class RagNodeApi(_AuditedToolApi):
-    """The RAG node of an agent loop (seed 003 §5)."""
-
-    tool_name = "rag_node"
-    contract = RagNodeInput
-    call = staticmethod(rag_node_call)
-
-
-class EvidenceGuardApi(APIView):
-    @extend_schema(operation_id="evidence_guard",
-                   summary="Which document ids were READY evidence of a call or session",
-                   description="Give exactly one of `tool_call_id` and `session_id` (both or "
-                               "neither: 400). Confirmed: READY evidence of that call or "
-                               "session, from a dataset this key may read, of a document "
-                               "that may still be served.",
-                   request=EvidenceGuardInput,
-                   responses={200: EvidenceGuardOutput, **errors(400, 401, 415, 503)})
-    def post(self, request: Request) -> Response:
-        data = EvidenceGuardInput(data=request.data)
-        data.is_valid(raise_exception=True)
-        return Response(evidence_guard_call(caller(request), data.validated_data))
+def tool_api(tool: Tool) -> type[ToolApi]:
+    """The REST view of `tool`, documented by its operation."""
+    operation = tool.operation
+    assert operation is not None and tool.method == "post", f"{tool.name} is not served here"
+    answered: Any = OpenApiResponse(operation.output, description=operation.answered) \
+        if operation.answered else operation.output
+    failed = {503: _unavailable(operation.unavailable, operation.output)} \
+        if operation.unavailable else {}
+    described = {"e400": operation.e400} if operation.e400 else {}
+    name = "".join(word.title() for word in tool.name.split("_")) + "Api"  # LookupKnowledgeApi
+    view = type(name, (ToolApi,), {"tool": tool})
+    return extend_schema_view(post=extend_schema(
+        operation_id=tool.name, summary=operation.summary, description=operation.description,
+        request=tool.contract,
+        responses={200: answered, **failed, **errors(*operation.errors, **described)}))(view)
 
 
 class _ToolFormatNegotiation(DefaultContentNegotiation):

@@ -17,7 +17,8 @@ from django.conf import settings
 
 from audit.models import ToolInvocation
 from kbplatform_client import Dataset, Job, KbClient, KbError
-from retrieval.tools.schemas import TOOLS, tool_definitions
+from retrieval.tools.registry import TOOLS
+from retrieval.tools.schemas import tool_definitions
 from tests.mcp_clients import over_http
 from tests.retrieval.chat_server import chat_server
 from tests.retrieval.conftest import Imported, MakeKey, client_for

@@ -17,7 +17,7 @@ from django.conf import settings
 
 from audit.models import ToolInvocation
 from kbplatform.processes import MilvusLiteServer, free_port
-from retrieval.tools.schemas import TOOLS
+from retrieval.tools.registry import TOOLS
 from tests.conftest import database_url
 from tests.mcp_clients import over_stdio
 from tests.retrieval.conftest import Imported, MakeKey

@@ -1,0 +1,37 @@
+"""The text a model reads of a tool's result over MCP (some hosts show it nothing else): the
+status and the citations, the answer in its own block, then the evidence as delimited data
+(retrieval/untrusted.py), each piece under its document_id; nothing of a document or an
+answer can forge a line or a block of it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from retrieval.untrusted import LABEL, answer_block, sources_block
+
+
+def evidence_text(body: Mapping[str, Any]) -> str:
+    """A lookup's or an answer's result."""
+    lines = [f"status: {body.get('answer_status') or body.get('evidence_status')}"]
+    if body.get("answer"):
+        lines += ["citations: " + ", ".join(body.get("citations", [])),
+                  answer_block(body["answer"])]
+    evidence = body.get("evidence") or []
+    if evidence:
+        lines.append(f"evidence ({LABEL}; cite a source by its id):")
+        lines.append(sources_block(
+            (item["document_id"], " > ".join(p for p in (item["title"], item["breadcrumb"]) if p),
+             item["excerpt"]) for item in evidence))
+    return "\n".join(lines)
+
+
+def node_text(body: Mapping[str, Any]) -> str:
+    """The RAG node's `result`: already the text it hands on to the loop."""
+    return str(body["result"])
+
+
+def json_text(body: Mapping[str, Any]) -> str:
+    """Ids and names, no retrieved text: the body itself."""
+    return json.dumps(body, ensure_ascii=False)

@@ -1,0 +1,77 @@
+"""The tool registry (retrieval/tools/registry.py) is the one declaration of the tools: the
+REST URLs, the MCP server's tool list and the tool schemas are exactly its tools, and the one
+audit wrapper writes one row per call of an audited tool on either channel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from django.urls import URLPattern, URLResolver, get_resolver, resolve
+
+from audit.models import Channel, ToolInvocation
+from retrieval.tools.mcp_server import build_server, call_tool
+from retrieval.tools.registry import TOOLS
+from retrieval.tools.views import ToolApi
+from tests.retrieval.conftest import MakeKey, client_for
+
+NAMES = [tool.name for tool in TOOLS]
+
+
+def tool_routes() -> dict[str, str]:
+    """/path → tool name, for every route of the URLconf served by a tool's view."""
+    routes: dict[str, str] = {}
+
+    def walk(patterns: list[Any], prefix: str) -> None:
+        for entry in patterns:
+            if isinstance(entry, URLResolver):
+                walk(entry.url_patterns, prefix + str(entry.pattern))
+            elif isinstance(entry, URLPattern):
+                view = getattr(entry.callback, "view_class", None)
+                if view is not None and issubclass(view, ToolApi):
+                    routes["/" + prefix + str(entry.pattern)] = view.tool.name
+
+    walk(get_resolver().url_patterns, "")
+    return routes
+
+
+def test_the_rest_urls_are_the_registrys_tools() -> None:
+    assert tool_routes() == {tool.path: tool.name for tool in TOOLS if tool.operation}
+    for tool in TOOLS:  # list_datasets included: another app's view serves its path
+        view = resolve(tool.path).func.view_class  # type: ignore[attr-defined]
+        assert hasattr(view, tool.method), tool.name
+
+
+def test_the_mcp_tools_are_the_registrys() -> None:
+    async def listed() -> list[str]:
+        from mcp import Client
+
+        async with Client(build_server()) as client:
+            return [tool.name for tool in (await client.list_tools()).tools]
+
+    assert anyio.run(listed) == NAMES
+
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic", "mcp"])
+def test_the_tool_schemas_are_the_registrys(fmt: str) -> None:
+    tools = client_for(None).get(f"/api/tools/schema?format={fmt}").json()["tools"]
+    assert [t["function"]["name"] if fmt == "openai" else t["name"] for t in tools] == NAMES
+
+
+@pytest.mark.django_db(transaction=True)  # call_tool closes its connections
+@pytest.mark.parametrize("tool", TOOLS, ids=NAMES)
+def test_a_refused_call_has_one_audit_row_if_audited_on_either_channel(
+        tool: Any, make_key: MakeKey) -> None:
+    _, secret = make_key("acme")
+    if tool.operation:
+        client_for("kb_nope_nope").post(tool.path, {}, format="json")
+        client_for(secret).post(tool.path, {"dataset_ids": "x"}, format="json")  # invalid
+    call_tool(tool.name, {}, "kb_nope_nope")
+    call_tool(tool.name, {"dataset_ids": "x"}, secret)
+    rows = ToolInvocation.objects.filter(tool_name=tool.name)
+    assert rows.filter(channel=Channel.MCP).count() == (2 if tool.audited else 0)
+    assert rows.filter(channel=Channel.REST).count() == \
+        (2 if tool.audited and tool.operation else 0)
+    # A stranger's input is not kept; the key's is.
+    assert all(bool(row.api_key_id) == (row.tenant_id is not None) for row in rows)
