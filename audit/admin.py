@@ -19,7 +19,7 @@ from audit.admin_display import trace_tables
 from audit.glance import DAYS, glances
 from audit.models import ToolInvocation
 from audit.types import RELEVANCE_LEVELS
-from datasets.admin_scope import TenantScopedAdmin, admin_datasets, tenant_filter
+from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, admin_datasets, tenant_filter
 from datasets.selectors import with_document_counts
 
 PROBE_LIMIT = 10_000  # a filtered list counts at most this many rows
@@ -84,7 +84,8 @@ class InvocationList(ChangeList):
 
 
 @admin.register(ToolInvocation)
-class ToolInvocationAdmin(TenantScopedAdmin[ToolInvocation]):
+class ToolInvocationAdmin(ReadOnlyAdmin, TenantScopedAdmin[ToolInvocation]):
+    # Not deleted by a click either: retention is `manage.py prune_tool_invocations`.
     list_display = ["created_at", "tool_call_id", "session_id", "tenant", "tool_name", "channel",
                     "outcome", "evidence_status", "relevance_level", "returned_count",
                     "latency_ms"]
@@ -137,12 +138,3 @@ class ToolInvocationAdmin(TenantScopedAdmin[ToolInvocation]):
         details = ((obj.details or {}).get("retrievalDetails") or {}) if obj else {}
         context["trace"] = trace_tables(details, obj.tenant_id if obj else None)
         return super().render_change_form(request, context, add, change, form_url, obj)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # retention is `manage.py prune_tool_invocations`, not a click

@@ -22,7 +22,7 @@ from datasets.admin_display import (
     preview,
     source_box,
 )
-from datasets.admin_scope import TenantScopedAdmin, scoped, tenant_filter
+from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, scoped, tenant_filter
 from datasets.auth import api_key_create, may_mint_platform_keys
 from datasets.models import ApiKey, Chunk, Dataset, Document, Job, Tenant
 from datasets.selectors import with_document_counts
@@ -315,7 +315,7 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
 
 
 @admin.register(Chunk)
-class ChunkAdmin(TenantScopedAdmin[Chunk]):
+class ChunkAdmin(ReadOnlyAdmin, TenantScopedAdmin[Chunk]):
     tenant_path = "document__dataset__tenant"
     list_display = ["__str__", "document", "dataset", "chunk_index", "breadcrumb",
                     "text_preview", "chars"]
@@ -341,20 +341,13 @@ class ChunkAdmin(TenantScopedAdmin[Chunk]):
     def chars(self, chunk: Chunk) -> int:
         return len(chunk.content)
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
 
 @admin.register(Job)
-class JobAdmin(TenantScopedAdmin[Job]):
-    """Jobs, read-only; a job's page follows it live (its progress, log and end state).
-    A platform job (no tenant) is a superuser's only."""
+class JobAdmin(ReadOnlyAdmin, TenantScopedAdmin[Job]):
+    """Jobs, read-only (they are written by their tasks) but deletable; a job's page follows it
+    live (its progress, log and end state). A platform job (no tenant) is a superuser's only."""
+
+    deletable = True
 
     list_display = ["id", "kind", "status", "done", "total", "tenant", "dataset", "created_at",
                     "updated_at"]
@@ -385,9 +378,3 @@ class JobAdmin(TenantScopedAdmin[Job]):
             context.update(progress=job_progress(obj), progress_url=reverse(
                 "admin:datasets_job_progress", args=[obj.pk]))
         return super().render_change_form(request, context, add, change, form_url, obj)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # jobs are written by their tasks: the page is read-only

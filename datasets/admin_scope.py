@@ -5,7 +5,8 @@ operations) stay theirs alone.
 
 Every tenant-owned ModelAdmin derives from TenantScopedAdmin and names the path from its model
 to the tenant; the custom pages (hit testing, datasets at a glance, evaluation runs) read the
-same `admin_tenant_ids`.
+same `admin_tenant_ids`. ReadOnlyAdmin is the pages of rows the code writes (tasks, tool calls,
+rebuilds), which no one adds or edits by hand.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Generic, TypeVar
 
 from django.contrib import admin
+from django.contrib.admin.options import BaseModelAdmin
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Model, QuerySet
@@ -76,6 +78,22 @@ def tenant_filter(tenant_path: str, title: str = "tenant") -> type[admin.SimpleL
 
     TenantFilter.title = title
     return TenantFilter
+
+
+class ReadOnlyAdmin(BaseModelAdmin):
+    """No add and no change from the admin; no delete either unless `deletable` (then the
+    stock delete permission). Put first among the bases, before the ModelAdmin or inline."""
+
+    deletable = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.deletable and super().has_delete_permission(request, obj)
 
 
 class TenantScopedAdmin(admin.ModelAdmin[M], Generic[M]):

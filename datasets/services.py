@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -27,7 +28,7 @@ from datasets.ingestion.parse import (
     ParsedDocument,
     parse_markdown,
 )
-from datasets.ingestion.pipeline import Chunking, build_chunks
+from datasets.ingestion.pipeline import ChunkDraft, Chunking, build_chunks
 from datasets.ingestion.source import stored_source
 from datasets.jobs import JOB_ID, job_create
 from datasets.models import Chunk, Dataset, Document, Job, Tenant
@@ -244,3 +245,50 @@ def documents_sync_due(*, older_than_seconds: float = 0) -> list[int]:
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
     return list(Document.objects.exclude(synced_revision=F("revision"))
                 .filter(updated_at__lte=cutoff).order_by("pk").values_list("pk", flat=True))
+
+
+# --- what the index holds of a document: written by retrieval's indexing, through these -----
+# Single-column .update()s, never .save(): the indexing worker must not overwrite what an
+# upload, a deletion or an activation changed in the row meanwhile.
+
+def chunks_replace(*, document_id: int, drafts: Sequence[ChunkDraft]) -> None:
+    """The document's Chunk rows become `drafts` (none: its chunks are gone)."""
+    with transaction.atomic():
+        Chunk.objects.filter(document_id=document_id).delete()
+        Chunk.objects.bulk_create([
+            Chunk(document_id=document_id, chunk_index=d.index, content=d.content,
+                  breadcrumb=d.breadcrumb[:1000], metadata={"search_chars": len(d.search_text)})
+            for d in drafts])
+
+
+def document_index_state_set(*, document_id: int, status: Document.Status | None = None,
+                             indexed_hash: str | None = None) -> None:
+    """Set the given parts of the document's index state; the rest of the row is left alone."""
+    changes = {name: value for name, value in
+               (("status", status), ("indexed_hash", indexed_hash)) if value is not None}
+    Document.objects.filter(pk=document_id).update(**changes)
+
+
+def document_synced(*, document_id: int, revision: int) -> None:
+    """Milvus follows the row up to `revision` (the mark never moves backwards)."""
+    Document.objects.filter(pk=document_id, synced_revision__lt=revision).update(
+        synced_revision=revision)
+
+
+def document_indexed(*, document_id: int, drafts: Sequence[ChunkDraft], revision: int,
+                     content_hash: str) -> None:
+    """The row says what the index holds: READY with these chunks, synced up to `revision`."""
+    with transaction.atomic():
+        chunks_replace(document_id=document_id, drafts=drafts)
+        Document.objects.filter(pk=document_id).update(
+            status=Document.Status.READY, chunk_count=len(drafts), indexed_hash=content_hash,
+            error="")
+        document_synced(document_id=document_id, revision=revision)
+
+
+def document_mark_failed(*, document_id: int, error: str) -> None:
+    """FAILED with a message the uploader may read; it stays re-indexable (re-upload,
+    reindex API or admin action) with its identity."""
+    # A deleted document is not "failed": its removal stays due, and the recovery retries it.
+    Document.objects.filter(pk=document_id, deleted=False).update(
+        status=Document.Status.FAILED, error=error[:2000])

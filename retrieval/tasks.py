@@ -16,13 +16,14 @@ from django.db import DatabaseError
 from datasets.ingestion.parse import DocumentParseError
 from datasets.jobs import GENERIC_ERROR, GOING, job_claim, job_fail, job_indexed, job_update
 from datasets.models import Document, Job
+from datasets.services import document_mark_failed
 from retrieval.index.embedders import EmbeddingAuthError, EmbeddingError
 from retrieval.index.milvus import VectorStoreRejected, VectorStoreUnavailable
 from retrieval.index.models import IndexVersion
 from retrieval.index.operations import IndexOperationRunning
 from retrieval.index.rebuild import index_rollback, rebuild_hybrid_knowledge
 from retrieval.index.recovery import reconcile_serving, recover
-from retrieval.index.sync import document_mark_failed, document_sync
+from retrieval.index.sync import document_sync
 from retrieval.index.versions import IndexNotReady
 from retrieval.index.writer_lock import WriterBusy
 

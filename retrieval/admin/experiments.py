@@ -14,7 +14,7 @@ from django.template.response import TemplateResponse
 from django.urls import path
 
 from audit.selectors import experiment_figures
-from datasets.admin_scope import TenantScopedAdmin, tenant_filter
+from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, tenant_filter
 from retrieval.ragconfig.config import RagConfigError
 from retrieval.ragconfig.models import ConfigExperiment, RagConfigChange
 from retrieval.ragconfig.services import experiment_start, experiment_stop
@@ -43,7 +43,8 @@ def experiment_started(request: HttpRequest, change: RagConfigChange) -> HttpRes
 
 
 @admin.register(ConfigExperiment)
-class ConfigExperimentAdmin(TenantScopedAdmin[ConfigExperiment]):
+class ConfigExperimentAdmin(ReadOnlyAdmin, TenantScopedAdmin[ConfigExperiment]):
+    # Started from a version's page; never deleted: its calls in the audit name it.
     tenant_path = "config__tenant"
     list_display = ["id", "config_scope", "candidate_version", "share", "started_at",
                     "started_by", "stopped_at", "outcome"]
@@ -96,15 +97,6 @@ class ConfigExperimentAdmin(TenantScopedAdmin[ConfigExperiment]):
                            f"version {candidate}.")
             messages.success(request, f"A/B test {experiment.pk} stopped{outcome}")
         return redirect("admin:retrieval_configexperiment_change", experiment.pk)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # started from a version's page
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # its calls in the audit name it
 
     @admin.display(description="config", ordering="config__tenant__slug")
     def config_scope(self, experiment: ConfigExperiment) -> str:

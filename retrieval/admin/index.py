@@ -17,6 +17,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
+from datasets.admin_scope import ReadOnlyAdmin
 from datasets.models import Job
 from kbplatform.errors import ApiError
 from retrieval.index.models import IndexVersion
@@ -42,8 +43,10 @@ def _refused(request: HttpRequest, exc: ApiError) -> None:
 
 
 @admin.register(IndexVersion)
-class IndexVersionAdmin(admin.ModelAdmin[IndexVersion]):
-    """Index versions: the serving one, retired ones kept for a rollback, failed ones."""
+class IndexVersionAdmin(ReadOnlyAdmin, admin.ModelAdmin[IndexVersion]):
+    """Index versions: the serving one, retired ones kept for a rollback, failed ones.
+    Written by rebuilds and changed only by the actions below; deleted by the "drop" action,
+    since the collection must go with the row."""
 
     list_display = ["collection_name", "embedder", "dimension", "chunk_size", "status",
                     "created_at", "activated_at"]
@@ -104,15 +107,6 @@ class IndexVersionAdmin(admin.ModelAdmin[IndexVersion]):
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # An index version serves every tenant: platform-wide, a superuser's to see.
         return request.user.is_superuser and super().has_view_permission(request, obj)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # written by rebuilds; changed only by the actions below
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # the collection must go with the row: the "drop" action
 
     def get_actions(self, request: HttpRequest) -> Any:
         actions = super().get_actions(request)

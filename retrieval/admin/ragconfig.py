@@ -16,6 +16,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from datasets.admin_scope import (
+    ReadOnlyAdmin,
     TenantScopedAdmin,
     scoped,
     tenant_filter,
@@ -70,19 +71,12 @@ class RagConfigForm(forms.ModelForm):
         return cleaned
 
 
-class RagConfigChangeInline(admin.TabularInline):
+class RagConfigChangeInline(ReadOnlyAdmin, admin.TabularInline):
     model = RagConfigChange
     extra = 0
-    can_delete = False
     ordering = ["-version"]
     fields = ("version", "changed_by", "changed_at", "diff", "open")
     readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="changed (before → after)")
     def diff(self, change: RagConfigChange) -> str:
@@ -215,7 +209,7 @@ class RagConfigAdmin(TenantScopedAdmin[RagConfig]):
 
 
 @admin.register(RagConfigChange)
-class RagConfigChangeAdmin(TenantScopedAdmin[RagConfigChange]):
+class RagConfigChangeAdmin(ReadOnlyAdmin, TenantScopedAdmin[RagConfigChange]):
     # Each row is one version of a config: name the config without the version it has now
     # (its __str__), which would label every row of its history with the latest one.
     tenant_path = "config__tenant"
@@ -297,15 +291,6 @@ class RagConfigChangeAdmin(TenantScopedAdmin[RagConfigChange]):
         url = reverse("admin:retrieval_ragconfig_change", args=[change.config_id])
         return format_html('<a href="{}">{}</a> (now at version {})', url,
                            change.config.scope_label, change.config.version)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="before")
     def before_json(self, change: RagConfigChange) -> str:

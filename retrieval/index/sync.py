@@ -4,7 +4,8 @@ embedding → store), on the single-writer indexing queue.
 The slow part (split, embed) runs without the writer lock. The write runs under it, and
 re-reads the row first: a document deleted or given new content meanwhile is not written
 (its own sync, queued with that change, writes it). Activation is never written: lookups
-filter on the row (retrieval/index/milvus/expressions.py).
+filter on the row (retrieval/index/milvus/expressions.py). What the index holds is recorded in
+the document's row and Chunk rows through datasets' services: datasets owns those rows.
 """
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ from django.db import transaction
 from datasets.evidence import EvidenceKey
 from datasets.ingestion.parse import parse_markdown
 from datasets.ingestion.pipeline import ChunkDraft, Chunking, build_chunks
-from datasets.models import Chunk, Document
+from datasets.models import Document
+from datasets.services import (
+    chunks_replace,
+    document_index_state_set,
+    document_indexed,
+    document_synced,
+)
 from retrieval.index import milvus
 from retrieval.index.embedders import Embedder
 from retrieval.index.milvus.writer import ChunkRow
@@ -147,27 +154,9 @@ def write_prepared(prepared: Sequence[Prepared], *, collection: str, scope: str 
             return [document for document, _ in current]
         with transaction.atomic():
             for document, p in current:
-                _record(document.pk, p.drafts, revision=document.revision,
-                        content_hash=document.content_hash)
+                document_indexed(document_id=document.pk, drafts=p.drafts,
+                                 revision=document.revision, content_hash=document.content_hash)
     return [document for document, _ in current]
-
-
-def _record(pk: int, drafts: Sequence[ChunkDraft], *, revision: int, content_hash: str) -> None:
-    """The row says what the index holds: READY with these chunks, synced up to `revision`."""
-    Chunk.objects.filter(document_id=pk).delete()
-    Chunk.objects.bulk_create([
-        Chunk(document_id=pk, chunk_index=d.index, content=d.content,
-              breadcrumb=d.breadcrumb[:1000], metadata={"search_chars": len(d.search_text)})
-        for d in drafts])
-    Document.objects.filter(pk=pk).update(status=Document.Status.READY, chunk_count=len(drafts),
-                                          indexed_hash=content_hash, error="")
-    _synced(pk, revision)
-
-
-def _synced(pk: int, revision: int) -> None:
-    """Milvus follows the row up to `revision` (the mark never moves backwards)."""
-    Document.objects.filter(pk=pk, synced_revision__lt=revision).update(
-        synced_revision=revision)
 
 
 def document_sync(*, document_id: int) -> Document | None:
@@ -180,9 +169,10 @@ def document_sync(*, document_id: int) -> Document | None:
     if document.deleted:
         return _remove(document, scope=scope)
     if document.status == Document.Status.READY and document.indexed_hash == document.content_hash:
-        _synced(document.pk, document.revision)  # indexed already: nothing to follow
+        # indexed already: nothing to follow
+        document_synced(document_id=document.pk, revision=document.revision)
         return document
-    Document.objects.filter(pk=document.pk).update(status=Document.Status.INDEXING)
+    document_index_state_set(document_id=document.pk, status=Document.Status.INDEXING)
     prepared = _prepare_with_companions(document, chunking=index.chunking,
                                         embedder=index.embedder)
     with milvus_writer(scope):
@@ -201,8 +191,8 @@ def _remove(document: Document, *, scope: str) -> Document | None:
             return fresh  # uploaded again since: that upload's sync indexes it
         milvus.writer().delete_document(fresh.doc_id, collection=serving_index().collection,
                                         scope=scope)
-        Chunk.objects.filter(document=fresh).delete()
-        _synced(fresh.pk, fresh.revision)
+        chunks_replace(document_id=fresh.pk, drafts=())
+        document_synced(document_id=fresh.pk, revision=fresh.revision)
         return fresh
 
 
@@ -215,13 +205,6 @@ def record_written(written: dict[int, tuple[int, str]], *, version: IndexVersion
                 revision, content_hash = written[document.pk]
                 if document.content_hash != content_hash:
                     continue  # new content since: its own sync writes it
-                _record(document.pk, chunk_drafts(document, chunking=version.chunking),
-                        revision=revision, content_hash=content_hash)
-
-
-def document_mark_failed(*, document_id: int, error: str) -> None:
-    """FAILED with a message the uploader may read; it stays re-indexable (re-upload,
-    reindex API or admin action) with its identity."""
-    # A deleted document is not "failed": its removal stays due, and the recovery retries it.
-    Document.objects.filter(pk=document_id, deleted=False).update(
-        status=Document.Status.FAILED, error=error[:2000])
+                document_indexed(document_id=document.pk,
+                                 drafts=chunk_drafts(document, chunking=version.chunking),
+                                 revision=revision, content_hash=content_hash)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from datasets.ingestion.parse import DocumentParseError, ParsedDocument, parse_markdown
+from datasets.services import InvalidDocument, document_validate
 
 LIMIT = 64 * 1024
 
@@ -195,8 +196,13 @@ def test_empty_body_after_frontmatter_is_rejected() -> None:
     assert "no markdown body" in parse_error("---\ntitle: Only metadata\n---\n\n  \n")
 
 
-def test_error_is_a_value_error() -> None:
-    assert issubclass(DocumentParseError, ValueError)
+def test_a_parse_error_reaches_the_uploader_as_a_400_that_says_why() -> None:
+    # Its message is written for the API user: the upload answers it, never a 500.
+    with pytest.raises(InvalidDocument) as info:
+        document_validate(file_name="doc.md", raw=b"---\ntitle: Only metadata\n---\n",
+                          max_bytes=LIMIT)
+    assert (info.value.status_code, info.value.code) == (400, "invalid_document")
+    assert "no markdown body" in str(info.value.detail)
 
 
 def test_non_positive_limit_is_a_programming_error() -> None:

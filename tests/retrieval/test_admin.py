@@ -39,9 +39,12 @@ def tenant() -> Tenant:
     return Tenant.objects.create(slug="acme")
 
 
-def test_valid_form(tenant: Tenant) -> None:
+def test_the_defaults_posted_are_read_back_as_the_defaults(tenant: Tenant) -> None:
     form = RagConfigForm(data=form_data(tenant))
     assert form.is_valid(), form.errors
+    values = form.setting_values()
+    assert set(values) == set(SETTING_NAMES)  # every knob is on the form
+    assert RagConfigConverter.to_settings(values) == RagSettings()
 
 
 def test_cross_field_error_is_shown_beside_the_field(tenant: Tenant) -> None:

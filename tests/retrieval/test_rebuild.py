@@ -15,6 +15,7 @@ from datasets.models import Document, Job
 from datasets.services import document_delete
 from retrieval.index.embedders import get_embedder
 from retrieval.models import EmbeddingCache, IndexVersion
+from tests.conftest import wait_until
 from tests.datasets.builders import (
     api_client,
     lookup,
@@ -67,15 +68,20 @@ def test_rebuild_on_the_worker_switches_the_index_while_lookups_keep_working(
     job_id = response.json()["job"]["id"]
     assert response.json()["task_id"] == str(job_id)
     during_rebuild = 0
-    while True:
+
+    def ended_after_a_lookup() -> bool:
+        nonlocal during_rebuild
         before = operator.get(f"/api/jobs/{job_id}").json()["status"]
         if before in ("succeeded", "failed"):
-            break
+            return True
         answer = lookup(kb.tool, "redis dashboard restart")
         assert answer["evidence_status"] == "READY", answer
         assert top_doc_id(answer) == documents["redis"].doc_key
         after = operator.get(f"/api/jobs/{job_id}").json()["status"]
         during_rebuild += before == after == "running"
+        return False
+
+    wait_until(ended_after_a_lookup, timeout=300, what="the rebuild job to end")
     job = operator.get(f"/api/jobs/{job_id}").json()
     assert job["status"] == "succeeded", job
     assert job["done"] == job["total"] == len(topics)
