@@ -16,7 +16,7 @@ from kbplatform.processes import CeleryWorker, MilvusLiteServer
 from tests.datasets.builders import api_client
 
 # The suite's processes never run the recovery by themselves (an embedded web process does,
-# kbplatform/wsgi.py): a test that needs it starts it (tests/retrieval/test_in_process_repair.py).
+# kbplatform/wsgi.py): a test that needs it starts it (tests/retrieval/index/test_recovery.py).
 settings.KB_RECOVERY_IN_PROCESS = False
 
 ROOT = Path(__file__).resolve().parent.parent

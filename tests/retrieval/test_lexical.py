@@ -15,7 +15,7 @@ from retrieval.lookup.post_process import LEXICAL_DISCOUNT, KnowledgeEvidencePos
 from retrieval.types import QueryHints, RelevanceLevel, SearchHit
 from tests.datasets.builders import markdown
 from tests.retrieval.conftest import client_for, last_trace, lookup, ready
-from tests.retrieval.test_post_process import hit
+from tests.retrieval.lookup.test_post_process import hit
 
 
 @pytest.mark.parametrize("query, identifiers", [

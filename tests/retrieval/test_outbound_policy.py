@@ -74,7 +74,7 @@ def test_the_config_form_says_why_beside_the_field(admin_client: Any,
                                                    listening: ChatServer) -> None:
     from django.urls import reverse
 
-    from tests.retrieval.test_admin import form_data
+    from tests.retrieval.admin.test_ragconfig import form_data
 
     tenant = tenant_get_or_create(slug="acme")
     page = admin_client.post(reverse("admin:retrieval_ragconfig_add"), form_data(

@@ -33,7 +33,7 @@ REJECTED = frozenset({6, 1100})
 # after Milvus returned from a 30 s outage. Every channel also shares one process-wide
 # subchannel per address, in that backoff, so pymilvus's recovery (a new channel on each
 # UNAVAILABLE) failed at once too. A channel of its own, and at most 1 s between attempts:
-# lookups answer within a second of Milvus's return (tests/retrieval/test_reconnect.py).
+# lookups answer within a second of Milvus's return (tests/retrieval/index/test_reconnect.py).
 _GRPC = {"grpc.keepalive_permit_without_calls": 0,
          "grpc.use_local_subchannel_pool": 1,
          "grpc.max_reconnect_backoff_ms": 1000}

@@ -23,7 +23,7 @@ from tests.mcp_clients import over_http
 from tests.retrieval.chat_server import chat_server
 from tests.retrieval.conftest import Imported, MakeKey, client_for
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 READY_QUESTION = "nginx 502 bad gateway upstream connection refused"
 OFF_TOPIC = "What is the capital of Mongolia?"
 

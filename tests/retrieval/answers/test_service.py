@@ -15,7 +15,7 @@ from retrieval.answers.answer import SYSTEM_PROMPT
 from retrieval.models import RagConfig
 from tests.retrieval.chat_server import ChatServer, chat_server
 from tests.retrieval.conftest import Imported, MakeKey, client_for, import_runbooks
-from tests.retrieval.test_lookup_unavailable import QUESTION
+from tests.retrieval.lookup.test_service_unavailable import QUESTION
 
 pytestmark = pytest.mark.django_db
 

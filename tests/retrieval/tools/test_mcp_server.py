@@ -22,7 +22,7 @@ from tests.conftest import database_url
 from tests.mcp_clients import over_stdio
 from tests.retrieval.conftest import Imported, MakeKey
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 READY_QUESTION = "nginx 502 bad gateway upstream connection refused"
 OFF_TOPIC = "What is the capital of Mongolia?"
 

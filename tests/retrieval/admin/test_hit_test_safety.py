@@ -89,7 +89,7 @@ def test_view_only_staff_run_the_serving_config_but_no_draft(client: Client, acm
                                          "draft": draft_for(listener)})
     assert refused.status_code == 403
     config = rag_config_update(config=None, tenant=acme.tenant, values={}, changed_by="a")
-    from tests.retrieval.test_admin import form_data
+    from tests.retrieval.admin.test_ragconfig import form_data
     from_form = client.post(reverse("admin:retrieval_ragconfig_change", args=[config.pk]), {
         **form_data(acme.tenant, chat_base_url=listener.url, enable_query_transform="on"),
         "_hit_test_draft": "1", "_hit_test_question": QUESTION})

@@ -15,7 +15,7 @@ from retrieval.lookup.transform import L0Index
 from retrieval.types import QueryHints
 from tests.retrieval.chat_server import ChatServer, chat_server
 from tests.retrieval.conftest import Imported, MakeKey
-from tests.retrieval.test_graph_fields import Tool, stage
+from tests.retrieval.lookup.test_config_fields import Tool, stage
 
 
 @pytest.fixture

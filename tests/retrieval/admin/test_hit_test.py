@@ -14,8 +14,8 @@ from django.urls import reverse
 
 from audit.models import ToolInvocation
 from retrieval.ragconfig.services import rag_config_update
+from tests.retrieval.admin.test_ragconfig import form_data
 from tests.retrieval.conftest import Imported
-from tests.retrieval.test_admin import form_data
 
 pytestmark = pytest.mark.django_db
 QUESTION = "nginx 502 bad gateway upstream connection refused"
