@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 
-from kbplatform.errors import error_body
+from kbplatform.errors import ErrorCode, error_body
 from kbplatform.parsers import JsonRefused, json_loads
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -41,13 +41,13 @@ PARSE_ERROR, INVALID_REQUEST, INTERNAL_ERROR = -32700, -32600, -32603
 @dataclass(frozen=True)
 class Refusal:
     status: str
-    code: str  # the API's error code
+    code: ErrorCode
     message: str
     rpc_code: int = INVALID_REQUEST
     headers: tuple[tuple[str, str], ...] = ()
 
 
-_TOO_LARGE = Refusal("413 Request Entity Too Large", "too_large",
+_TOO_LARGE = Refusal("413 Request Entity Too Large", ErrorCode.TOO_LARGE,
                      f"a JSON-RPC message to /mcp has at most {MAX_BODY_BYTES} bytes")
 
 
@@ -66,8 +66,8 @@ class McpWsgiApp:
         try:
             app = self._started_app()
         except RuntimeError as exc:  # the next request tries again
-            return _refused(start_response, Refusal("503 Service Unavailable", "unavailable",
-                                                    str(exc), INTERNAL_ERROR))
+            return _refused(start_response, Refusal(
+                "503 Service Unavailable", ErrorCode.UNAVAILABLE, str(exc), INTERNAL_ERROR))
         # The body is read: the SDK reads it again, from here.
         return app({**environ, "wsgi.input": io.BytesIO(body),
                     "CONTENT_LENGTH": str(len(body))}, start_response)
@@ -96,7 +96,7 @@ def _refused_request(environ: dict[str, Any]) -> Refusal | None:
     if environ.get("REQUEST_METHOD") != "POST":
         # Stateless: no session to delete, and no server-sent stream (GET) to hold a web
         # thread open.
-        return Refusal("405 Method Not Allowed", "method_not_allowed",
+        return Refusal("405 Method Not Allowed", ErrorCode.METHOD_NOT_ALLOWED,
                        "POST a JSON-RPC message to /mcp: this server is stateless, with no "
                        "event stream.", headers=(("Allow", "POST"),))
     foreign = _foreign(environ)
@@ -104,7 +104,7 @@ def _refused_request(environ: dict[str, Any]) -> Refusal | None:
         return foreign
     media_type = environ.get("CONTENT_TYPE", "").split(";", 1)[0].strip().lower()
     if media_type != "application/json":
-        return Refusal("415 Unsupported Media Type", "unsupported_media_type",
+        return Refusal("415 Unsupported Media Type", ErrorCode.UNSUPPORTED_MEDIA_TYPE,
                        "a JSON-RPC message is Content-Type: application/json")
     if _declared_length(environ) > MAX_BODY_BYTES:
         return _TOO_LARGE
@@ -141,10 +141,10 @@ def _refused_message(body: bytes) -> Refusal | None:
     try:
         message = json_loads(body)
     except JsonRefused as exc:
-        return Refusal("400 Bad Request", "parse_error", exc.message, PARSE_ERROR)
+        return Refusal("400 Bad Request", ErrorCode.PARSE_ERROR, exc.message, PARSE_ERROR)
     # One message per POST: MCP has no batches.
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-        return Refusal("400 Bad Request", "invalid_request",
+        return Refusal("400 Bad Request", ErrorCode.INVALID_REQUEST,
                        'The body is not a JSON-RPC 2.0 message: an object with "jsonrpc": '
                        '"2.0".')
     return None
@@ -155,12 +155,13 @@ def _foreign(environ: dict[str, Any]) -> Refusal | None:
     ALLOWED_HOSTS (421), and so must a browser's Origin (403)."""
     host = environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")
     if not validate_host(split_domain_port(host)[0], settings.ALLOWED_HOSTS):
-        return Refusal("421 Misdirected Request", "invalid_host",
+        return Refusal("421 Misdirected Request", ErrorCode.INVALID_HOST,
                        f"{host!r} is not an allowed host")
     origin = environ.get("HTTP_ORIGIN")
     if origin and not validate_host(split_domain_port(urlsplit(origin).netloc)[0],
                                     settings.ALLOWED_HOSTS):
-        return Refusal("403 Forbidden", "invalid_origin", f"{origin!r} is not an allowed origin")
+        return Refusal("403 Forbidden", ErrorCode.INVALID_ORIGIN,
+                       f"{origin!r} is not an allowed origin")
     return None
 
 

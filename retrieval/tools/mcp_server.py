@@ -26,11 +26,10 @@ import anyio
 from django.db import DatabaseError, connections
 from mcp import types
 from mcp.server import Server, ServerRequestContext
-from rest_framework import exceptions
 
 from audit.models import Channel
 from datasets.auth import Caller, bearer, caller_for_key
-from kbplatform.errors import error_of
+from kbplatform.errors import NotFound, error_of
 from retrieval.tools.audit_once import AuditOnce
 from retrieval.tools.registry import TOOL_NAMED, TOOLS
 from retrieval.tools.schemas import input_schema, output_schema
@@ -72,7 +71,7 @@ def call_tool(name: str, arguments: dict[str, Any], key: str) -> types.CallToolR
     who: Caller | None = None
     try:
         if audit is None:
-            raise exceptions.NotFound(f"no tool named {name!r}")
+            raise NotFound(f"no tool named {name!r}")
         who = caller_for_key(key)
         done = audit.run(who, arguments)
         return types.CallToolResult(is_error=done.unavailable, structured_content=done.body,

@@ -1,5 +1,6 @@
 from django.urls import path
 
+from retrieval.index import apis as index_apis
 from retrieval.tools import views as apis
 from retrieval.tools.registry import TOOLS
 
@@ -7,9 +8,9 @@ urlpatterns = [
     *(path(tool.path.removeprefix("/api/"), apis.tool_api(tool).as_view()) for tool in TOOLS
       if tool.operation),
     path("tools/schema", apis.ToolSchemaApi.as_view()),
-    path("knowledge/rebuild-hybrid", apis.RebuildApi.as_view()),
-    path("knowledge/rollback", apis.RollbackApi.as_view()),
-    path("knowledge/reconcile", apis.ReconcileApi.as_view()),
-    path("knowledge/index-versions", apis.IndexVersionListApi.as_view()),
-    path("health", apis.HealthApi.as_view(), name="health"),
+    path("knowledge/rebuild-hybrid", index_apis.RebuildApi.as_view()),
+    path("knowledge/rollback", index_apis.RollbackApi.as_view()),
+    path("knowledge/reconcile", index_apis.ReconcileApi.as_view()),
+    path("knowledge/index-versions", index_apis.IndexVersionListApi.as_view()),
+    path("health", index_apis.HealthApi.as_view(), name="health"),
 ]
