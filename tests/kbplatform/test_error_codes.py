@@ -60,8 +60,8 @@ def test_every_code_the_views_and_services_use_is_an_error_code() -> None:
     found = _project_codes()
     strangers = sorted(where + ": " + code for code, where in found if code not in CODES)
     assert not strangers, "not ErrorCode members:\n" + "\n".join(strangers)
-    # The scan reads what it should: ApiError subclasses, codes given inline (also the string
-    # literals of retrieval/tools/), error_body's and the MCP transport's.
+    # The scan reads what it should: ApiError subclasses, codes given inline, error_body's and
+    # the MCP transport's.
     assert {ErrorCode.OPERATION_RUNNING, ErrorCode.INVALID_FORMAT, ErrorCode.INVALID_HOST,
             ErrorCode.NOT_FOUND, ErrorCode.INTERNAL_ERROR} <= {code for code, _ in found}
 
