@@ -18,7 +18,7 @@ from django.db import connections
 from retrieval.lookup.graph.registry import RetrieverCall, RetrieverEvent, RetrieverSpec
 from retrieval.lookup.graph.retrievers import REGISTRY, default_registry
 from retrieval.lookup.service import lookup_knowledge
-from retrieval.ragconfig import settings as config
+from retrieval.ragconfig import config
 from retrieval.ragconfig.services import rag_config_update
 from retrieval.types import (
     EvidenceStatus,
