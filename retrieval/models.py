@@ -1,5 +1,5 @@
-"""The retrieval app's models, by package: the RAG configs (ragconfig/models.py) and the index
-(index/models.py). Django finds them here."""
+"""The retrieval app's models, by package: the RAG configs and synonyms (ragconfig/models.py)
+and the index (index/models.py). Django finds them here."""
 
 from retrieval.index.models import EmbeddingCache, IndexVersion
 from retrieval.ragconfig.models import (
@@ -7,8 +7,10 @@ from retrieval.ragconfig.models import (
     RagAgent,
     RagConfig,
     RagConfigChange,
+    SynonymGroup,
+    SynonymRevision,
     _default_retrievers,  # named by the migrations
 )
 
 __all__ = ["ConfigExperiment", "EmbeddingCache", "IndexVersion", "RagAgent", "RagConfig",
-           "RagConfigChange", "_default_retrievers"]
+           "RagConfigChange", "SynonymGroup", "SynonymRevision", "_default_retrievers"]

@@ -75,6 +75,9 @@ class SearchRequest:
     # Measure the dense distance of hybrid hits the dense arm did not return (the relevance
     # gate reads it); a lookup whose gate and aggregation ignore it skips that work.
     distances: bool = True
+    # Searched by the BM25 arm beside query_text, never embedded: the tenant's synonyms of
+    # the query's terms (lookup/synonyms.py).
+    bm25_terms: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from retrieval.index.versions import IndexNotReady, serving_index
 from retrieval.lookup.l0 import DocumentsView, documents_view
 from retrieval.lookup.project import invocation_of
 from retrieval.lookup.rerank import configured_reranker
+from retrieval.lookup.synonyms import NO_SYNONYMS, Synonyms, tenant_synonyms
 from retrieval.lookup.tool import LookupKnowledgeTool, LookupRequest, as_unavailable
 from retrieval.lookup.transform import L0Index
 from retrieval.ragconfig.config import (
@@ -63,6 +64,7 @@ class _Setup:
     search: VectorSearchService | None  # None: nothing has been indexed yet
     view: DocumentsView | None  # None: no dataset to search
     experiment: tuple[int, str] | None  # (A/B test, arm) of this call, when one runs
+    synonyms: Synonyms  # the tenant's synonym groups
 
 
 class _Unavailable(Exception):
@@ -98,7 +100,9 @@ def _setup(filters: SearchFilters, overrides: dict[str, Any] | None, mode: Searc
     filters = configured_filters(filters, settings)
     view = (documents_view(tenant_id=filters.tenant_id, dataset_ids=filters.dataset_ids)
             if filters.dataset_ids else None)
-    return _Setup(settings, serving.version, filters, search, view, serving.experiment)
+    synonyms = tenant_synonyms(tenant_id=filters.tenant_id) if view is not None else NO_SYNONYMS
+    return _Setup(settings, serving.version, filters, search, view, serving.experiment,
+                  synonyms)
 
 
 def _overridden(settings: RagSettings, overrides: dict[str, Any], tenant_id: int
@@ -148,7 +152,8 @@ def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = 
     if setup.view is not None:
         request = replace(request, filters=replace(setup.filters,
                                                    excluded_doc_ids=setup.view.excluded))
-    tool = _tool(setup.settings, setup.config_version, setup.search, setup.view)
+    tool = _tool(setup.settings, setup.config_version, setup.search, setup.view,
+                 setup.synonyms)
     if setup.view is None or setup.search is None:
         # Nothing to search: EMPTY, without a search that would need a dataset or an index.
         result = tool.empty_result(request)
@@ -192,9 +197,9 @@ def _document_of(key: str) -> int | None:
 
 
 def _tool(settings: RagSettings, version: int | None, search: VectorSearchService | None,
-          view: DocumentsView | None) -> LookupKnowledgeTool:
+          view: DocumentsView | None, synonyms: Synonyms = NO_SYNONYMS) -> LookupKnowledgeTool:
     return LookupKnowledgeTool(
         search=search, l0_index=lambda: view.l0 if view else L0Index(()),
         live_documents=lambda f, ids: set(ids) & view.live if view else set(),
         settings=settings, config_version=version, reranker=configured_reranker(),
-        chat=chat_model_for(RagConfigConverter.to_dict(settings)))
+        chat=chat_model_for(RagConfigConverter.to_dict(settings)), synonyms=synonyms)

@@ -26,6 +26,7 @@ from retrieval.lookup.graph.run import (
 )
 from retrieval.lookup.pack import KnowledgeContextPacker
 from retrieval.lookup.post_process import KnowledgeEvidencePostProcessor
+from retrieval.lookup.synonyms import NO_SYNONYMS, Synonyms
 from retrieval.lookup.transform import L0Index
 from retrieval.ragconfig.config import RagConfigConverter
 from retrieval.ragconfig.settings import RagSettings
@@ -56,7 +57,8 @@ class LookupKnowledgeTool:
     def __init__(self, *, search: VectorSearchService | None, l0_index: Callable[[], L0Index],
                  live_documents: LiveDocuments, settings: RagSettings,
                  config_version: int | None = None,
-                 reranker: RerankPort | None = None, chat: ChatModel | None = None) -> None:
+                 reranker: RerankPort | None = None, chat: ChatModel | None = None,
+                 synonyms: Synonyms = NO_SYNONYMS) -> None:
         self.search = search  # None: nothing to search (the result is EMPTY or UNAVAILABLE)
         self.l0_index = l0_index
         self.live_documents = live_documents
@@ -65,6 +67,7 @@ class LookupKnowledgeTool:
         self.reranker = reranker  # None: this process has no reranker (KB_RERANK_BASE_URL)
         # None: no chat model (KB_CHAT_BASE_URL); the rules transform queries and grade evidence
         self.chat = chat
+        self.synonyms = synonyms  # the tenant's groups, for the BM25 query
         self.graph = build_graph(settings, REGISTRY)
 
     def run(self, request: LookupRequest) -> LookupResult:
@@ -80,7 +83,7 @@ class LookupKnowledgeTool:
             l0_index=self.l0_index, live_documents=self.live_documents,
             weights={"VECTOR": s.dense_weight, "BM25": s.bm25_weight}, rrf_k=s.rrf_k,
             reranker=self.reranker, transformer=self._transformer(),
-            judge=ModelQualityJudge(self.chat) if self.chat else None)
+            judge=ModelQualityJudge(self.chat) if self.chat else None, synonyms=self.synonyms)
         clock = Clock()
         log = GraphRun(plan=self.graph.describe())
         try:

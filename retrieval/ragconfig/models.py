@@ -1,5 +1,5 @@
-"""RagConfig per tenant (default) or per dataset (override), its change history, the RAG agents
-and the A/B tests of config versions.
+"""RagConfig per tenant (default) or per dataset (override), its change history, the RAG agents,
+the A/B tests of config versions, and the tenants' synonym groups.
 
 One tenant default per tenant (dataset IS NULL) is enforced by `rag_config_update`, which
 serialises on the tenant row: a partial unique index on "dataset IS NULL" is not portable to
@@ -274,3 +274,56 @@ class ConfigExperiment(models.Model):
     @property
     def running(self) -> bool:
         return self.stopped_at is None
+
+
+# A tenant's synonyms (ragconfig/synonyms.py validates and writes them; lookup/synonyms.py
+# applies them to the BM25 query).
+MAX_SYNONYM_TERM_CHARS = 64
+MAX_SYNONYM_TERMS = 20
+SYNONYM_SEPARATOR = " = "
+
+
+class SynonymGroup(models.Model):
+    """Terms one tenant's documents and questions use for the same thing (从库 = replica =
+    slave): a lookup whose question names one also searches BM25 for the others."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="synonym_groups")
+    terms = models.CharField(
+        max_length=MAX_SYNONYM_TERMS * (MAX_SYNONYM_TERM_CHARS + len(SYNONYM_SEPARATOR)),
+        help_text=f'Equivalent terms separated by "=" or ",", e.g. "从库 = replica = slave": '
+                  f"2 to {MAX_SYNONYM_TERMS} terms of 2 to {MAX_SYNONYM_TERM_CHARS} "
+                  "characters, matched without regard to case or full-width forms.")
+    # The group's normalised terms, sorted, hashed: one group per set of terms and tenant.
+    terms_key = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.CharField(max_length=150, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["tenant_id", "terms"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "terms_key"],
+                                    name="synonym_group_unique_terms_per_tenant"),
+            models.CheckConstraint(condition=Q(terms__contains=SYNONYM_SEPARATOR.strip()),
+                                   name="synonym_group_two_terms_at_least",
+                                   violation_error_message="a group has two terms at least"),
+        ]
+
+    def __str__(self) -> str:
+        return self.terms
+
+    def term_list(self) -> tuple[str, ...]:
+        return tuple(self.terms.split(SYNONYM_SEPARATOR))
+
+
+class SynonymRevision(models.Model):
+    """Changes with every write of the tenant's synonym groups: a lookup process keeps the
+    groups it read until this says they changed (lookup/synonyms.py)."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, primary_key=True,
+                                  related_name="+")
+    # Random, not a counter: a rolled-back write cannot leave a cache that looks current.
+    revision = models.CharField(max_length=32)
+
+    def __str__(self) -> str:
+        return f"synonyms of tenant {self.tenant_id}: {self.revision}"

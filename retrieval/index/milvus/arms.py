@@ -78,7 +78,7 @@ class MilvusSearch:
 
     def _bm25(self, expr: str, request: SearchRequest,
               output: Sequence[str] = _OUTPUT) -> list[dict[str, Any]]:
-        return self._search(expr, request, data=bm25_text(request.query_text),
+        return self._search(expr, request, data=_bm25_query(request),
                             field="sparse_vector", params=_BM25_PARAMS, output=output)
 
     def _hybrid(self, expr: str, request: SearchRequest) -> list[SearchHit]:
@@ -111,7 +111,7 @@ class MilvusSearch:
         """Both arms in one `hybrid_search`, fused by Milvus's RRFRanker(rrf_k)."""
         arms = [AnnSearchRequest([request.query_vector], "vector", _DENSE_PARAMS,
                                  request.limit, expr=expr),
-                AnnSearchRequest([bm25_text(request.query_text)], "sparse_vector",
+                AnnSearchRequest([_bm25_query(request)], "sparse_vector",
                                  _BM25_PARAMS, request.limit, expr=expr)]
         found = self.connection.call("hybrid_search", lambda c: c.hybrid_search(
             self.collection, arms, RRFRanker(request.rrf_k), limit=request.limit,
@@ -124,6 +124,10 @@ class MilvusSearch:
 
 _DENSE_PARAMS: dict[str, Any] = {"metric_type": "L2", "params": {"nprobe": 16}}
 _BM25_PARAMS: dict[str, Any] = {"metric_type": "BM25"}
+
+
+def _bm25_query(request: SearchRequest) -> str:
+    return bm25_text(" ".join((request.query_text, *request.bm25_terms)))
 
 
 def _with_vector(request: SearchRequest) -> list[str]:

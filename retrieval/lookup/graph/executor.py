@@ -150,18 +150,19 @@ class GraphExecutor:
         suffix = f"[{attempt}]" if attempt else ""
         queries = self._queries(plan, query, hints, clock, deadline, suffix)
         vectors = self._vectors(plan, queries, clock)
+        bm25 = self._synonyms(queries, clock, suffix)
         if not (plan.category_filter and hints.category_filter):
             reason = "no category hint" if plan.category_filter else "category hint not used"
-            return (self._round(plan, query, queries, vectors, filters, hints, clock, deadline,
-                                "retrieve" + suffix),
+            return (self._round(plan, query, queries, vectors, bm25, filters, hints, clock,
+                                deadline, "retrieve" + suffix),
                     filters, RetryDecision(ran=False, reason=reason))
         filtered = replace(filters, category=hints.category_filter)
-        result = self._round(plan, query, queries, vectors, filtered, hints, clock, deadline,
-                             "retrieve_filtered" + suffix)
+        result = self._round(plan, query, queries, vectors, bm25, filtered, hints, clock,
+                             deadline, "retrieve_filtered" + suffix)
         retry = self._retry_decision(result)
         if not retry.ran:
             return result, filtered, retry
-        return (self._round(plan, query, queries, vectors, filters, hints, clock, deadline,
+        return (self._round(plan, query, queries, vectors, bm25, filters, hints, clock, deadline,
                             "retrieve_unfiltered" + suffix), filters, retry)
 
     def _queries(self, plan: RetrievalGraph, query: str, hints: QueryHints, clock: Clock,
@@ -185,10 +186,26 @@ class GraphExecutor:
             return {q: (self.parts.search.embed(q, "hybrid").vector if needed else None)
                     for q in queries}
 
+    def _synonyms(self, queries: Sequence[str], clock: Clock,
+                  suffix: str) -> dict[str, tuple[str, ...]]:
+        """Each query's BM25 terms from the tenant's synonym groups; the trace names the groups
+        (the tenant's own terms, never the query)."""
+        synonyms = self.parts.synonyms
+        if not synonyms:
+            return {}
+        stage = "synonyms" + suffix
+        with clock.stage(stage):
+            expansions = {q: synonyms.expand(q) for q in queries}
+        groups = list(dict.fromkeys(g for e in expansions.values() for g in e.groups))
+        if groups:
+            clock.record(stage, note=f"BM25 also searched the other terms of {groups}")
+        return {q: e.terms for q, e in expansions.items() if e.terms}
+
     # --- one round: retrieve per execution mode, aggregate, guard, rerank, gate ------------
 
     def _round(self, plan: RetrievalGraph, query: str, queries: Sequence[str],
-               vectors: dict[str, list[float] | None], filters: SearchFilters,
+               vectors: dict[str, list[float] | None], bm25: dict[str, tuple[str, ...]],
+               filters: SearchFilters,
                hints: QueryHints, clock: Clock, deadline: Deadline,
                stage: str) -> PostProcessed:
         lists: list[CandidateList] = []
@@ -198,7 +215,7 @@ class GraphExecutor:
         for number, group in enumerate(groups):
             deadline.check(stage)
             with clock.stage(stage):
-                lists += self._retrieve(plan, group, queries, vectors, filters, deadline)
+                lists += self._retrieve(plan, group, queries, vectors, bm25, filters, deadline)
             clock.record(stage, note=f"{plan.execution}: " + ", ".join(
                 f"{c.retriever} {len(c.hits)}" for c in lists[-len(group) * len(queries):]),
                 hits=tuple((h.chunk_id, round(h.score, 6)) for c in lists for h in c.hits)[:50])
@@ -214,8 +231,8 @@ class GraphExecutor:
         return result
 
     def _retrieve(self, plan: RetrievalGraph, steps: Sequence[Any], queries: Sequence[str],
-                  vectors: dict[str, list[float] | None], filters: SearchFilters,
-                  deadline: Deadline) -> list[CandidateList]:
+                  vectors: dict[str, list[float] | None], bm25: dict[str, tuple[str, ...]],
+                  filters: SearchFilters, deadline: Deadline) -> list[CandidateList]:
         registry = self.parts.registry
         listeners = [self.log.listen]
         runs: list[RetrieverRun] = []
@@ -227,7 +244,8 @@ class GraphExecutor:
                     call = RetrieverCall(
                         query=text, vector=vectors.get(text) if spec.needs_vector else None,
                         filters=filters, limit=plan.per_retriever,
-                        arguments=dict(step.arguments), distances=self._distances_needed(plan))
+                        arguments=dict(step.arguments), distances=self._distances_needed(plan),
+                        bm25_terms=bm25.get(text, ()))
                     runs.append(registry.submit(retriever, call, listeners))
                     # Waited for one by one unless it may run beside others; one that is not
                     # thread-safe too, so that its calls do not queue on its single thread
@@ -240,8 +258,9 @@ class GraphExecutor:
             for run in runs:  # the stage failed: no call of it may reach the lookup
                 run.abandon("the retrieval stage failed")
             raise
-        return [CandidateList(run.name, run.query,
-                              tuple(self._floor(plan, run.query, run.future.result())))
+        # The floor's stand-in for BM25's match reads what BM25 searched: with the synonyms.
+        return [CandidateList(run.name, run.query, tuple(self._floor(
+                    plan, " ".join((run.query, *bm25.get(run.query, ()))), run.future.result())))
                 for run in runs]  # result() re-raises a retriever's error
 
     def _floor(self, plan: RetrievalGraph, query: str, hits: list[SearchHit]) -> list[SearchHit]:

@@ -82,6 +82,7 @@ class RetrieverCall:
     limit: int
     arguments: Mapping[str, object] = field(default_factory=dict)
     distances: bool = True  # the dense distance of every hit is wanted (SearchRequest)
+    bm25_terms: tuple[str, ...] = ()  # searched by BM25 only (SearchRequest)
 
 
 class Retriever(Protocol):

@@ -23,7 +23,8 @@ class _PortRetriever:
 
     def _request(self, call: RetrieverCall) -> SearchRequest:
         return SearchRequest(query_text=call.query, query_vector=call.vector, mode=self.mode,
-                             limit=call.limit, filters=call.filters, distances=call.distances)
+                             limit=call.limit, filters=call.filters, distances=call.distances,
+                             bm25_terms=call.bm25_terms)
 
 
 class VectorRetriever(_PortRetriever):
@@ -75,7 +76,8 @@ class HybridRetriever(_PortRetriever):
             mode="milvus_hybrid" if args["fusion"] == "milvus" else "hybrid",
             limit=call.limit, filters=call.filters, rrf_k=int(args["rrf_k"]),  # type: ignore[call-overload]
             dense_weight=0.0 if identifiers_only else float(args["dense_weight"]),  # type: ignore[arg-type]
-            bm25_weight=bm25_weight, fusion_method=str(args["method"]), distances=call.distances)
+            bm25_weight=bm25_weight, fusion_method=str(args["method"]), distances=call.distances,
+            bm25_terms=call.bm25_terms)
 
 
 def default_registry() -> RetrieverRegistry:

@@ -33,6 +33,7 @@ from retrieval.lookup.graph.registry import (
 )
 from retrieval.lookup.pack import KnowledgeContextPacker
 from retrieval.lookup.post_process import KnowledgeEvidencePostProcessor
+from retrieval.lookup.synonyms import NO_SYNONYMS, Synonyms
 from retrieval.lookup.transform import L0Index
 from retrieval.types import (
     ContextPack,
@@ -176,3 +177,5 @@ class GraphParts:
     judge: QualityJudgePort | None = None
     # A neighbour expansion mode, its window and the search port → the expander.
     neighbours: Callable[..., NeighbourPort] = NeighbourExpander
+    # The tenant's synonym groups: their terms widen the BM25 query (lookup/synonyms.py).
+    synonyms: Synonyms = NO_SYNONYMS
