@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Build the xquad-zh-en cross-lingual suite (Chinese questions -> English paragraphs).
+
+Source: github.com/google-deepmind/xquad at commit 7d30520c717524000f0d9d2f9c10a069acd9d285,
+files xquad.en.json and xquad.zh.json (CC BY-SA 4.0, CC-BY-SA4.0.txt in that repository).
+
+Usage:
+  python3 make.py --repo /path/to/xquad/git-dir   # reads the files with `git show <commit>:<file>`
+  python3 make.py --dir  /path/to/folder          # folder holding xquad.en.json and xquad.zh.json
+Writes corpus.jsonl, queries.jsonl, qrels/test.tsv next to this script (or into --out).
+
+Method (deterministic, no randomness):
+  corpus  = all 240 English paragraphs of XQuAD (the whole English side; each is a SQuAD v1.1 dev
+            paragraph), _id "en-<article#>-<paragraph#>", title = article title with '_' -> ' '.
+  queries = every 4th XQuAD question in file order (question index 0, 4, 8, ...) -> 298 queries,
+            text = the professional Chinese translation from xquad.zh.json; _id = the SQuAD question id
+            (identical in every XQuAD language). metadata keeps the English original question and the
+            Chinese and English answers, so an en->en upper bound can be run on the same qrels.
+  qrels   = each question -> the English paragraph it was written on (score 1). Exactly one
+            relevant paragraph per query; the other 239 paragraphs are the distractors
+            (same 48 articles, so ~4 same-topic paragraphs per article are hard negatives).
+"""
+import argparse, json, os, subprocess, hashlib
+
+COMMIT = "7d30520c717524000f0d9d2f9c10a069acd9d285"
+SHA256 = {"xquad.en.json": "e4c57d1c9143aaa1c5d265ba5987a65f4e69528d2a98f29d6e75019b10344f29",
+          "xquad.zh.json": "691d0b3359bc6b8faa8de931dfdfe21d50a65861ae348e32a0d1a0190b0c8835"}
+EVERY = 4
+
+
+def load(args, name):
+    if args.repo:
+        raw = subprocess.check_output(["git", "-C", args.repo, "show", f"{COMMIT}:{name}"])
+    else:
+        raw = open(os.path.join(args.dir, name), "rb").read()
+    h = hashlib.sha256(raw).hexdigest()
+    if h != SHA256[name]:
+        raise SystemExit(f"{name}: sha256 {h} differs from the pinned source")
+    return json.loads(raw)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repo")
+    ap.add_argument("--dir")
+    ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
+    args = ap.parse_args()
+    if not (args.repo or args.dir):
+        ap.error("give --repo or --dir")
+    en, zh = load(args, "xquad.en.json"), load(args, "xquad.zh.json")
+    corpus, queries, qrels = [], [], []
+    qi = 0
+    for ai, (da, dz) in enumerate(zip(en["data"], zh["data"])):
+        assert da["title"] == dz["title"]
+        for pi, (pa, pz) in enumerate(zip(da["paragraphs"], dz["paragraphs"])):
+            did = f"en-{ai:02d}-{pi:02d}"
+            corpus.append({"_id": did, "title": da["title"].replace("_", " "), "text": pa["context"],
+                           "metadata": {"article": da["title"]}})
+            for qa, qz in zip(pa["qas"], pz["qas"]):
+                assert qa["id"] == qz["id"]
+                if qi % EVERY == 0:
+                    queries.append({"_id": qz["id"], "text": qz["question"].strip(),
+                                    "metadata": {"en_question": qa["question"].strip(),
+                                                 "answers_zh": sorted({a["text"] for a in qz["answers"]}),
+                                                 "answers_en": sorted({a["text"] for a in qa["answers"]})}})
+                    qrels.append((qz["id"], did, 1))
+                qi += 1
+    os.makedirs(os.path.join(args.out, "qrels"), exist_ok=True)
+    with open(os.path.join(args.out, "corpus.jsonl"), "w", encoding="utf-8") as f:
+        for c in corpus:
+            f.write(json.dumps(c, ensure_ascii=False) + "\n")
+    with open(os.path.join(args.out, "queries.jsonl"), "w", encoding="utf-8") as f:
+        for q in queries:
+            f.write(json.dumps(q, ensure_ascii=False) + "\n")
+    with open(os.path.join(args.out, "qrels", "test.tsv"), "w", encoding="utf-8") as f:
+        f.write("query-id\tcorpus-id\tscore\n")
+        for q, d, s in qrels:
+            f.write(f"{q}\t{d}\t{s}\n")
+    print(f"corpus {len(corpus)}  queries {len(queries)}  qrels {len(qrels)}  (of {qi} questions)")
+
+
+if __name__ == "__main__":
+    main()
