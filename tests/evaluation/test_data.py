@@ -1,0 +1,47 @@
+"""The evaluation data the repository ships: the paraphrased question set over knowledge_base/
+and the cross-lingual suite keep the shape docs/benchmarks.md describes."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+from django.conf import settings
+
+from evaluation.question_sets import questions_load
+from evaluation.suites import load_suite
+
+ROOT = Path(__file__).resolve().parents[2]
+KNOWLEDGE = settings.KB_KNOWLEDGE_DIR
+
+
+def _chinese(text: str) -> bool:
+    return len(re.findall(r"[\u4e00-\u9fff]", text)) >= 2
+
+
+def test_the_paraphrased_set_asks_every_runbook_in_both_languages_split_in_halves() -> None:
+    questions = questions_load(KNOWLEDGE / "eval" / "paraphrased.jsonl")
+    runbooks = {str(p.relative_to(KNOWLEDGE)) for p in KNOWLEDGE.rglob("*.md")
+                if p.name.lower() != "readme.md"}
+    asked = Counter(q.expect for q in questions if q.expect)
+    assert set(asked) == runbooks and min(asked.values()) >= 6
+    for runbook in runbooks:
+        mine = [q for q in questions if q.expect == runbook]
+        assert sum(_chinese(q.query) for q in mine) >= 2, runbook
+        assert sum(not _chinese(q.query) for q in mine) >= 2, runbook
+        fit = sum(q.split == "fit" for q in mine)
+        assert fit == len(mine) // 2, runbook  # the odd one is held out
+    off_topic = [q for q in questions if q.expect is None]
+    assert len(off_topic) >= 24 and {_chinese(q.query) for q in off_topic} == {True, False}
+
+
+def test_the_cross_lingual_suite_asks_chinese_questions_of_english_paragraphs() -> None:
+    folder = ROOT / "evaluation" / "data" / "xquad-zh-en"
+    suite = load_suite(folder)
+    assert (len(suite.corpus), len(suite.queries)) == (240, 298)
+    assert all(_chinese(text) for text in suite.queries.values())
+    corpus = "".join(title + text for title, text in suite.corpus.values())
+    assert len(re.findall(r"[\u4e00-\u9fff]", corpus)) < len(corpus) / 1000  # a few names
+    assert all(set(docs) <= set(suite.corpus) for docs in suite.qrels.values())
+    assert "CC BY-SA 4.0" in (folder / "README.md").read_text(encoding="utf-8")
