@@ -59,6 +59,7 @@ class RagConfig(models.Model):
     enable_query_transform = models.BooleanField(**_setting("enable_query_transform"))
     query_transform_strategy = models.CharField(
         max_length=20, **_setting("query_transform_strategy"))
+    bilingual_bm25 = models.BooleanField(**_setting("bilingual_bm25"))
     enabled_retrievers = models.JSONField(
         **_setting("enabled_retrievers", default=_default_retrievers))
     retrieval_execution_mode = models.CharField(

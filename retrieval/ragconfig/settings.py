@@ -57,6 +57,17 @@ class RagSettings:
         help="REWRITE: strip filler words; EXPAND: add the matched domain's keywords; "
              "DECOMPOSE: one search per sub-question; MULTI_QUERY: the original, "
              "rewritten and expanded queries, each searched and the results aggregated.")
+    # The embedders do not bridge Chinese and English on runbooks, and BM25 cannot: the BM25
+    # arm may also search a question's words in the other language. Off by default: it lifts
+    # a cross-lingual suite (XQuAD zh→en) well above dense alone, but moved as many runbook
+    # questions the wrong way as the right one (docs/benchmarks.md, "Questions as people ask
+    # them").
+    bilingual_bm25: bool = knob(
+        False,
+        help="The BM25 search also looks for the question's words in the other language "
+             "(Chinese ↔ English, from the CC-CEDICT dictionary), so a Chinese question "
+             "finds an English document by its words and the reverse. The vector search "
+             "and what anyone is shown are unchanged.")
     # Seed 000 §6: lookups are hybrid by default (DESIGN.md wins over seed 003's VECTOR).
     enabled_retrievers: tuple[str, ...] = knob(
         ("HYBRID",), choices=RETRIEVERS,

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from retrieval.lexical import query_terms
+from retrieval.lookup.bilingual import other_language_terms
 from retrieval.lookup.graph.aggregate import Aggregator, CandidateList
 from retrieval.lookup.graph.plan import RetrievalGraph, fallback_graph
 from retrieval.lookup.graph.quality import Quality, QualityAssessor
@@ -150,7 +151,7 @@ class GraphExecutor:
         suffix = f"[{attempt}]" if attempt else ""
         queries = self._queries(plan, query, hints, clock, deadline, suffix)
         vectors = self._vectors(plan, queries, clock)
-        bm25 = self._synonyms(queries, clock, suffix)
+        bm25 = self._bm25_terms(plan, queries, clock, suffix)
         if not (plan.category_filter and hints.category_filter):
             reason = "no category hint" if plan.category_filter else "category hint not used"
             return (self._round(plan, query, queries, vectors, bm25, filters, hints, clock,
@@ -185,6 +186,23 @@ class GraphExecutor:
             # Embedded here, not in the retriever threads: the embedding cache may use the DB.
             return {q: (self.parts.search.embed(q, "hybrid").vector if needed else None)
                     for q in queries}
+
+    def _bm25_terms(self, plan: RetrievalGraph, queries: Sequence[str], clock: Clock,
+                    suffix: str) -> dict[str, tuple[str, ...]]:
+        """What each query's BM25 search also looks for: the other terms of the tenant's
+        synonym groups it names, and its words in the other language."""
+        synonyms = self._synonyms(queries, clock, suffix)
+        if not plan.bilingual:
+            return synonyms
+        stage = "bilingual" + suffix
+        with clock.stage(stage):
+            translated = {q: other_language_terms(q) for q in queries}
+        added = sum(len(terms) for terms in translated.values())
+        if added:  # how many, never which: they are the question's words
+            clock.record(stage, note=f"BM25 also searched {added} term(s) in the other "
+                                     "language (CC-CEDICT)")
+        return {q: (*synonyms.get(q, ()), *translated[q]) for q in queries
+                if synonyms.get(q) or translated[q]}
 
     def _synonyms(self, queries: Sequence[str], clock: Clock,
                   suffix: str) -> dict[str, tuple[str, ...]]:

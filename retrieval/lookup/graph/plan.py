@@ -27,6 +27,7 @@ class RetrievalGraph:
     """What one attempt runs, plus what the whole lookup runs around it."""
 
     transform: str | None  # a query transform strategy, or None
+    bilingual: bool  # BM25 also searches the question's words in the other language
     execution: str  # SIMPLE | PARALLEL | SEQUENTIAL | HYBRID
     retrievers: tuple[RetrieverStep, ...]
     per_retriever: int  # max_results: what each retriever fetches
@@ -45,7 +46,7 @@ class RetrievalGraph:
 
     def describe(self) -> dict[str, object]:
         return {
-            "transform": self.transform,
+            "transform": self.transform, "bilingual": self.bilingual,
             "execution": self.execution,
             "retrievers": [{"name": r.name, **dict(r.arguments)} for r in self.retrievers],
             "per_retriever": self.per_retriever, "min_score": self.min_score,
@@ -116,6 +117,7 @@ def build_graph(settings: RagSettings, registry: RetrieverRegistry) -> Retrieval
     return RetrievalGraph(
         transform=settings.query_transform_strategy if settings.enable_query_transform
         else None,
+        bilingual=settings.bilingual_bm25,
         execution=settings.retrieval_execution_mode,
         retrievers=steps,
         per_retriever=settings.max_results,

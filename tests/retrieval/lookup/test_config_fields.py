@@ -110,6 +110,20 @@ def test_query_transform_changes_what_is_searched(tool: Tool) -> None:
 
 
 @pytest.mark.django_db
+@proves("bilingual_bm25")
+def test_bilingual_bm25_finds_an_english_runbook_by_a_chinese_questions_words(
+        tool: Tool) -> None:
+    question = "消费者一直落后，消息越堆越多"  # the consumers fall behind: no word of the runbook
+    body, trace = tool.ask(question, enabled_retrievers=["BM25"], bilingual_bm25=True)
+    assert tool.stems(body)[:1] == ["kafka"]
+    note = stage(trace, "bilingual")["note"]
+    assert note.startswith("BM25 also searched") and "consumer" not in note  # a count only
+    body, trace = tool.ask(question, bilingual_bm25=False)
+    assert "kafka" not in tool.stems(body)
+    assert not [s for s in trace["stages"] if s["stage"].startswith("bilingual")]
+
+
+@pytest.mark.django_db
 @proves("enabled_retrievers")
 def test_enabled_retrievers_choose_the_search(tool: Tool) -> None:
     for retrievers, mode in ((["VECTOR"], "dense"), (["BM25"], "bm25"), (["HYBRID"], "hybrid")):
