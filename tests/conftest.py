@@ -54,6 +54,18 @@ def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusLi
     server.stop()
 
 
+def _embedder_settings() -> dict[str, Any]:
+    """What the process-wide embedders are built from (the OpenAI one: an endpoint through
+    the outbound policy; the offline models: nothing)."""
+    return {name: getattr(settings, name) for name in dir(settings)
+            if name.startswith(("KB_EMBEDD", "KB_OUTBOUND"))}
+
+
+# The embedder settings of the run: embedders built with them are kept from test to test (the
+# offline models take about a second to load), those of a test that changed them are not.
+_RUN_EMBEDDER_SETTINGS = _embedder_settings()
+
+
 @pytest.fixture
 def store(milvus_server: MilvusLiteServer | None, tmp_path: Path,
           settings: Any) -> Iterator[Any]:
@@ -67,8 +79,10 @@ def store(milvus_server: MilvusLiteServer | None, tmp_path: Path,
     from tests.milvus import MilvusProbe
 
     reset_connection()
+    changed = _embedder_settings() != _RUN_EMBEDDER_SETTINGS
     yield MilvusProbe()
-    reset_embedders()
+    if changed or _embedder_settings() != _RUN_EMBEDDER_SETTINGS:
+        reset_embedders()
     reset_connection()
     collections = milvus.collections()
     alias = collections.alias_target()
