@@ -32,7 +32,7 @@ CELERY_BROKER_URL="${TEST_BROKER_URL:-redis://127.0.0.1:6379/14}" \
 CELERY_TASK_ALWAYS_EAGER=false \
 MILVUS_URI="${TEST_MILVUS_URI:-http://127.0.0.1:19541}" \
 KB_EMBEDDER="${TEST_EMBEDDER:-use}" \
-  run_pytest -m "not embedded" "$@"
+  run_pytest -m "not embedded and not pure" "$@"
 
 echo "== embedded defaults: SQLite + Milvus Lite file + eager tasks"
 tmp="$(mktemp -d)"
@@ -40,7 +40,8 @@ tmp="$(mktemp -d)"
   unset REDIS_URL CELERY_BROKER_URL MILVUS_URI CELERY_TASK_ALWAYS_EAGER
   export DATABASE_URL="sqlite:///$tmp/kb.sqlite3" KB_VAR_DIR="$tmp"
   export KB_EMBEDDER="${TEST_EMBEDDER:-use}"
-  # Every test but those that need a production-only service (marked integration).
+  # Every test but those that need a production-only service (marked integration); the pure
+  # ones (tests/conftest.py) run only here.
   run_pytest -m "not integration" "$@"
 )
 rm -rf "$tmp"

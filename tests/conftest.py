@@ -31,15 +31,33 @@ def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> None:
         call_command("createcachetable", verbosity=0)
 
 
+# The fixtures through which a test reaches what differs between the two runtimes: the
+# database (and the cache table in it), Milvus, the worker, a runtime asked by name.
+RUNTIME_FIXTURES = frozenset({
+    "db", "transactional_db", "live_server", "django_db_reset_sequences",
+    "django_db_serialized_rollback", "store", "milvus_server", "celery_worker", "runtime"})
+
+
+def is_pure(item: pytest.Item) -> bool:
+    """Neither marked for a runtime nor using the database, Milvus or the worker: the same
+    test on both runtimes."""
+    if any(item.get_closest_marker(name) for name in ("django_db", "integration", "embedded")):
+        return False
+    return not RUNTIME_FIXTURES & set(getattr(item, "fixturenames", ()))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # scripts/test.sh runs every unmarked test twice: `-m "not embedded"` on the services,
-    # `-m "not integration"` on the embedded defaults. A run without -m on the embedded
-    # defaults skips what needs a service instead of failing on it.
+    # scripts/test.sh runs every test that touches the database, Milvus or the worker twice:
+    # `-m "not embedded and not pure"` on the services, `-m "not integration"` on the embedded
+    # defaults. A pure test (is_pure) is the same on both: the embedded run alone runs it. A run
+    # without -m on the embedded defaults skips what needs a service instead of failing on it.
     embedded = not settings.MILVUS_URI.startswith("http")
     skip = pytest.mark.skip(reason="needs a production-only service (see the integration marker)")
     for item in items:
         if embedded and "integration" in item.keywords:
             item.add_marker(skip)
+        if is_pure(item):
+            item.add_marker(pytest.mark.pure)
 
 
 @pytest.fixture(scope="session")
