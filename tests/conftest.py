@@ -14,6 +14,7 @@ from rest_framework.test import APIClient
 
 from kbplatform.processes import CeleryWorker, MilvusLiteServer
 from tests.datasets.builders import api_client
+from tests.worlds import WORLD, group, worlds
 
 # The suite's processes never run the recovery by themselves (an embedded web process does,
 # kbplatform/wsgi.py): a test that needs it starts it (tests/retrieval/test_in_process_repair.py).
@@ -58,6 +59,49 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
         if is_pure(item):
             item.add_marker(pytest.mark.pure)
+    group(items)  # the tests of a shared world one after the other (tests/worlds.py)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    yield
+    worlds.leave(nextitem)  # after the test's own transaction and fixtures are gone
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if worlds.made:
+        terminalreporter.write_line(
+            f"shared worlds: {worlds.made} made for {worlds.tests} tests; "
+            f"{len(worlds.dirtied)} made again after a test changed its Milvus "
+            f"{worlds.dirtied if terminalreporter.verbosity > 0 else ''}")
+
+
+@pytest.fixture(scope="session")
+def shared_worlds(django_db_setup: Any, django_db_blocker: Any,
+                  milvus_server: MilvusLiteServer | None,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Where the shared worlds are made: the test database, and a Milvus of their own on the
+    embedded runtime (the server on the services)."""
+    folder = tmp_path_factory.mktemp("worlds")
+    uri = settings.MILVUS_URI if milvus_server is not None else str(folder / "milvus.db")
+    worlds.configure(folder=folder, blocker=django_db_blocker, milvus_uri=uri)
+    yield
+    worlds.close()
+
+
+@pytest.fixture
+def _shared_world(request: pytest.FixtureRequest) -> Iterator[None]:
+    if request.node.stash.get(WORLD, ()):
+        request.getfixturevalue("shared_worlds")
+    worlds.enter(request.node)
+    yield
+    worlds.after_test(request.node)
+
+
+@pytest.fixture
+def _django_db_helper(_shared_world: None, _django_db_helper: None) -> None:
+    """pytest-django's (the test's transaction, or a flushed database), once the world the
+    test shares is made: the test's transaction is then a savepoint inside the world's."""
 
 
 @pytest.fixture(scope="session")
@@ -85,19 +129,26 @@ _RUN_EMBEDDER_SETTINGS = _embedder_settings()
 
 
 @pytest.fixture
-def store(milvus_server: MilvusLiteServer | None, tmp_path: Path,
-          settings: Any) -> Iterator[Any]:
-    """A clean Milvus for the test, and a probe to read it; collections are dropped after."""
+def store(milvus_server: MilvusLiteServer | None, tmp_path: Path, settings: Any,
+          request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A clean Milvus for the test, and a probe to read it; collections are dropped after.
+    In a shared world (tests/worlds.py): the world's Milvus, which the world empties."""
     from retrieval import milvus
     from retrieval.embedders import reset_embedders
     from retrieval.milvus.connection import reset_connection
-
-    if milvus_server is None:
-        settings.MILVUS_URI = str(tmp_path / "milvus.db")
     from tests.milvus import MilvusProbe
 
-    reset_connection()
     changed = _embedder_settings() != _RUN_EMBEDDER_SETTINGS
+    if request.node.stash.get(WORLD, ()):
+        request.getfixturevalue("shared_worlds")
+        settings.MILVUS_URI = worlds.milvus_uri
+        yield MilvusProbe()
+        if changed or _embedder_settings() != _RUN_EMBEDDER_SETTINGS:
+            reset_embedders()
+        return
+    if milvus_server is None:
+        settings.MILVUS_URI = str(tmp_path / "milvus.db")
+    reset_connection()
     yield MilvusProbe()
     if changed or _embedder_settings() != _RUN_EMBEDDER_SETTINGS:
         reset_embedders()
