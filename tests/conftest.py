@@ -207,16 +207,17 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 120.0, what: str 
     raise AssertionError(f"timed out waiting for {what or predicate}")
 
 
-@pytest.fixture
-def make_key(db: None) -> Callable[..., tuple[Any, str]]:
+def key_create(tenant: str = "acme", role: str = "tool",
+               datasets: tuple[Any, ...] = ()) -> tuple[Any, str]:
     from datasets.auth import api_key_create
     from datasets.services import tenant_get_or_create
 
-    def build(tenant: str = "acme", role: str = "tool", datasets: tuple[Any, ...] = ()):
-        return api_key_create(tenant=tenant_get_or_create(slug=tenant), role=role,
-                              datasets=datasets)
+    return api_key_create(tenant=tenant_get_or_create(slug=tenant), role=role, datasets=datasets)
 
-    return build
+
+@pytest.fixture
+def make_key(db: None) -> Callable[..., tuple[Any, str]]:
+    return key_create
 
 
 @pytest.fixture
@@ -258,21 +259,23 @@ def kb(make_key: Callable[..., tuple[Any, str]]) -> Kb:
               tool=api_client(tool_secret))
 
 
-@pytest.fixture
-def ingest(store: Any) -> Callable[..., Any]:
+def document_ingest(dataset: Any, name: str, raw: bytes) -> Any:
     """Store a document and sync it in this process, as the indexing worker would."""
     from datasets.services import document_store
     from retrieval.indexing import document_sync
 
-    def run(dataset: Any, name: str, raw: bytes) -> Any:
-        outcome = document_store(dataset=dataset, file_name=name.rsplit("/", 1)[-1], raw=raw,
-                                 max_bytes=settings.KB_MAX_UPLOAD_BYTES, source_path=name,
-                                 replace=True)
-        document_sync(document_id=outcome.document.pk)
-        outcome.document.refresh_from_db()
-        return outcome.document
+    outcome = document_store(dataset=dataset, file_name=name.rsplit("/", 1)[-1], raw=raw,
+                             max_bytes=settings.KB_MAX_UPLOAD_BYTES, source_path=name,
+                             replace=True)
+    document_sync(document_id=outcome.document.pk)
+    outcome.document.refresh_from_db()
+    return outcome.document
 
-    return run
+
+@pytest.fixture
+def ingest(store: Any) -> Callable[..., Any]:
+    """Store a document and sync it in this process, as the indexing worker would."""
+    return document_ingest
 
 
 def _on_server() -> bool:

@@ -43,13 +43,13 @@ class Corpus:
     name: str
     needs: tuple[str, ...]  # corpora made before it (acme_edge is a second dataset of acme)
     make: Callable[[Path], Any]  # imports and indexes it under a folder of its own
-    load: Callable[[], Any]  # what the fixture returns, read afresh for each test
+    load: Callable[[Any], Any]  # what the fixture returns, afresh for each test, from make's
 
 
 CORPORA: dict[str, Corpus] = {}
 
 
-def corpus(name: str, *, make: Callable[[Path], Any], load: Callable[[], Any],
+def corpus(name: str, *, make: Callable[[Path], Any], load: Callable[[Any], Any],
            needs: tuple[str, ...] = ()) -> None:
     CORPORA[name] = Corpus(name=name, needs=needs, make=make, load=load)
 
@@ -146,6 +146,7 @@ class World:
     redis: _RedisState | None = None
     atomic: Any = None
     dirty: bool = False
+    made: dict[str, Any] = field(default_factory=dict)  # what each corpus's make returned
 
     @contextmanager
     def milvus_connection(self) -> Iterator[Any]:
@@ -171,7 +172,7 @@ class World:
             try:
                 with override_settings(MILVUS_URI=self.milvus_uri):
                     for name in self.key:
-                        CORPORA[name].make(self.folder / name)
+                        self.made[name] = CORPORA[name].make(self.folder / name)
             except BaseException:
                 self.close()
                 raise
@@ -287,4 +288,5 @@ def shared(request: pytest.FixtureRequest, name: str) -> Any:
     """The corpus `name` of the world the test shares, read afresh; None if it makes its own."""
     if not worlds.shares(request.node):
         return None
-    return CORPORA[name].load()
+    assert worlds.live is not None
+    return CORPORA[name].load(worlds.live.made[name])

@@ -198,7 +198,8 @@ def _corpus(name: str, folder: str, tenant: str, dataset: str, files: dict[str, 
     def make(under: Path) -> Imported:
         return import_runbooks(under / folder, tenant=tenant, dataset=dataset, files=files)
 
-    corpus(name, make=make, load=lambda: imported(tenant=tenant, dataset=dataset), needs=needs)
+    corpus(name, make=make, load=lambda made: imported(tenant=tenant, dataset=dataset),
+           needs=needs)
     return make
 
 
