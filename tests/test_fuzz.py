@@ -115,13 +115,13 @@ def world_make(folder: Any = None) -> World:
 
 # Made once for the tests that share it (tests/worlds.py): every test here only reads it, or
 # rolls back what it changed.
-corpus("world", make=world_make, load=lambda made: replace(
+corpus("world", module=__name__, make=world_make, load=lambda made: replace(
     made, doc_ids=list(made.doc_ids), job_ids=list(made.job_ids), evidence=list(made.evidence)))
 
 
 @pytest.fixture
 def world(app_requests: None, store: Any, db: None, request: pytest.FixtureRequest) -> World:
-    return shared(request, "world") or world_make()
+    return shared(request) or world_make()
 
 
 def real_ids(world: World) -> dict[str, list[str]]:

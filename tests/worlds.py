@@ -40,35 +40,53 @@ TRANSACTIONAL = frozenset({"transactional_db", "live_server", "django_db_reset_s
 
 @dataclass(frozen=True)
 class Corpus:
-    name: str
+    name: str  # of its fixture
+    module: str  # where its fixture is defined: another module's fixture of that name is not it
     needs: tuple[str, ...]  # corpora made before it (acme_edge is a second dataset of acme)
     make: Callable[[Path], Any]  # imports and indexes it under a folder of its own
     load: Callable[[Any], Any]  # what the fixture returns, afresh for each test, from make's
 
+    @property
+    def key(self) -> str:
+        return f"{self.module}:{self.name}"
 
-CORPORA: dict[str, Corpus] = {}
+
+CORPORA: dict[str, Corpus] = {}  # by key
 
 
-def corpus(name: str, *, make: Callable[[Path], Any], load: Callable[[Any], Any],
+def corpus(name: str, *, module: str, make: Callable[[Path], Any], load: Callable[[Any], Any],
            needs: tuple[str, ...] = ()) -> None:
-    CORPORA[name] = Corpus(name=name, needs=needs, make=make, load=load)
+    """Declare the fixture `name` of `module` a corpus that tests may share."""
+    made = Corpus(name=name, module=module, needs=needs, make=make, load=load)
+    CORPORA[made.key] = made
+
+
+def _corpus(item: pytest.Item, name: str) -> Corpus | None:
+    """The corpus the test's fixture `name` is, if it is one."""
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.get(name) if info is not None else None
+    if not definitions:
+        return None
+    module = getattr(definitions[-1].func, "__module__", None)
+    return CORPORA.get(f"{module}:{name}")
 
 
 def world_of(item: pytest.Item) -> tuple[str, ...]:
-    """The corpora the test asks for, in the order its fixtures make them; () when it makes
-    its own."""
+    """The corpora the test asks for (keys), in the order its fixtures make them; () when it
+    makes its own."""
     names = list(getattr(item, "fixturenames", ()))
     order: list[str] = []
 
-    def add(name: str) -> None:
-        for need in CORPORA[name].needs:
-            add(need)
-        if name not in order:
-            order.append(name)
+    def add(found: Corpus) -> None:
+        for need in found.needs:
+            add(CORPORA[f"{found.module}:{need}"])
+        if found.key not in order:
+            order.append(found.key)
 
     for name in names:
-        if name in CORPORA:
-            add(name)
+        found = _corpus(item, name)
+        if found is not None:
+            add(found)
     if not order or TRANSACTIONAL & set(names) or item.get_closest_marker("own_world"):
         return ()
     marker = item.get_closest_marker("django_db")
@@ -171,8 +189,8 @@ class World:
             self.atomic.__enter__()
             try:
                 with override_settings(MILVUS_URI=self.milvus_uri):
-                    for name in self.key:
-                        self.made[name] = CORPORA[name].make(self.folder / name)
+                    for key in self.key:
+                        self.made[key] = CORPORA[key].make(self.folder / CORPORA[key].name)
             except BaseException:
                 self.close()
                 raise
@@ -284,9 +302,12 @@ class Worlds:
 worlds = Worlds()
 
 
-def shared(request: pytest.FixtureRequest, name: str) -> Any:
-    """The corpus `name` of the world the test shares, read afresh; None if it makes its own."""
+def shared(request: pytest.FixtureRequest) -> Any:
+    """The corpus of the requesting fixture in the world the test shares, afresh; None if the
+    test makes its own."""
     if not worlds.shares(request.node):
         return None
     assert worlds.live is not None
-    return CORPORA[name].load(worlds.live.made[name])
+    found = _corpus(request.node, request.fixturename)
+    assert found is not None and found.key in worlds.live.made, request.fixturename
+    return found.load(worlds.live.made[found.key])

@@ -198,8 +198,8 @@ def _corpus(name: str, folder: str, tenant: str, dataset: str, files: dict[str, 
     def make(under: Path) -> Imported:
         return import_runbooks(under / folder, tenant=tenant, dataset=dataset, files=files)
 
-    corpus(name, make=make, load=lambda made: imported(tenant=tenant, dataset=dataset),
-           needs=needs)
+    corpus(name, module=__name__, make=make,
+           load=lambda made: imported(tenant=tenant, dataset=dataset), needs=needs)
     return make
 
 
@@ -212,19 +212,19 @@ _make_acme_edge = _corpus("acme_edge", "acme-edge", "acme", "edge", {"edge-502.m
 @pytest.fixture
 def acme(store: Any, db: None, tmp_path: Path, request: pytest.FixtureRequest) -> Imported:
     """Tenant acme, dataset ops: zebra, photo, nginx, kafka."""
-    return shared(request, "acme") or _make_acme(tmp_path)
+    return shared(request) or _make_acme(tmp_path)
 
 
 @pytest.fixture
 def globex(store: Any, db: None, tmp_path: Path, request: pytest.FixtureRequest) -> Imported:
     """Tenant globex, dataset ops: its own 502 runbook and a coolant pump runbook."""
-    return shared(request, "globex") or _make_globex(tmp_path)
+    return shared(request) or _make_globex(tmp_path)
 
 
 @pytest.fixture
 def acme_edge(acme: Imported, tmp_path: Path, request: pytest.FixtureRequest) -> Imported:
     """A second dataset of tenant acme that also has a 502 runbook."""
-    return shared(request, "acme_edge") or _make_acme_edge(tmp_path)
+    return shared(request) or _make_acme_edge(tmp_path)
 
 
 def client_for(secret: str | None) -> APIClient:
