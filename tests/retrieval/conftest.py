@@ -273,7 +273,9 @@ def web(transactional_db: None) -> Iterator[str]:
     from kbplatform.wsgi import application
 
     httpd = make_server("127.0.0.1", 0, application, server_class=_Server, handler_class=_Quiet)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    # shutdown() waits for the loop's next poll: 0.5 s by default, at the end of every test.
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_port}"
     httpd.shutdown()
