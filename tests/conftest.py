@@ -19,6 +19,10 @@ from tests.worlds import WORLD, group, worlds
 # The suite's processes never run the recovery by themselves (an embedded web process does,
 # kbplatform/wsgi.py): a test that needs it starts it (tests/retrieval/test_in_process_repair.py).
 settings.KB_RECOVERY_IN_PROCESS = False
+# Making a user hashes its password: about 0.4 s with the production hasher (PBKDF2, a million
+# rounds), in each of the many tests that make an admin. The tests check who may do what, not
+# the hash; the processes a test starts keep the production hasher.
+settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
