@@ -2,6 +2,8 @@
 # One command for the whole suite: set up, lint, type-check, then the tests twice:
 #   1. integration: MariaDB, Redis, a Milvus Lite server and a real Celery worker;
 #   2. embedded defaults: SQLite, a Milvus Lite file and tasks in-process.
+# A test that uses neither the database, Milvus nor the worker (marked pure by
+# tests/conftest.py) is the same on both: only the second run runs it.
 # Needs MariaDB on 127.0.0.1:3306 (root, no password) and Redis on 127.0.0.1:6379; installs
 # the system packages it needs when run as root (otherwise it says which).
 set -euo pipefail
