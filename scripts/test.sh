@@ -2,6 +2,8 @@
 # One command for the whole suite: set up, lint, type-check, then the tests twice:
 #   1. integration: MariaDB, Redis, a Milvus Lite server and a real Celery worker;
 #   2. embedded defaults: SQLite, a Milvus Lite file and tasks in-process.
+# A test that uses neither the database, Milvus nor the worker (marked pure by
+# tests/conftest.py) is the same on both: only the second run runs it.
 # Needs MariaDB on 127.0.0.1:3306 (root, no password) and Redis on 127.0.0.1:6379; installs
 # the system packages it needs when run as root (otherwise it says which).
 set -euo pipefail
@@ -32,7 +34,7 @@ CELERY_BROKER_URL="${TEST_BROKER_URL:-redis://127.0.0.1:6379/14}" \
 CELERY_TASK_ALWAYS_EAGER=false \
 MILVUS_URI="${TEST_MILVUS_URI:-http://127.0.0.1:19541}" \
 KB_EMBEDDER="${TEST_EMBEDDER:-use}" \
-  run_pytest -m "not embedded" "$@"
+  run_pytest -m "not embedded and not pure" "$@"
 
 echo "== embedded defaults: SQLite + Milvus Lite file + eager tasks"
 tmp="$(mktemp -d)"
@@ -40,7 +42,8 @@ tmp="$(mktemp -d)"
   unset REDIS_URL CELERY_BROKER_URL MILVUS_URI CELERY_TASK_ALWAYS_EAGER
   export DATABASE_URL="sqlite:///$tmp/kb.sqlite3" KB_VAR_DIR="$tmp"
   export KB_EMBEDDER="${TEST_EMBEDDER:-use}"
-  # Every test but those that need a production-only service (marked integration).
+  # Every test but those that need a production-only service (marked integration); the pure
+  # ones (tests/conftest.py) run only here.
   run_pytest -m "not integration" "$@"
 )
 rm -rf "$tmp"

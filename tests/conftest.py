@@ -14,10 +14,15 @@ from rest_framework.test import APIClient
 
 from kbplatform.processes import CeleryWorker, MilvusLiteServer
 from tests.datasets.builders import api_client
+from tests.worlds import WORLD, group, worlds
 
 # The suite's processes never run the recovery by themselves (an embedded web process does,
 # kbplatform/wsgi.py): a test that needs it starts it (tests/retrieval/index/test_recovery.py).
 settings.KB_RECOVERY_IN_PROCESS = False
+# Making a user hashes its password: about 0.4 s with the production hasher (PBKDF2, a million
+# rounds), in each of the many tests that make an admin. The tests check who may do what, not
+# the hash; the processes a test starts keep the production hasher.
+settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,15 +36,76 @@ def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> None:
         call_command("createcachetable", verbosity=0)
 
 
+# The fixtures through which a test reaches what differs between the two runtimes: the
+# database (and the cache table in it), Milvus, the worker, a runtime asked by name.
+RUNTIME_FIXTURES = frozenset({
+    "db", "transactional_db", "live_server", "django_db_reset_sequences",
+    "django_db_serialized_rollback", "store", "milvus_server", "celery_worker", "runtime"})
+
+
+def is_pure(item: pytest.Item) -> bool:
+    """Neither marked for a runtime nor using the database, Milvus or the worker: the same
+    test on both runtimes."""
+    if any(item.get_closest_marker(name) for name in ("django_db", "integration", "embedded")):
+        return False
+    return not RUNTIME_FIXTURES & set(getattr(item, "fixturenames", ()))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # scripts/test.sh runs every unmarked test twice: `-m "not embedded"` on the services,
-    # `-m "not integration"` on the embedded defaults. A run without -m on the embedded
-    # defaults skips what needs a service instead of failing on it.
+    # scripts/test.sh runs every test that touches the database, Milvus or the worker twice:
+    # `-m "not embedded and not pure"` on the services, `-m "not integration"` on the embedded
+    # defaults. A pure test (is_pure) is the same on both: the embedded run alone runs it. A run
+    # without -m on the embedded defaults skips what needs a service instead of failing on it.
     embedded = not settings.MILVUS_URI.startswith("http")
     skip = pytest.mark.skip(reason="needs a production-only service (see the integration marker)")
     for item in items:
         if embedded and "integration" in item.keywords:
             item.add_marker(skip)
+        if is_pure(item):
+            item.add_marker(pytest.mark.pure)
+    group(items)  # the tests of a shared world one after the other (tests/worlds.py)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    yield
+    worlds.leave(nextitem)  # after the test's own transaction and fixtures are gone
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if worlds.made:
+        terminalreporter.write_line(
+            f"shared worlds: {worlds.made} made for {worlds.tests} tests; "
+            f"{len(worlds.dirtied)} made again after a test changed its Milvus "
+            f"{worlds.dirtied if terminalreporter.verbosity > 0 else ''}")
+
+
+@pytest.fixture(scope="session")
+def shared_worlds(django_db_setup: Any, django_db_blocker: Any,
+                  milvus_server: MilvusLiteServer | None,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Where the shared worlds are made: the test database, and a Milvus of their own on the
+    embedded runtime (the server on the services)."""
+    folder = tmp_path_factory.mktemp("worlds")
+    uri = settings.MILVUS_URI if milvus_server is not None else str(folder / "milvus.db")
+    worlds.configure(folder=folder, blocker=django_db_blocker, milvus_uri=uri)
+    yield
+    worlds.close()
+
+
+@pytest.fixture
+def _shared_world(request: pytest.FixtureRequest) -> Iterator[None]:
+    if request.node.stash.get(WORLD, ()):
+        request.getfixturevalue("shared_worlds")
+    worlds.enter(request.node)
+    yield
+    worlds.after_test(request.node)
+
+
+@pytest.fixture
+def _django_db_helper(_shared_world: None, _django_db_helper: None) -> None:
+    """pytest-django's (the test's transaction, or a flushed database), once the world the
+    test shares is made: the test's transaction is then a savepoint inside the world's."""
 
 
 @pytest.fixture(scope="session")
@@ -54,21 +120,42 @@ def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusLi
     server.stop()
 
 
+def _embedder_settings() -> dict[str, Any]:
+    """What the process-wide embedders are built from (the OpenAI one: an endpoint through
+    the outbound policy; the offline models: nothing)."""
+    return {name: getattr(settings, name) for name in dir(settings)
+            if name.startswith(("KB_EMBEDD", "KB_OUTBOUND"))}
+
+
+# The embedder settings of the run: embedders built with them are kept from test to test (the
+# offline models take about a second to load), those of a test that changed them are not.
+_RUN_EMBEDDER_SETTINGS = _embedder_settings()
+
+
 @pytest.fixture
-def store(milvus_server: MilvusLiteServer | None, tmp_path: Path,
-          settings: Any) -> Iterator[Any]:
-    """A clean Milvus for the test, and a probe to read it; collections are dropped after."""
+def store(milvus_server: MilvusLiteServer | None, tmp_path: Path, settings: Any,
+          request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A clean Milvus for the test, and a probe to read it; collections are dropped after.
+    In a shared world (tests/worlds.py): the world's Milvus, which the world empties."""
     from retrieval.index import milvus
     from retrieval.index.embedders import reset_embedders
     from retrieval.index.milvus.connection import reset_connection
-
-    if milvus_server is None:
-        settings.MILVUS_URI = str(tmp_path / "milvus.db")
     from tests.milvus import MilvusProbe
 
+    changed = _embedder_settings() != _RUN_EMBEDDER_SETTINGS
+    if request.node.stash.get(WORLD, ()):
+        request.getfixturevalue("shared_worlds")
+        settings.MILVUS_URI = worlds.milvus_uri
+        yield MilvusProbe()
+        if changed or _embedder_settings() != _RUN_EMBEDDER_SETTINGS:
+            reset_embedders()
+        return
+    if milvus_server is None:
+        settings.MILVUS_URI = str(tmp_path / "milvus.db")
     reset_connection()
     yield MilvusProbe()
-    reset_embedders()
+    if changed or _embedder_settings() != _RUN_EMBEDDER_SETTINGS:
+        reset_embedders()
     reset_connection()
     collections = milvus.collections()
     alias = collections.alias_target()
@@ -124,16 +211,17 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 120.0, what: str 
     raise AssertionError(f"timed out waiting for {what or predicate}")
 
 
-@pytest.fixture
-def make_key(db: None) -> Callable[..., tuple[Any, str]]:
+def key_create(tenant: str = "acme", role: str = "tool",
+               datasets: tuple[Any, ...] = ()) -> tuple[Any, str]:
     from datasets.auth import api_key_create
     from datasets.services import tenant_get_or_create
 
-    def build(tenant: str = "acme", role: str = "tool", datasets: tuple[Any, ...] = ()):
-        return api_key_create(tenant=tenant_get_or_create(slug=tenant), role=role,
-                              datasets=datasets)
+    return api_key_create(tenant=tenant_get_or_create(slug=tenant), role=role, datasets=datasets)
 
-    return build
+
+@pytest.fixture
+def make_key(db: None) -> Callable[..., tuple[Any, str]]:
+    return key_create
 
 
 @pytest.fixture
@@ -175,21 +263,23 @@ def kb(make_key: Callable[..., tuple[Any, str]]) -> Kb:
               tool=api_client(tool_secret))
 
 
-@pytest.fixture
-def ingest(store: Any) -> Callable[..., Any]:
+def document_ingest(dataset: Any, name: str, raw: bytes) -> Any:
     """Store a document and sync it in this process, as the indexing worker would."""
     from datasets.services import document_store
     from retrieval.index.sync import document_sync
 
-    def run(dataset: Any, name: str, raw: bytes) -> Any:
-        outcome = document_store(dataset=dataset, file_name=name.rsplit("/", 1)[-1], raw=raw,
-                                 max_bytes=settings.KB_MAX_UPLOAD_BYTES, source_path=name,
-                                 replace=True)
-        document_sync(document_id=outcome.document.pk)
-        outcome.document.refresh_from_db()
-        return outcome.document
+    outcome = document_store(dataset=dataset, file_name=name.rsplit("/", 1)[-1], raw=raw,
+                             max_bytes=settings.KB_MAX_UPLOAD_BYTES, source_path=name,
+                             replace=True)
+    document_sync(document_id=outcome.document.pk)
+    outcome.document.refresh_from_db()
+    return outcome.document
 
-    return run
+
+@pytest.fixture
+def ingest(store: Any) -> Callable[..., Any]:
+    """Store a document and sync it in this process, as the indexing worker would."""
+    return document_ingest
 
 
 def _on_server() -> bool:

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -41,7 +42,9 @@ from datasets.models import Document, Job
 from datasets.services import dataset_create
 from kbplatform.errors import ServiceUnavailable
 from kbplatform.wsgi import application
+from tests.conftest import document_ingest, key_create
 from tests.datasets.builders import runbook
+from tests.worlds import corpus, shared
 
 EXAMPLES = int(os.environ.get("KB_FUZZ_EXAMPLES", "10"))
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
@@ -64,32 +67,42 @@ class World:
     evidence: list[str]
 
 
-@pytest.fixture
-def app_requests() -> Iterator[None]:
+@contextmanager
+def in_transaction() -> Iterator[None]:
     """Requests through the WSGI app inside the test's transaction: like Django's test client,
     do not let a request close the connection (and with it the transaction)."""
-    request_started.disconnect(close_old_connections)
-    request_finished.disconnect(close_old_connections)
-    yield
-    request_started.connect(close_old_connections)
-    request_finished.connect(close_old_connections)
+    started = request_started.disconnect(close_old_connections)
+    finished = request_finished.disconnect(close_old_connections)
+    try:
+        yield
+    finally:  # connected again only by whom disconnected them
+        if started:
+            request_started.connect(close_old_connections)
+        if finished:
+            request_finished.connect(close_old_connections)
+
+
+@pytest.fixture
+def app_requests() -> Iterator[None]:
+    with in_transaction():
+        yield
 
 
 def headers(secret: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {secret}"}
 
 
-@pytest.fixture
-def world(app_requests: None, make_key: Callable[..., tuple[Any, str]],
-          ingest: Callable[..., Any]) -> World:
-    platform_key, platform = make_key(tenant="fuzz", role="platform")
-    _, tool = make_key(tenant="fuzz", role="tool")
+def world_make(folder: Any = None) -> World:
+    platform_key, platform = key_create(tenant="fuzz", role="platform")
+    _, tool = key_create(tenant="fuzz", role="tool")
     dataset = dataset_create(tenant=platform_key.tenant, name="ops")
-    documents = [ingest(dataset, f"{topic}.md", runbook(topic)) for topic in ("redis", "nginx")]
+    documents = [document_ingest(dataset, f"{topic}.md", runbook(topic))
+                 for topic in ("redis", "nginx")]
     # A READY lookup of a session: a trace to replay and evidence for the guard.
-    answer = Client(application).post(
-        "/api/tools/lookup_knowledge", headers=headers(tool),
-        json={"query": "redis", "session_id": "fuzz-session", "tool_call_id": "call-fuzz"})
+    with in_transaction():
+        answer = Client(application).post(
+            "/api/tools/lookup_knowledge", headers=headers(tool),
+            json={"query": "redis", "session_id": "fuzz-session", "tool_call_id": "call-fuzz"})
     assert answer.status_code == 200, answer.get_data()
     evidence = [item["document_id"] for item in answer.get_json()["evidence"]]
     assert evidence
@@ -98,6 +111,17 @@ def world(app_requests: None, make_key: Callable[..., tuple[Any, str]],
                  job_ids=[str(pk) for pk in Job.objects.filter(tenant=platform_key.tenant)
                           .values_list("pk", flat=True)],
                  session_id="fuzz-session", tool_call_id="call-fuzz", evidence=evidence)
+
+
+# Made once for the tests that share it (tests/worlds.py): every test here only reads it, or
+# rolls back what it changed.
+corpus("world", module=__name__, make=world_make, load=lambda made: replace(
+    made, doc_ids=list(made.doc_ids), job_ids=list(made.job_ids), evidence=list(made.evidence)))
+
+
+@pytest.fixture
+def world(app_requests: None, store: Any, db: None, request: pytest.FixtureRequest) -> World:
+    return shared(request) or world_make()
 
 
 def real_ids(world: World) -> dict[str, list[str]]:

@@ -21,6 +21,7 @@ from rest_framework.test import APIClient
 from datasets.importer import knowledge_import
 from datasets.models import ApiKey, Dataset, Document, Tenant
 from retrieval.index.sync import document_sync
+from tests.worlds import corpus, shared
 
 if TYPE_CHECKING:
     from rest_framework.response import _MonkeyPatchedResponse as TestResponse
@@ -179,6 +180,10 @@ def import_runbooks(folder: Path, *, tenant: str, dataset: str,
     assert not summary.failed, summary.failed
     for pk in summary.queued:  # what the indexing worker does, in this process
         document_sync(document_id=pk)
+    return imported(tenant=tenant, dataset=dataset)
+
+
+def imported(*, tenant: str, dataset: str) -> Imported:
     data = Dataset.objects.select_related("tenant").get(tenant__slug=tenant, name=dataset)
     documents = {Path(d.source_path).stem: d
                  for d in Document.objects.filter(dataset=data, deleted=False)}
@@ -186,25 +191,40 @@ def import_runbooks(folder: Path, *, tenant: str, dataset: str,
     return Imported(tenant=data.tenant, dataset=data, documents=documents)
 
 
+# The corpora below are made once for the tests that share them (tests/worlds.py); a test that
+# makes its own (transactional, or marked own_world) imports them as they were always imported.
+def _corpus(name: str, folder: str, tenant: str, dataset: str, files: dict[str, str],
+            needs: tuple[str, ...] = ()) -> Callable[[Path], Imported]:
+    def make(under: Path) -> Imported:
+        return import_runbooks(under / folder, tenant=tenant, dataset=dataset, files=files)
+
+    corpus(name, module=__name__, make=make,
+           load=lambda made: imported(tenant=tenant, dataset=dataset), needs=needs)
+    return make
+
+
+_make_acme = _corpus("acme", "acme-ops", "acme", "ops", RUNBOOKS_A)
+_make_globex = _corpus("globex", "globex-ops", "globex", "ops", RUNBOOKS_B)
+_make_acme_edge = _corpus("acme_edge", "acme-edge", "acme", "edge", {"edge-502.md": NGINX_B},
+                          needs=("acme",))
+
+
 @pytest.fixture
-def acme(store: Any, db: None, tmp_path: Path) -> Imported:
+def acme(store: Any, db: None, tmp_path: Path, request: pytest.FixtureRequest) -> Imported:
     """Tenant acme, dataset ops: zebra, photo, nginx, kafka."""
-    return import_runbooks(tmp_path / "acme-ops", tenant="acme", dataset="ops",
-                           files=RUNBOOKS_A)
+    return shared(request) or _make_acme(tmp_path)
 
 
 @pytest.fixture
-def globex(store: Any, db: None, tmp_path: Path) -> Imported:
+def globex(store: Any, db: None, tmp_path: Path, request: pytest.FixtureRequest) -> Imported:
     """Tenant globex, dataset ops: its own 502 runbook and a coolant pump runbook."""
-    return import_runbooks(tmp_path / "globex-ops", tenant="globex", dataset="ops",
-                           files=RUNBOOKS_B)
+    return shared(request) or _make_globex(tmp_path)
 
 
 @pytest.fixture
-def acme_edge(acme: Imported, tmp_path: Path) -> Imported:
+def acme_edge(acme: Imported, tmp_path: Path, request: pytest.FixtureRequest) -> Imported:
     """A second dataset of tenant acme that also has a 502 runbook."""
-    return import_runbooks(tmp_path / "acme-edge", tenant="acme", dataset="edge",
-                           files={"edge-502.md": NGINX_B})
+    return shared(request) or _make_acme_edge(tmp_path)
 
 
 def client_for(secret: str | None) -> APIClient:
@@ -253,7 +273,9 @@ def web(transactional_db: None) -> Iterator[str]:
     from kbplatform.wsgi import application
 
     httpd = make_server("127.0.0.1", 0, application, server_class=_Server, handler_class=_Quiet)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    # shutdown() waits for the loop's next poll: 0.5 s by default, at the end of every test.
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_port}"
     httpd.shutdown()

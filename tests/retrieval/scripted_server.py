@@ -69,7 +69,9 @@ def serving(server: Server, *, allowed: bool = True) -> Iterator[Server]:
     entry = f"127.0.0.1:{server.server_address[1]}"
     if allowed:
         hosts.append(entry)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for the loop's next poll: 0.5 s by default, at the end of every test.
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
     thread.start()
     try:
         yield server

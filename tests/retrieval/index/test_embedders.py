@@ -95,7 +95,8 @@ def stub() -> Iterator[Callable[[int], StubEndpoint]]:
 
     def start(status: int) -> StubEndpoint:
         server = StubEndpoint(status)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
         servers.append(server)
         return server
 

@@ -308,7 +308,8 @@ def test_a_503_that_is_not_a_tools_result_raises() -> None:
             pass
 
     proxy = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    threading.Thread(target=proxy.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
     try:
         with pytest.raises(KbError) as down:
             KbClient(f"http://127.0.0.1:{proxy.server_port}", api_key="k").lookup("q")
