@@ -202,12 +202,13 @@ def database_url() -> str:
             f"{db['NAME']}")
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 120.0, what: str = "") -> None:
+def wait_until(predicate: Callable[[], bool], timeout: float = 120.0, what: str = "",
+               interval: float = 0.25) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
-        time.sleep(0.25)
+        time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what or predicate}")
 
 
