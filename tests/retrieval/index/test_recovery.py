@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -42,12 +43,19 @@ def outage(milvus_server: Any, settings: Any) -> Iterator[tuple[Callable[[], Non
         if milvus_server is not None:
             milvus_server.stop()
             return
-        reset_connection()  # this process lets the file go, another takes it
-        process = subprocess.Popen([sys.executable, "-c", HOLD_FILE, settings.MILVUS_URI],
-                                   cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   text=True)
-        holder.append(process)
-        assert process.stdout is not None and process.stdout.readline().strip() == "held"
+        deadline = time.monotonic() + 60
+        while True:
+            reset_connection()  # this process lets the file go, another takes it
+            process = subprocess.Popen([sys.executable, "-c", HOLD_FILE, settings.MILVUS_URI],
+                                       cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=subprocess.DEVNULL, text=True)
+            assert process.stdout is not None
+            if process.stdout.readline().strip() == "held":
+                holder.append(process)
+                return
+            # The in-process recovery (a pass a second) opened the file again in between.
+            process.wait(timeout=60)
+            assert time.monotonic() < deadline, "no other process could take the Milvus file"
 
     def end() -> None:
         if milvus_server is not None:
