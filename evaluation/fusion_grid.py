@@ -9,13 +9,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from evaluation.suites import EvalIndex, Progress, Suite, ndcg_at, recall_at
-from retrieval.fusion import convex, weighted_rrf
+from retrieval.fusion import adaptive_dense_share, convex, weighted_rrf
 from retrieval.index import milvus
 from retrieval.index.embedders import Embedder
 from retrieval.index.search import VectorSearchService
 from retrieval.types import SearchHit, SearchRequest
 
-Fuse = Callable[[Sequence[SearchHit], Sequence[SearchHit], int], list[str]]  # → chunk ids
+# (query, dense list, BM25 list, limit) → chunk ids
+Fuse = Callable[[str, Sequence[SearchHit], Sequence[SearchHit], int], list[str]]
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,8 @@ class Candidate:
 
 
 def _rrf(k: int, dense_weight: float) -> Candidate:
-    def fuse(dense: Sequence[SearchHit], bm25: Sequence[SearchHit], limit: int) -> list[str]:
+    def fuse(query: str, dense: Sequence[SearchHit], bm25: Sequence[SearchHit],
+             limit: int) -> list[str]:
         return [f.id for f in weighted_rrf([h.chunk_id for h in dense],
                                            [h.chunk_id for h in bm25], k=k,
                                            dense_weight=dense_weight, bm25_weight=1.0,
@@ -33,16 +35,21 @@ def _rrf(k: int, dense_weight: float) -> Candidate:
     return Candidate(f"RRF k={k}, dense {dense_weight} : BM25 1.0", fuse)
 
 
-def _convex(alpha: float) -> Candidate:
-    def fuse(dense: Sequence[SearchHit], bm25: Sequence[SearchHit], limit: int) -> list[str]:
+def _convex(alpha: float, *, adaptive: bool = False) -> Candidate:
+    def fuse(query: str, dense: Sequence[SearchHit], bm25: Sequence[SearchHit],
+             limit: int) -> list[str]:
+        share = (adaptive_dense_share(alpha, query, [h.content for h in bm25]) if adaptive
+                 else alpha)
         return [f.id for f in convex([(h.chunk_id, h.score) for h in dense],
                                      [(h.chunk_id, h.score) for h in bm25],
-                                     dense_weight=alpha, bm25_weight=1 - alpha, limit=limit)]
-    return Candidate(f"CONVEX, dense {alpha} : BM25 {round(1 - alpha, 2)}", fuse)
+                                     dense_weight=share, bm25_weight=1 - share, limit=limit)]
+    name = f"CONVEX, dense {alpha} : BM25 {round(1 - alpha, 2)}"
+    return Candidate(f"ADAPTIVE from {name}" if adaptive else name, fuse)
 
 
 def _arm(name: str, dense: bool) -> Candidate:
-    def fuse(d: Sequence[SearchHit], b: Sequence[SearchHit], limit: int) -> list[str]:
+    def fuse(query: str, d: Sequence[SearchHit], b: Sequence[SearchHit],
+             limit: int) -> list[str]:
         return [h.chunk_id for h in (d if dense else b)][:limit]
     return Candidate(name, fuse)
 
@@ -51,6 +58,7 @@ CANDIDATES: tuple[Candidate, ...] = (
     _arm("dense alone", True), _arm("BM25 alone", False),
     *(_rrf(k, w) for k in (60, 20, 5) for w in (1.0, 0.7, 0.5, 0.4, 0.25)),
     *(_convex(a) for a in (0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6)),
+    *(_convex(a, adaptive=True) for a in (0.25, 0.3, 0.35)),
 )
 
 
@@ -79,7 +87,7 @@ def fusion_grid(*, suite: Suite, index: EvalIndex, embedder: Embedder, depth: in
                   for h in [*dense, *bm25]}
         for candidate in candidates:
             ranking = list(dict.fromkeys(
-                s for s in (source[i] for i in candidate.fuse(dense, bm25, 2 * depth)) if s))
+                s for s in (source[i] for i in candidate.fuse(text, dense, bm25, 2 * depth)) if s))
             sums[candidate.name][0] += ndcg_at(ranking, suite.qrels[query_id], 10)
             sums[candidate.name][1] += recall_at(ranking, suite.qrels[query_id], 100)
         if number % 50 == 0 or number == len(judged):

@@ -54,7 +54,7 @@ class SearchFilters:
 
 # The default fusion: RagSettings' defaults (its knobs are declared in ragconfig, which this base
 # cannot import), so a request that names no fusion fuses as a lookup does.
-FUSION_METHOD = "CONVEX"
+FUSION_METHOD = "ADAPTIVE"
 RRF_K = 5
 DENSE_WEIGHT = 0.3
 BM25_WEIGHT = 0.7
@@ -70,7 +70,8 @@ class SearchRequest:
     rrf_k: int = RRF_K
     dense_weight: float = DENSE_WEIGHT
     bm25_weight: float = BM25_WEIGHT
-    # hybrid: RRF (weighted, rrf_k) or CONVEX (normalised scores)
+    # hybrid: RRF (weighted, rrf_k), CONVEX (normalised scores) or ADAPTIVE (CONVEX whose dense
+    # share rises when BM25 matched few of the query's terms: retrieval/fusion.py)
     fusion_method: str = FUSION_METHOD
     # Measure the dense distance of hybrid hits the dense arm did not return (the relevance
     # gate reads it); a lookup whose gate and aggregation ignore it skips that work.

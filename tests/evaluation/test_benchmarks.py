@@ -60,7 +60,7 @@ def test_fusion_grid_scores_every_candidate_beside_the_arms(store: Any, suite: P
     call_command("fusion_grid", "--suite", str(suite), "--json", "--depth", "10", stdout=out)
     rows = {r["name"]: r for r in json.loads(out.getvalue())["rows"]}
     assert list(rows)[:2] == ["dense alone", "BM25 alone"]
-    default = rows["CONVEX, dense 0.3 : BM25 0.7"]
+    default = rows["ADAPTIVE from CONVEX, dense 0.3 : BM25 0.7"]
     assert default["ndcg_at_10"] > 0.9 and default["recall_at_100"] == 1.0
     # The same lists through evaluate's lookup give the same figure for the default fusion.
     out = StringIO()

@@ -1,10 +1,10 @@
-"""The two fusions of the HYBRID retriever's lists (no database)."""
+"""The fusions of the HYBRID retriever's lists (no database)."""
 
 from __future__ import annotations
 
 import pytest
 
-from retrieval.fusion import convex, weighted_rrf
+from retrieval.fusion import ADAPT_DENSE_SHARE, adaptive_dense_share, convex, weighted_rrf
 
 
 def test_weighted_rrf_adds_weight_over_k_plus_rank() -> None:
@@ -36,3 +36,20 @@ def test_convex_with_one_list_empty_or_flat() -> None:
     assert [(f.id, f.score) for f in flat] == [("a", 1.0)]
     with pytest.raises(ValueError):
         convex([], [], dense_weight=0, bm25_weight=0, limit=5)
+
+
+def test_adaptive_keeps_the_share_where_bm25_matched_the_question() -> None:
+    texts = ["Kafka consumer lag grows: check the consumer group", "unrelated text"]
+    assert adaptive_dense_share(0.3, "kafka consumer lag", texts) == 0.3
+
+
+def test_adaptive_raises_the_dense_share_where_bm25_matched_nothing_of_it() -> None:
+    # A Chinese question on English passages: BM25 found them by an accident of tokens.
+    texts = ["The treaty was signed in 1648 in Westphalia.", "In 1648 the war ended."]
+    assert adaptive_dense_share(0.3, "签订的条约叫什么名字", texts) == pytest.approx(
+        ADAPT_DENSE_SHARE)
+    assert adaptive_dense_share(0.3, "条约", []) == pytest.approx(ADAPT_DENSE_SHARE)
+    # A number in common: one term of eleven (9 %), just under the 10 % where it starts rising.
+    by_number = adaptive_dense_share(0.3, "1648 年签订的条约叫什么名字", texts)
+    assert 0.3 < by_number < 0.4
+    assert adaptive_dense_share(0.9, "条约", []) == 0.9  # a higher share is never lowered

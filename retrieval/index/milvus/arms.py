@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from retrieval.analysis import bm25_text
-from retrieval.fusion import convex, weighted_rrf
+from retrieval.fusion import ADAPT_TOP_HITS, adaptive_dense_share, convex, weighted_rrf
 from retrieval.index.milvus.collections import collection_fields
 from retrieval.index.milvus.connection import MilvusConnection, VectorStoreUnavailable
 from retrieval.index.milvus.expressions import fields_used, filter_expression, quote
@@ -92,10 +92,16 @@ class MilvusSearch:
         dense = self._dense(expr, request)
         sparse = self._bm25(expr, request, output=_with_vector(request))
         items = {str(item["id"]): item for item in [*sparse, *dense]}
-        if request.fusion_method == "CONVEX":
+        if request.fusion_method in ("CONVEX", "ADAPTIVE"):
+            dense_weight, bm25_weight = request.dense_weight, request.bm25_weight
+            if request.fusion_method == "ADAPTIVE" and dense_weight + bm25_weight > 0:
+                share = adaptive_dense_share(
+                    dense_weight / (dense_weight + bm25_weight), _bm25_query_text(request),
+                    [str(i.get("entity", {}).get("content", "")) for i in sparse[:ADAPT_TOP_HITS]])
+                dense_weight, bm25_weight = share, 1.0 - share
             fused = convex([(str(i["id"]), float(i["distance"])) for i in dense],
                            [(str(i["id"]), abs(float(i["distance"]))) for i in sparse],
-                           dense_weight=request.dense_weight, bm25_weight=request.bm25_weight,
+                           dense_weight=dense_weight, bm25_weight=bm25_weight,
                            limit=request.limit)
         else:
             fused = weighted_rrf([str(i["id"]) for i in dense], [str(i["id"]) for i in sparse],
@@ -126,8 +132,12 @@ _DENSE_PARAMS: dict[str, Any] = {"metric_type": "L2", "params": {"nprobe": 16}}
 _BM25_PARAMS: dict[str, Any] = {"metric_type": "BM25"}
 
 
+def _bm25_query_text(request: SearchRequest) -> str:
+    return " ".join((request.query_text, *request.bm25_terms))
+
+
 def _bm25_query(request: SearchRequest) -> str:
-    return bm25_text(" ".join((request.query_text, *request.bm25_terms)))
+    return bm25_text(_bm25_query_text(request))
 
 
 def _with_vector(request: SearchRequest) -> list[str]:

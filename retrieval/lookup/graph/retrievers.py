@@ -45,7 +45,8 @@ _DEFAULTS = RagSettings()
 
 
 class HybridRetriever(_PortRetriever):
-    """Dense + BM25 fused in the app (CONVEX or weighted RRF), or by Milvus's RRF in one request.
+    """Dense + BM25 fused in the app (ADAPTIVE, CONVEX or weighted RRF), or by Milvus's RRF in
+    one request.
 
     A query made only of identifiers (`0x5d09`, `ERROR 1040`) is ranked by BM25 alone: an
     embedding knows little of such strings. (Shrinking the dense weight by the identifiers'
@@ -58,8 +59,9 @@ class HybridRetriever(_PortRetriever):
         Param("bm25_weight", float, _DEFAULTS.bm25_weight, "app fusion only"),
         Param("fusion", str, "app", "app: fused here; milvus: hybrid_search + RRFRanker"),
         Param("method", str, _DEFAULTS.fusion_method,
-              "app fusion: RRF (weighted, rrf_k) or CONVEX (normalised scores weighted by "
-              "dense_weight : bm25_weight)"),
+              "app fusion: RRF (weighted, rrf_k), CONVEX (normalised scores weighted by "
+              "dense_weight : bm25_weight) or ADAPTIVE (CONVEX, the dense share raised "
+              "when BM25's best hits hardly hold the query's terms)"),
     ))
     mode = "hybrid"
 

@@ -218,6 +218,14 @@ def test_fusion_weights_and_k_are_the_fused_scores(tool: Tool) -> None:
     _, trace = tool.ask(PLAIN, fusion_method="CONVEX", dense_weight=0.3, bm25_weight=0.7)
     scores = [c["score"] for c in stage(trace, "retrieve")["candidates"]]
     assert 0.3 <= scores[0] <= 1.0 and scores == sorted(scores, reverse=True)
+    # ADAPTIVE: CONVEX where BM25's best hits hold the question's terms; where they hold none
+    # (words no runbook has), the dense share rises to 0.8 whatever the weights say.
+    _, trace = tool.ask(PLAIN, fusion_method="ADAPTIVE", dense_weight=0.0, bm25_weight=1.0)
+    assert stage(trace, "retrieve")["candidates"][0]["score"] == pytest.approx(1.0)
+    unknown = "zyxwvut plughxyzzy frobnicatory"
+    for method, top in (("CONVEX", 0.0), ("ADAPTIVE", 0.8)):
+        _, trace = tool.ask(unknown, fusion_method=method, dense_weight=0.0, bm25_weight=1.0)
+        assert stage(trace, "retrieve")["candidates"][0]["score"] == pytest.approx(top)
 
 
 @pytest.mark.django_db

@@ -60,7 +60,7 @@ def test_dense_and_hybrid_search_modes_both_answer(acme: Imported, make_key: Mak
 
     stems, trace, scores = answer(f"s-{uuid.uuid4().hex}")
     assert stems == {"kafka"} and trace["mode"] == "hybrid"
-    assert RagSettings().fusion_method == "CONVEX"
+    assert RagSettings().fusion_method == "ADAPTIVE"
     # Fused scores: the normalised arms combined, higher is better, within [0, 1].
     assert scores and scores == sorted(scores, reverse=True) and 0 <= scores[-1] <= scores[0] <= 1
 

@@ -34,7 +34,7 @@ def test_defaults_are_the_seed_values() -> None:
     assert (s.retrieve_k, s.return_n) == (20, 5)
     assert (s.neighbour_expansion, s.neighbour_window) == ("NONE", 1)
     # Fusion departs from the seed's plain RRF(60) by measurement (docs/benchmarks.md).
-    assert (s.fusion_method, s.rrf_k, s.dense_weight, s.bm25_weight) == ("CONVEX", 5, 0.3, 0.7)
+    assert (s.fusion_method, s.rrf_k, s.dense_weight, s.bm25_weight) == ("ADAPTIVE", 5, 0.3, 0.7)
     assert s.max_chunks_per_document == 2
     assert (s.reference_threshold, s.precise_threshold) == (0.35, 0.6)
     assert s.max_l2_distance is None  # the embedder's calibration

@@ -63,7 +63,7 @@ def test_a_retriever_is_one_class_and_one_registration() -> None:
 def test_parameters_are_declared_typed_and_defaulted() -> None:
     spec = REGISTRY.spec("HYBRID")
     assert spec.arguments({}) == {"rrf_k": 5, "dense_weight": 0.3, "bm25_weight": 0.7,
-                                  "fusion": "app", "method": "CONVEX"}
+                                  "fusion": "app", "method": "ADAPTIVE"}
     with pytest.raises(TypeError, match="does not accept"):
         spec.arguments({"k": 3})
     with pytest.raises(TypeError, match="rrf_k must be int"):
