@@ -13,7 +13,14 @@ import dj_database_url
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
-from kbplatform.env import env_bool, env_int, env_list, env_str, generated_secret
+from kbplatform.env import (
+    env_bool,
+    env_int,
+    env_json_object,
+    env_list,
+    env_str,
+    generated_secret,
+)
 from kbplatform.processes import served_uri
 
 # Lets runtime code write ModelAdmin[Model] and Serializer[T], as the type checker does.
@@ -126,8 +133,13 @@ STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 # WhiteNoise serves what `collectstatic` put in STATIC_ROOT (with compressed copies; set-up
 # runs it), or the apps' own static folders where it has not run yet (tests, a bare checkout).
+# The default storage keeps documents' original files (datasets/originals.py): a folder
+# under KB_VAR_DIR unless KB_STORAGE_BACKEND names another backend (django-storages' S3, see
+# docs/operations.md), configured by KB_STORAGE_OPTIONS (a JSON object; *_FILE for secrets).
+KB_STORAGE_BACKEND = env_str("KB_STORAGE_BACKEND", "django.core.files.storage.FileSystemStorage")
+KB_STORAGE_OPTIONS = env_json_object("KB_STORAGE_OPTIONS", {"location": str(VAR_DIR / "files")})
 STORAGES = {
-    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "default": {"BACKEND": KB_STORAGE_BACKEND, "OPTIONS": KB_STORAGE_OPTIONS},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = not (STATIC_ROOT / "admin").is_dir()

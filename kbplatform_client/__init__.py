@@ -29,7 +29,8 @@ class Evidence(TypedDict):
     document_id: str
     source: str
     title: str
-    breadcrumb: str
+    breadcrumb: str  # "p. 3 > Section" when the excerpt has a location
+    location: dict[str, int | str] | None  # {"page": 3}, {"slide": 2}, {"sheet": "Inventory"}
     excerpt: str
 
 

@@ -13,6 +13,7 @@ import time
 from celery import shared_task
 from django.db import DatabaseError
 
+from datasets.ingestion.formats import ConversionFailed
 from datasets.ingestion.parse import DocumentParseError
 from datasets.jobs import GENERIC_ERROR, GOING, job_claim, job_fail, job_indexed, job_update
 from datasets.models import Document, Job
@@ -31,14 +32,15 @@ logger = logging.getLogger(__name__)
 
 # Checked first: the same request fails the same way again (EmbeddingAuthError is also an
 # EmbeddingError, which is transient otherwise).
-PERMANENT = (DocumentParseError, VectorStoreRejected, EmbeddingAuthError)
-TRANSIENT = (VectorStoreUnavailable, EmbeddingError, WriterBusy, DatabaseError)
+PERMANENT = (DocumentParseError, ConversionFailed, VectorStoreRejected, EmbeddingAuthError)
+# OSError: the file storage holding the originals (a missing file is ConversionFailed).
+TRANSIENT = (VectorStoreUnavailable, EmbeddingError, WriterBusy, DatabaseError, OSError)
 MAX_RETRIES = 4  # 1 + 2 + 4 + 8 s of backoff
 
 
 def public_error(exc: BaseException) -> str:
     """What the uploader reads: their own document's problem in full, ours in general."""
-    if isinstance(exc, DocumentParseError):
+    if isinstance(exc, DocumentParseError | ConversionFailed):
         return str(exc)
     if isinstance(exc, VectorStoreRejected):
         return "the vector store refused this document; the operators have the details"
@@ -103,7 +105,10 @@ def sync_document(self, document_id: int, job_id: int | None = None) -> None:  #
 
 def _synced_job(job: Job | None, document: Document | None) -> None:
     if document is not None:
-        document.refresh_from_db(fields=["chunk_count"])  # written by the sync with update()
+        # Written by the sync with update().
+        document.refresh_from_db(fields=["chunk_count", "conversion_notes"])
+        for note in document.conversion_notes:
+            job_update(job, log=f"conversion: {note}")
     job_indexed(job, document)
 
 

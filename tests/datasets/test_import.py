@@ -21,7 +21,7 @@ def _folder(root: Path) -> Path:
     (root / "README.md").write_text("# About this folder\n\nNot a runbook.\n")
     (root / "redis.md").write_bytes(runbook("redis", sections=2))
     (root / "sub" / "kafka.md").write_bytes(runbook("kafka", sections=3))
-    (root / "notes.txt").write_text("not markdown")
+    (root / "notes.bin").write_text("no format the platform reads")
     return root
 
 
