@@ -14,8 +14,10 @@ from bisect import bisect_right
 from dataclasses import dataclass
 
 # Sheet names are Excel's (31 characters at most); a longer one is not a converter's marker.
+# The marker's line and the blank lines after it are taken out.
 _MARKER = re.compile(r"^<!-- kb:(?:(?P<kind>page|slide) (?P<number>[0-9]{1,6})"
-                     r"|sheet (?P<sheet>[^\n]{1,100}?)) -->[ \t]*$", re.MULTILINE)
+                     r"|sheet (?P<sheet>[^\n]{1,100}?)) -->[ \t]*(?:\n[ \t]*(?=\n))*\n?",
+                     re.MULTILINE)
 _LABELS = {"page": "p. {}", "slide": "slide {}", "sheet": "sheet {}"}
 
 
@@ -64,14 +66,18 @@ class Marked:
 
 
 def take_markers(text: str) -> Marked:
-    """Each marker line becomes an empty line (paragraphs around it stay apart)."""
+    """The text without its marker lines; a marker between two lines of text leaves an empty
+    line, so that they stay two paragraphs."""
     parts: list[str] = []
     offsets: list[int] = []
     locations: list[Location] = []
     last = length = 0
     for match in _MARKER.finditer(text):
-        parts.append(text[last:match.start()])
-        length += match.start() - last
+        before = text[last:match.start()]
+        if match.start() > 0 and not text.endswith("\n\n", 0, match.start()):
+            before += "\n"
+        parts.append(before)
+        length += len(before)
         last = match.end()
         offsets.append(length)
         sheet = match["sheet"]
