@@ -6,7 +6,7 @@ import pytest
 
 from datasets.ingestion.locations import Location, take_markers
 from datasets.ingestion.parse import parse_markdown
-from datasets.ingestion.pipeline import Chunking, ChunkDraft, build_chunks
+from datasets.ingestion.pipeline import ChunkDraft, Chunking, build_chunks
 
 
 def chunks(markdown: str, size: int = 400) -> list[ChunkDraft]:
