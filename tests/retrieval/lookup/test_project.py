@@ -11,7 +11,7 @@ from tests.retrieval.builders import lookup_result
 
 CONTRACT_KEYS = {"evidence_status", "tool_call_id", "query", "evidence", "relevance_level",
                  "truncated", "returned_count"}
-EVIDENCE_KEYS = {"document_id", "source", "title", "breadcrumb", "excerpt"}
+EVIDENCE_KEYS = {"document_id", "source", "title", "breadcrumb", "location", "excerpt"}
 FORBIDDEN = ("score", "quality", "trace", "rank", "l2", "pack", "vector", "metadata", "reason",
              "config", "milvus", "hint")
 
