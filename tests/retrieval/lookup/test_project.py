@@ -32,7 +32,7 @@ def test_projection_is_exactly_the_contract() -> None:
     assert out["returned_count"] == 2 == len(out["evidence"])
     assert out["evidence"][0] == {"document_id": "42#chunk-0", "source": "kb/a.md",
                                   "title": "Title", "breadcrumb": "A > B",
-                                  "excerpt": "Redis TTL body"}
+                                  "location": None, "excerpt": "Redis TTL body"}
     assert all(set(item) == EVIDENCE_KEYS for item in out["evidence"])
     json.dumps(out)
 
