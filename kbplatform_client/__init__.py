@@ -147,10 +147,12 @@ class KbClient:
         return cast(list[Dataset], self._json("GET", "/api/datasets")["datasets"])
 
     def upload(self, dataset_id: int, file_name: str, content: bytes) -> dict[str, Any]:
-        """Upload (admin keys) one markdown file: {document, changed, job}."""
+        """Upload (admin keys) one document, in any format the API reads (markdown, PDF,
+        DOCX...; the server tells them by name and content): {document, changed, job}."""
         boundary = uuid.uuid4().hex
         body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
-                f"filename=\"{_quoted(file_name)}\"\r\nContent-Type: text/markdown\r\n\r\n"
+                f"filename=\"{_quoted(file_name)}\"\r\n"
+                f"Content-Type: application/octet-stream\r\n\r\n"
                 ).encode() + content + f"\r\n--{boundary}--\r\n".encode()
         return self._request("POST", f"/api/datasets/{int(dataset_id)}/documents", body,
                              f"multipart/form-data; boundary={boundary}")[1]

@@ -13,6 +13,7 @@ import time
 from celery import shared_task
 from django.db import DatabaseError
 
+from datasets.conversion import conversion_due
 from datasets.ingestion.formats import ConversionFailed
 from datasets.ingestion.parse import DocumentParseError
 from datasets.jobs import GENERIC_ERROR, GOING, job_claim, job_fail, job_indexed, job_update
@@ -80,6 +81,7 @@ def sync_document(self, document_id: int, job_id: int | None = None) -> None:  #
         attempt = self.request.retries + 1
         job_update(job, status=Job.Status.RUNNING,
                    log="indexing" if attempt == 1 else f"indexing, attempt {attempt}")
+        _converting(job, document_id)
         _synced_job(job, document_sync(document_id=document_id))
     except PERMANENT as exc:
         _give_up(document_id, job, exc)
@@ -101,6 +103,14 @@ def sync_document(self, document_id: int, job_id: int | None = None) -> None:  #
     except Exception as exc:  # our own bug: recorded, and raised for the worker's log
         _give_up(document_id, job, exc)
         raise
+
+
+def _converting(job: Job | None, document_id: int) -> None:
+    """Say so in the job's log when the sync converts the original first (it may take long)."""
+    document = Document.objects.filter(pk=document_id).only(
+        "format", "converter_version").first()
+    if job is not None and document is not None and conversion_due(document):
+        job_update(job, log=f"converting the {document.format} file")
 
 
 def _synced_job(job: Job | None, document: Document | None) -> None:

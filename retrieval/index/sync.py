@@ -198,8 +198,14 @@ def document_sync(*, document_id: int) -> Document | None:
         document_synced(document_id=document.pk, revision=document.revision)
         return document
     document_index_state_set(document_id=document.pk, status=Document.Status.INDEXING)
-    prepared = _prepare_with_companions(document, chunking=index.chunking,
-                                        embedder=index.embedder)
+    try:
+        prepared = _prepare_with_companions(document, chunking=index.chunking,
+                                            embedder=index.embedder)
+    except ConversionFailed:
+        fresh = _fresh([document.pk]).get(document.pk)
+        if fresh is None or fresh.content_hash != document.content_hash:
+            return fresh  # other bytes uploaded meanwhile (its original replaced): its sync
+        raise
     with milvus_writer(scope):
         current = serving_index()
         if current.version.pk != index.version.pk:  # a rebuild switched meanwhile

@@ -49,8 +49,10 @@ def test_a_text_file_is_converted_by_the_worker_found_and_its_original_kept(
         kb: Any, worker: None, client: Client, admin_client: Client) -> None:
     response = upload(kb.admin, kb.dataset.pk, "zookeeper.txt", NOTES)
 
+    assert response.json()["document"]["format"] == "txt"
     job = finished(kb, response)
     assert job["status"] == "succeeded", job
+    assert "converting the txt file" in [line["message"] for line in job["log"]]
     document = Document.objects.get()
     assert document.status == Document.Status.READY and document.chunk_count >= 1
     assert (document.format, document.converter_version) == ("txt", CONVERTER_VERSION)
