@@ -177,6 +177,8 @@ class Document(models.Model):
             models.CheckConstraint(
                 condition=models.Q(status__in=["pending", "indexing", "ready", "failed"]),
                 name="document_status_valid"),
+            models.CheckConstraint(condition=models.Q(format__in=[f.value for f in Format]),
+                                   name="document_format_valid"),
         ]
         indexes = [models.Index(fields=["dataset", "deleted", "activated"])]
 
