@@ -142,3 +142,80 @@ def zip_bytes(members: dict[str, bytes]) -> bytes:
         for name, data in members.items():
             archive.writestr(name, data)
     return out.getvalue()
+
+
+def raw_pdf(objects: list[bytes]) -> bytes:
+    """A PDF of these objects (1-based: object 1 is the catalog), with a correct xref table."""
+    out = bytearray(b"%PDF-1.7\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    size = len(objects) + 1
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (size, xref)
+    return bytes(out)
+
+
+def many_pages_pdf(pages: int) -> bytes:
+    """A PDF of `pages` pages that all draw one shared line of text."""
+    first_page = 5
+    kids = b" ".join(b"%d 0 R" % (first_page + n) for n in range(pages))
+    stream = b"BT /F1 12 Tf 72 720 Td (Hello page) Tj ET"
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % pages,
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+    ]
+    page = b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R " \
+           b"/Resources << /Font << /F1 3 0 R >> >> >>"
+    objects.extend([page] * pages)
+    return raw_pdf(objects)
+
+
+def nested_pages_pdf(depth: int) -> bytes:
+    """A PDF whose page tree nests `depth` levels of /Pages nodes around its one page."""
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>"]
+    for level in range(depth):
+        number = 2 + level
+        objects.append(b"<< /Type /Pages /Kids [%d 0 R] /Count 1 >>" % (number + 1))
+    objects.append(b"<< /Type /Page /MediaBox [0 0 612 792] >>")
+    return raw_pdf(objects)
+
+
+def encrypted_pdf() -> bytes:
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.set_encryption(owner_password="owner", user_password="secret")
+    pdf.add_page()
+    pdf.set_font("helvetica", size=12)
+    pdf.cell(0, 10, "Confidential runbook")
+    return bytes(pdf.output())
+
+
+def with_members(raw: bytes, members: dict[str, bytes], *, stored: bool = False) -> bytes:
+    """The OOXML file `raw` with these members added or replaced."""
+    out = io.BytesIO()
+    method = zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED
+    with zipfile.ZipFile(io.BytesIO(raw)) as source, zipfile.ZipFile(out, "w", method) as target:
+        for item in source.infolist():
+            if item.filename not in members:
+                target.writestr(item.filename, source.read(item.filename))
+        for name, data in members.items():
+            target.writestr(name, data)
+    return out.getvalue()
+
+
+def million_cell_xlsx() -> bytes:
+    """A workbook whose one sheet holds 1,000 rows of 1,000 cells, stored (not deflated) so
+    that it is not refused as a zip bomb first."""
+    row = b"<c><v>1</v></c>" * 1000
+    rows = b"".join(b'<row r="%d">' % n + row + b"</row>" for n in range(1, 1001))
+    sheet = (b'<?xml version="1.0" encoding="UTF-8"?><worksheet xmlns="http://schemas.'
+             b'openxmlformats.org/spreadsheetml/2006/main"><sheetData>' + rows
+             + b"</sheetData></worksheet>")
+    return with_members(xlsx_bytes(), {"xl/worksheets/sheet1.xml": sheet}, stored=True)
