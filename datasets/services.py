@@ -26,7 +26,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from datasets.ingestion.formats import Format, FormatRefused, sniff
+from datasets.ingestion.formats import SUFFIXES, Format, FormatRefused, sniff
 from datasets.ingestion.limits import MAX_TITLE_CHARS, shorten
 from datasets.ingestion.parse import (
     DocumentParseError,
@@ -133,11 +133,14 @@ def document_validate(*, file_name: str, raw: bytes, max_bytes: int) -> Validate
     name = check_file_name(file_name.rsplit("/", 1)[-1])
     if len(raw) > max_bytes:  # first: it is cheap and bounds every later step
         raise DocumentTooBig(f"the file is {len(raw):,} bytes; the limit is {max_bytes:,} bytes")
-    try:
-        fmt = sniff(name, raw)
-    except FormatRefused as exc:
-        raise UnsupportedFormat(str(exc)) from exc
+    # Markdown is judged by its parser below, which says more than a type check would
+    # (UTF-16, the offset of a bad byte...); every other format by what sniff reads.
+    fmt = SUFFIXES.get(PurePosixPath(name).suffix.lower())
     if fmt is not Format.MARKDOWN:
+        try:
+            fmt = sniff(name, raw)
+        except FormatRefused as exc:
+            raise UnsupportedFormat(str(exc)) from exc
         return Validated(name=name, format=fmt, parsed=_named(name), digest=content_hash(raw),
                          source="", original=raw)
     try:

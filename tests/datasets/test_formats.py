@@ -90,13 +90,16 @@ def test_a_text_file_is_converted_by_the_worker_found_and_its_original_kept(
 
 
 @pytest.mark.parametrize(("name", "make", "query", "location", "crumb"), [
+    # Pages long enough to be chunks of their own (a short document is one chunk).
     ("incident.pdf", lambda: pdf_pages([
-        "Redis memory full\n\nThe instance answers OOM command not allowed when used memory "
-        "exceeds maxmemory. Check the eviction policy first.",
-        "Kafka consumer lag\n\nThe consumer group falls behind: records-lag-max grows while "
-        "the partitions rebalance over and over.",
-        "磁盘空间不足\n\n日志目录写满以后，服务无法写入新的数据，需要清理旧的日志文件。"]),
-     "kafka consumer group records-lag-max rebalance", {"page": 2}, "p. 2"),
+        "Redis memory full\n\n" + "The instance answers OOM command not allowed when used "
+        "memory exceeds maxmemory; check the eviction policy and the biggest keys first. " * 12,
+        "Kafka consumer lag\n\n" + "The consumer group falls behind: records-lag-max grows "
+        "while the partitions rebalance over and over after each poll timeout. " * 12
+        + "\n\nRaise max.poll.interval.ms above the longest batch processing time.",
+        "磁盘空间不足\n\n" + "日志目录写满以后，服务无法写入新的数据，需要清理旧的日志文件。" * 6]),
+     "raise max.poll.interval.ms above the longest batch processing time", {"page": 2},
+     "p. 2"),
     ("review.pptx", lambda: pptx_slides([
         ("Quarterly review", "Availability was 99.95 % over the quarter."),
         ("Nginx 502 errors", "The upstream connection was refused while php-fpm restarted; "
