@@ -181,11 +181,16 @@ def _kill_group(pid: int) -> None:
 
 
 def _signal_reason(number: int, memory_mb: int) -> str:
-    if number in (signal.SIGXCPU, signal.SIGKILL):
+    if number == signal.SIGXCPU:
         return (f"the conversion used more than {settings.KB_CONVERT_CPU_SECONDS} s of CPU time "
                 "(KB_CONVERT_CPU_SECONDS); split the file")
     if number == signal.SIGXFSZ:
         return "the converted text is too large; split the file"
+    if number == signal.SIGKILL:
+        # Not this module (a timeout is reported as such) nor the CPU limit (SIGXCPU first):
+        # the kernel's OOM killer or an operator.
+        return ("the converter was killed (SIGKILL) before it finished: the machine may be out "
+                "of memory; try again later or split the file")
     name = signal.Signals(number).name
     return (f"the converter crashed ({name}): the file may be corrupt, or need more than "
             f"{memory_mb} MB of memory (KB_CONVERT_MEMORY_MB)")

@@ -138,3 +138,14 @@ def test_a_docx_paragraph_never_passes_for_a_location_marker() -> None:
     document.save(raw)
     markdown = convert(Format.DOCX, raw.getvalue()).markdown
     assert "kb:page 9" in markdown and markers(markdown) == []
+
+
+def test_a_pdf_with_only_an_owner_password_converts() -> None:
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.set_encryption(owner_password="owner")  # no password to open it, only to edit it
+    pdf.add_page()
+    pdf.set_font("helvetica", size=12)
+    pdf.cell(0, 10, "Owner only")
+    assert convert(Format.PDF, bytes(pdf.output())).markdown == "<!-- kb:page 1 -->\n\nOwner only\n"

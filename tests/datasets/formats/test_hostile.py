@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -116,3 +118,63 @@ def _cmdline_has(pid: str, path: Path) -> bool:
 def test_a_lying_extension_is_refused_before_any_child_runs() -> None:
     with pytest.raises(FormatRefused, match="named .xlsx but its content is a PDF"):
         sniff("book.xlsx", samples.many_pages_pdf(1))
+
+
+def test_html_nested_100000_deep_fails_or_converts_within_bounds() -> None:
+    raw = b"<html><body>" + b"<div>" * 100_000 + b"deep text" + b"</div>" * 100_000 + b"</body>"
+    started = time.monotonic()
+    try:
+        markdown = convert(Format.HTML, raw).markdown
+    except ConversionFailed as exc:
+        assert "HTML" in str(exc)
+    else:
+        assert "deep text" in markdown
+    assert time.monotonic() - started < 20
+
+
+@pytest.mark.skipif(shutil.which("tesseract") is None, reason="tesseract-ocr is not installed")
+def test_a_child_killed_from_outside_says_so(monkeypatch, tmp_path: Path) -> None:
+    # As the kernel's OOM killer would: the converting child gets SIGKILL while it OCRs.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    raw = samples.pdf_bytes(pages=4, blank_pages=(1, 2, 3, 4))
+
+    def kill_the_child() -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            for pid in os.listdir("/proc"):
+                if pid.isdigit() and _cmdline_has(pid, tmp_path) and _is_the_child(pid):
+                    os.kill(int(pid), signal.SIGKILL)
+                    return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_the_child)
+    killer.start()
+    with pytest.raises(ConversionFailed, match=r"killed \(SIGKILL\) before it finished"):
+        convert(Format.PDF, raw)
+    killer.join()
+
+
+def _is_the_child(pid: str) -> bool:
+    try:
+        return b"datasets.ingestion.formats.child" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def test_two_conversions_at_once_do_not_mix() -> None:
+    # Celery threads or two workers: each conversion has its own child and files.
+    results: dict[str, str] = {}
+
+    def run(name: str, fmt: Format, raw: bytes) -> None:
+        results[name] = convert(fmt, raw).markdown
+
+    threads = [
+        threading.Thread(target=run, args=("docx", Format.DOCX, samples.docx_bytes())),
+        threading.Thread(target=run, args=("xlsx", Format.XLSX, samples.xlsx_bytes())),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results["docx"].startswith(f"# {samples.TITLE}")
+    assert results["xlsx"].startswith("<!-- kb:sheet Inventory -->")
