@@ -79,7 +79,9 @@ def test_pdf_has_the_text_layer_of_each_page_behind_its_marker() -> None:
     converted = convert(Format.PDF, samples.pdf_bytes(pages=2))
     assert markers(converted.markdown) == [("page", "1"), ("page", "2")]
     first, second = converted.markdown.split("<!-- kb:page 2 -->")
-    assert samples.TITLE in first and "Page 2" in second
+    # The lines in the larger font (18 pt over the body's 11 pt) are headings.
+    assert first.startswith(f"<!-- kb:page 1 -->\n\n# {samples.TITLE}\n\n{samples.ENGLISH}\n")
+    assert second.startswith("\n\n# Page 2\n\n")
     assert_both_languages(first)
     assert converted.notes == ()
 
