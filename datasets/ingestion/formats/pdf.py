@@ -73,7 +73,8 @@ def _pages(document: pdfium.PdfDocument, limits: Limits) -> Converted:
         with tempfile.TemporaryDirectory(prefix="kb-ocr-") as tmp:
             for number in ocr_pages:
                 texts[number - 1] = _ocr(document, number, Path(tmp))
-        notes.append(f"{_pages_phrase(ocr_pages)} OCR'd (no text layer)")
+        if ocr_pages:
+            notes.append(f"{_pages_phrase(ocr_pages)} OCR'd (no text layer)")
         skipped = without_text[limits.max_ocr_pages :]
         if skipped:
             notes.append(

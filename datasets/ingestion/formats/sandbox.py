@@ -147,7 +147,10 @@ def _wait(process: subprocess.Popen[bytes], timeout: int) -> tuple[int, int, boo
         while True:
             peak = max(peak, _high_water_mark(process.pid))
             # Waited for without reaping: the group's id stays taken while it is killed.
-            if os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+            try:
+                if os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+                    break
+            except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored): judged by its answer
                 break
             if time.monotonic() >= deadline:
                 timed_out = True
@@ -156,7 +159,10 @@ def _wait(process: subprocess.Popen[bytes], timeout: int) -> tuple[int, int, boo
             interval = min(interval * 2, 0.05)
     finally:
         _kill_group(process.pid)
-    _, status, _ = os.wait4(process.pid, 0)
+    try:
+        _, status, _ = os.wait4(process.pid, 0)
+    except ChildProcessError:
+        status = 0
     process.returncode = os.waitstatus_to_exitcode(status)
     return status, peak, timed_out
 

@@ -104,6 +104,15 @@ def test_without_ocr_a_pdf_without_text_fails_and_a_partial_one_is_noted(setting
     assert markers(converted.markdown) == [("page", "1"), ("page", "2")]
 
 
+@needs_tesseract
+def test_with_no_ocr_page_allowed_the_pages_are_named_in_the_notes(settings) -> None:
+    settings.KB_CONVERT_MAX_OCR_PAGES = 0
+    converted = convert(Format.PDF, samples.pdf_bytes(pages=2, blank_pages=(2,)))
+    assert converted.notes == (
+        "page 2 not OCR'd: more than 0 pages without text (KB_CONVERT_MAX_OCR_PAGES)",
+    )
+
+
 def test_text_is_decoded_and_kept_as_paragraphs() -> None:
     text = "第一段\r\n仍是第一段\r\n\r\n\r\n# not a heading\nsecond paragraph\n"
     for encoding in ("utf-8", "utf-8-sig", "gb18030"):
