@@ -59,6 +59,9 @@ def run(fmt: Format, raw: bytes, limits: Limits) -> dict[str, object]:
     except (zipfile.BadZipFile, EOFError) as exc:
         return {"error": f"the {fmt.value.upper()} file is truncated or corrupt ({exc})"}
     except Exception as exc:  # noqa: BLE001 - any library error is a file it cannot read
+        if _near_memory_limit():
+            # A C library (lxml, pdfium) out of address space reports it as its own error.
+            return {"error": "memory"}
         return {
             "error": f"the {fmt.value.upper()} file cannot be read; it may be truncated or "
             f"corrupt ({type(exc).__name__}: {str(exc)[:200]})"
@@ -88,6 +91,17 @@ def main(argv: list[str]) -> int:
     answer["peak_rss_bytes"] = _high_water_mark()
     Path(output_path).write_text(json.dumps(answer, ensure_ascii=False), encoding="utf-8")
     return 0
+
+
+def _near_memory_limit() -> bool:
+    """Whether this process's address space came within 5% of its RLIMIT_AS."""
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if limit == resource.RLIM_INFINITY:
+        return False
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmPeak:"):
+            return int(line.split()[1]) * 1024 >= limit * 0.95
+    return False
 
 
 def _high_water_mark() -> int:

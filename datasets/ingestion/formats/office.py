@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import docx
 import pptx
+from docx.enum.style import WD_STYLE_TYPE
 from docx.table import Table as DocxTable
 from docx.text.paragraph import Paragraph
 from pptx.enum.shapes import MSO_SHAPE_TYPE, PP_PLACEHOLDER
@@ -38,11 +39,12 @@ class _CellBudget:
 def convert_docx(raw: bytes, limits: Limits) -> Converted:
     document = docx.Document(io.BytesIO(raw))
     budget = _CellBudget(limits.max_cells)
+    style_name = _StyleNames(document)
     blocks: list[str] = []
     list_lines: list[str] = []
     for item in _body_items(document):
         if isinstance(item, Paragraph):
-            line = _list_item(item)
+            line = _list_item(item, style_name(item))
             if line is not None:
                 list_lines.append(line)
                 continue
@@ -50,7 +52,7 @@ def convert_docx(raw: bytes, limits: Limits) -> Converted:
             blocks.append("\n".join(list_lines))
             list_lines = []
         if isinstance(item, Paragraph):
-            blocks.append(_paragraph(item))
+            blocks.append(_paragraph(item, style_name(item)))
         else:
             blocks.append(_docx_table(item, budget))
     if list_lines:
@@ -67,18 +69,25 @@ def _body_items(document: docx.document.Document) -> Iterator[Paragraph | DocxTa
             yield DocxTable(child, document)
 
 
-def _style_name(paragraph: Paragraph) -> str:
-    try:
-        return (paragraph.style.name or "") if paragraph.style is not None else ""
-    except (KeyError, ValueError):
-        return ""
+class _StyleNames:
+    """Paragraph style names by style id, read once: python-docx's paragraph.style searches
+    the styles part on every call (4 ms a paragraph: 2,000 paragraphs took 14 s)."""
+
+    def __init__(self, document: docx.document.Document) -> None:
+        styles = document.styles
+        self.names = {style.style_id: style.name or "" for style in styles}
+        default = styles.default(WD_STYLE_TYPE.PARAGRAPH)
+        self.default = (default.name or "") if default is not None else ""
+
+    def __call__(self, paragraph: Paragraph) -> str:
+        style_id = paragraph._p.style
+        return self.names.get(style_id, self.default) if style_id else self.default
 
 
-def _paragraph(paragraph: Paragraph) -> str:
+def _paragraph(paragraph: Paragraph, style: str) -> str:
     text = " ".join(paragraph.text.split())
     if not text:
         return ""
-    style = _style_name(paragraph)
     match = _HEADING_STYLE.match(style)
     if match:
         return "#" * min(max(int(match.group(1)), 1), 6) + " " + text
@@ -87,8 +96,8 @@ def _paragraph(paragraph: Paragraph) -> str:
     return plain_text(paragraph.text)
 
 
-def _list_item(paragraph: Paragraph) -> str | None:
-    style = _style_name(paragraph).lower()
+def _list_item(paragraph: Paragraph, style_name: str) -> str | None:
+    style = style_name.lower()
     properties = paragraph._p.pPr
     numbering = properties.numPr if properties is not None else None
     if not (style.startswith("list") or numbering is not None):

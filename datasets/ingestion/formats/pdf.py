@@ -1,16 +1,28 @@
-"""PDF: the text layer of each page (pdfium); a page without one OCR'd by tesseract."""
+"""PDF: the text layer of each page (pdfium), lines in a larger font as headings; a page
+without a text layer OCR'd by tesseract."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pypdfium2 as pdfium
+import pypdfium2.raw as pdfium_c
 
 from datasets.ingestion.formats.kinds import ConversionFailed, Converted, Limits
 from datasets.ingestion.formats.markdown import join_blocks, marker, plain_text
+
+# A line is a heading when its font is this much larger than the body's (the size most of the
+# document's characters have), it is short, and it has a letter; the largest size is "#".
+_HEADING_FACTOR = 1.2
+_MAX_HEADING_CHARS = 120
+_MAX_HEADING_LEVEL = 3
+_LINE_BREAKS = frozenset((10, 13))
+
+Line = tuple[str, float]  # its text and its largest font size in points
 
 # A page is rendered for OCR at 300 dpi, or smaller when that would pass this many pixels
 # (a hostile MediaBox of 200 x 200 inches would be 3.6 billion pixels at 300 dpi).
@@ -46,24 +58,23 @@ def _pages(document: pdfium.PdfDocument, limits: Limits) -> Converted:
             f"the PDF has {count:,} pages, more than {limits.max_pages:,} "
             "(KB_CONVERT_MAX_PAGES); split it"
         )
-    texts: list[str] = []
-    without_text: list[int] = []
+    pages: list[list[Line]] = []
     for index in range(count):
         page = document[index]
         textpage = page.get_textpage()
-        text = plain_text(textpage.get_text_bounded())
+        pages.append(_lines(textpage))
         textpage.close()
         page.close()
-        texts.append(text)
-        if not text:
-            without_text.append(index + 1)
+    texts = _markdown_pages(pages)
+    without_text = [number for number, text in enumerate(texts, start=1) if not text]
     notes: list[str] = []
     if without_text and limits.ocr:
         ocr_pages = without_text[: limits.max_ocr_pages]
         with tempfile.TemporaryDirectory(prefix="kb-ocr-") as tmp:
             for number in ocr_pages:
                 texts[number - 1] = _ocr(document, number, Path(tmp))
-        notes.append(f"{_pages_phrase(ocr_pages)} OCR'd (no text layer)")
+        if ocr_pages:
+            notes.append(f"{_pages_phrase(ocr_pages)} OCR'd (no text layer)")
         skipped = without_text[limits.max_ocr_pages :]
         if skipped:
             notes.append(
@@ -81,6 +92,70 @@ def _pages(document: pdfium.PdfDocument, limits: Limits) -> Converted:
         blocks.append(marker("page", number))
         blocks.append(text)
     return Converted(join_blocks(blocks), tuple(notes))
+
+
+def _lines(textpage: pdfium.PdfTextPage) -> list[Line]:
+    """The page's text lines, each with the largest font size of its visible characters."""
+    lines: list[Line] = []
+    codes: list[int] = []
+    size = 0.0
+    for index in range(textpage.count_chars()):
+        code = pdfium_c.FPDFText_GetUnicode(textpage, index)
+        if code in _LINE_BREAKS:
+            if codes:
+                lines.append((_decode(codes), size))
+            codes, size = [], 0.0
+            continue
+        codes.append(code)
+        if code > 32:
+            size = max(size, round(pdfium_c.FPDFText_GetFontSize(textpage, index), 1))
+    if codes:
+        lines.append((_decode(codes), size))
+    return lines
+
+
+def _decode(codes: list[int]) -> str:
+    """UTF-16 code units (pdfium's) as text; a lone surrogate becomes U+FFFD."""
+    units = b"".join(min(code, 0xFFFF).to_bytes(2, "little") for code in codes)
+    return units.decode("utf-16-le", errors="replace")
+
+
+def _markdown_pages(pages: list[list[Line]]) -> list[str]:
+    """Each page's markdown: its lines as plain text, those in a heading's font as headings."""
+    weights: Counter[float] = Counter()
+    for lines in pages:
+        for text, size in lines:
+            weights[size] += len(text.strip())
+    body = weights.most_common(1)[0][0] if weights else 0.0
+    heading_sizes = sorted(
+        {size for lines in pages for text, size in lines if _is_heading(text, size, body)},
+        reverse=True,
+    )
+    level = {size: min(rank, _MAX_HEADING_LEVEL) for rank, size in enumerate(heading_sizes, 1)}
+    texts = []
+    for lines in pages:
+        blocks: list[str] = []
+        paragraph: list[str] = []
+        for text, size in lines:
+            if _is_heading(text, size, body):
+                blocks.append(plain_text("\n".join(paragraph)))
+                paragraph = []
+                blocks.append("#" * level[size] + " " + " ".join(text.split()))
+            else:
+                paragraph.append(text)
+        blocks.append(plain_text("\n".join(paragraph)))
+        texts.append("\n\n".join(block for block in blocks if block))
+    return texts
+
+
+def _is_heading(text: str, size: float, body: float) -> bool:
+    stripped = text.strip()
+    return (
+        body > 0
+        and size >= body * _HEADING_FACTOR
+        and 0 < len(stripped) <= _MAX_HEADING_CHARS
+        and any(char.isalpha() for char in stripped)
+    )
 
 
 def _ocr(document: pdfium.PdfDocument, number: int, tmp: Path) -> str:

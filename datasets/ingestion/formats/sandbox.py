@@ -147,7 +147,10 @@ def _wait(process: subprocess.Popen[bytes], timeout: int) -> tuple[int, int, boo
         while True:
             peak = max(peak, _high_water_mark(process.pid))
             # Waited for without reaping: the group's id stays taken while it is killed.
-            if os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+            try:
+                if os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+                    break
+            except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored): judged by its answer
                 break
             if time.monotonic() >= deadline:
                 timed_out = True
@@ -156,7 +159,10 @@ def _wait(process: subprocess.Popen[bytes], timeout: int) -> tuple[int, int, boo
             interval = min(interval * 2, 0.05)
     finally:
         _kill_group(process.pid)
-    _, status, _ = os.wait4(process.pid, 0)
+    try:
+        _, status, _ = os.wait4(process.pid, 0)
+    except ChildProcessError:
+        status = 0
     process.returncode = os.waitstatus_to_exitcode(status)
     return status, peak, timed_out
 
@@ -181,11 +187,16 @@ def _kill_group(pid: int) -> None:
 
 
 def _signal_reason(number: int, memory_mb: int) -> str:
-    if number in (signal.SIGXCPU, signal.SIGKILL):
+    if number == signal.SIGXCPU:
         return (f"the conversion used more than {settings.KB_CONVERT_CPU_SECONDS} s of CPU time "
                 "(KB_CONVERT_CPU_SECONDS); split the file")
     if number == signal.SIGXFSZ:
         return "the converted text is too large; split the file"
+    if number == signal.SIGKILL:
+        # Not this module (a timeout is reported as such) nor the CPU limit (SIGXCPU first):
+        # the kernel's OOM killer or an operator.
+        return ("the converter was killed (SIGKILL) before it finished: the machine may be out "
+                "of memory; try again later or split the file")
     name = signal.Signals(number).name
     return (f"the converter crashed ({name}): the file may be corrupt, or need more than "
             f"{memory_mb} MB of memory (KB_CONVERT_MEMORY_MB)")

@@ -87,6 +87,8 @@ def _content_kind(raw: bytes) -> str:
         if _ENCRYPTED_PACKAGE in raw:
             return "a password-protected Office file"
         return "an old Office (.doc/.xls/.ppt) file"
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "UTF-16 text (save it as UTF-8)"
     for magic, name in _BINARY_MAGIC.items():
         if raw.startswith(magic):
             return name

@@ -79,7 +79,9 @@ def test_pdf_has_the_text_layer_of_each_page_behind_its_marker() -> None:
     converted = convert(Format.PDF, samples.pdf_bytes(pages=2))
     assert markers(converted.markdown) == [("page", "1"), ("page", "2")]
     first, second = converted.markdown.split("<!-- kb:page 2 -->")
-    assert samples.TITLE in first and "Page 2" in second
+    # The lines in the larger font (18 pt over the body's 11 pt) are headings.
+    assert first.startswith(f"<!-- kb:page 1 -->\n\n# {samples.TITLE}\n\n{samples.ENGLISH}\n")
+    assert second.startswith("\n\n# Page 2\n\n")
     assert_both_languages(first)
     assert converted.notes == ()
 
@@ -100,6 +102,15 @@ def test_without_ocr_a_pdf_without_text_fails_and_a_partial_one_is_noted(setting
     converted = convert(Format.PDF, samples.pdf_bytes(pages=2, blank_pages=(2,)))
     assert converted.notes == ("page 2 without a text layer (OCR is not installed)",)
     assert markers(converted.markdown) == [("page", "1"), ("page", "2")]
+
+
+@needs_tesseract
+def test_with_no_ocr_page_allowed_the_pages_are_named_in_the_notes(settings) -> None:
+    settings.KB_CONVERT_MAX_OCR_PAGES = 0
+    converted = convert(Format.PDF, samples.pdf_bytes(pages=2, blank_pages=(2,)))
+    assert converted.notes == (
+        "page 2 not OCR'd: more than 0 pages without text (KB_CONVERT_MAX_OCR_PAGES)",
+    )
 
 
 def test_text_is_decoded_and_kept_as_paragraphs() -> None:
@@ -138,3 +149,14 @@ def test_a_docx_paragraph_never_passes_for_a_location_marker() -> None:
     document.save(raw)
     markdown = convert(Format.DOCX, raw.getvalue()).markdown
     assert "kb:page 9" in markdown and markers(markdown) == []
+
+
+def test_a_pdf_with_only_an_owner_password_converts() -> None:
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.set_encryption(owner_password="owner")  # no password to open it, only to edit it
+    pdf.add_page()
+    pdf.set_font("helvetica", size=12)
+    pdf.cell(0, 10, "Owner only")
+    assert convert(Format.PDF, bytes(pdf.output())).markdown == "<!-- kb:page 1 -->\n\nOwner only\n"

@@ -42,6 +42,7 @@ def test_every_format_has_its_canonical_suffix() -> None:
         ("README", lambda: b"hello", r"unsupported file type '\(no suffix\)'"),
         ("old.doc", lambda: b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "save it as .docx"),
         ("empty.pdf", lambda: b"", "the file is empty"),
+        ("notes.txt", lambda: "文本".encode("utf-16"), r"UTF-16 text \(save it as UTF-8\)"),
     ],
 )
 def test_a_suffix_that_lies_or_is_unknown_is_refused(name, make, reason) -> None:
