@@ -21,12 +21,16 @@ def original_name(*, tenant_id: int, doc_id: int, digest: str, suffix: str) -> s
     return f"originals/{tenant_id}/{doc_id}/{digest}.{suffix}"
 
 
-def original_save(name: str, raw: bytes) -> None:
-    """Store `raw` under `name` unless it is there already (it holds the same bytes)."""
-    if not default_storage.exists(name):
-        saved = default_storage.save(name, ContentFile(raw))
-        if saved != name:  # another upload of the same bytes stored it meanwhile
-            default_storage.delete(saved)
+def original_save(name: str, raw: bytes) -> bool:
+    """Store `raw` under `name` unless it is there already (it holds the same bytes); whether
+    this call stored it."""
+    if default_storage.exists(name):
+        return False
+    saved = default_storage.save(name, ContentFile(raw))
+    if saved != name:  # another upload of the same bytes stored it meanwhile
+        default_storage.delete(saved)
+        return False
+    return True
 
 
 def original_open(name: str) -> File:
@@ -43,10 +47,11 @@ def original_read(name: str) -> bytes:
 def original_delete_on_commit(name: str) -> None:
     """Remove the file once the change that drops it commits (a rollback keeps it)."""
     if name:
-        transaction.on_commit(lambda: _delete(name))
+        transaction.on_commit(lambda: original_discard(name))
 
 
-def _delete(name: str) -> None:
+def original_discard(name: str) -> None:
+    """Remove the file now (a row that was to name it was not written)."""
     try:
         default_storage.delete(name)
     except OSError:  # the row no longer names it; an operator may clean it up

@@ -38,7 +38,12 @@ from datasets.ingestion.pipeline import ChunkDraft, Chunking, build_chunks
 from datasets.ingestion.source import stored_source
 from datasets.jobs import JOB_ID, job_create
 from datasets.models import Chunk, Dataset, Document, Job, Tenant
-from datasets.originals import original_delete_on_commit, original_name, original_save
+from datasets.originals import (
+    original_delete_on_commit,
+    original_discard,
+    original_name,
+    original_save,
+)
 from kbplatform.errors import ApiError, ErrorCode, ServiceUnavailable
 from kbplatform.tasks import enqueue_on_commit
 
@@ -182,6 +187,15 @@ def document_store(*, dataset: Dataset, file_name: str, raw: bytes, max_bytes: i
     """
     valid = document_validate(file_name=file_name, raw=raw, max_bytes=max_bytes)
     path = source_path or valid.name
+    try:
+        return _stored(dataset, valid, path, replace=replace, queue=queue)
+    except IntegrityError as exc:  # the same new name uploaded by another request at once
+        raise DuplicateName(f"a document named {path!r} was just uploaded by another "
+                            "request; upload it again to see its state") from exc
+
+
+def _stored(dataset: Dataset, valid: Validated, path: str, *, replace: bool,
+            queue: bool) -> UploadOutcome:
     with transaction.atomic():
         document = (Document.objects.select_for_update()
                     .filter(dataset=dataset, source_path=path).first())
@@ -198,26 +212,33 @@ def document_store(*, dataset: Dataset, file_name: str, raw: bytes, max_bytes: i
             document = Document(dataset=dataset, source_path=path)
         elif document.deleted:  # the name is taken again: a live document, as a new one is
             document.activated = True
-        _keep_original(document, valid)
-        _fill(document, valid)
-        _due(document, status=Document.Status.PENDING)
+        stored = _keep_original(document, valid)
+        try:
+            _fill(document, valid)
+            _due(document, status=Document.Status.PENDING)
+        except BaseException:  # e.g. the same new name uploaded at once: no row names the file
+            if stored:
+                original_discard(document.original)
+            raise
         return UploadOutcome(document=document, job=_sync_job(document, queue), changed=True)
 
 
-def _keep_original(document: Document, valid: Validated) -> None:
-    """Store the upload's original (if it has one) and drop the one it replaces on commit."""
-    name = ""
+def _keep_original(document: Document, valid: Validated) -> bool:
+    """Store the upload's original (if it has one) and drop the one it replaces on commit;
+    whether a file was stored."""
+    name, stored = "", False
     if valid.original is not None:
         name = original_name(tenant_id=document.dataset.tenant_id, doc_id=document.doc_id,
                              digest=valid.digest, suffix=valid.format.value)
         try:
-            original_save(name, valid.original)
+            stored = original_save(name, valid.original)
         except OSError as exc:
             logger.exception("the original of %s could not be stored", document.source_path)
             raise ServiceUnavailable("the file storage is unavailable; try again later") from exc
     if document.original and document.original != name:
         original_delete_on_commit(document.original)
     document.original = name
+    return stored
 
 
 def _fill(document: Document, valid: Validated) -> None:
