@@ -333,11 +333,13 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
         page.select_option("#id_dataset", index=1)
         page.set_input_files("#id_upload", files=[{
             "name": "rabbitmq-alarms.pdf", "mimeType": "application/pdf",
-            "buffer": pdf_pages([
-                "RabbitMQ alarms\n\nThis runbook covers the broker's resource alarms.",
-                "Memory alarm\n\nWhen vm_memory_high_watermark is reached the broker blocks "
-                "every publishing connection; rabbitmq-diagnostics memory_breakdown shows "
-                "which queues hold the memory.\n\n内存告警时，所有发布连接都会被阻塞。"])}])
+            "buffer": pdf_pages([  # long enough for a chunk per page
+                "RabbitMQ alarms\n\n" + "The broker raises a resource alarm when a node runs "
+                "short of memory or disk, and it stops the publishers until it clears. " * 10,
+                "Memory alarm\n\n" + "When vm_memory_high_watermark is reached the broker "
+                "blocks every publishing connection until consumers drain the queues. " * 10
+                + "\n\nrabbitmq-diagnostics memory_breakdown shows which queues hold the "
+                "memory; 内存告警时，所有发布连接都会被阻塞。"])}])
         page.click("input[name=_save]")
         document_url = page.get_attribute(".messagelist .success a:text-matches('rabbitmq')",
                                           "href")
@@ -345,7 +347,7 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
         page.wait_for_selector("#job-end:not([hidden])", timeout=120_000)
         assert page.inner_text("#job-status") == "succeeded", page.inner_text("#job-log")
         code, answer = demo.api("POST", "/api/tools/lookup_knowledge", demo.tool_key,
-                                {"query": "rabbitmq vm_memory_high_watermark memory alarm"})
+                                {"query": "rabbitmq-diagnostics memory_breakdown queues"})
         assert code == 200 and answer["evidence_status"] == "READY", answer
         assert answer["evidence"][0]["source"] == "rabbitmq-alarms.pdf"
         assert answer["evidence"][0]["location"] == {"page": 2}
