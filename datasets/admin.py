@@ -1,4 +1,5 @@
-"""Admin: tenants, keys, datasets, documents (upload, activate, re-index, status), chunks."""
+"""Admin: tenants, keys, datasets, documents (upload, activate, re-index, status, original
+file), chunks."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from django.contrib import admin, messages
 from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.http import (
+    FileResponse,
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseRedirect,
+    JsonResponse,
+)
 from django.urls import path, reverse
 from django.utils.html import format_html
 
@@ -19,12 +27,15 @@ from datasets.admin_display import (
     DocumentFilter,
     chunk_table,
     job_progress,
+    original_link,
     preview,
     source_box,
 )
 from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, scoped, tenant_filter
 from datasets.auth import api_key_create, may_mint_platform_keys
+from datasets.ingestion.formats import SUFFIXES
 from datasets.models import ApiKey, Chunk, Dataset, Document, Job, Tenant
+from datasets.originals import original_open
 from datasets.selectors import with_document_counts
 from datasets.services import (
     UploadOutcome,
@@ -173,7 +184,7 @@ class DatasetAdmin(TenantScopedAdmin[Dataset]):
 
 
 class DocumentUploadForm(forms.ModelForm[Document]):
-    upload = forms.FileField(help_text="a markdown file (.md)")
+    upload = forms.FileField(help_text="a document: " + ", ".join(SUFFIXES))
 
     class Meta:
         model = Document
@@ -231,11 +242,37 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
                        "keywords", "category", "business_key", "content_hash", "activated",
                        "deleted", "status", "error", "chunk_count", "indexed_hash",
                        "revision", "synced_revision", "created_at", "updated_at",
+                       "format", "original_file", "converter_version", "conversion_notes",
                        "source_redacted", "document_chunks"]
 
-    @admin.display(description="source (secrets redacted)")
+    @admin.display(description="original file")
+    def original_file(self, document: Document) -> str:
+        return original_link(document)
+
+    @admin.display(description="markdown indexed (converted from the original; secrets "
+                               "redacted)")
     def source_redacted(self, document: Document) -> str:
         return source_box(document.source_text)
+
+    def get_urls(self) -> list[Any]:
+        original = path("<path:object_id>/original/", self.admin_site.admin_view(self.original),
+                        name="datasets_document_original")
+        return [original, *super().get_urls()]
+
+    def original(self, request: HttpRequest, object_id: str) -> FileResponse:
+        """The original file as uploaded, as an attachment never rendered by the browser (an
+        HTML original is the uploader's, not the admin's page)."""
+        document = self.viewed_object(request, object_id)
+        if document is None or document.deleted or not document.original:
+            raise Http404("no such original file")
+        try:
+            handle = original_open(document.original)
+        except FileNotFoundError as exc:
+            raise Http404("the original file is missing from the storage") from exc
+        response = FileResponse(handle, as_attachment=True, filename=document.file_name,
+                                content_type="application/octet-stream")
+        response["Content-Security-Policy"] = "sandbox"
+        return response
 
     @admin.display(description="chunks")
     def document_chunks(self, document: Document) -> str:

@@ -44,6 +44,15 @@ def source_box(text: str) -> SafeString:
     return format_html('<pre class="kb-source" style="{}">{}</pre>', SOURCE_BOX, redacted(text))
 
 
+def original_link(document: Document) -> SafeString:
+    """A download link to the original file (scoped like the page: DocumentAdmin.original)."""
+    if not document.original:
+        return mark_safe("none: a markdown upload is its own source (below)")
+    url = reverse("admin:datasets_document_original", args=[document.pk])
+    return format_html('<a id="document-original" href="{}" download>{}</a> ({})', url,
+                       document.file_name, document.format)
+
+
 def chunk_list_url(document: Document) -> str:
     return (f"{reverse('admin:datasets_chunk_changelist')}"
             f"?{DocumentFilter.parameter_name}={document.pk}")

@@ -83,25 +83,34 @@ class DocumentListApi(APIView):
         return Response({"documents": DocumentOutput(documents, many=True).data})
 
     @extend_schema(
-        operation_id="document_upload", summary="Upload a markdown document",
-        description="Admin keys. The file is validated before anything is written, then "
-                    "indexed in the background: 202 with the job to follow. The same bytes "
-                    "again: 200 and no job when the document is indexed and unchanged.",
+        operation_id="document_upload", summary="Upload a document (markdown, text, HTML, "
+                                                 "PDF, DOCX, PPTX, XLSX, CSV)",
+        description="Admin keys. The file is checked before anything is written (markdown is "
+                    "parsed; another format has its type checked by name and content and its "
+                    "original kept), then converted and indexed in the background: 202 with "
+                    "the job to follow. A failed conversion fails the job and the document "
+                    "(`status` failed, `error` says why). The same bytes again: 200 and no job "
+                    "when the document is indexed and unchanged.",
         parameters=[DATASET_ID],
         request={"multipart/form-data": inline_serializer(
             "DocumentUpload", {"file": serializers.FileField(
-                help_text="The markdown file (.md or .markdown, UTF-8).")})},
+                help_text="The file: .md/.markdown or .txt (UTF-8), .html/.htm, .pdf, "
+                          ".docx, .pptx, .xlsx or .csv.")})},
         responses={200: DocumentUploadOutput, 202: DocumentUploadOutput, **errors(
             400, 401, 403, 404, 409, 413, 415, 503,
-            e400="No `file`, not a markdown name, not UTF-8, binary, empty, bad frontmatter.",
-            e409="The dataset has a document of that name with other content.")})
+            e400="No `file`, a bad file name; markdown that is not UTF-8, binary, empty or "
+                 "has bad frontmatter.",
+            e409="The dataset has a document of that name with other content.",
+            e413="Over KB_MAX_UPLOAD_BYTES, or markdown with too many lines or chunks.",
+            e415="Not a supported format, content that is not what the name says, a "
+                 "macro-enabled or oversized Office file.")})
     def post(self, request: Request, dataset_id: str) -> Response:
         dataset = dataset_get(caller=caller(request), dataset_id=dataset_id)
         if not caller(request).is_admin:
             raise Forbidden("uploading needs an admin API key")
         upload = request.FILES.get("file")
         if upload is None:
-            raise ApiError("send the markdown as the multipart field 'file'",
+            raise ApiError("send the document as the multipart field 'file'",
                            code=ErrorCode.MISSING_FILE)
         if upload.size and upload.size > settings.KB_MAX_UPLOAD_BYTES:
             raise DocumentTooBig(f"the file has {upload.size} bytes; the limit is "

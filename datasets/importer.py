@@ -1,4 +1,5 @@
-"""Import a folder of markdown (the sample `knowledge_base/`) into one dataset.
+"""Import a folder of documents (the sample `knowledge_base/`) into one dataset: every file
+whose suffix is a supported format (datasets/ingestion/formats SUFFIXES).
 
 Files are validated and stored here; indexing runs on the indexing queue like every upload
 (in-process in the embedded mode), and `documents_wait` follows it.
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from datasets.ingestion.formats import SUFFIXES
 from datasets.jobs import job_update
 from datasets.models import Dataset, Document, Job
 from datasets.services import document_store, tenant_get_or_create
@@ -35,11 +37,11 @@ class IndexingState:
     failed: list[tuple[str, str]]  # (source path, error)
 
 
-def markdown_files(root: Path) -> list[Path]:
+def document_files(root: Path) -> list[Path]:
     if not root.is_dir():
         raise FileNotFoundError(f"{root} is not a directory")
     return sorted(path for path in root.rglob("*")
-                  if path.is_file() and path.suffix.lower() in (".md", ".markdown")
+                  if path.is_file() and path.suffix.lower() in SUFFIXES
                   and path.name.lower() != "readme.md")
 
 
@@ -56,11 +58,11 @@ class Stored:
 
 def knowledge_import(*, root: Path, tenant_slug: str, dataset_name: str, job: Job | None = None,
                      progress: Callable[[Stored], None] | None = None) -> ImportSummary:
-    """Store every markdown file under `root` and queue its indexing; never modifies files.
+    """Store every document under `root` and queue its indexing; never modifies files.
     In-process tasks (the embedded defaults) index each file before the next is read."""
     tenant = tenant_get_or_create(slug=tenant_slug)
     dataset, _ = Dataset.objects.get_or_create(tenant=tenant, name=dataset_name)
-    files = markdown_files(root)
+    files = document_files(root)
     summary = ImportSummary(found=len(files))
     job_update(job, status=Job.Status.RUNNING, total=len(files), done=0,
                log=f"importing {len(files)} files")

@@ -10,6 +10,7 @@ from django.db import models
 from django.utils import timezone
 
 from datasets.evidence import EvidenceKey
+from datasets.ingestion.formats import Format
 
 SLUG = RegexValidator(r"^[a-z0-9][a-z0-9_-]{0,62}$", "lowercase letters, digits, - and _")
 
@@ -132,7 +133,20 @@ class Document(models.Model):
     domain = models.CharField(max_length=100, blank=True)
     keywords = models.JSONField(default=list, blank=True)
     category = models.CharField(max_length=100, blank=True)
-    source_text = models.TextField(help_text="The markdown as uploaded; rebuilds read it.")
+    format = models.CharField(max_length=10, choices=[(f.value, f.value) for f in Format],
+                              default=Format.MARKDOWN.value, editable=False)
+    source_text = models.TextField(
+        blank=True, help_text="The markdown as uploaded, or as converted from the original "
+                              "(empty until the worker converts it); indexing reads it.")
+    # Every format but markdown keeps its original file (datasets/originals.py): a conversion
+    # reads it, a rebuild converts it again when the converters changed.
+    original = models.CharField(max_length=300, blank=True, editable=False,
+                                help_text="The original file's name in the storage.")
+    converter_version = models.CharField(
+        max_length=50, blank=True, editable=False,
+        help_text="The converters' version that made source_text from the original.")
+    conversion_notes = models.JSONField(default=list, blank=True, editable=False,
+                                        help_text="What the conversion told the uploader.")
     content_updated_at = models.DateTimeField(
         default=timezone.now, editable=False,
         help_text="When the content last changed: what RagConfig.metadata_filters' "
@@ -163,6 +177,8 @@ class Document(models.Model):
             models.CheckConstraint(
                 condition=models.Q(status__in=["pending", "indexing", "ready", "failed"]),
                 name="document_status_valid"),
+            models.CheckConstraint(condition=models.Q(format__in=[f.value for f in Format]),
+                                   name="document_format_valid"),
         ]
         indexes = [models.Index(fields=["dataset", "deleted", "activated"])]
 

@@ -34,12 +34,17 @@ class DocumentOutput(serializers.ModelSerializer[Document]):
     sync_pending = serializers.BooleanField(
         help_text="A change (activation, deletion, content) the vector store has not applied "
                   "yet. Lookups follow the document's state at once either way.")
+    format = serializers.CharField(help_text="The uploaded file's format: its canonical suffix "
+                                             "(md, txt, html, pdf, docx, pptx, xlsx, csv).")
+    conversion_notes = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="What the conversion of the original told the uploader (pages read by OCR).")
 
     class Meta:
         model = Document
         fields = ["document_id", "dataset_id", "source_path", "title", "domain", "keywords",
-                  "category", "activated", "status", "error", "chunk_count", "sync_pending",
-                  "updated_at"]
+                  "category", "format", "activated", "status", "error", "conversion_notes",
+                  "chunk_count", "sync_pending", "updated_at"]
         read_only_fields = fields
 
 

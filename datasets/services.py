@@ -6,6 +6,9 @@ deletion, a re-index) bumps `Document.revision` and enqueues one idempotent task
 match the row as it is when the task runs. Activation is the row alone: lookups filter on it.
 Lookups check the rows too, so a deactivated or deleted document is never served, whatever
 Milvus still holds.
+
+Markdown is parsed here, at the door. Every other format is only sniffed here (suffix and
+content, cheaply) and its original stored; the worker converts it (datasets/conversion.py).
 """
 
 from __future__ import annotations
@@ -16,12 +19,15 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import PurePosixPath
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from datasets.ingestion.formats import SUFFIXES, Format, FormatRefused, sniff
+from datasets.ingestion.limits import MAX_TITLE_CHARS, shorten
 from datasets.ingestion.parse import (
     DocumentParseError,
     DocumentTooLarge,
@@ -32,12 +38,17 @@ from datasets.ingestion.pipeline import ChunkDraft, Chunking, build_chunks
 from datasets.ingestion.source import stored_source
 from datasets.jobs import JOB_ID, job_create
 from datasets.models import Chunk, Dataset, Document, Job, Tenant
-from kbplatform.errors import ApiError, ErrorCode
+from datasets.originals import (
+    original_delete_on_commit,
+    original_discard,
+    original_name,
+    original_save,
+)
+from kbplatform.errors import ApiError, ErrorCode, ServiceUnavailable
 from kbplatform.tasks import enqueue_on_commit
 
 logger = logging.getLogger(__name__)
 
-MARKDOWN_SUFFIXES = (".md", ".markdown")
 SYNC_TASK = "retrieval.tasks.sync_document"
 
 
@@ -50,6 +61,14 @@ class InvalidDocument(ApiError):
     """The upload is not ingestible markdown (encoding, binary, frontmatter...): a 400."""
 
     default_code = ErrorCode.INVALID_DOCUMENT
+
+
+class UnsupportedFormat(ApiError):
+    """Not a format the platform reads, or a file whose content is not what its name says: a
+    415."""
+
+    status_code = 415
+    default_code = ErrorCode.UNSUPPORTED_TYPE
 
 
 class DocumentTooBig(ApiError):
@@ -69,9 +88,11 @@ class UploadOutcome:
 @dataclass(frozen=True)
 class Validated:
     name: str
-    parsed: ParsedDocument
-    digest: str
-    source: str  # what is stored: the body's secrets redacted
+    format: Format
+    parsed: ParsedDocument  # for another format than markdown: the fields from its name only
+    digest: str  # of the bytes uploaded
+    source: str  # what is stored: the body's secrets redacted ("" until converted)
+    original: bytes | None  # the file to keep (every format but markdown)
 
 
 def tenant_get_or_create(*, slug: str) -> Tenant:
@@ -97,9 +118,6 @@ def check_file_name(file_name: str) -> str:
     name = file_name.strip()
     if not name or len(name) > 255 or "\x00" in name or name.startswith("."):
         raise ApiError("the file name is missing or not valid", code=ErrorCode.INVALID_FILE_NAME)
-    if not name.lower().endswith(MARKDOWN_SUFFIXES):
-        raise ApiError(f"{name!r} is not a markdown file (.md or .markdown)",
-                       code=ErrorCode.UNSUPPORTED_TYPE)
     return name
 
 
@@ -112,10 +130,24 @@ def configured_chunking() -> Chunking:
 def document_validate(*, file_name: str, raw: bytes, max_bytes: int) -> Validated:
     """Everything an upload must pass before a row is written; raises a 4xx ApiError.
 
-    The chunk count is checked here too, so a document that could never be indexed is
-    refused at the door instead of failing later in the worker.
+    Markdown: the chunk count is checked here too, so a document that could never be indexed
+    is refused at the door instead of failing later in the worker. Another format: its size
+    and what `sniff` reads (suffix, magic bytes, zip directory) only; converting it is the
+    worker's (a PDF may take seconds of CPU), which checks the chunk count after.
     """
     name = check_file_name(file_name.rsplit("/", 1)[-1])
+    if len(raw) > max_bytes:  # first: it is cheap and bounds every later step
+        raise DocumentTooBig(f"the file is {len(raw):,} bytes; the limit is {max_bytes:,} bytes")
+    # Markdown is judged by its parser below, which says more than a type check would
+    # (UTF-16, the offset of a bad byte...); every other format by what sniff reads.
+    fmt = SUFFIXES.get(PurePosixPath(name).suffix.lower())
+    if fmt is not Format.MARKDOWN:
+        try:
+            fmt = sniff(name, raw)
+        except FormatRefused as exc:
+            raise UnsupportedFormat(str(exc)) from exc
+        return Validated(name=name, format=fmt, parsed=_named(name), digest=content_hash(raw),
+                         source="", original=raw)
     try:
         parsed = parse_markdown(raw, file_name=name, max_bytes=max_bytes)
         build_chunks(parsed, chunking=configured_chunking(), redact=settings.KB_REDACT_SECRETS)
@@ -130,7 +162,14 @@ def document_validate(*, file_name: str, raw: bytes, max_bytes: int) -> Validate
         # The fields (a title from a heading too) come from what is stored: no secret in them.
         parsed = parse_markdown(source.encode("utf-8"), file_name=name,
                                 max_bytes=len(source.encode("utf-8")) + 1)
-    return Validated(name=name, parsed=parsed, digest=content_hash(raw), source=source)
+    return Validated(name=name, format=fmt, parsed=parsed, digest=content_hash(raw),
+                     source=source, original=None)
+
+
+def _named(name: str) -> ParsedDocument:
+    """A document known by its name until the worker converts it (then its heading)."""
+    return ParsedDocument(title=shorten(PurePosixPath(name).stem, MAX_TITLE_CHARS), body="",
+                          domain="", keywords=(), category="", business_key="")
 
 
 def document_store(*, dataset: Dataset, file_name: str, raw: bytes, max_bytes: int,
@@ -142,10 +181,21 @@ def document_store(*, dataset: Dataset, file_name: str, raw: bytes, max_bytes: i
     the sync is retried (a document left `failed` or `indexing` by an outage or a dead
     worker comes back this way, with its identity). New bytes for a taken name need
     `replace=True` (the importer); an API upload of a taken name is a 409. `queue=False`
-    writes the row only (evaluation suites index into collections of their own).
+    writes the row only (evaluation suites index into collections of their own). The original
+    of a format other than markdown is stored before the row: a storage failure is a 503 and
+    writes nothing.
     """
     valid = document_validate(file_name=file_name, raw=raw, max_bytes=max_bytes)
     path = source_path or valid.name
+    try:
+        return _stored(dataset, valid, path, replace=replace, queue=queue)
+    except IntegrityError as exc:  # the same new name uploaded by another request at once
+        raise DuplicateName(f"a document named {path!r} was just uploaded by another "
+                            "request; upload it again to see its state") from exc
+
+
+def _stored(dataset: Dataset, valid: Validated, path: str, *, replace: bool,
+            queue: bool) -> UploadOutcome:
     with transaction.atomic():
         document = (Document.objects.select_for_update()
                     .filter(dataset=dataset, source_path=path).first())
@@ -162,14 +212,41 @@ def document_store(*, dataset: Dataset, file_name: str, raw: bytes, max_bytes: i
             document = Document(dataset=dataset, source_path=path)
         elif document.deleted:  # the name is taken again: a live document, as a new one is
             document.activated = True
-        _fill(document, valid)
-        _due(document, status=Document.Status.PENDING)
+        stored = _keep_original(document, valid)
+        try:
+            _fill(document, valid)
+            _due(document, status=Document.Status.PENDING)
+        except BaseException:  # e.g. the same new name uploaded at once: no row names the file
+            if stored:
+                original_discard(document.original)
+            raise
         return UploadOutcome(document=document, job=_sync_job(document, queue), changed=True)
+
+
+def _keep_original(document: Document, valid: Validated) -> bool:
+    """Store the upload's original (if it has one) and drop the one it replaces on commit;
+    whether a file was stored."""
+    name, stored = "", False
+    if valid.original is not None:
+        name = original_name(tenant_id=document.dataset.tenant_id, doc_id=document.doc_id,
+                             digest=valid.digest, suffix=valid.format.value)
+        try:
+            stored = original_save(name, valid.original)
+        except OSError as exc:
+            logger.exception("the original of %s could not be stored", document.source_path)
+            raise ServiceUnavailable("the file storage is unavailable; try again later") from exc
+    if document.original and document.original != name:
+        original_delete_on_commit(document.original)
+    document.original = name
+    return stored
 
 
 def _fill(document: Document, valid: Validated) -> None:
     parsed = valid.parsed
     document.file_name = valid.name
+    document.format = valid.format.value
+    document.converter_version = ""  # converted by the worker, from the original
+    document.conversion_notes = []
     document.title = parsed.title[:500]
     document.domain = parsed.domain[:100]
     document.category = parsed.category[:100]
@@ -225,16 +302,19 @@ def document_delete(*, document: Document) -> None:
         if locked.deleted:
             return
         Chunk.objects.filter(document=locked).delete()
-        _due(locked, deleted=True, activated=False, chunk_count=0, indexed_hash="")
+        original_delete_on_commit(locked.original)
+        _due(locked, deleted=True, activated=False, chunk_count=0, indexed_hash="", original="")
         enqueue_on_commit(SYNC_TASK, locked.pk, None)
 
 
 def document_reindex(*, document: Document) -> Job:
-    """Index again from the stored source, whatever state it is in (failed, stuck...)."""
+    """Index again from the stored source, whatever state it is in (failed, stuck...); a
+    document with an original is converted from it again (a conversion that timed out)."""
     with transaction.atomic():
         locked = Document.objects.select_for_update().select_related("dataset").get(
             pk=document.pk)
-        _due(locked, status=Document.Status.PENDING, indexed_hash="", error="")
+        _due(locked, status=Document.Status.PENDING, indexed_hash="", error="",
+             converter_version="")
         job = _sync_job(locked)
         assert job is not None
         return job
@@ -257,8 +337,13 @@ def chunks_replace(*, document_id: int, drafts: Sequence[ChunkDraft]) -> None:
         Chunk.objects.filter(document_id=document_id).delete()
         Chunk.objects.bulk_create([
             Chunk(document_id=document_id, chunk_index=d.index, content=d.content,
-                  breadcrumb=d.breadcrumb[:1000], metadata={"search_chars": len(d.search_text)})
+                  breadcrumb=d.breadcrumb[:1000], metadata=_chunk_metadata(d))
             for d in drafts])
+
+
+def _chunk_metadata(draft: ChunkDraft) -> dict[str, object]:
+    location = {"location": draft.location.as_dict()} if draft.location else {}
+    return {"search_chars": len(draft.search_text), **location}
 
 
 def document_index_state_set(*, document_id: int, status: Document.Status | None = None,

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/demo.sh", description=__doc__.split("\n")[0])
     parser.add_argument("--port", type=int, default=8000, help="the web port (default 8000)")
     parser.add_argument("--knowledge", default="knowledge_base",
-                        help="the folder of markdown to import (default knowledge_base/)")
+                        help="the folder of documents to import (default knowledge_base/)")
     args = parser.parse_args(argv)
     # Ctrl-C stops the demo even when a shell started it in the background (which ignores
     # SIGINT for its children); SIGTERM and a closed terminal (SIGHUP) stop it the same way.

@@ -13,7 +13,14 @@ import dj_database_url
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
-from kbplatform.env import env_bool, env_int, env_list, env_str, generated_secret
+from kbplatform.env import (
+    env_bool,
+    env_int,
+    env_json_object,
+    env_list,
+    env_str,
+    generated_secret,
+)
 from kbplatform.processes import served_uri
 
 # Lets runtime code write ModelAdmin[Model] and Serializer[T], as the type checker does.
@@ -126,8 +133,13 @@ STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 # WhiteNoise serves what `collectstatic` put in STATIC_ROOT (with compressed copies; set-up
 # runs it), or the apps' own static folders where it has not run yet (tests, a bare checkout).
+# The default storage keeps documents' original files (datasets/originals.py): a folder
+# under KB_VAR_DIR unless KB_STORAGE_BACKEND names another backend (django-storages' S3, see
+# docs/operations.md), configured by KB_STORAGE_OPTIONS (a JSON object; *_FILE for secrets).
+KB_STORAGE_BACKEND = env_str("KB_STORAGE_BACKEND", "django.core.files.storage.FileSystemStorage")
+KB_STORAGE_OPTIONS = env_json_object("KB_STORAGE_OPTIONS", {"location": str(VAR_DIR / "files")})
 STORAGES = {
-    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "default": {"BACKEND": KB_STORAGE_BACKEND, "OPTIONS": KB_STORAGE_OPTIONS},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = not (STATIC_ROOT / "admin").is_dir()
@@ -249,6 +261,26 @@ KB_WHOLE_DOCUMENT_CHARS = env_int("KB_WHOLE_DOCUMENT_CHARS", 2000, minimum=0, ma
 KB_REDACT_SECRETS = env_bool("KB_REDACT_SECRETS", True)
 DATA_UPLOAD_MAX_MEMORY_SIZE = KB_MAX_UPLOAD_BYTES + 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = KB_MAX_UPLOAD_BYTES + 1024 * 1024
+
+# Document conversion (datasets/ingestion/formats, docs/operations.md "Conversion limits"):
+# every format but markdown and text is converted in a child process under these bounds.
+KB_CONVERT_TIMEOUT_SECONDS = env_int("KB_CONVERT_TIMEOUT_SECONDS", 120, minimum=1)
+KB_CONVERT_CPU_SECONDS = env_int("KB_CONVERT_CPU_SECONDS", 120, minimum=1)
+# The child's address space (RLIMIT_AS), not its resident memory: the interpreter and the
+# converters' libraries take about 250 MB of it before reading a byte.
+KB_CONVERT_MEMORY_MB = env_int("KB_CONVERT_MEMORY_MB", 1024, minimum=384)
+KB_CONVERT_MAX_PAGES = env_int("KB_CONVERT_MAX_PAGES", 2000, minimum=1)  # PDF pages, slides
+KB_CONVERT_MAX_CELLS = env_int("KB_CONVERT_MAX_CELLS", 200_000, minimum=1)  # sheets, tables
+# A DOCX, XLSX or PPTX (a zip) is refused before it is opened when its members declare more
+# than this in total, or when a member over 1 MB inflates more than KB_CONVERT_MAX_ZIP_RATIO
+# times (a zip bomb); a member is never inflated past its declared size.
+KB_CONVERT_MAX_UNPACKED_MB = env_int("KB_CONVERT_MAX_UNPACKED_MB", 200, minimum=1)
+KB_CONVERT_MAX_ZIP_RATIO = env_int("KB_CONVERT_MAX_ZIP_RATIO", 100, minimum=2)
+# "auto": a PDF page without text is OCR'd when the tesseract CLI is on PATH; "off": never.
+KB_OCR = env_str("KB_OCR", "auto")
+if KB_OCR not in ("auto", "off"):
+    raise ImproperlyConfigured(f"KB_OCR must be auto or off, not {KB_OCR!r}")
+KB_CONVERT_MAX_OCR_PAGES = env_int("KB_CONVERT_MAX_OCR_PAGES", 50, minimum=0)
 
 # Lookup and audit.
 KB_CANONICAL_TTL_SECONDS = env_int("KB_CANONICAL_TTL_SECONDS", 7 * 24 * 3600, minimum=60)

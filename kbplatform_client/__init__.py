@@ -29,7 +29,8 @@ class Evidence(TypedDict):
     document_id: str
     source: str
     title: str
-    breadcrumb: str
+    breadcrumb: str  # "p. 3 > Section" when the excerpt has a location
+    location: dict[str, int | str] | None  # {"page": 3}, {"slide": 2}, {"sheet": "Inventory"}
     excerpt: str
 
 
@@ -146,10 +147,12 @@ class KbClient:
         return cast(list[Dataset], self._json("GET", "/api/datasets")["datasets"])
 
     def upload(self, dataset_id: int, file_name: str, content: bytes) -> dict[str, Any]:
-        """Upload (admin keys) one markdown file: {document, changed, job}."""
+        """Upload (admin keys) one document, in any format the API reads (markdown, PDF,
+        DOCX...; the server tells them by name and content): {document, changed, job}."""
         boundary = uuid.uuid4().hex
         body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; "
-                f"filename=\"{_quoted(file_name)}\"\r\nContent-Type: text/markdown\r\n\r\n"
+                f"filename=\"{_quoted(file_name)}\"\r\n"
+                f"Content-Type: application/octet-stream\r\n\r\n"
                 ).encode() + content + f"\r\n--{boundary}--\r\n".encode()
         return self._request("POST", f"/api/datasets/{int(dataset_id)}/documents", body,
                              f"multipart/form-data; boundary={boundary}")[1]

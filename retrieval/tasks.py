@@ -13,6 +13,8 @@ import time
 from celery import shared_task
 from django.db import DatabaseError
 
+from datasets.conversion import conversion_due
+from datasets.ingestion.formats import ConversionFailed
 from datasets.ingestion.parse import DocumentParseError
 from datasets.jobs import GENERIC_ERROR, GOING, job_claim, job_fail, job_indexed, job_update
 from datasets.models import Document, Job
@@ -31,14 +33,15 @@ logger = logging.getLogger(__name__)
 
 # Checked first: the same request fails the same way again (EmbeddingAuthError is also an
 # EmbeddingError, which is transient otherwise).
-PERMANENT = (DocumentParseError, VectorStoreRejected, EmbeddingAuthError)
-TRANSIENT = (VectorStoreUnavailable, EmbeddingError, WriterBusy, DatabaseError)
+PERMANENT = (DocumentParseError, ConversionFailed, VectorStoreRejected, EmbeddingAuthError)
+# OSError: the file storage holding the originals (a missing file is ConversionFailed).
+TRANSIENT = (VectorStoreUnavailable, EmbeddingError, WriterBusy, DatabaseError, OSError)
 MAX_RETRIES = 4  # 1 + 2 + 4 + 8 s of backoff
 
 
 def public_error(exc: BaseException) -> str:
     """What the uploader reads: their own document's problem in full, ours in general."""
-    if isinstance(exc, DocumentParseError):
+    if isinstance(exc, DocumentParseError | ConversionFailed):
         return str(exc)
     if isinstance(exc, VectorStoreRejected):
         return "the vector store refused this document; the operators have the details"
@@ -78,6 +81,7 @@ def sync_document(self, document_id: int, job_id: int | None = None) -> None:  #
         attempt = self.request.retries + 1
         job_update(job, status=Job.Status.RUNNING,
                    log="indexing" if attempt == 1 else f"indexing, attempt {attempt}")
+        _converting(job, document_id)
         _synced_job(job, document_sync(document_id=document_id))
     except PERMANENT as exc:
         _give_up(document_id, job, exc)
@@ -101,9 +105,20 @@ def sync_document(self, document_id: int, job_id: int | None = None) -> None:  #
         raise
 
 
+def _converting(job: Job | None, document_id: int) -> None:
+    """Say so in the job's log when the sync converts the original first (it may take long)."""
+    document = Document.objects.filter(pk=document_id).only(
+        "format", "converter_version").first()
+    if job is not None and document is not None and conversion_due(document):
+        job_update(job, log=f"converting the {document.format} file")
+
+
 def _synced_job(job: Job | None, document: Document | None) -> None:
     if document is not None:
-        document.refresh_from_db(fields=["chunk_count"])  # written by the sync with update()
+        # Written by the sync with update().
+        document.refresh_from_db(fields=["chunk_count", "conversion_notes"])
+        for note in document.conversion_notes:
+            job_update(job, log=f"conversion: {note}")
     job_indexed(job, document)
 
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal, Protocol
 
+from datasets.ingestion.locations import Location
+
 SearchMode = Literal["dense", "hybrid", "bm25", "milvus_hybrid"]
 
 
@@ -130,6 +132,7 @@ class ScoredChunk:
     dense_l2: float | None = None
     hit_reasons: tuple[str, ...] = ()
     dataset_id: int | None = None  # the evidence guard checks it against the caller's scope
+    location: Location | None = None  # the page, slide or sheet of the original it begins on
 
 
 @dataclass(frozen=True)

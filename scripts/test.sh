@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # mysqlclient builds against libmariadb; the browser tests drive Debian's chromium.
-bash scripts/system-packages.sh libmariadb-dev pkg-config gcc chromium fonts-wqy-zenhei
+bash scripts/system-packages.sh libmariadb-dev pkg-config gcc chromium fonts-wqy-zenhei tesseract-ocr tesseract-ocr-chi-sim tesseract-ocr-eng
 bash scripts/setup.sh "mysql,dev"
 . .venv/bin/activate
 

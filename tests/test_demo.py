@@ -24,6 +24,7 @@ import pytest
 from kbplatform.demo import PRODUCTION_SETTINGS
 from kbplatform.processes import ROOT, free_port, port_open
 from tests.conftest import wait_until
+from tests.datasets.office_files import pdf_pages
 from tests.mcp_clients import over_http, over_stdio
 
 pytestmark = pytest.mark.embedded
@@ -325,6 +326,36 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
         assert page.inner_text("#job-status") == "succeeded"
         assert re.search(r"ready, chunks: \d+", page.inner_text("#job-log"))
         page.screenshot(path=str(SCREENSHOTS / "job-upload.png"), full_page=True)
+
+        # A PDF too: the worker converts it, a lookup finds it on its page, and its page in
+        # the admin offers the original beside the text it became.
+        page.goto(demo.url + "/admin/datasets/document/add/")
+        page.select_option("#id_dataset", index=1)
+        page.set_input_files("#id_upload", files=[{
+            "name": "rabbitmq-alarms.pdf", "mimeType": "application/pdf",
+            "buffer": pdf_pages([  # long enough for a chunk per page
+                "RabbitMQ alarms\n\n" + "The broker raises a resource alarm when a node runs "
+                "short of memory or disk, and it stops the publishers until it clears. " * 10,
+                "Memory alarm\n\n" + "When vm_memory_high_watermark is reached the broker "
+                "blocks every publishing connection until consumers drain the queues. " * 10
+                + "\n\nrabbitmq-diagnostics memory_breakdown shows which queues hold the "
+                "memory; 内存告警时，所有发布连接都会被阻塞。"])}])
+        page.click("input[name=_save]")
+        document_url = page.get_attribute(".messagelist .success a:text-matches('rabbitmq')",
+                                          "href")
+        page.click(".messagelist .success a:text-matches('^job ')")
+        page.wait_for_selector("#job-end:not([hidden])", timeout=120_000)
+        assert page.inner_text("#job-status") == "succeeded", page.inner_text("#job-log")
+        code, answer = demo.api("POST", "/api/tools/lookup_knowledge", demo.tool_key,
+                                {"query": "rabbitmq-diagnostics memory_breakdown queues"})
+        assert code == 200 and answer["evidence_status"] == "READY", answer
+        assert answer["evidence"][0]["source"] == "rabbitmq-alarms.pdf"
+        assert answer["evidence"][0]["location"] == {"page": 2}
+        page.goto(f"{demo.url}{document_url}")
+        assert page.get_attribute("#document-original", "href").endswith("/original/")
+        assert "vm_memory_high_watermark" in page.inner_text(".field-source_redacted")
+        assert "p. 2" in page.inner_text("#document-chunks")
+        page.screenshot(path=str(SCREENSHOTS / "document-pdf.png"), full_page=True)
 
         # Start a rebuild from the index operations page and watch it to its end.
         page.goto(demo.url + "/admin/retrieval/indexversion/")

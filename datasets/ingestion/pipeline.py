@@ -1,12 +1,14 @@
-"""markdown → frontmatter + body → transformers → heading-aware splitter → chunk drafts."""
+"""markdown → frontmatter + body → transformers → locations → heading-aware splitter →
+chunk drafts."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from datasets.ingestion.limits import MAX_CHUNKS_PER_DOCUMENT, MAX_SEARCH_TEXT_CHARS, shorten
+from datasets.ingestion.locations import Location, take_markers
 from datasets.ingestion.parse import DocumentTooLarge, ParsedDocument
-from datasets.ingestion.splitter import MarkdownSplitter
+from datasets.ingestion.splitter import BREADCRUMB_SEPARATOR, MarkdownSplitter, Segment
 from datasets.ingestion.transformers import SecretRedactor, transform_document
 
 # Stateless: one instance serves every document.
@@ -30,9 +32,10 @@ class Chunking:
 class ChunkDraft:
     index: int
     content: str  # the raw chunk text an agent reads
-    breadcrumb: str
+    breadcrumb: str  # the location first when there is one: "p. 3 > Section"
     # Title + Path + Content: the BM25 input and the embedding input, ≤ MAX_SEARCH_TEXT_CHARS.
     search_text: str
+    location: Location | None = None  # the page, slide or sheet where the chunk begins
 
 
 def build_chunks(
@@ -44,24 +47,31 @@ def build_chunks(
 ) -> list[ChunkDraft]:
     """The chunks of one document; DocumentTooLarge when there would be over `max_chunks`."""
     body = transform_document(parsed.body, redactor=_REDACTOR if redact else None)
+    marked = take_markers(body)
     splitter = chunking.splitter()
     drafts: list[ChunkDraft] = []
     count = 0
-    for segment in splitter.iter_split(body):
+    for segment in splitter.iter_split(marked.text):
         count += 1
         # Past the limit the segments are only counted, so the error can say by how much
         # the document is over without holding (or building search texts for) all of them.
         if count <= max_chunks:
-            drafts.append(ChunkDraft(
-                index=segment.index, content=segment.content, breadcrumb=segment.breadcrumb,
-                search_text=search_text(parsed.title, segment.breadcrumb, segment.content),
-            ))
+            drafts.append(_draft(parsed.title, segment, marked.at(segment.start)))
     if count > max_chunks:
         raise DocumentTooLarge(
             f"the document splits into {count:,} chunks; the limit is {max_chunks:,} per "
             "document: split it into several files"
         )
     return drafts
+
+
+def _draft(title: str, segment: Segment, location: Location | None) -> ChunkDraft:
+    breadcrumb = segment.breadcrumb
+    if location is not None:
+        breadcrumb = BREADCRUMB_SEPARATOR.join(p for p in (location.label(), breadcrumb) if p)
+    return ChunkDraft(index=segment.index, content=segment.content, breadcrumb=breadcrumb,
+                      search_text=search_text(title, breadcrumb, segment.content),
+                      location=location)
 
 
 def search_text(title: str, breadcrumb: str, content: str) -> str:

@@ -30,7 +30,7 @@ _CONTAINERS = frozenset({"bullet_list", "ordered_list", "list_item", "blockquote
 # "redis.conf" or "3.14" is not a boundary; CJK punctuation needs nothing.
 _SENTENCE_END = re.compile(r"(?:[。！？；]|[.!?](?=\s))[\"'”’)）」』]*[ \t]*\n?|\n")
 _LEADING_BLANK_LINES = re.compile(r"\A(?:[ \t]*\n)+")
-_BREADCRUMB_SEPARATOR = " > "
+BREADCRUMB_SEPARATOR = " > "
 # Block structure only: the splitter reads spans, not inline markup, and without the inline
 # pass a big document holds no child token per word of emphasis or code. Headings, the one
 # place inline markup matters, are parsed on their own with _INLINE_PARSER.
@@ -47,6 +47,9 @@ class Segment:
     content: str
     breadcrumb: str
     headings: tuple[str, ...]
+    # Where the segment begins in the (newline-normalised) text: what precedes it there (a
+    # page marker the pipeline took out) says where it is. Overlap starts it before its cut.
+    start: int = 0
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,7 @@ class MarkdownSplitter:
             return
         pieces = list(self._pieces(text))  # a short document: a few pieces at most
         if len({piece.headings for piece in pieces}) == 1:  # one section, cut for its length
-            yield Segment(0, whole, pieces[0].breadcrumb, pieces[0].headings)
+            yield Segment(0, whole, pieces[0].breadcrumb, pieces[0].headings, pieces[0].start)
         else:
             yield from pieces
 
@@ -152,6 +155,7 @@ class MarkdownSplitter:
         path: list[tuple[int, str]] = []
         for heading, body in _sections(root.children):
             lead = ""
+            lead_start: int | None = None
             if heading is not None and heading.map is not None:
                 level = int(heading.tag[1])
                 while path and path[-1][0] >= level:
@@ -159,10 +163,13 @@ class MarkdownSplitter:
                 path.append((level, _heading_title(heading)))
                 span = source.span(heading.map)
                 lead = _heading_line(source.text, span, heading, level) + "\n\n"
+                lead_start = span[0]
             headings = tuple(title for _, title in path if title)
             breadcrumb = _breadcrumb(headings)
-            for content in self._split_section(source, lead, body, protected):
-                yield Segment(index, content, breadcrumb, headings)
+            for start, content in self._split_section(source, lead, body, protected):
+                first = lead_start if lead_start is not None else start
+                yield Segment(index, content, breadcrumb, headings, first)
+                lead_start = None
                 index += 1
 
     def _split_section(
@@ -171,8 +178,9 @@ class MarkdownSplitter:
         lead: str,
         body: Sequence[SyntaxTreeNode],
         protected: Sequence[tuple[int, int]],
-    ) -> list[str]:
-        """Pack a section's blocks into pieces; `lead` (its heading line) opens the first."""
+    ) -> list[tuple[int, str]]:
+        """Pack a section's blocks into (start, piece); `lead` (its heading line) opens the
+        first."""
         if not body:
             return []
         # Leave room for the heading so the first piece fits.
@@ -181,7 +189,7 @@ class MarkdownSplitter:
         units = [u for node in body for u in self._units(source, node, max_unit, max_atomic)]
         if not units:
             return []
-        pieces: list[str] = []
+        pieces: list[tuple[int, str]] = []
         start = units[0].start
         first = 0
         while first < len(units):
@@ -199,7 +207,7 @@ class MarkdownSplitter:
                 content = lead + source.text[start : units[last].end]
             content = _LEADING_BLANK_LINES.sub("", content).rstrip()
             if content:
-                pieces.append(content)
+                pieces.append((start, content))
             lead = ""
             if last + 1 < len(units):
                 following = units[last + 1]
@@ -308,13 +316,13 @@ def _heading_line(text: str, span: tuple[int, int], heading: SyntaxTreeNode, lev
 
 def _breadcrumb(headings: Sequence[str]) -> str:
     """The heading path; when too long, its first headings give way to "…"."""
-    path = _BREADCRUMB_SEPARATOR.join(headings)
+    path = BREADCRUMB_SEPARATOR.join(headings)
     if len(path) <= MAX_BREADCRUMB_CHARS:
         return path
     # The deepest headings say most about a chunk; the top one is usually the title, which
     # the search text carries anyway.
     for first in range(1, len(headings)):
-        path = _BREADCRUMB_SEPARATOR.join((ELLIPSIS, *headings[first:]))
+        path = BREADCRUMB_SEPARATOR.join((ELLIPSIS, *headings[first:]))
         if len(path) <= MAX_BREADCRUMB_CHARS:
             return path
     return shorten(headings[-1], MAX_BREADCRUMB_CHARS)

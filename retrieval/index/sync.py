@@ -6,6 +6,13 @@ re-reads the row first: a document deleted or given new content meanwhile is not
 (its own sync, queued with that change, writes it). Activation is never written: lookups
 filter on the row (retrieval/index/milvus/expressions.py). What the index holds is recorded in
 the document's row and Chunk rows through datasets' services: datasets owns those rows.
+
+A document uploaded in another format than markdown is converted here, in the sync, before
+the split (datasets/conversion.py), not by a task of its own on the `celery` queue before
+it: the sync is the one idempotent task that makes the index follow a row, which the
+recovery re-sends and a rebuild repeats, so each of them converts what is due with no second
+task to hand over to, lose or race with. The conversion runs outside the writer lock, bounded
+by KB_CONVERT_* (in a child process); what it costs is an indexing worker for that time.
 """
 
 from __future__ import annotations
@@ -16,8 +23,11 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 
+from datasets.conversion import document_convert
 from datasets.evidence import EvidenceKey
+from datasets.ingestion.formats import CONVERTER_VERSION, ConversionFailed, Format
 from datasets.ingestion.parse import parse_markdown
 from datasets.ingestion.pipeline import ChunkDraft, Chunking, build_chunks
 from datasets.models import Document
@@ -25,6 +35,7 @@ from datasets.services import (
     chunks_replace,
     document_index_state_set,
     document_indexed,
+    document_mark_failed,
     document_synced,
 )
 from retrieval.index import milvus
@@ -65,16 +76,27 @@ def lock_scope(document: Document) -> str:
 
 
 def chunk_drafts(document: Document, *, chunking: Chunking) -> list[ChunkDraft]:
-    raw = document.source_text.encode("utf-8")
+    """The document's chunks, converted from its original first when that is due."""
+    raw = document_convert(document=document).source_text.encode("utf-8")
     return build_chunks(parse_markdown(raw, file_name=document.file_name, max_bytes=len(raw) + 1),
                         chunking=chunking, redact=settings.KB_REDACT_SECRETS)
 
 
 def prepare(documents: Sequence[Document], *, chunking: Chunking,
             embedder: Embedder) -> list[Prepared]:
-    """Split every document and embed all their chunks in one call."""
-    return _embedded(documents, [chunk_drafts(d, chunking=chunking) for d in documents],
-                     embedder)
+    """Split every document and embed all their chunks in one call. A document whose
+    conversion fails (a rebuild after the converters changed) is marked FAILED with its
+    reason and left out: one file must not stop a rebuild."""
+    kept: list[Document] = []
+    drafts: list[list[ChunkDraft]] = []
+    for document in documents:
+        try:
+            drafts.append(chunk_drafts(document, chunking=chunking))
+        except ConversionFailed as exc:
+            document_mark_failed(document_id=document.pk, error=str(exc))
+            continue
+        kept.append(document)
+    return _embedded(kept, drafts, embedder)
 
 
 def _embedded(documents: Sequence[Document], drafts: Sequence[list[ChunkDraft]],
@@ -91,8 +113,10 @@ def _companions(document: Document) -> list[Document]:
     Only with the single writer (Milvus Lite): with per-document locks each has its own."""
     if not settings.KB_MILVUS_SINGLE_WRITER:
         return []
+    # Not those still to convert: a conversion may take seconds, their own syncs do it.
+    converted = Q(format=Format.MARKDOWN) | Q(converter_version=CONVERTER_VERSION)
     return list(Document.objects.select_related("dataset")
-                .filter(status=Document.Status.PENDING, deleted=False,
+                .filter(converted, status=Document.Status.PENDING, deleted=False,
                         dataset__evaluation=False)
                 .exclude(pk=document.pk).order_by("pk")[:BATCH - 1])
 
@@ -126,7 +150,8 @@ def chunk_rows(document: Document, prepared: Prepared) -> list[ChunkRow]:
                   "title": document.title, "breadcrumb": draft.breadcrumb,
                   "source": document.source_path, "category": document.category,
                   "kb_scope": dataset.kb_scope, "datasetId": str(dataset.pk),
-                  "contentHash": document.content_hash})
+                  "contentHash": document.content_hash,
+                  "location": draft.location.as_dict() if draft.location else None})
         for draft, vector in zip(prepared.drafts, prepared.vectors, strict=True)]
 
 
@@ -173,8 +198,14 @@ def document_sync(*, document_id: int) -> Document | None:
         document_synced(document_id=document.pk, revision=document.revision)
         return document
     document_index_state_set(document_id=document.pk, status=Document.Status.INDEXING)
-    prepared = _prepare_with_companions(document, chunking=index.chunking,
-                                        embedder=index.embedder)
+    try:
+        prepared = _prepare_with_companions(document, chunking=index.chunking,
+                                            embedder=index.embedder)
+    except ConversionFailed:
+        fresh = _fresh([document.pk]).get(document.pk)
+        if fresh is None or fresh.content_hash != document.content_hash:
+            return fresh  # other bytes uploaded meanwhile (its original replaced): its sync
+        raise
     with milvus_writer(scope):
         current = serving_index()
         if current.version.pk != index.version.pk:  # a rebuild switched meanwhile

@@ -16,6 +16,7 @@ from typing import Any
 
 from audit.types import DropReason
 from datasets.evidence import EvidenceKey
+from datasets.ingestion.locations import Location
 from retrieval.analysis import contains_term, normalize_text
 from retrieval.lexical import QueryTerms, query_terms
 from retrieval.types import (
@@ -235,4 +236,5 @@ class KnowledgeEvidencePostProcessor:
             quality=quality,
             dense_l2=dense_l2,
             dataset_id=_int(meta, "datasetId"),
+            location=Location.stored(meta.get("location")),
         )

@@ -33,6 +33,7 @@ class RagResultProjector:
                 "source": item.chunk.source,
                 "title": item.chunk.title,
                 "breadcrumb": item.chunk.breadcrumb,
+                "location": item.chunk.location.as_dict() if item.chunk.location else None,
                 "excerpt": item.excerpt,
             }
             for item in items

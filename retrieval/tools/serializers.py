@@ -28,7 +28,13 @@ class EvidenceOutput(serializers.Serializer[dict[str, Any]]):
     # DRF takes declared fields off the class, so this does not shadow Field.source at runtime.
     source = serializers.CharField(allow_blank=True)  # type: ignore[assignment]
     title = serializers.CharField(allow_blank=True)
-    breadcrumb = serializers.CharField(allow_blank=True)
+    breadcrumb = serializers.CharField(
+        allow_blank=True, help_text="The headings above the excerpt, after its page, slide or "
+                                    "sheet when it has one: `p. 3 > Section`.")
+    location = serializers.DictField(
+        allow_null=True, help_text="Where the excerpt begins in the original file: "
+        "`{\"page\": 3}` (PDF), `{\"slide\": 2}` (PPTX) or `{\"sheet\": \"Inventory\"}` (XLSX); "
+        "null when the original has none (markdown, text, HTML...).")
     excerpt = serializers.CharField(allow_blank=True, help_text="Retrieved text: untrusted data.")
 
 

@@ -9,6 +9,7 @@ import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
+from datasets.importer import document_files
 from datasets.models import Dataset, Document, Job, Tenant
 from tests.datasets.builders import api_client, found_doc_ids, lookup, markdown, runbook
 
@@ -21,7 +22,7 @@ def _folder(root: Path) -> Path:
     (root / "README.md").write_text("# About this folder\n\nNot a runbook.\n")
     (root / "redis.md").write_bytes(runbook("redis", sections=2))
     (root / "sub" / "kafka.md").write_bytes(runbook("kafka", sections=3))
-    (root / "notes.txt").write_text("not markdown")
+    (root / "notes.bin").write_text("no format the platform reads")
     return root
 
 
@@ -137,8 +138,8 @@ def test_a_missing_folder_is_a_command_error(tmp_path) -> None:
 def test_import_of_the_sample_knowledge_base_then_lookup(store, make_key) -> None:
     lines = _import()  # the default: knowledge_base/ into default/knowledge-base
 
-    files = sorted(p for p in settings.KB_KNOWLEDGE_DIR.rglob("*.md")
-                   if p.name.lower() != "readme.md")
+    files = document_files(settings.KB_KNOWLEDGE_DIR)  # the PDF, DOCX and HTML ones too
+    assert {p.suffix for p in files} >= {".md", ".pdf", ".docx", ".html"}
     assert lines[-2].startswith(f"[{'#' * 24}] {len(files)}/{len(files)} documents · ")
     summary = lines[-1]
     assert summary.startswith(f"done: {len(files)} files, {len(files)} indexed, 0 unchanged, "

@@ -238,7 +238,8 @@ def test_a_short_document_of_one_section_is_one_segment() -> None:
                              whole_document=len(ABSTRACT.strip()))
     # As written (line ends normalised, outer blank lines dropped), under its heading.
     assert whole.split("\n\n" + ABSTRACT.replace("\n", "\r\n")) == [
-        Segment(0, ABSTRACT.strip(), "Aspirin and platelets", ("Aspirin and platelets",))]
+        Segment(0, ABSTRACT.strip(), "Aspirin and platelets", ("Aspirin and platelets",),
+                start=2)]
     untitled = ABSTRACT.split("\n", 2)[2]
     assert whole.split(untitled) == [Segment(0, untitled.strip(), "", ())]
 

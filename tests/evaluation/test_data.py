@@ -20,8 +20,11 @@ def _chinese(text: str) -> bool:
     return len(re.findall(r"[\u4e00-\u9fff]", text)) >= 2
 
 
-def test_the_paraphrased_set_asks_every_runbook_in_both_languages_split_in_halves() -> None:
+def test_the_paraphrased_set_asks_every_markdown_runbook_in_both_languages_split_in_halves(
+        ) -> None:
     questions = questions_load(KNOWLEDGE / "eval" / "paraphrased.jsonl")
+    # The set was written for (and its figures measured on) the markdown runbooks; the three
+    # in other formats show conversion and are asked by the tests of the formats.
     runbooks = {str(p.relative_to(KNOWLEDGE)) for p in KNOWLEDGE.rglob("*.md")
                 if p.name.lower() != "readme.md"}
     asked = Counter(q.expect for q in questions if q.expect)

@@ -14,7 +14,7 @@ from kbplatform.progress import ProgressBar
 
 
 class Command(BaseCommand):
-    help = ("Import a folder of markdown (default: knowledge_base/) into a dataset and wait "
+    help = ("Import a folder of documents (default: knowledge_base/) into a dataset and wait "
             "until it is indexed; skips README.md.")
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -27,6 +27,8 @@ class AdvancedRetriever:
                                     "chunkIndex": item.chunk.chunk_index,
                                     "title": item.chunk.title,
                                     "breadcrumb": item.chunk.breadcrumb,
+                                    "location": (item.chunk.location.as_dict()
+                                                 if item.chunk.location else None),
                                     "source": item.chunk.source,
                                     "datasetId": item.chunk.dataset_id},
                           rank=rank, score=item.chunk.quality, dense_l2=item.chunk.dense_l2)

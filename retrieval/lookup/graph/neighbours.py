@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from datasets.evidence import EvidenceKey
+from datasets.ingestion.locations import Location
 from retrieval.types import KnowledgeSearchPort, ScoredChunk, SearchFilters, SearchHit
 
 MAX_SECTION_CHUNKS = 20  # per hit: a section longer than this is read from its hit onwards
@@ -92,4 +93,5 @@ def _neighbour(parent: ScoredChunk, hit: SearchHit) -> ScoredChunk:
     return replace(parent, evidence_key=hit.chunk_id, content=hit.content,
                    chunk_index=index if isinstance(index, int) else None,
                    breadcrumb=str(meta.get("breadcrumb", "")), raw_score=0.0,
+                   location=Location.stored(meta.get("location")),
                    hit_reasons=(f"neighbour_of:{parent.evidence_key}",))

@@ -1,0 +1,50 @@
+"""A document's markdown made from its original file, in the worker (never the web process).
+
+Indexing reads `Document.source_text`. For markdown that is the upload itself; for every other
+format it is what `datasets.ingestion.formats.convert` (sandboxed in a child process) made of
+the original, recorded with the converters' version: a document converted by an older version
+(an upgrade, a reindex) or not yet (a fresh upload) is converted again from its original first.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from datasets.ingestion.formats import CONVERTER_VERSION, ConversionFailed, Format, convert
+from datasets.ingestion.parse import parse_markdown
+from datasets.ingestion.source import stored_source
+from datasets.models import Document
+from datasets.originals import original_read
+
+
+def conversion_due(document: Document) -> bool:
+    return document.format != Format.MARKDOWN and document.converter_version != CONVERTER_VERSION
+
+
+def document_convert(*, document: Document) -> Document:
+    """`document` with its converted markdown current; raises ConversionFailed (the reason is
+    the uploader's to read) or DocumentParseError (the converted text is not indexable).
+
+    The row is updated only while it still holds the content converted: an upload of new
+    bytes meanwhile has its own sync. Two processes converting the same document at once
+    write the same text.
+    """
+    if not conversion_due(document):
+        return document
+    try:
+        raw = original_read(document.original)
+    except FileNotFoundError as exc:
+        raise ConversionFailed("the original file is missing from the storage; upload it "
+                               "again") from exc
+    converted = convert(Format(document.format), raw)
+    if not converted.markdown.strip():
+        raise ConversionFailed("no text was found in the file")
+    source = stored_source(converted.markdown, redact=settings.KB_REDACT_SECRETS)
+    encoded = source.encode("utf-8")
+    parsed = parse_markdown(encoded, file_name=document.file_name, max_bytes=len(encoded) + 1)
+    changes = {"source_text": source, "converter_version": CONVERTER_VERSION,
+               "conversion_notes": list(converted.notes), "title": parsed.title[:500]}
+    Document.objects.filter(pk=document.pk, content_hash=document.content_hash).update(**changes)
+    for name, value in changes.items():
+        setattr(document, name, value)
+    return document
