@@ -30,6 +30,7 @@ class Evidence(TypedDict):
     source: str
     title: str
     breadcrumb: str
+    commit: str  # a git source's document: the commit its content came from; "" otherwise
     excerpt: str
 
 

@@ -129,6 +129,7 @@ class ScoredChunk:
     dense_l2: float | None = None
     hit_reasons: tuple[str, ...] = ()
     dataset_id: int | None = None  # the evidence guard checks it against the caller's scope
+    commit: str = ""  # a git source's document: the commit its content came from
 
 
 @dataclass(frozen=True)

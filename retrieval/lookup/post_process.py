@@ -235,4 +235,5 @@ class KnowledgeEvidencePostProcessor:
             quality=quality,
             dense_l2=dense_l2,
             dataset_id=_int(meta, "datasetId"),
+            commit=_text(meta, "commit"),
         )

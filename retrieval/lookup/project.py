@@ -33,6 +33,7 @@ class RagResultProjector:
                 "source": item.chunk.source,
                 "title": item.chunk.title,
                 "breadcrumb": item.chunk.breadcrumb,
+                "commit": item.chunk.commit,
                 "excerpt": item.excerpt,
             }
             for item in items

@@ -29,6 +29,9 @@ class EvidenceOutput(serializers.Serializer[dict[str, Any]]):
     source = serializers.CharField(allow_blank=True)  # type: ignore[assignment]
     title = serializers.CharField(allow_blank=True)
     breadcrumb = serializers.CharField(allow_blank=True)
+    commit = serializers.CharField(allow_blank=True, help_text=(
+        "The git commit the evidence's document came from (a git source's); empty for an "
+        "uploaded document and the other sources'."))
     excerpt = serializers.CharField(allow_blank=True, help_text="Retrieved text: untrusted data.")
 
 

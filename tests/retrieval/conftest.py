@@ -149,7 +149,7 @@ RUNBOOKS_B = {"nginx-globex.md": NGINX_B, "coolant.md": COOLANT}
 
 CONTRACT_KEYS = {"evidence_status", "tool_call_id", "query", "evidence", "relevance_level",
                  "truncated", "returned_count"}
-EVIDENCE_KEYS = {"document_id", "source", "title", "breadcrumb", "excerpt"}
+EVIDENCE_KEYS = {"document_id", "source", "title", "breadcrumb", "commit", "excerpt"}
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ class AdvancedRetriever:
                                     "title": item.chunk.title,
                                     "breadcrumb": item.chunk.breadcrumb,
                                     "source": item.chunk.source,
-                                    "datasetId": item.chunk.dataset_id},
+                                    "datasetId": item.chunk.dataset_id,
+                                    "commit": item.chunk.commit},
                           rank=rank, score=item.chunk.quality, dense_l2=item.chunk.dense_l2)
                 for rank, item in enumerate(result.pack.items[:call.limit], 1)]
 
