@@ -63,8 +63,16 @@ def test_200_files_then_one_change_reindexes_exactly_one_document(kb, store, roo
     assert after["src/topic-001.md"].source_commit == first_commit
     source.refresh_from_db()
     assert (source.last_revision, source.last_status) == (second_commit, "succeeded")
-    print(f"\ngit source, 200 files: first sync {first_seconds:.2f} s, "
-          f"one file changed {second_seconds:.2f} s")
+
+    repo.write({"README.txt": b"outside the sub-folder"})
+    repo.commit("nothing under docs/ changes")
+    started = time.monotonic()
+    job = sync(source)
+    idle_seconds = time.monotonic() - started
+    assert job.detail["unchanged"] == 200 and job.detail.get("changed", 0) == 0
+    assert Job.objects.filter(kind=Job.Kind.INDEX_DOCUMENT).count() == index_jobs + 1
+    print(f"\ngit source, 200 files: first sync {first_seconds:.2f} s, one file changed "
+          f"{second_seconds:.2f} s, nothing changed {idle_seconds:.2f} s")
 
 
 def test_a_deleted_file_leaves_milvus_and_only_its_document_goes(kb, store, roots) -> None:
