@@ -85,6 +85,6 @@ class Globs:
         return not self.regexes or any(r.match(path) for r in self.regexes)
 
 
-def too_many(count: int) -> SyncFailed:
+def too_many() -> SyncFailed:
     return SyncFailed(f"the source has more than {settings.KB_SOURCE_MAX_FILES} files "
                       "(KB_SOURCE_MAX_FILES): narrow its globs or sub-folder")

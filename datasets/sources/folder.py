@@ -60,7 +60,7 @@ class FolderReader:
                 stat = full.stat()
                 files[relative] = (f"{stat.st_mtime_ns}:{stat.st_size}", stat.st_size)
                 if len(files) > settings.KB_SOURCE_MAX_FILES:
-                    raise too_many(len(files))
+                    raise too_many()
         return files
 
 

@@ -97,7 +97,7 @@ class GitReader:
             if self.globs(relative):
                 files[relative] = (blob, int(size))
                 if len(files) > settings.KB_SOURCE_MAX_FILES:
-                    raise too_many(len(files))
+                    raise too_many()
         return files
 
     def _git(self, *args: str, protocol: str = "file") -> bytes:

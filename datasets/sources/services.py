@@ -3,7 +3,7 @@ queue: the API's, the admin's, the command's and the schedule's one way in)."""
 
 from __future__ import annotations
 
-import logging
+import shutil
 from datetime import timedelta
 from typing import Any
 
@@ -13,10 +13,9 @@ from django.utils import timezone
 from datasets.jobs import GOING, JOB_ID, job_create
 from datasets.models import Dataset, Job, Source
 from datasets.services import DuplicateName, document_delete
+from datasets.sources.git import cache_dir
 from datasets.sources.locations import source_refusals
 from kbplatform.errors import ApiError, ErrorCode
-
-logger = logging.getLogger(__name__)
 
 SYNC_TASK = "datasets.tasks.sync_source_task"
 FIELDS = ("name", "kind", "location", "branch", "subfolder", "include", "max_depth",
@@ -73,7 +72,9 @@ def source_delete(*, source: Source) -> None:
                               extra={"job_id": running.pk if running else None})
         for document in locked.documents.filter(deleted=False):
             document_delete(document=document)
+        cache = cache_dir(locked)
         locked.delete()
+        transaction.on_commit(lambda: shutil.rmtree(cache, ignore_errors=True))
 
 
 def _going_sync(source: Source) -> Job | None:

@@ -49,9 +49,10 @@ def source_sync(*, source: Source, job: Job | None) -> Counter[str] | None:
     if not source_claim(source):
         job_update(job, status=Job.Status.SUCCEEDED, detail={"skipped": True}, log=SKIPPED)
         return None
-    reader = READERS[source.kind](source, Deadline())
+    deadline = Deadline()
+    reader = READERS[source.kind](source, deadline)
     try:
-        counts = _sync(source, reader, job)
+        counts = _sync(source, reader, job, deadline)
     except SyncFailed as exc:
         _release(source, status=Source.Status.FAILED, error=str(exc))
         job_update(job, status=Job.Status.FAILED, error=str(exc),
@@ -71,7 +72,8 @@ def source_sync(*, source: Source, job: Job | None) -> Counter[str] | None:
     return counts
 
 
-def _sync(source: Source, reader: Reader, job: Job | None) -> Counter[str]:
+def _sync(source: Source, reader: Reader, job: Job | None, deadline: Deadline
+          ) -> Counter[str]:
     prefix = f"{source.name}/"
     documents = {d.source_path.removeprefix(prefix): d for d in Document.objects.filter(
         source=source, deleted=False).select_related("dataset")}
@@ -81,6 +83,7 @@ def _sync(source: Source, reader: Reader, job: Job | None) -> Counter[str]:
     counts: Counter[str] = Counter()
     seen: set[str] = set()
     for number, item in enumerate(reader.items(known), 1):
+        deadline.check()
         seen.add(item.path)
         outcome, reason = _apply(source, reader.commit, item, documents.get(item.path))
         counts[outcome] += 1

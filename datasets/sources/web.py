@@ -89,6 +89,9 @@ class WebReader:
     def items(self, known: Mapping[str, str]) -> Iterator[Item]:
         robots = self._robots()
         start = urldefrag(self.source.location)[0]
+        if not robots.can_fetch(AGENT, start):
+            # Not "every page is gone": a robots.txt changed by mistake would empty the dataset.
+            raise SyncFailed("robots.txt disallows the start page")
         queue, queued = deque([(start, 0)]), {start}
         fetched = 0
         while queue:

@@ -31,7 +31,7 @@ def repo(settings, tmp_path):
     return made
 
 
-def test_create_sync_read_update_delete(kb, store, repo) -> None:
+def test_create_sync_read_update_delete(kb, store, repo, settings) -> None:
     created = kb.admin.post("/api/sources", {
         "dataset_id": kb.dataset.pk, "name": "handbook", "kind": "git",
         "location": str(repo.path), "interval_minutes": 60}, format="json")
@@ -55,7 +55,10 @@ def test_create_sync_read_update_delete(kb, store, repo) -> None:
     kb.admin.post(f"/api/sources/{source_id}/sync")
     assert [d.source_path for d in Document.objects.filter(deleted=False)] == ["handbook/a.md"]
 
+    cache = settings.VAR_DIR / "sources" / "git" / str(source_id)
+    assert (cache / "HEAD").exists()
     assert kb.admin.delete(f"/api/sources/{source_id}").status_code == 204
+    assert not cache.exists()
     assert not Source.objects.exists()
     assert not Document.objects.filter(deleted=False).exists()
 

@@ -169,6 +169,20 @@ def test_two_syncs_at_once_one_runs_the_other_is_skipped(kb, store, allowed) -> 
     assert results and results[0] is not None and results[0]["added"] == 1  # type: ignore[index]
 
 
+def test_robots_refusing_the_start_page_fails_the_sync_and_deletes_nothing(
+        kb, store, allowed) -> None:
+    site = _site()
+    with web_site(site):
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/", max_depth=3)
+        sync(source)
+        before = _paths(source)
+        site.robots = "User-agent: *\nDisallow: /\n"
+        job = sync(source)
+
+    assert job.status == Job.Status.FAILED and "robots.txt" in job.error
+    assert _paths(source) == before and before
+
+
 @pytest.mark.xfail(strict=False, reason="HTML pages become documents when the HTML converter "
                                         "lands (the formats branch): unsupported_type until")
 def test_html_pages_become_documents(kb, store, allowed) -> None:
