@@ -298,7 +298,8 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     # A PATCH takes the same required fields as the views validate (no "Patched" copies).
     "COMPONENT_SPLIT_PATCH": False,
-    "ENUM_NAME_OVERRIDES": {"JobKindEnum": "datasets.models.Job.Kind"},
+    "ENUM_NAME_OVERRIDES": {"JobKindEnum": "datasets.models.Job.Kind",
+                            "SourceKindEnum": "datasets.models.Source.Kind"},
 }
 
 LOGGING = {
