@@ -85,6 +85,9 @@ class WebReader:
         self.http = client(max_response_bytes=source.max_page_bytes)
         self.links_before: dict[str, list[str]] = dict(source.state.get("links", {}))
         self.links: dict[str, list[str]] = {}  # what the source's state keeps after the sync
+        # The links kept, in all: a page past it is fetched whole next time (no 304 without
+        # its links, or the pages below it would look gone).
+        self.link_budget = settings.KB_SOURCE_MAX_FILES
 
     def items(self, known: Mapping[str, str]) -> Iterator[Item]:
         robots = self._robots()
@@ -106,7 +109,7 @@ class WebReader:
             path = page_path(url)
             item, links = self._page(url, path, known.get(path, ""), first=url == start)
             for link in links if depth < self.source.max_depth else []:
-                if link not in queued and self._same_site(link):
+                if link not in queued:
                     queued.add(link)
                     queue.append((link, depth + 1))
             self.expected = min(len(queued), self.source.max_pages)
@@ -118,19 +121,18 @@ class WebReader:
         """The page as an item (None: not a document: gone, a sitemap, a redirect) and the
         links it leads to."""
         try:
-            response = self._get(url, version)
+            response = self._get(url, version if url in self.links_before else "")
         except httpx2.HTTPError as exc:
             if first:
                 raise SyncFailed("could not connect to the start page") from None
             # Kept: a page that did not answer this time may answer the next.
             return Item(path, version, failure=_failure(exc)), self.links_before.get(url, [])
         status = response.status_code
-        if status == 304:
-            self.links[url] = self.links_before.get(url, [])
-            return Item(path, version), self.links[url]
+        if status == 304 and url in self.links_before:
+            return Item(path, version), self._keep(url, self.links_before[url])
         if status in REDIRECTS:
             target = urldefrag(urljoin(url, response.headers.get("location", "")))[0]
-            return None, [target]  # followed when on the same site, as a link
+            return None, [target] if self._same_site(target) else []  # followed as a link
         if status in GONE:
             if first:
                 raise SyncFailed(f"the start page answered HTTP {status}")
@@ -140,11 +142,19 @@ class WebReader:
                 raise SyncFailed(f"the start page answered HTTP {status}")
             return Item(path, version, failure=f"HTTP {status}"), self.links_before.get(url, [])
         content_type = response.headers.get("content-type", "").lower()
-        links = links_of(response.content, content_type, url)[:settings.KB_SOURCE_MAX_FILES]
-        self.links[url] = links
+        links = self._keep(url, list(dict.fromkeys(
+            link for link in links_of(response.content, content_type, url)
+            if self._same_site(link)))[:self.source.max_pages])
         if "xml" in content_type:
             return None, links  # a sitemap leads to pages, it is none
         return Item(path, _version(response), raw=response.content), links
+
+    def _keep(self, url: str, links: list[str]) -> list[str]:
+        """`links` of the page at `url`, kept for the next sync while the budget lasts."""
+        if len(links) <= self.link_budget:
+            self.links[url] = links
+            self.link_budget -= len(links)
+        return links
 
     def _get(self, url: str, version: str) -> httpx2.Response:
         headers = {"User-Agent": AGENT}

@@ -74,6 +74,21 @@ def test_second_sync_asks_with_etags_and_reads_only_the_changed_page(
     assert not any(p.endswith("two.md") for p in _paths(source))
 
 
+def test_a_page_whose_links_were_not_kept_is_fetched_whole(kb, store, allowed,
+                                                         settings) -> None:
+    settings.KB_SOURCE_MAX_FILES = 2  # the links kept in all: not the 3 of "/"
+    with web_site(_site()) as site:
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/", max_depth=3)
+        sync(source)
+        before = _paths(source)
+        site.hits.clear()
+        job = sync(source)
+
+    statuses = dict(site.hits)
+    assert statuses["/"] == 200 and statuses["/guide/setup.md"] == 304
+    assert _paths(source) == before and job.detail.get("deleted", 0) == 0
+
+
 def test_a_sitemap_lists_the_pages(kb, store, allowed) -> None:
     site = _site()
     with web_site(site):
