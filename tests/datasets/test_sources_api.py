@@ -4,6 +4,7 @@ datasets' sources only; a sync is a job; a second one while it runs is refused."
 from __future__ import annotations
 
 import io
+import threading
 from datetime import timedelta
 
 import pytest
@@ -15,6 +16,8 @@ from django.utils import timezone
 from datasets.models import Document, Job, Source, Tenant
 from datasets.services import dataset_create
 from datasets.sources.services import sources_sync_due
+from kbplatform.tasks import recover_periodically
+from tests.conftest import wait_until
 from tests.datasets.builders import api_client
 from tests.datasets.source_builders import Repo, doc, make_source
 
@@ -134,6 +137,22 @@ def test_the_schedule_enqueues_due_sources_only(kb, store, repo) -> None:
     assert [job.source_id for job in jobs] == [due.pk]
     due.refresh_from_db()
     assert due.last_status == "succeeded" and sources_sync_due() == []
+
+
+def test_the_periodic_loop_syncs_a_scheduled_source(kb, store, repo, settings) -> None:
+    # What the worker (and the embedded web process) runs: the recovery, then the due syncs.
+    settings.KB_RECOVERY_INTERVAL_SECONDS = 1
+    source = make_source(kb.dataset, kind="git", location=str(repo.path), interval_minutes=1)
+    stop = threading.Event()
+    thread = recover_periodically(stop)
+    try:
+        wait_until(lambda: Source.objects.get(pk=source.pk).last_status == "succeeded",
+                   timeout=60, what="the scheduled sync")
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert Job.objects.filter(source=source, kind=Job.Kind.SYNC_SOURCE).count() == 1
+    assert Document.objects.filter(source=source, deleted=False).count() == 2
 
 
 def test_the_command_syncs_and_prints_the_log(kb, store, repo) -> None:
