@@ -350,7 +350,7 @@ class SourceAdmin(TenantScopedAdmin[Source]):
                        "syncing_since", "created_at"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Source | None = None) -> Any:
-        # The name and kind name the source's documents: fixed once it has any.
+        # The name and kind name the source's documents (their paths): fixed once made.
         return [*self.readonly_fields, "dataset", "name", "kind"] if obj else self.readonly_fields
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
