@@ -34,7 +34,7 @@ from datasets.admin_display import (
 from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, scoped, tenant_filter
 from datasets.auth import api_key_create, may_mint_platform_keys
 from datasets.ingestion.formats import SUFFIXES
-from datasets.models import ApiKey, Chunk, Dataset, Document, Job, Tenant
+from datasets.models import ApiKey, Chunk, Dataset, Document, Job, Source, Tenant
 from datasets.originals import original_open
 from datasets.selectors import with_document_counts
 from datasets.services import (
@@ -46,6 +46,8 @@ from datasets.services import (
     document_validate,
 )
 from datasets.slug_secrets import tenant_rename_refusals
+from datasets.sources.locations import source_refusals
+from datasets.sources.services import SyncRunning, source_delete, source_sync_request
 from kbplatform.errors import ApiError
 
 
@@ -241,7 +243,8 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
     readonly_fields = ["doc_id", "dataset", "source_path", "file_name", "title", "domain",
                        "keywords", "category", "business_key", "content_hash", "activated",
                        "deleted", "status", "error", "chunk_count", "indexed_hash",
-                       "revision", "synced_revision", "created_at", "updated_at",
+                       "revision", "synced_revision", "source", "source_commit",
+                       "source_version", "created_at", "updated_at",
                        "format", "original_file", "converter_version", "conversion_notes",
                        "source_redacted", "document_chunks"]
 
@@ -349,6 +352,67 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
     def delete_documents(self, request: HttpRequest, queryset: QuerySet[Document]) -> None:
         for document in queryset.filter(deleted=False):
             document_delete(document=document)
+
+
+class SourceForm(forms.ModelForm[Source]):
+    class Meta:
+        model = Source
+        fields = ["dataset", "name", "kind", "location", "branch", "subfolder", "include",
+                  "max_depth", "max_pages", "max_page_bytes", "interval_minutes"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        probe = Source(**{name: data.get(name, getattr(self.instance, name))
+                          for name in self.Meta.fields if name != "dataset"})
+        refusals = source_refusals(probe)
+        for field, why in refusals.items():
+            self.add_error(field if field in self.fields else None, why)
+        return data
+
+
+@admin.register(Source)
+class SourceAdmin(TenantScopedAdmin[Source]):
+    """Sources of the user's tenants; "Sync now" is an action (a POST with the CSRF token)."""
+
+    form = SourceForm
+    tenant_path = "dataset__tenant"
+    list_display = ["name", "dataset", "kind", "location", "interval_minutes", "last_status",
+                    "last_sync_at", "last_revision"]
+    list_filter = ["kind", "last_status", ("dataset", DatasetFilter),
+                   tenant_filter("dataset__tenant")]
+    list_select_related = ["dataset__tenant"]
+    search_fields = ["name", "location"]
+    actions = ["sync_now", "delete_sources"]
+    readonly_fields = ["last_revision", "last_sync_at", "last_status", "last_error",
+                       "syncing_since", "created_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Source | None = None) -> Any:
+        # The name and kind name the source's documents (their paths): fixed once made.
+        return [*self.readonly_fields, "dataset", "name", "kind"] if obj else self.readonly_fields
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # its documents must leave Milvus too: the "delete" action
+
+    @admin.action(description="Sync now", permissions=["change"])
+    def sync_now(self, request: HttpRequest, queryset: QuerySet[Source]) -> None:
+        for source in queryset:
+            try:
+                job = source_sync_request(source=source)
+            except SyncRunning as exc:
+                self.message_user(request, f"{source}: {exc.detail}", messages.WARNING)
+                continue
+            url = reverse("admin:datasets_job_change", args=[job.pk])
+            self.message_user(request, format_html("{}: sync queued (<a href=\"{}\">job {}</a>).",
+                                                   source, url, job.pk))
+
+    @admin.action(description="Delete selected sources and their documents",
+                  permissions=["change"])
+    def delete_sources(self, request: HttpRequest, queryset: QuerySet[Source]) -> None:
+        for source in queryset:
+            try:
+                source_delete(source=source)
+            except SyncRunning as exc:
+                self.message_user(request, f"{source}: {exc.detail}", messages.WARNING)
 
 
 @admin.register(Chunk)

@@ -8,7 +8,7 @@ from typing import Any
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from datasets.models import Dataset, Document, Job
+from datasets.models import Dataset, Document, Job, Source
 from kbplatform.tasks import enqueue_on_commit
 
 logger = logging.getLogger(__name__)
@@ -33,12 +33,12 @@ JOB_ID = _JobId()
 
 def job_create(*, kind: str, task: str, args: tuple[object, ...],
                tenant_id: int | None = None, dataset: Dataset | None = None,
-               document: Document | None = None, total: int = 0,
-               detail: dict[str, Any] | None = None) -> Job:
+               document: Document | None = None, source: Source | None = None,
+               total: int = 0, detail: dict[str, Any] | None = None) -> Job:
     """A queued job, and its task enqueued by name with `args` (JOB_ID: the job's id) once the
     surrounding transaction commits: a worker never looks for a job that is not stored yet."""
     job = Job.objects.create(kind=kind, tenant_id=tenant_id, dataset=dataset, document=document,
-                             total=total, detail=detail or {})
+                             source=source, total=total, detail=detail or {})
     enqueue_on_commit(task, *(job.pk if arg is JOB_ID else arg for arg in args))
     return job
 

@@ -1,11 +1,11 @@
-"""Tenants, API keys, datasets, documents and chunks."""
+"""Tenants, API keys, datasets, sources, documents and chunks."""
 
 from __future__ import annotations
 
 import secrets
 
 from django.conf import settings
-from django.core.validators import RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
@@ -117,6 +117,76 @@ class ApiKey(models.Model):
         return f"{self.tenant.slug}:{self.prefix}… ({self.role})"
 
 
+class Source(models.Model):
+    """Where a dataset's documents come from and are kept in sync with (datasets/sources/):
+    the documents a source made are its own; a file gone from the source deletes its
+    document, and only that one."""
+
+    class Kind(models.TextChoices):
+        GIT = "git", "git repository"
+        FOLDER = "folder", "server folder"
+        WEB = "web", "web page or sitemap"
+
+    class Status(models.TextChoices):
+        NEVER = "never", "never synced"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="sources")
+    name = models.CharField(max_length=63, validators=[SLUG], help_text=(
+        "Names the source's documents: each one's path is <name>/<path in the source>."))
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    location = models.CharField(max_length=1000, help_text=(
+        "git: an http(s) URL, or a local path under KB_SOURCE_ROOTS; folder: a path under "
+        "KB_SOURCE_ROOTS; web: the start page's or the sitemap's http(s) URL."))
+    branch = models.CharField(max_length=200, blank=True, default="main",
+                              help_text="git: the branch to follow.")
+    subfolder = models.CharField(max_length=500, blank=True,
+                                 help_text="git: only the files under this folder.")
+    include = models.JSONField(default=list, blank=True, help_text=(
+        "git and folder: glob patterns of the files to take (`**/*.md`); empty: every file."))
+    max_depth = models.PositiveSmallIntegerField(
+        default=2, validators=[MaxValueValidator(10)],
+        help_text="web: how many links away from the start page a page may be.")
+    max_pages = models.PositiveIntegerField(
+        default=200, validators=[MinValueValidator(1), MaxValueValidator(10_000)],
+        help_text="web: the pages one sync fetches at most.")
+    max_page_bytes = models.PositiveIntegerField(
+        default=2 * 1024 * 1024, validators=[MinValueValidator(1024)],
+        help_text="web: a larger page is not taken (a failed line in the sync's log).")
+    interval_minutes = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text="Sync every this many minutes; empty: only on demand.")
+    last_revision = models.CharField(max_length=64, blank=True, editable=False,
+                                     help_text="git: the commit the last sync reached.")
+    last_sync_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_status = models.CharField(max_length=10, choices=Status.choices, default=Status.NEVER,
+                                   editable=False)
+    last_error = models.TextField(blank=True, editable=False)
+    # The claim of the sync that runs (datasets/sources/sync.py): set by one conditional
+    # UPDATE, so two workers never sync one source at once.
+    syncing_since = models.DateTimeField(null=True, blank=True, editable=False)
+    # web: the links each fetched page had, so that a page answering 304 still leads the
+    # crawl to the pages below it.
+    state = models.JSONField(default=dict, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["dataset_id", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["dataset", "name"],
+                                    name="source_unique_name_per_dataset"),
+            models.CheckConstraint(condition=models.Q(kind__in=["git", "folder", "web"]),
+                                   name="source_kind_valid"),
+            models.CheckConstraint(
+                condition=models.Q(last_status__in=["never", "succeeded", "failed"]),
+                name="source_status_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.dataset}:{self.name}"
+
+
 class Document(models.Model):
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -167,6 +237,18 @@ class Document(models.Model):
     synced_revision = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # A deleted source's documents are deleted with it (source_delete); SET_NULL only keeps
+    # the deleted rows' history.
+    source = models.ForeignKey(Source, on_delete=models.SET_NULL, null=True, blank=True,
+                               related_name="documents", editable=False,
+                               help_text="The source that made the document; empty: uploaded.")
+    source_commit = models.CharField(
+        max_length=64, blank=True, editable=False,
+        help_text="git: the commit the document's content came from (agents see it).")
+    source_version = models.CharField(
+        max_length=300, blank=True, editable=False,
+        help_text="What the source said of the file when it was read: the git blob, the "
+                  "folder's mtime and size, the page's ETag or Last-Modified.")
 
     class Meta:
         db_table = "api_document"
@@ -225,6 +307,7 @@ class Job(models.Model):
         ROLLBACK = "rollback"
         RECONCILE = "reconcile"
         EVALUATE = "evaluate"
+        SYNC_SOURCE = "sync_source"
 
     class Status(models.TextChoices):
         QUEUED = "queued"
@@ -242,6 +325,8 @@ class Job(models.Model):
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
     document = models.ForeignKey(Document, on_delete=models.SET_NULL, null=True, blank=True,
                                  related_name="jobs")
+    source = models.ForeignKey(Source, on_delete=models.CASCADE, null=True, blank=True,
+                               related_name="jobs", help_text="What a source's sync syncs.")
     done = models.PositiveIntegerField(default=0)
     total = models.PositiveIntegerField(default=0)
     detail = models.JSONField(default=dict, blank=True)

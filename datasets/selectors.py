@@ -11,7 +11,7 @@ from django.db.models import Count, F, Q, QuerySet, Sum, Window
 from django.db.models.functions import Coalesce, RowNumber
 
 from datasets.auth import Caller
-from datasets.models import Dataset, Document, Job, Tenant
+from datasets.models import Dataset, Document, Job, Source, Tenant
 from datasets.slug_secrets import key_variable_of
 from kbplatform.errors import NotFound
 
@@ -160,3 +160,19 @@ def last_ingestion_errors(*, dataset_ids: Collection[int], per_dataset: int = 3,
     for document in failed:
         found[document.dataset_id].append(document)
     return found
+
+
+def source_list(*, caller: Caller) -> QuerySet[Source]:
+    """The sources of the datasets the caller may change (admin keys; a scoped key: its
+    datasets' only)."""
+    return (Source.objects.filter(dataset_id__in=caller.writable_dataset_ids())
+            .select_related("dataset").order_by("dataset__name", "name"))
+
+
+def source_get(*, caller: Caller, source_id: int | str) -> Source:
+    """A source of a dataset the caller may change; otherwise 404."""
+    pk = db_id(source_id)
+    source = source_list(caller=caller).filter(pk=pk).first() if pk is not None else None
+    if source is None:
+        raise NotFound(f"source {source_id} does not exist")
+    return source

@@ -11,7 +11,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
-from datasets.models import Dataset, Document, Job
+from datasets.models import Dataset, Document, Job, Source
 
 
 @extend_schema_serializer(component_name="Dataset")
@@ -39,12 +39,16 @@ class DocumentOutput(serializers.ModelSerializer[Document]):
     conversion_notes = serializers.ListField(
         child=serializers.CharField(),
         help_text="What the conversion of the original told the uploader (pages read by OCR).")
+    source_id = serializers.IntegerField(allow_null=True,
+                                         help_text="The source that made it; null: uploaded.")
+    source_commit = serializers.CharField(
+        allow_blank=True, help_text="git sources: the commit its content came from.")
 
     class Meta:
         model = Document
         fields = ["document_id", "dataset_id", "source_path", "title", "domain", "keywords",
                   "category", "format", "activated", "status", "error", "conversion_notes",
-                  "chunk_count", "sync_pending", "updated_at"]
+                  "chunk_count", "sync_pending", "source_id", "source_commit", "updated_at"]
         read_only_fields = fields
 
 
@@ -79,3 +83,21 @@ class DocumentUploadOutput(serializers.Serializer[dict[str, Any]]):
 class DocumentReindexOutput(serializers.Serializer[dict[str, Any]]):
     document = DocumentOutput()
     job = JobOutput()
+
+
+@extend_schema_serializer(component_name="Source")
+class SourceOutput(serializers.ModelSerializer[Source]):
+    dataset_id = serializers.IntegerField()
+    include = serializers.ListField(child=serializers.CharField())
+
+    class Meta:
+        model = Source
+        fields = ["id", "dataset_id", "name", "kind", "location", "branch", "subfolder",
+                  "include", "max_depth", "max_pages", "max_page_bytes", "interval_minutes",
+                  "last_revision", "last_sync_at", "last_status", "last_error", "created_at"]
+        read_only_fields = fields
+
+
+@extend_schema_serializer(component_name="SourceList")
+class SourceListOutput(serializers.Serializer[dict[str, Any]]):
+    sources = SourceOutput(many=True)

@@ -9,8 +9,10 @@ from pathlib import Path
 from celery import shared_task
 
 from datasets.importer import knowledge_import
-from datasets.jobs import job_fail
+from datasets.jobs import job_claim, job_fail
 from datasets.models import Job
+from datasets.sources.services import sources_sync_due
+from datasets.sources.sync import source_sync
 
 logger = logging.getLogger(__name__)
 
@@ -23,3 +25,20 @@ def import_knowledge_task(self, job_id: int, root: str, tenant: str, dataset: st
     except Exception as exc:
         job_fail(job, exc)
         raise
+
+
+@shared_task(acks_late=True)
+def sync_source_task(job_id: int) -> None:
+    """One sync of a source (source_sync_request's job); a redelivered message does nothing."""
+    job = job_claim(job_id)
+    if job is None or job.source is None:
+        return
+    source_sync(source=job.source, job=job)
+
+
+@shared_task
+def sources_sync_due_task() -> None:
+    """Enqueue the syncs that are due: sent by the periodic loop (kbplatform/tasks.py)."""
+    jobs = sources_sync_due()
+    if jobs:
+        logger.info("scheduled syncs: jobs %s", [job.pk for job in jobs])

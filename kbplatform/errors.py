@@ -33,6 +33,7 @@ class ErrorCode(StrEnum):
     INVALID_FILE_NAME = "invalid_file_name"
     UNSUPPORTED_TYPE = "unsupported_type"
     INVALID_DOCUMENT = "invalid_document"
+    INVALID_SOURCE = "invalid_source"  # a source's location, branch, sub-folder or globs
     # 401 (DRF's)
     NOT_AUTHENTICATED = "not_authenticated"
     AUTHENTICATION_FAILED = "authentication_failed"

@@ -259,6 +259,17 @@ KB_CHUNK_OVERLAP = env_int("KB_CHUNK_OVERLAP", 100, minimum=0)
 # for.
 KB_WHOLE_DOCUMENT_CHARS = env_int("KB_WHOLE_DOCUMENT_CHARS", 2000, minimum=0, maximum=3200)
 KB_REDACT_SECRETS = env_bool("KB_REDACT_SECRETS", True)
+# Sources (datasets/sources/): a dataset kept in sync with a git repository, a server folder
+# or a web site. A folder source, and a git source given as a local path, must lie inside one
+# of these server folders (none: no folder or local git source may be made).
+KB_SOURCE_ROOTS = [Path(p) for p in env_list("KB_SOURCE_ROOTS", [str(KB_KNOWLEDGE_DIR)])]
+# Files (or pages) one sync reads at most: a source with more fails, deleting nothing.
+KB_SOURCE_MAX_FILES = env_int("KB_SOURCE_MAX_FILES", 10_000, minimum=1)
+# A sync's deadline; a sync claimed longer ago than this is taken as dead (its worker was
+# killed) and another sync of the source may run.
+KB_SOURCE_SYNC_TIMEOUT_SECONDS = env_int("KB_SOURCE_SYNC_TIMEOUT_SECONDS", 3600, minimum=60)
+KB_SOURCE_GIT_TIMEOUT_SECONDS = env_int("KB_SOURCE_GIT_TIMEOUT_SECONDS", 300, minimum=5)
+KB_SOURCE_HTTP_TIMEOUT_SECONDS = env_int("KB_SOURCE_HTTP_TIMEOUT_SECONDS", 20, minimum=1)
 DATA_UPLOAD_MAX_MEMORY_SIZE = KB_MAX_UPLOAD_BYTES + 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = KB_MAX_UPLOAD_BYTES + 1024 * 1024
 
@@ -319,7 +330,8 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     # A PATCH takes the same required fields as the views validate (no "Patched" copies).
     "COMPONENT_SPLIT_PATCH": False,
-    "ENUM_NAME_OVERRIDES": {"JobKindEnum": "datasets.models.Job.Kind"},
+    "ENUM_NAME_OVERRIDES": {"JobKindEnum": "datasets.models.Job.Kind",
+                            "SourceKindEnum": "datasets.models.Source.Kind"},
 }
 
 LOGGING = {

@@ -45,20 +45,28 @@ def enqueue_on_commit(name: str, *args: Any) -> None:
     transaction.on_commit(fire)
 
 
+# What the periodic loop runs each round: the recovery, then the sources' syncs that are due
+# (a source's interval is kept to within one round).
+PERIODIC_TASKS = ("retrieval.tasks.recover_task", "datasets.tasks.sources_sync_due_task")
+
+
 def recover_periodically(stop: threading.Event) -> threading.Thread:
-    """The recovery (retrieval/index/recovery.py) now, then every KB_RECOVERY_INTERVAL_SECONDS
-    until `stop` is set, from a thread of its own. A worker sends it to its queue; with tasks
-    in-process it runs in that thread, so that what an outage left undone (a deletion whose
-    Milvus rows stayed, an upload that gave up) is applied without a worker or an operator."""
+    """The recovery (retrieval/index/recovery.py) and the due source syncs
+    (datasets/sources/) now, then every KB_RECOVERY_INTERVAL_SECONDS until `stop` is set,
+    from a thread of its own. A worker sends them to its queue; with tasks in-process they run
+    in that thread, so that what an outage left undone (a deletion whose Milvus rows stayed,
+    an upload that gave up) is applied, and sources follow their schedule, without a worker
+    or an operator."""
 
     def loop() -> None:
         while True:
-            try:
-                send("retrieval.tasks.recover_task")
-            except Exception:
-                logger.exception("could not run the recovery")
-            finally:
-                connections.close_all()  # this thread's own, if it ran in-process
+            for name in PERIODIC_TASKS:
+                try:
+                    send(name)
+                except Exception:
+                    logger.exception("could not run %s", name)
+                finally:
+                    connections.close_all()  # this thread's own, if it ran in-process
             if stop.wait(settings.KB_RECOVERY_INTERVAL_SECONDS):
                 return
 

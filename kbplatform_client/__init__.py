@@ -31,6 +31,7 @@ class Evidence(TypedDict):
     title: str
     breadcrumb: str  # "p. 3 > Section" when the excerpt has a location
     location: dict[str, int | str] | None  # {"page": 3}, {"slide": 2}, {"sheet": "Inventory"}
+    commit: str  # a git source's document: the commit its content came from; "" otherwise
     excerpt: str
 
 

@@ -133,6 +133,7 @@ class ScoredChunk:
     hit_reasons: tuple[str, ...] = ()
     dataset_id: int | None = None  # the evidence guard checks it against the caller's scope
     location: Location | None = None  # the page, slide or sheet of the original it begins on
+    commit: str = ""  # a git source's document: the commit its content came from
 
 
 @dataclass(frozen=True)

@@ -150,7 +150,7 @@ def chunk_rows(document: Document, prepared: Prepared) -> list[ChunkRow]:
                   "title": document.title, "breadcrumb": draft.breadcrumb,
                   "source": document.source_path, "category": document.category,
                   "kb_scope": dataset.kb_scope, "datasetId": str(dataset.pk),
-                  "contentHash": document.content_hash,
+                  "contentHash": document.content_hash, "commit": document.source_commit,
                   "location": draft.location.as_dict() if draft.location else None})
         for draft, vector in zip(prepared.drafts, prepared.vectors, strict=True)]
 

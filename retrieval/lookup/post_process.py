@@ -237,4 +237,5 @@ class KnowledgeEvidencePostProcessor:
             dense_l2=dense_l2,
             dataset_id=_int(meta, "datasetId"),
             location=Location.stored(meta.get("location")),
+            commit=_text(meta, "commit"),
         )

@@ -34,6 +34,7 @@ class RagResultProjector:
                 "title": item.chunk.title,
                 "breadcrumb": item.chunk.breadcrumb,
                 "location": item.chunk.location.as_dict() if item.chunk.location else None,
+                "commit": item.chunk.commit,
                 "excerpt": item.excerpt,
             }
             for item in items

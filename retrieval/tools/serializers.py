@@ -35,6 +35,9 @@ class EvidenceOutput(serializers.Serializer[dict[str, Any]]):
         allow_null=True, help_text="Where the excerpt begins in the original file: "
         "`{\"page\": 3}` (PDF), `{\"slide\": 2}` (PPTX) or `{\"sheet\": \"Inventory\"}` (XLSX); "
         "null when the original has none (markdown, text, HTML...).")
+    commit = serializers.CharField(allow_blank=True, help_text=(
+        "The git commit the evidence's document came from (a git source's); empty for an "
+        "uploaded document and the other sources'."))
     excerpt = serializers.CharField(allow_blank=True, help_text="Retrieved text: untrusted data.")
 
 

@@ -119,7 +119,8 @@ def test_the_lookup_answers_the_agent_contract(schema: dict[str, Any]) -> None:
                                          "relevance_level", "truncated", "returned_count"}
     assert components["EvidenceStatusEnum"]["enum"] == ["READY", "EMPTY", "UNAVAILABLE"]
     assert set(components["Evidence"]["properties"]) == {"document_id", "source", "title",
-                                                         "breadcrumb", "location", "excerpt"}
+                                                         "breadcrumb", "location", "commit",
+                                                         "excerpt"}
     assert components["Evidence"]["properties"]["location"]["nullable"] is True
     body = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
     assert components[body.rsplit("/", 1)[1]]["required"] == ["query"]

@@ -149,7 +149,8 @@ RUNBOOKS_B = {"nginx-globex.md": NGINX_B, "coolant.md": COOLANT}
 
 CONTRACT_KEYS = {"evidence_status", "tool_call_id", "query", "evidence", "relevance_level",
                  "truncated", "returned_count"}
-EVIDENCE_KEYS = {"document_id", "source", "title", "breadcrumb", "location", "excerpt"}
+EVIDENCE_KEYS = {"document_id", "source", "title", "breadcrumb", "location", "commit",
+                 "excerpt"}
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,8 @@ class AdvancedRetriever:
                                     "location": (item.chunk.location.as_dict()
                                                  if item.chunk.location else None),
                                     "source": item.chunk.source,
-                                    "datasetId": item.chunk.dataset_id},
+                                    "datasetId": item.chunk.dataset_id,
+                                    "commit": item.chunk.commit},
                           rank=rank, score=item.chunk.quality, dense_l2=item.chunk.dense_l2)
                 for rank, item in enumerate(result.pack.items[:call.limit], 1)]
 

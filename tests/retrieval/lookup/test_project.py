@@ -11,7 +11,8 @@ from tests.retrieval.builders import lookup_result
 
 CONTRACT_KEYS = {"evidence_status", "tool_call_id", "query", "evidence", "relevance_level",
                  "truncated", "returned_count"}
-EVIDENCE_KEYS = {"document_id", "source", "title", "breadcrumb", "location", "excerpt"}
+EVIDENCE_KEYS = {"document_id", "source", "title", "breadcrumb", "location", "commit",
+                 "excerpt"}
 FORBIDDEN = ("score", "quality", "trace", "rank", "l2", "pack", "vector", "metadata", "reason",
              "config", "milvus", "hint")
 
@@ -32,7 +33,8 @@ def test_projection_is_exactly_the_contract() -> None:
     assert out["returned_count"] == 2 == len(out["evidence"])
     assert out["evidence"][0] == {"document_id": "42#chunk-0", "source": "kb/a.md",
                                   "title": "Title", "breadcrumb": "A > B",
-                                  "location": None, "excerpt": "Redis TTL body"}
+                                  "location": None, "commit": "",
+                                  "excerpt": "Redis TTL body"}
     assert all(set(item) == EVIDENCE_KEYS for item in out["evidence"])
     json.dumps(out)
 

@@ -1,0 +1,123 @@
+"""A git repository as a source: fetched with the `git` CLI (no shell, a timeout, only the
+http(s) or local transport) into a cache under KB_VAR_DIR; a file is read again only when its
+blob id differs from the one its document came from."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from django.conf import settings
+
+from datasets.models import Source
+from datasets.sources.base import Deadline, Globs, Item, SyncFailed, too_many
+from datasets.sources.locations import is_url, local_root
+from kbplatform.outbound import OutboundRefused, check_url
+
+logger = logging.getLogger(__name__)
+
+HEAD = "refs/kb/head"
+
+
+def cache_dir(source: Source) -> Path:
+    return settings.VAR_DIR / "sources" / "git" / str(source.pk)
+
+
+class GitReader:
+    def __init__(self, source: Source, deadline: Deadline) -> None:
+        self.source, self.deadline = source, deadline
+        self.cache = cache_dir(source)
+        self.commit = ""
+        self.complete = True
+        self.expected = 0
+        self.globs = Globs(source.include)
+        self.max_bytes = settings.KB_MAX_UPLOAD_BYTES
+
+    def items(self, known: Mapping[str, str]) -> Iterator[Item]:
+        self.commit = self._fetch()
+        files = self._tree()
+        self.expected = len(files)
+        for path, (blob, size) in files.items():
+            if known.get(path) == blob:
+                yield Item(path, blob)
+            elif size > self.max_bytes:
+                yield Item(path, blob, failure=f"{size} bytes, over KB_MAX_UPLOAD_BYTES "
+                                                f"({self.max_bytes})")
+            else:
+                yield Item(path, blob, raw=self._git("cat-file", "blob", blob))
+
+    def _fetch(self) -> str:
+        """The branch's commit, fetched into the cache (made on the first sync)."""
+        url, protocol = self._remote()
+        if not (self.cache / "HEAD").exists():
+            self.cache.mkdir(parents=True, exist_ok=True)
+            self._git("init", "--bare", "--quiet", ".")
+        branch = self.source.branch
+        self._git("fetch", "--no-tags", "--quiet", "--no-recurse-submodules", "--", url,
+                  f"+refs/heads/{branch}:{HEAD}", protocol=protocol)
+        return self._git("rev-parse", "--verify", f"{HEAD}^{{commit}}").decode().strip()
+
+    def _remote(self) -> tuple[str, str]:
+        """The URL or path to fetch and the one transport git may use for it."""
+        location = self.source.location
+        if is_url(location):
+            try:
+                check_url(location)  # git connects itself: the address is checked here
+            except OutboundRefused as exc:
+                logger.warning("git source %s refused: %s", self.source.pk, exc)
+                raise SyncFailed("could not connect to the repository") from None
+            return location, location.split(":", 1)[0].lower()
+        path = local_root(location)
+        if path is None:
+            raise SyncFailed("the path is not under KB_SOURCE_ROOTS any more")
+        return str(path), "file"
+
+    def _tree(self) -> dict[str, tuple[str, int]]:
+        """path (below the sub-folder) -> (blob id, size) of the files the globs take."""
+        sub = self.source.subfolder.strip("/")
+        out = self._git("ls-tree", "-r", "-l", "-z", "--full-tree", self.commit,
+                        *(["--", sub] if sub else []))
+        files: dict[str, tuple[str, int]] = {}
+        prefix = f"{sub}/" if sub else ""
+        for record in out.split(b"\0"):
+            if not record:
+                continue
+            meta, _, raw_path = record.partition(b"\t")
+            mode, kind, blob, size = meta.decode().split()
+            path = raw_path.decode("utf-8", "replace")
+            # Files only: no symlinks (120000) or submodules; names as the ingestion takes.
+            if kind != "blob" or mode == "120000" or not path.startswith(prefix):
+                continue
+            relative = path[len(prefix):]
+            if any(part.startswith(".") for part in relative.split("/")):
+                continue
+            if self.globs(relative):
+                files[relative] = (blob, int(size))
+                if len(files) > settings.KB_SOURCE_MAX_FILES:
+                    raise too_many()
+        return files
+
+    def _git(self, *args: str, protocol: str = "file") -> bytes:
+        """One git command in the cache, no shell, bounded in time, with no user or system
+        config, no prompt, no hooks, redirects not followed, one transport allowed."""
+        command = ["git", "-c", "protocol.allow=never", "-c", f"protocol.{protocol}.allow=always",
+                   "-c", "http.followRedirects=false", "-c", "core.hooksPath=/dev/null",
+                   "-C", str(self.cache), *args]
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.cache),
+               "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
+               "GIT_TERMINAL_PROMPT": "0", "GIT_ALLOW_PROTOCOL": protocol, "LC_ALL": "C"}
+        timeout = min(settings.KB_SOURCE_GIT_TIMEOUT_SECONDS, self.deadline.left())
+        try:
+            done = subprocess.run(command, env=env, capture_output=True, timeout=timeout,
+                                  check=False)
+        except subprocess.TimeoutExpired:
+            raise SyncFailed(f"git {args[0]} took longer than {timeout:.0f} s") from None
+        if done.returncode != 0:
+            logger.warning("git %s of source %s failed: %s", args[0], self.source.pk,
+                           done.stderr[-2000:].decode("utf-8", "replace"))
+            reason = "could not fetch the branch" if args[0] == "fetch" else f"git {args[0]} failed"
+            raise SyncFailed(reason)
+        return done.stdout

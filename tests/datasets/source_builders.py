@@ -1,0 +1,115 @@
+"""Real parts for the sources' tests: a git repository made with the `git` CLI, a web site
+served from a thread (robots.txt, ETag, sitemap), sources made through the service."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from datasets.models import Job, Source
+from datasets.sources.services import source_create, source_sync_request
+
+
+class Repo:
+    """A git repository in a folder, changed and committed by the test."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir(parents=True)
+        self.git("init", "-q", "-b", "main")
+
+    def git(self, *args: str) -> str:
+        return subprocess.run(["git", "-c", "user.email=t@example.org", "-c", "user.name=t",
+                               "-C", str(self.path), *args], check=True, capture_output=True,
+                              text=True, timeout=60).stdout.strip()
+
+    def write(self, files: dict[str, bytes]) -> None:
+        for name, raw in files.items():
+            target = self.path / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(raw)
+
+    def commit(self, message: str = "change") -> str:
+        self.git("add", "-A")
+        self.git("commit", "-q", "-m", message)
+        return self.git("rev-parse", "HEAD")
+
+
+def doc(title: str, body: str = "") -> bytes:
+    return f"# {title}\n\n{body or f'All about {title}.'}\n".encode()
+
+
+def make_source(dataset: Any, **fields: Any) -> Source:
+    return source_create(dataset=dataset, **{"name": "src", **fields})
+
+
+def sync(source: Source) -> Job:
+    """A sync through the job and its task (run in-process by the tests' eager tasks)."""
+    job = source_sync_request(source=source)
+    job.refresh_from_db()
+    return job
+
+
+@dataclass
+class Site:
+    """What the web server serves: path -> (content type, body); hits by path."""
+
+    pages: dict[str, tuple[str, bytes]] = field(default_factory=dict)
+    robots: str = ""
+    hits: list[tuple[str, int]] = field(default_factory=list)  # (path, status)
+    gate: threading.Event | None = None  # set: pages are answered; clear: held
+    url: str = ""
+
+
+@contextmanager
+def web_site(site: Site) -> Iterator[Site]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+            path = self.path
+            if site.gate is not None and path != "/robots.txt":
+                site.gate.wait(30)
+            if path == "/robots.txt":
+                self._answer(200 if site.robots else 404, "text/plain", site.robots.encode())
+                return
+            if path not in site.pages:
+                self._answer(404, "text/plain", b"not found")
+                return
+            kind, body = site.pages[path]
+            etag = '"' + hashlib.sha256(body).hexdigest()[:16] + '"'
+            if self.headers.get("If-None-Match") == etag:
+                self._answer(304, kind, b"", etag)
+                return
+            self._answer(200, kind, body, etag)
+
+        def _answer(self, status: int, kind: str, body: bytes, etag: str = "") -> None:
+            site.hits.append((self.path, status))
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            if etag:
+                self.send_header("ETag", etag)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if body:
+                self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    site.url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield site
+    finally:
+        if site.gate is not None:
+            site.gate.set()
+        server.shutdown()
+        server.server_close()

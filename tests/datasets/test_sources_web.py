@@ -1,0 +1,210 @@
+"""Web sources: a real HTTP server in a thread, with robots.txt, ETags and a sitemap; every
+request through kbplatform/outbound.py, so 127.0.0.1 is fetched only when allowed."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from datasets.models import Document, Job, Source
+from datasets.sources.services import InvalidSource
+from datasets.sources.sync import source_sync
+from tests.datasets.source_builders import Site, doc, make_source, sync, web_site
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager_tasks")]
+
+MD = "text/markdown; charset=utf-8"
+HTML = "text/html; charset=utf-8"
+
+
+@pytest.fixture
+def allowed(settings):
+    settings.KB_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
+
+
+def _site() -> Site:
+    return Site(robots="User-agent: *\nDisallow: /private/\n", pages={
+        "/": (HTML, b'<a href="/guide/start.md">start</a> <a href="/private/x.md">x</a> '
+                    b'<a href="http://example.org/far.md">away</a> <a href="/about">about</a>'),
+        "/guide/start.md": (MD, doc("Start", "Read [setup](setup.md) then [deep](deep/one.md).")),
+        "/guide/setup.md": (MD, doc("Setup", "Install it.")),
+        "/guide/deep/one.md": (MD, doc("Deep one", "See [two](two.md).")),
+        "/guide/deep/two.md": (MD, doc("Deep two")),
+        "/private/x.md": (MD, doc("Private")),
+    })
+
+
+def _paths(source: Source) -> list[str]:
+    return sorted(Document.objects.filter(source=source, deleted=False)
+                  .values_list("source_path", flat=True))
+
+
+def test_crawl_follows_same_site_links_to_max_depth_and_honours_robots(
+        kb, store, allowed) -> None:
+    with web_site(_site()) as site:
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/", max_depth=2)
+        job = sync(source)
+
+    host = site.url.removeprefix("http://")
+    # depth 0: "/", 1: start.md, 2: setup.md and deep/one.md; two.md is depth 3
+    assert _paths(source) == [f"src/{host}/guide/deep/one.md", f"src/{host}/guide/setup.md",
+                              f"src/{host}/guide/start.md"]
+    fetched = [path for path, _ in site.hits]
+    assert "/private/x.md" not in fetched and "/guide/deep/two.md" not in fetched
+    assert job.status == Job.Status.SUCCEEDED
+    # "/" and "/about" are HTML: a failed line each until the HTML converter lands
+    assert job.detail["added"] == 3 and job.detail["failed"] == 1
+
+
+def test_second_sync_asks_with_etags_and_reads_only_the_changed_page(
+        kb, store, allowed) -> None:
+    with web_site(_site()) as site:
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/", max_depth=3)
+        sync(source)
+        site.pages["/guide/setup.md"] = (MD, doc("Setup", "Install it, then configure it."))
+        del site.pages["/guide/deep/two.md"]
+        site.hits.clear()
+        job = sync(source)
+
+    statuses = dict(site.hits)
+    assert statuses["/guide/start.md"] == 304 and statuses["/guide/deep/one.md"] == 304
+    assert statuses["/guide/setup.md"] == 200 and statuses["/guide/deep/two.md"] == 404
+    assert (job.detail["changed"], job.detail["unchanged"], job.detail["deleted"]) == (1, 2, 1)
+    assert not any(p.endswith("two.md") for p in _paths(source))
+
+
+def test_a_page_whose_links_were_not_kept_is_fetched_whole(kb, store, allowed,
+                                                         settings) -> None:
+    settings.KB_SOURCE_MAX_FILES = 2  # the links kept in all: not the 3 of "/"
+    with web_site(_site()) as site:
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/", max_depth=3)
+        sync(source)
+        before = _paths(source)
+        site.hits.clear()
+        job = sync(source)
+
+    statuses = dict(site.hits)
+    assert statuses["/"] == 200 and statuses["/guide/setup.md"] == 304
+    assert _paths(source) == before and job.detail.get("deleted", 0) == 0
+
+
+def test_a_sitemap_lists_the_pages(kb, store, allowed) -> None:
+    site = _site()
+    with web_site(site):
+        site.pages["/sitemap.xml"] = ("application/xml", (
+            '<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+            f'<url><loc>{site.url}/guide/setup.md</loc></url>'
+            f'<url><loc>{site.url}/guide/deep/two.md</loc></url>'
+            '<url><loc>http://example.org/elsewhere.md</loc></url></urlset>').encode())
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/sitemap.xml",
+                             max_depth=1)
+        job = sync(source)
+
+    assert [p.rsplit("/", 2)[-2:] for p in _paths(source)] == [["deep", "two.md"],
+                                                               ["guide", "setup.md"]]
+    assert job.detail["added"] == 2
+
+
+def test_max_pages_bounds_the_crawl_and_then_nothing_is_deleted(kb, store, allowed) -> None:
+    with web_site(_site()) as site:
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/", max_depth=3)
+        sync(source)
+        before = _paths(source)
+        Source.objects.filter(pk=source.pk).update(max_pages=2)
+        source.refresh_from_db()
+        site.hits.clear()
+        job = sync(source)
+
+    assert len([h for h in site.hits if h[0] != "/robots.txt"]) == 2
+    assert _paths(source) == before
+    assert any("read in part" in line["message"] for line in job.log)
+
+
+def test_a_page_over_its_size_bound_is_a_failed_line(kb, store, allowed) -> None:
+    site = _site()
+    site.pages["/guide/setup.md"] = (MD, doc("Setup", "x" * 5000))
+    with web_site(site):
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/", max_depth=2,
+                             max_page_bytes=2048)
+        job = sync(source)
+
+    assert any(line["message"].startswith("failed: ") and "setup.md" in line["message"]
+               and "over 2048 bytes" in line["message"] for line in job.log)
+
+
+def test_an_unreachable_site_deletes_nothing(kb, store, allowed) -> None:
+    with web_site(_site()) as site:
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/", max_depth=3)
+        sync(source)
+    before = _paths(source)  # the server is stopped now
+
+    job = sync(source)
+
+    assert job.status == Job.Status.FAILED and job.error == "could not connect to the site"
+    assert _paths(source) == before and len(before) == 4
+
+
+def test_a_private_address_is_refused_without_the_allow_list(kb, store, settings) -> None:
+    with web_site(_site()) as site:
+        with pytest.raises(InvalidSource, match="loopback"):
+            make_source(kb.dataset, kind="web", location=f"{site.url}/")
+        # Allowed when it was made, not any more when it syncs: the outbound policy refuses
+        # the connection itself.
+        settings.KB_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/")
+        settings.KB_OUTBOUND_ALLOWED_HOSTS = []
+        job = sync(source)
+
+    assert job.status == Job.Status.FAILED and site.hits == []
+    for location in ("http://169.254.169.254/latest/", "http://10.0.0.1/", "http://[::1]/",
+                     "http://0x7f000001/", "file:///etc/passwd", "http://user:pw@example.org/"):
+        with pytest.raises(InvalidSource):
+            make_source(kb.dataset, kind="web", location=location, name="other")
+
+
+def test_two_syncs_at_once_one_runs_the_other_is_skipped(kb, store, allowed) -> None:
+    site = _site()
+    site.gate = threading.Event()  # pages are held until the second sync has tried
+    with web_site(site):
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/", max_depth=1)
+        results: list[object] = []
+        first = threading.Thread(target=lambda: results.append(
+            source_sync(source=Source.objects.get(pk=source.pk), job=None)))
+        first.start()
+        for _ in range(200):  # the first holds the claim once it has asked for robots.txt
+            if site.hits:
+                break
+            threading.Event().wait(0.05)
+        second = source_sync(source=Source.objects.get(pk=source.pk), job=None)
+        site.gate.set()
+        first.join(60)
+
+    assert second is None  # skipped
+    assert results and results[0] is not None and results[0]["added"] == 1  # type: ignore[index]
+
+
+def test_robots_refusing_the_start_page_fails_the_sync_and_deletes_nothing(
+        kb, store, allowed) -> None:
+    site = _site()
+    with web_site(site):
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/", max_depth=3)
+        sync(source)
+        before = _paths(source)
+        site.robots = "User-agent: *\nDisallow: /\n"
+        job = sync(source)
+
+    assert job.status == Job.Status.FAILED and "robots.txt" in job.error
+    assert _paths(source) == before and before
+
+
+@pytest.mark.xfail(strict=False, reason="HTML pages become documents when the HTML converter "
+                                        "lands (the formats branch): unsupported_type until")
+def test_html_pages_become_documents(kb, store, allowed) -> None:
+    with web_site(_site()) as site:
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/", max_depth=1)
+        job = sync(source)
+
+    host = site.url.removeprefix("http://")
+    assert f"src/{host}/index.html" in _paths(source)
+    assert job.detail.get("failed", 0) == 0
