@@ -45,20 +45,27 @@ def enqueue_on_commit(name: str, *args: Any) -> None:
     transaction.on_commit(fire)
 
 
+# Sent by recover_periodically each interval: the recovery, and the audit's erasure of raw
+# query text past its retention (KB_AUDIT_RAW_QUERY_RETENTION_DAYS).
+PERIODIC_TASKS = ("retrieval.tasks.recover_task", "audit.tasks.raw_queries_erase_task")
+
+
 def recover_periodically(stop: threading.Event) -> threading.Thread:
     """The recovery (retrieval/index/recovery.py) now, then every KB_RECOVERY_INTERVAL_SECONDS
     until `stop` is set, from a thread of its own. A worker sends it to its queue; with tasks
     in-process it runs in that thread, so that what an outage left undone (a deletion whose
-    Milvus rows stayed, an upload that gave up) is applied without a worker or an operator."""
+    Milvus rows stayed, an upload that gave up) is applied without a worker or an operator.
+    The audit's retention of raw query text goes with it (PERIODIC_TASKS)."""
 
     def loop() -> None:
         while True:
-            try:
-                send("retrieval.tasks.recover_task")
-            except Exception:
-                logger.exception("could not run the recovery")
-            finally:
-                connections.close_all()  # this thread's own, if it ran in-process
+            for name in PERIODIC_TASKS:
+                try:
+                    send(name)
+                except Exception:
+                    logger.exception("could not run %s", name)
+                finally:
+                    connections.close_all()  # this thread's own, if it ran in-process
             if stop.wait(settings.KB_RECOVERY_INTERVAL_SECONDS):
                 return
 

@@ -13,6 +13,7 @@ are per segment), so one query is judged the same way on every collection.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -109,3 +110,24 @@ def query_terms(query: str) -> QueryTerms:
                       folded=tuple(normalize_text(t) for t in identifiers),
                       terms=tuple(_terms(normalize_text(query))),
                       identifiers_only=bool(words) and in_identifiers >= words)
+
+
+def vocabulary_terms(query: str, texts: Sequence[str], *, limit: int) -> tuple[str, ...]:
+    """The query's content words that the texts (already through `normalize_text`) contain:
+    Latin words compared by their BM25 stem, CJK bigrams as substrings. Each as the query wrote
+    it (normalized), first seen first, at most `limit`. A word no text contains is never
+    returned: what this gives away of a query is vocabulary the texts already hold."""
+    normalized = normalize_text(query)
+    words = [(w, _stem(w)) for w in dict.fromkeys(_WORD.findall(normalized))]
+    latin = [(w, s) for w, s in words if len(s) >= MIN_WORD_CHARS and s not in _STOP_WORDS]
+    bigrams = [run[i:i + 2] for run in _CJK_RUN.findall(normalized)
+               for i in range(max(len(run) - 1, 1))]
+    if not (latin or bigrams) or not texts:
+        return ()
+    joined = "\n".join(texts)
+    stems = {_stem(w) for w in set(_WORD.findall(joined))} if latin else set()
+    found = [w for w, s in latin if s in stems]
+    found += [b for b in dict.fromkeys(bigrams) if len(b) >= 2 and b in joined]
+    # Back in the query's order: "redis memory" and "memory redis" keep their first word first.
+    order = {term: normalized.find(term) for term in found}
+    return tuple(sorted(found, key=order.__getitem__)[:limit])
