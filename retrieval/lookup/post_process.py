@@ -33,7 +33,7 @@ from retrieval.types import (
 LEXICAL_DISCOUNT = 0.3
 # The query's words looked up in the text of this many best candidates, and kept at most: a
 # few terms per lookup, read from text the gate has in memory anyway (audit/gaps.py).
-VOCABULARY_HITS = 10
+VOCABULARY_HITS = 5
 VOCABULARY_TERMS = 4
 
 
@@ -167,8 +167,9 @@ class KnowledgeEvidencePostProcessor:
         level = (RelevanceLevel.PRECISE if top_quality >= self.precise_threshold else
                  RelevanceLevel.REFERENCE if top_support >= self.reference_threshold else
                  RelevanceLevel.NONE)
+        best = ordered[:VOCABULARY_HITS]
         vocabulary = vocabulary_terms(
-            query, [searchable_text(h) for h in ordered[:VOCABULARY_HITS]],
+            query, [f"{_text(h.metadata, 'title')} {h.content}" for h in best],
             limit=VOCABULARY_TERMS) if query else ()
         if level is RelevanceLevel.NONE:
             # Nothing relevant: the answer is EMPTY, not the least bad junk.

@@ -157,7 +157,7 @@ def test_the_chunk_side_stems_each_word_as_bm25_analysis_does() -> None:
 
 
 def test_vocabulary_terms_are_the_query_words_the_texts_hold() -> None:
-    texts = [normalize_text("Redis evicts keys when memory is full. Redis 内存 满了")]
+    texts = ["Redis evicts keys when Memory is full. Redis 内存 满了"]
     query = "Why does my REDIS evict payrollzq7 keys, memories ... and 内存满?"
     # Stemmed as BM25 stems them (evict/evicts, memories/memory), written as the query wrote
     # them (folded), in its order; words no text holds (payrollzq7, "why") never.
