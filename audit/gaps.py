@@ -218,5 +218,6 @@ def failing_chart(days: Sequence[date], per_day: Counter[date], *, height: int =
                               f"{height * per_day[d] / busiest:.1f}", d.isoformat(),
                               per_day[d]) for i, d in enumerate(days)))
     return format_html('<svg class="gap-chart" width="{}" height="{}" viewBox="0 0 {} {}" '
-                       'role="img" aria-label="failing lookups per day">{}</svg>',
-                       width, height, width, height, bars)
+                       'role="img" aria-label="failing lookups per day">{}<line x1="0" y1="{}" '
+                       'x2="{}" y2="{}" stroke="currentColor" stroke-opacity="0.3"/></svg>',
+                       width, height, width, height, bars, height, width, height)

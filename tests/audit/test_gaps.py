@@ -163,6 +163,10 @@ def test_the_page_shows_the_topics_and_is_reachable_from_the_glance(
     assert 'data-status="open"' in rows[0] and '<td class="gap-topic">redis memory<' in rows[0]
     assert 'data-status="closed"' in rows[1] and "kafka lag" in rows[1]
     assert "2 topics, 1 open" in html
+    # A bar per day of the window, the page's for both topics, each topic's for its own.
+    day = timezone.localtime(NOW - timedelta(hours=1)).date().isoformat()
+    assert f"<title>{day}: 2</title>" in html and rows[0].count(f"<title>{day}: 1</title>") == 1
+    assert rows[0].count("<rect") == 30
     assert "Example queries" not in html  # none are kept by default
     # Any window is bounded; a window that is no number is the default one.
     assert gaps_page(admin_client, ops, "?days=99999").status_code == 200
