@@ -4,7 +4,6 @@ with every tool call: no COUNT(*) per page."""
 from __future__ import annotations
 
 from collections import Counter
-from datetime import date
 from typing import Any
 
 from django.contrib import admin
@@ -171,7 +170,7 @@ class ToolInvocationAdmin(ReadOnlyAdmin, TenantScopedAdmin[ToolInvocation]):
     def knowledge_gaps(self, request: HttpRequest, dataset_id: int) -> HttpResponse:
         """The questions the dataset cannot answer: its failing lookups grouped into topics."""
         dataset, report = self._gaps(request, dataset_id)
-        per_day: Counter[date] = Counter()
+        per_day: Counter[str] = Counter()
         for gap in report.gaps:
             per_day.update(gap.per_day)
         context = {**self.admin_site.each_context(request),

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 
 from django.conf import settings
+from django.db.models import CharField, TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
@@ -29,7 +32,7 @@ from audit.models import InvocationDataset, Outcome, ToolInvocation
 
 WINDOW_DAYS = 30
 MAX_WINDOW_DAYS = 180
-MAX_CALLS = 20_000  # the newest calls of the window a page reads: time and memory bounded
+MAX_CALLS = 10_000  # the newest calls of the window a page reads: time and memory bounded
 CLOSE_AFTER = 2  # PRECISE READY lookups of a topic after its last failing one close its gap
 TERM_KEY_CHARS = 5
 SIMILAR = 0.5
@@ -59,10 +62,14 @@ class Gap:
     last_seen: datetime | None = None
     ready_after: int = 0  # PRECISE lookups since its last failing one
     closed_at: datetime | None = None
-    per_day: Counter[date] = field(default_factory=Counter)  # failing lookups per day
+    per_day: Counter[str] = field(default_factory=Counter)  # failing lookups per ISO day
     examples: list[str] = field(default_factory=list)
-    _counts: Counter[str] = field(default_factory=Counter)
-    _failing_ids: list[int] = field(default_factory=list)
+    # While the calls are read: term counts, and calls by id (their times are read after, for
+    # these few calls only: parsing a timestamp per call was half the page's time on SQLite).
+    _counts: dict[str, int] = field(default_factory=dict)
+    _failing_ids: list[int] = field(default_factory=list)  # the last MAX_EXAMPLES
+    _first_id: int | None = None
+    _closed_id: int | None = None
 
     @property
     def failing(self) -> int:
@@ -70,30 +77,39 @@ class Gap:
 
     @property
     def closed(self) -> bool:
-        return self.closed_at is not None
+        return self._closed_id is not None
 
     @property
     def topic(self) -> str:
         return " ".join(self.terms[:3]) if self.terms else "(no term of the knowledge base)"
 
-    def see(self, created_at: datetime, failing: str | None, terms: Sequence[str],
+    def see(self, day: str, failing: str | None, terms: Sequence[str],
             invocation_id: int) -> None:
-        self._counts.update(terms)
+        for term in terms:
+            self._counts[term] = self._counts.get(term, 0) + 1
         if failing is None:  # a PRECISE answer of the topic
             if self.failing:
                 self.ready_after += 1
                 if self.ready_after == CLOSE_AFTER:
-                    self.closed_at = created_at
+                    self._closed_id = invocation_id
             return
         if failing == Outcome.EMPTY:
             self.empty += 1
         else:
             self.low += 1
-        self.first_seen = self.first_seen or created_at
-        self.last_seen = created_at
-        self.ready_after, self.closed_at = 0, None
-        self.per_day[timezone.localtime(created_at).date()] += 1
+        self._first_id = self._first_id or invocation_id
+        self.ready_after, self._closed_id = 0, None
+        self.per_day[day] += 1
         self._failing_ids = [*self._failing_ids[-(MAX_EXAMPLES - 1):], invocation_id]
+
+    def ids(self) -> list[int]:
+        return [i for i in (self._first_id, self._closed_id, *self._failing_ids[-1:]) if i]
+
+    def timed(self, at: dict[int, datetime]) -> None:
+        self.terms = tuple(sorted(self._counts, key=lambda t: -self._counts[t])[:LABEL_TERMS])
+        self.first_seen = at.get(self._first_id or 0)
+        self.last_seen = at.get(self._failing_ids[-1]) if self._failing_ids else None
+        self.closed_at = at.get(self._closed_id or 0)
 
 
 @dataclass(frozen=True)
@@ -123,18 +139,33 @@ def knowledge_gaps(*, dataset_id: int, days: int = WINDOW_DAYS,
                 .filter(dataset_id=dataset_id, created_at__gte=since,
                         outcome__in=[Outcome.OK, Outcome.EMPTY])
                 .order_by("-created_at", "-id")
-                .values_list("invocation_id", "created_at", "outcome", "relevance_level",
-                             "terms")[:MAX_CALLS + 1])
+                # As text: a date and a JSON value each converted by Python were most of the
+                # page's time (thousands of rows); equal term lists are decoded once below.
+                .annotate(day_text=Cast("day", CharField(max_length=10)),
+                          terms_text=Cast("terms", TextField()))
+                .values_list("invocation_id", "day_text", "outcome", "relevance_level",
+                             "terms_text")[:MAX_CALLS + 1])
     truncated = len(rows) > MAX_CALLS
-    rows = rows[:MAX_CALLS][::-1]  # oldest first: a gap closes after its failing lookups
 
     def failing(outcome: str, level: str) -> str | None:
         # A row written before the level was recorded ("") is neither.
         return (Outcome.EMPTY if outcome == Outcome.EMPTY else LOW if level == LOW
                 else None if level == PRECISE else UNKNOWN)
 
+    # Oldest first: a gap closes after its failing lookups. A READY call with no term closes
+    # nothing.
+    decoded: dict[str, tuple[list[str], frozenset[str]]] = {}
+    calls = []
+    for pk, day, outcome, level, text in rows[:MAX_CALLS][::-1]:
+        verdict = failing(outcome, level)
+        if text not in decoded:
+            words = _terms(text)
+            decoded[text] = (words, _key(words))
+        words, key = decoded[text]
+        if verdict != UNKNOWN and (words or verdict is not None):
+            calls.append((pk, day, verdict, words, key))
     # Topics: the most frequent term sets first, each joining the first similar topic.
-    sets = Counter(_key(_terms(terms)) for *_, terms in rows)
+    sets = Counter(key for *_, key in calls)
     topic_of: dict[frozenset[str], Gap] = {}
     seeds: list[tuple[frozenset[str], Gap]] = []
     by_term: dict[str, list[int]] = {}
@@ -147,25 +178,27 @@ def knowledge_gaps(*, dataset_id: int, days: int = WINDOW_DAYS,
                 by_term.setdefault(t, []).append(len(seeds))
             seeds.append((key, match))
         topic_of[key] = match
-    for invocation_id, created_at, outcome, level, terms in rows:
-        words, verdict = _terms(terms), failing(outcome, level)
-        # A READY call with no term closes nothing.
-        if verdict != UNKNOWN and (words or verdict is not None):
-            topic_of[_key(words)].see(created_at, verdict, words, invocation_id)
-    gaps = [g for g in topic_of.values() if g.failing]
-    gaps = list({id(g): g for g in gaps}.values())
+    for pk, day, verdict, words, key in calls:
+        topic_of[key].see(day, verdict, words, pk)
+    gaps = list({id(g): g for g in topic_of.values() if g.failing}.values())
+    at = dict(ToolInvocation.objects.filter(pk__in=[i for g in gaps for i in g.ids()])
+              .values_list("pk", "created_at"))
     for gap in gaps:
-        gap.terms = tuple(t for t, _ in gap._counts.most_common(LABEL_TERMS))
+        gap.timed(at)
     gaps.sort(key=lambda g: (g.closed, -g.failing, -(g.last_seen or now).timestamp()))
     examples = bool(settings.KB_AUDIT_STORE_RAW_QUERY)
     if examples:
         _add_examples(gaps)
-    return GapReport(gaps=gaps, days=window, calls=len(rows), truncated=truncated,
+    return GapReport(gaps=gaps, days=window, calls=min(len(rows), MAX_CALLS), truncated=truncated,
                      examples=examples)
 
 
-def _terms(value: object) -> list[str]:
-    # A JSON column: whatever is in it, only short strings are terms.
+def _terms(text: str | None) -> list[str]:
+    # A JSON column: whatever is in it, only strings are terms.
+    try:
+        value = json.loads(text or "[]")
+    except ValueError:
+        return []
     if not isinstance(value, list):
         return []
     return [t for t in value if isinstance(t, str) and t][:10]
@@ -206,17 +239,19 @@ def gaps_csv(report: GapReport) -> str:
     return out.getvalue()
 
 
-def failing_chart(days: Sequence[date], per_day: Counter[date], *, height: int = 24
+def failing_chart(days: Sequence[date], per_day: Counter[str], *, height: int = 24
                   ) -> SafeString:
-    """One bar per day of the window: the failing lookups, scaled to the busiest day."""
-    busiest = max((per_day[d] for d in days), default=0) or 1
+    """One bar per day of the window: the failing lookups (by ISO day), scaled to the busiest
+    day."""
+    counts = [per_day[d.isoformat()] for d in days]
+    busiest = max(counts, default=0) or 1
     step, bar = 6, 5
     width = len(days) * step
     bars = format_html_join("", '<rect x="{}" y="{}" width="{}" height="{}" fill="#e6a700">'
                             '<title>{}: {}</title></rect>',
-                            ((i * step, f"{height - height * per_day[d] / busiest:.1f}", bar,
-                              f"{height * per_day[d] / busiest:.1f}", d.isoformat(),
-                              per_day[d]) for i, d in enumerate(days)))
+                            ((i * step, f"{height - height * n / busiest:.1f}", bar,
+                              f"{height * n / busiest:.1f}", d.isoformat(), n)
+                             for i, (d, n) in enumerate(zip(days, counts, strict=True))))
     return format_html('<svg class="gap-chart" width="{}" height="{}" viewBox="0 0 {} {}" '
                        'role="img" aria-label="failing lookups per day">{}<line x1="0" y1="{}" '
                        'x2="{}" y2="{}" stroke="currentColor" stroke-opacity="0.3"/></svg>',
