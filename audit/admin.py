@@ -3,6 +3,7 @@ with every tool call: no COUNT(*) per page."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from django.contrib import admin
@@ -10,20 +11,30 @@ from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils.functional import cached_property
 
 from audit.admin_display import trace_tables
+from audit.gaps import (
+    CLOSE_AFTER,
+    WINDOW_DAYS,
+    GapReport,
+    failing_chart,
+    gaps_csv,
+    knowledge_gaps,
+)
 from audit.glance import DAYS, glances
 from audit.models import ToolInvocation
 from audit.types import RELEVANCE_LEVELS
 from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, admin_datasets, tenant_filter
-from datasets.selectors import with_document_counts
+from datasets.models import Dataset
+from datasets.selectors import db_id, with_document_counts
 
 PROBE_LIMIT = 10_000  # a filtered list counts at most this many rows
 GLANCE_PER_PAGE = 25
+GAPS_SHOWN = 200  # topics on the page; the CSV has them all
 DETAIL_FIELDS = ("created_at", "tool_call_id", "session_id", "tenant", "api_key", "tool_name",
                  "channel", "outcome", "evidence_status", "relevance_level", "returned_count",
                  "latency_ms", "config_version", "query_hash", "query_length", "query_text",
@@ -116,15 +127,22 @@ class ToolInvocationAdmin(ReadOnlyAdmin, TenantScopedAdmin[ToolInvocation]):
         return InvocationList
 
     def get_urls(self) -> list[Any]:
-        glance = path("datasets/", self.admin_site.admin_view(self.datasets_glance),
-                      name="audit_datasets_glance")
-        return [glance, *super().get_urls()]
+        view = self.admin_site.admin_view
+        return [path("datasets/", view(self.datasets_glance), name="audit_datasets_glance"),
+                path("datasets/<int:dataset_id>/gaps/", view(self.knowledge_gaps),
+                     name="audit_knowledge_gaps"),
+                path("datasets/<int:dataset_id>/gaps.csv", view(self.knowledge_gaps_csv),
+                     name="audit_knowledge_gaps_csv"),
+                *super().get_urls()]
 
-    def datasets_glance(self, request: HttpRequest) -> HttpResponse:
-        """Datasets at a glance: documents, chunks, errors and the audit's lookups per day."""
+    def _may_glance(self, request: HttpRequest) -> None:
         if not (self.has_view_permission(request)
                 and request.user.has_perm("datasets.view_dataset")):
             raise PermissionDenied
+
+    def datasets_glance(self, request: HttpRequest) -> HttpResponse:
+        """Datasets at a glance: documents, chunks, errors and the audit's lookups per day."""
+        self._may_glance(request)
         datasets = with_document_counts(admin_datasets(request).order_by("tenant__slug", "name"))
         page = Paginator(datasets, GLANCE_PER_PAGE).get_page(request.GET.get("p"))
         context = {**self.admin_site.each_context(request), "title": "Datasets at a glance",
@@ -138,3 +156,36 @@ class ToolInvocationAdmin(ReadOnlyAdmin, TenantScopedAdmin[ToolInvocation]):
         details = ((obj.details or {}).get("retrievalDetails") or {}) if obj else {}
         context["trace"] = trace_tables(details, obj.tenant_id if obj else None)
         return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def _gaps(self, request: HttpRequest, dataset_id: int) -> tuple[Dataset, GapReport]:
+        """The dataset's gaps, for a user who may see it: another tenant's dataset is missing
+        as one that does not exist."""
+        self._may_glance(request)
+        dataset = admin_datasets(request).filter(pk=dataset_id).first()
+        if dataset is None:
+            raise Http404("no such dataset")
+        days = db_id(request.GET.get("days", "")) or WINDOW_DAYS
+        return dataset, knowledge_gaps(dataset_id=dataset.pk, days=days)
+
+    def knowledge_gaps(self, request: HttpRequest, dataset_id: int) -> HttpResponse:
+        """The questions the dataset cannot answer: its failing lookups grouped into topics."""
+        dataset, report = self._gaps(request, dataset_id)
+        per_day: Counter[str] = Counter()
+        for gap in report.gaps:
+            per_day.update(gap.per_day)
+        context = {**self.admin_site.each_context(request),
+                   "title": f"Knowledge gaps of {dataset}", "opts": self.model._meta,
+                   "dataset": dataset, "report": report, "close_after": CLOSE_AFTER,
+                   "chart": failing_chart(report.days, per_day, height=48),
+                   "rows": [(gap, failing_chart(report.days, gap.per_day))
+                            for gap in report.gaps[:GAPS_SHOWN]],
+                   "shown": min(len(report.gaps), GAPS_SHOWN)}
+        return TemplateResponse(request, "admin/audit/knowledge_gaps.html", context)
+
+    def knowledge_gaps_csv(self, request: HttpRequest, dataset_id: int) -> HttpResponse:
+        """The gaps as CSV, every topic of the window."""
+        dataset, report = self._gaps(request, dataset_id)
+        response = HttpResponse(gaps_csv(report), content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = (
+            f'attachment; filename="knowledge-gaps-{dataset.tenant.slug}-{dataset.name}.csv"')
+        return response

@@ -6,6 +6,8 @@ is a keyed hash and a length unless KB_AUDIT_STORE_RAW_QUERY is on, and excerpts
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -111,19 +113,26 @@ class InvocationDataset(models.Model):
     created_at = models.DateTimeField()
     day = models.DateField()
     outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    # The call's relevance level and its topic terms (words of the tenant's documents, at most
+    # a few): the knowledge gaps page (audit/gaps.py) reads them with the dataset's calls.
+    relevance_level = models.CharField(max_length=16, blank=True)
+    terms = models.JSONField(default=list, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["dataset", "day", "outcome"],
-                                name="inv_dataset_day")]
+                                name="inv_dataset_day"),
+                   models.Index(fields=["dataset", "created_at"], name="inv_dataset_created")]
 
     def __str__(self) -> str:
         return f"{self.invocation_id} searched dataset {self.dataset_id}"
 
     @classmethod
-    def of(cls, invocation: ToolInvocation, dataset_id: int) -> InvocationDataset:
+    def of(cls, invocation: ToolInvocation, dataset_id: int,
+           terms: Sequence[str] = ()) -> InvocationDataset:
         return cls(invocation=invocation, dataset_id=dataset_id,
                    created_at=invocation.created_at, outcome=invocation.outcome,
-                   day=timezone.localtime(invocation.created_at).date())
+                   day=timezone.localtime(invocation.created_at).date(),
+                   relevance_level=invocation.relevance_level, terms=list(terms))
 
 
 class CanonicalInvocation(models.Model):

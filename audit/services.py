@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
-from datetime import timedelta
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
@@ -38,22 +39,24 @@ def invocation_record(*, api_key: ApiKey | None, latency_ms: float,
                               payload=payload, error=error)
         row.tool_name = result.tool_name if result is not None else tool_name
         row.channel = channel
+        terms = result.topic_terms if result is not None else ()
         if transaction.get_connection().in_atomic_block:
             # A savepoint: a failed insert must not poison the caller's transaction.
             with transaction.atomic():
-                _save(row)
+                _save(row, terms)
         else:
-            _save(row)  # autocommit: a statement each, no BEGIN/COMMIT trips
+            _save(row, terms)  # autocommit: a statement each, no BEGIN/COMMIT trips
     except Exception:
         logger.exception("audit: could not record tool call %r",
                          getattr(result, "tool_call_id", ""))
 
 
-def _save(row: ToolInvocation) -> None:
-    """The row, then the datasets its lookup searched (for the per-dataset figures)."""
+def _save(row: ToolInvocation, terms: Sequence[str]) -> None:
+    """The row, then the datasets its lookup searched (for the per-dataset figures), each
+    with the call's topic terms (for the knowledge gaps page)."""
     row.save(force_insert=True)
     InvocationDataset.objects.bulk_create(
-        InvocationDataset.of(row, pk) for pk in row.dataset_ids)
+        InvocationDataset.of(row, pk, terms) for pk in row.dataset_ids)
 
 
 def _invocation_row(*, api_key: ApiKey | None, latency_ms: float,
@@ -134,3 +137,27 @@ def tool_invocations_prune(*, older_than_days: int, batch_size: int = 1000) -> i
         with transaction.atomic():
             count, _ = ToolInvocation.objects.filter(pk__in=ids).delete()
         deleted += count
+
+
+RAW_ERASED_UNTIL = "audit:raw-queries-erased-until"  # a cache key: where the last pass ended
+
+
+def raw_queries_erase(*, older_than_days: int, batch_size: int = 1000) -> int:
+    """Blank the raw query text (KB_AUDIT_STORE_RAW_QUERY) of calls older than
+    `older_than_days`, one short transaction per batch; the count. A pass starts a day before
+    where the last one ended (kept in the cache), so that a frequent pass reads only the new
+    rows; without that mark it reads every older row once."""
+    cutoff = timezone.now() - timedelta(days=older_than_days)
+    since = cache.get(RAW_ERASED_UNTIL)
+    rows = ToolInvocation.objects.filter(created_at__lt=cutoff).exclude(query_text="")
+    if isinstance(since, datetime) and since <= cutoff:
+        rows = rows.filter(created_at__gte=since - timedelta(days=1))
+    erased = 0
+    while True:
+        ids = list(rows.order_by().values_list("pk", flat=True)[:batch_size])
+        if not ids:
+            break
+        with transaction.atomic():
+            erased += ToolInvocation.objects.filter(pk__in=ids).update(query_text="")
+    cache.set(RAW_ERASED_UNTIL, cutoff, timeout=None)
+    return erased

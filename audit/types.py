@@ -48,3 +48,6 @@ class InvocationRecord:
     tool_name: str = "lookup_knowledge"
     answer: dict[str, Any] | None = None  # a RAG answer's generation: status, citations, usage
     experiment: tuple[int, str] | None = None  # (A/B test id, arm) of the config that served
+    # What the call was about in words of the tenant's documents (never other query words):
+    # the knowledge gaps page groups calls into topics by them (audit/gaps.py).
+    topic_terms: tuple[str, ...] = ()

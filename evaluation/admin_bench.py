@@ -91,6 +91,18 @@ def _runs(tenant: Tenant, rng: random.Random) -> None:
             for q in range(1, RUN_QUERIES + 1))
 
 
+# The knowledge gaps page's input: each call's topic terms, a few of a vocabulary of 300 words
+# (and a tenth of the calls with none, as off-topic questions have).
+VOCABULARY = [f"term{n}" for n in range(300)]
+
+
+def _topic(rng: random.Random) -> list[str]:
+    if rng.random() < 0.1:
+        return []
+    first = rng.randrange(0, len(VOCABULARY) - 5)
+    return rng.sample(VOCABULARY[first:first + 5], rng.randint(1, 4))
+
+
 def seed(rows: int, *, progress: Callable[[int, int], object] | None = None) -> Tenant:
     """The bench tenant with `rows` audited calls (topped up if it has fewer)."""
     tenant, _ = Tenant.objects.get_or_create(slug=BENCH_TENANT, defaults={"name": BENCH_TENANT})
@@ -127,7 +139,8 @@ def seed(rows: int, *, progress: Callable[[int, int], object] | None = None) -> 
             for row, _ in batch:
                 row.pk = ids[row.tool_call_id]
         InvocationDataset.objects.bulk_create(
-            InvocationDataset.of(row, pk) for row, searched in batch for pk in searched)
+            InvocationDataset.of(row, pk, _topic(rng)) for row, searched in batch
+            for pk in searched)
         if progress:
             progress(min(start + BATCH, rows), rows)
     return tenant
@@ -150,6 +163,10 @@ def pages(tenant: Tenant) -> list[tuple[str, str]]:
         ("a tool invocation", reverse("admin:audit_toolinvocation_change",
                                       args=[one.pk if one else 0])),
         ("datasets at a glance", reverse("admin:audit_datasets_glance")),
+        ("knowledge gaps of a dataset", reverse(
+            "admin:audit_knowledge_gaps",
+            args=[Dataset.objects.filter(tenant=tenant).order_by("pk").values_list(
+                "pk", flat=True)[0]])),
         ("datasets", reverse("admin:datasets_dataset_changelist")),
         ("documents", reverse("admin:datasets_document_changelist")),
         ("jobs", reverse("admin:datasets_job_changelist")),

@@ -45,18 +45,20 @@ def enqueue_on_commit(name: str, *args: Any) -> None:
     transaction.on_commit(fire)
 
 
-# What the periodic loop runs each round: the recovery, then the sources' syncs that are due
-# (a source's interval is kept to within one round).
-PERIODIC_TASKS = ("retrieval.tasks.recover_task", "datasets.tasks.sources_sync_due_task")
+# What the periodic loop sends each round: the recovery, the sources' syncs that are due (a
+# source's interval is kept to within one round), and the audit's erasure of raw query text
+# past its retention (KB_AUDIT_RAW_QUERY_RETENTION_DAYS).
+PERIODIC_TASKS = ("retrieval.tasks.recover_task", "datasets.tasks.sources_sync_due_task",
+                  "audit.tasks.raw_queries_erase_task")
 
 
 def recover_periodically(stop: threading.Event) -> threading.Thread:
-    """The recovery (retrieval/index/recovery.py) and the due source syncs
-    (datasets/sources/) now, then every KB_RECOVERY_INTERVAL_SECONDS until `stop` is set,
-    from a thread of its own. A worker sends them to its queue; with tasks in-process they run
-    in that thread, so that what an outage left undone (a deletion whose Milvus rows stayed,
-    an upload that gave up) is applied, and sources follow their schedule, without a worker
-    or an operator."""
+    """The recovery (retrieval/index/recovery.py), the due source syncs (datasets/sources/)
+    and the audit's raw-query retention (PERIODIC_TASKS) now, then every
+    KB_RECOVERY_INTERVAL_SECONDS until `stop` is set, from a thread of its own. A worker sends
+    them to its queue; with tasks in-process they run in that thread, so that what an outage
+    left undone (a deletion whose Milvus rows stayed, an upload that gave up) is applied, and
+    sources follow their schedule, without a worker or an operator."""
 
     def loop() -> None:
         while True:

@@ -13,6 +13,7 @@ are per segment), so one query is judged the same way on every collection.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -109,3 +110,40 @@ def query_terms(query: str) -> QueryTerms:
                       folded=tuple(normalize_text(t) for t in identifiers),
                       terms=tuple(_terms(normalize_text(query))),
                       identifiers_only=bool(words) and in_identifiers >= words)
+
+
+def vocabulary_terms(query: str, texts: Sequence[str], *, limit: int) -> tuple[str, ...]:
+    """The query's content words that the texts contain: Latin words compared by their BM25
+    stem, CJK bigrams as substrings. Each as the query wrote it (normalized), first seen first,
+    at most `limit`. A word no text contains is never returned: what this gives away of a
+    query is vocabulary the texts already hold."""
+    normalized = normalize_text(query)
+    words = [(w, _stem(w)) for w in dict.fromkeys(_WORD.findall(normalized))]
+    latin = [(w, s) for w, s in words if len(s) >= MIN_WORD_CHARS and s not in _STOP_WORDS]
+    bigrams = dict.fromkeys(run[i:i + 2] for run in _CJK_RUN.findall(normalized)
+                            for i in range(len(run) - 1))
+    if not (latin or bigrams) or not texts:
+        return ()
+    # Lower-cased, not NFKC-normalized: NFKC of ten chunks with CJK punctuation costs more than
+    # a millisecond, and what it would fold (full-width Latin letters) is rare in documents.
+    joined = "\n".join(texts).lower()
+    found = [w for w, s in latin if _holds_stem(joined, s)]
+    found += [b for b in bigrams if b in joined]
+    # Back in the query's order: "redis memory" and "memory redis" keep their first word first.
+    order = {term: normalized.find(term) for term in found}
+    return tuple(sorted(found, key=order.__getitem__)[:limit])
+
+
+def _holds_stem(text: str, stem: str) -> bool:
+    """A word of `text` stems to `stem`: str.find for the words that start like it, so no
+    other word of the text is stemmed. Such a word starts with the stem, but for the final
+    "i" Snowball makes of a "y" (memory → memori)."""
+    head = stem[:-1] if stem.endswith("i") else stem
+    start = text.find(head)
+    while start >= 0:
+        if start == 0 or not _WORD.match(text, start - 1):
+            word = _WORD.match(text, start)
+            if word is not None and _stem(word.group(0)) == stem:
+                return True
+        start = text.find(head, start + 1)
+    return False

@@ -146,6 +146,9 @@ class PostProcessed:
     # Each candidate the gate did not keep, and why, compactly (it is in every audited call):
     # duplicate | below:QUALITY[/SUPPORT] | per_document | return_n (audit/admin_display.py).
     dropped: tuple[tuple[str, str], ...] = ()
+    # The query's words that the best candidates' text contains, kept or not (an EMPTY answer's
+    # too): what a lookup was about in the knowledge base's own words (audit/gaps.py).
+    vocabulary: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -199,4 +202,7 @@ class LookupResult:
     graph: dict[str, Any] = field(default_factory=dict)  # the plan, attempts, fallback
     # The evidence keys in their final order before packing (evaluation ranks by these).
     ranked: tuple[str, ...] = ()
+    # What the lookup was about, in words of the tenant's documents: the L0 hints' domains and
+    # keywords, then the query's words its candidates contain (at most TOPIC_TERMS).
+    topic_terms: tuple[str, ...] = ()
     experiment: tuple[int, str] | None = None  # (A/B test id, arm) when one routed the call

@@ -18,7 +18,7 @@ from audit.types import DropReason
 from datasets.evidence import EvidenceKey
 from datasets.ingestion.locations import Location
 from retrieval.analysis import contains_term, normalize_text
-from retrieval.lexical import QueryTerms, query_terms
+from retrieval.lexical import QueryTerms, query_terms, vocabulary_terms
 from retrieval.types import (
     PostProcessed,
     QueryHints,
@@ -32,6 +32,10 @@ from retrieval.types import (
 # loses before the REFERENCE threshold (fitted on the hit-test set's `fit` half; see
 # docs/benchmarks.md, "Hit test").
 LEXICAL_DISCOUNT = 0.3
+# The query's words looked up in the text of this many best candidates, and kept at most: a
+# few terms per lookup, read from text the gate has in memory anyway (audit/gaps.py).
+VOCABULARY_HITS = 5
+VOCABULARY_TERMS = 4
 
 
 class RetrievalScoreNormalizer:
@@ -164,11 +168,15 @@ class KnowledgeEvidencePostProcessor:
         level = (RelevanceLevel.PRECISE if top_quality >= self.precise_threshold else
                  RelevanceLevel.REFERENCE if top_support >= self.reference_threshold else
                  RelevanceLevel.NONE)
+        best = ordered[:VOCABULARY_HITS]
+        vocabulary = vocabulary_terms(
+            query, [f"{_text(h.metadata, 'title')} {h.content}" for h in best],
+            limit=VOCABULARY_TERMS) if query else ()
         if level is RelevanceLevel.NONE:
             # Nothing relevant: the answer is EMPTY, not the least bad junk.
             dropped += [(chunk.evidence_key, _below(chunk, support)) for chunk, support in judged]
             return PostProcessed(chunks=(), relevance_level=level, top_quality=top_quality,
-                                 dropped=tuple(dropped))
+                                 dropped=tuple(dropped), vocabulary=vocabulary)
 
         kept: list[ScoredChunk] = []
         per_document: dict[str, int] = {}
@@ -190,7 +198,7 @@ class KnowledgeEvidencePostProcessor:
             # Explained here, for the few kept: the reasons read the chunk's whole text.
             kept.append(replace(chunk, hit_reasons=_hit_reasons(hit_of[key], hints, terms)))
         return PostProcessed(chunks=tuple(kept), relevance_level=level, top_quality=top_quality,
-                             dropped=tuple(dropped))
+                             dropped=tuple(dropped), vocabulary=vocabulary)
 
     def _judged(self, hit: SearchHit, quality: float, terms: QueryTerms, *,
                 distance_known: bool) -> tuple[float, float]:

@@ -111,4 +111,4 @@ def invocation_of(result: LookupResult) -> InvocationRecord:
         returned_count=seen["returned_count"], config_version=result.config_version,
         error=result.error, details=trace_details(result),
         dataset_ids=result.filters.dataset_ids, ready=ready,
-        experiment=result.experiment)
+        experiment=result.experiment, topic_terms=result.topic_terms)

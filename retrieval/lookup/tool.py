@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
+from retrieval.analysis import normalize_text
 from retrieval.chat import ChatModel
 from retrieval.index.search import VectorSearchService
 from retrieval.lookup.graph.executor import GraphExecutor
@@ -41,6 +42,9 @@ from retrieval.types import (
 )
 
 EMPTY_PACK = ContextPack(items=(), total_chars=0, truncated=False)
+# A lookup's topic for the knowledge gaps page (audit/gaps.py): a few short terms per call.
+TOPIC_TERMS = 5
+TOPIC_TERM_CHARS = 64
 
 
 @dataclass(frozen=True)
@@ -101,7 +105,8 @@ class LookupKnowledgeTool:
         return replace(self._assemble(request, status, level, pack, outcome.hints,
                                       outcome.filters, outcome.retry, clock, log),
                        mode=outcome.mode,
-                       ranked=tuple(c.evidence_key for c in outcome.chunks))
+                       ranked=tuple(c.evidence_key for c in outcome.chunks),
+                       topic_terms=topic_terms(outcome.hints, outcome.result.vocabulary))
 
     def _transformer(self) -> Callable[[str, L0Index], QueryTransformPort]:
         if self.chat is None:
@@ -134,6 +139,15 @@ class LookupKnowledgeTool:
             traces=tuple(clock.traces), config=RagConfigConverter.to_dict(self.settings),
             config_version=self.config_version, error=error,
             timings_ms=dict(clock.timings), graph=log.as_dict() if log else {})
+
+
+def topic_terms(hints: QueryHints, vocabulary: Sequence[str]) -> tuple[str, ...]:
+    """What a lookup was about, in words of the tenant's own documents: the L0 domains and
+    keywords (frontmatter), then the query's words its candidates contain; each once, folded,
+    at most TOPIC_TERMS of at most TOPIC_TERM_CHARS."""
+    terms = dict.fromkeys(normalize_text(t).strip()
+                          for t in (*hints.domains, *hints.keywords, *vocabulary))
+    return tuple(t for t in terms if 0 < len(t) <= TOPIC_TERM_CHARS)[:TOPIC_TERMS]
 
 
 def as_unavailable(result: LookupResult, *, error: str) -> LookupResult:

@@ -10,7 +10,7 @@ import pytest
 
 from datasets.services import dataset_create
 from retrieval.analysis import normalize_text
-from retrieval.lexical import query_terms
+from retrieval.lexical import query_terms, vocabulary_terms
 from retrieval.lookup.post_process import LEXICAL_DISCOUNT, KnowledgeEvidencePostProcessor
 from retrieval.types import QueryHints, RelevanceLevel, SearchHit
 from tests.datasets.builders import markdown
@@ -154,3 +154,23 @@ def test_the_chunk_side_stems_each_word_as_bm25_analysis_does() -> None:
 
     text = normalize_text("Consumers were LAGGING: err_connection_reset, 2xx codes, x86_64 hosts")
     assert _stems(text) == list(dict.fromkeys(_WORD.findall(bm25_text(text))))
+
+
+def test_vocabulary_terms_are_the_query_words_the_texts_hold() -> None:
+    texts = ["Redis evicts keys when Memory is full. Redis 内存 满了"]
+    query = "Why does my REDIS evict payrollzq7 keys, memories ... and 内存满?"
+    # Stemmed as BM25 stems them (evict/evicts, memories/memory), written as the query wrote
+    # them (folded), in its order; words no text holds (payrollzq7, "why") never.
+    assert vocabulary_terms(query, texts, limit=10) == ("redis", "evict", "keys", "memories",
+                                                        "内存")
+    assert vocabulary_terms(query, texts, limit=2) == ("redis", "evict")
+    assert vocabulary_terms("payrollzq7 the and", texts, limit=4) == ()
+    assert vocabulary_terms(query, [], limit=4) == ()
+
+
+def test_a_lookup_keeps_topic_terms_of_its_candidates_even_when_empty() -> None:
+    post = KnowledgeEvidencePostProcessor(5, 2, 0.5, 0.9)
+    hits = [hit(1, content="Kafka consumer lag grows", l2=1.9)]
+    result = post.process(hits, "hybrid", QueryHints(), "kafka lag zqmarker tomorrow")
+    assert result.relevance_level is RelevanceLevel.NONE and not result.chunks
+    assert result.vocabulary == ("kafka", "lag")

@@ -12,6 +12,7 @@ import logging
 import pickle
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from django.core.cache import cache
 from django.db import connection
 
 from audit.models import ToolInvocation
+from retrieval.analysis import normalize_text
 from retrieval.lookup.graph.model_transform import SYSTEM_PROMPT as TRANSFORM_PROMPT
 from retrieval.lookup.graph.query_transform import rewrite
 from retrieval.models import RagConfig
@@ -184,3 +186,70 @@ def test_with_raw_queries_on_the_question_and_its_rewrite_are_kept(
     lookup = rows[bodies[0]["tool_call_id"]]
     notes = [s["note"] for s in lookup.details["retrievalDetails"]["stages"]]
     assert f"REWRITE: rewritten to {rewrite(QUESTION)!r} (1 queries)" in notes
+
+
+def broker_messages() -> str:
+    """Every key and value of the Celery broker's Redis database, when it is Redis."""
+    url = django_settings.CELERY_BROKER_URL
+    if not url.startswith("redis"):
+        return ""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    entries = []
+    for key in client.scan_iter("*"):
+        kind = client.type(key)
+        value = (client.get(key) if kind == b"string" else
+                 client.lrange(key, 0, -1) if kind == b"list" else client.dump(key))
+        entries.append(f"{key!r} {value!r}")
+    return "\n".join(entries)
+
+
+def database_files() -> bytes:
+    """The SQLite database file and its journals, byte for byte (b"" on MariaDB)."""
+    if connection.vendor != "sqlite":
+        return b""
+    name = Path(connection.settings_dict["NAME"])
+    return b"".join(p.read_bytes() for p in (name, name.with_name(name.name + "-wal"),
+                                             name.with_name(name.name + "-journal"))
+                    if p.exists())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_knowledge_gaps_keep_no_query_text(acme: Imported, make_key: MakeKey,
+                                               logs: pytest.LogCaptureFixture,
+                                               admin_client: Any) -> None:
+    """Issue 28 item 4: what the gaps page groups by is words of the tenant's documents; a
+    marker in the questions is in no row (the SQLite file read byte for byte), no cache or
+    broker entry, no log line, and not on the page or in its CSV."""
+    from django.urls import reverse
+
+    from audit.models import InvocationDataset
+
+    _, secret = make_key("acme")
+    off_topic = f"{MARKER} quarterly payroll taxes for {MARKER}"
+    bodies = [call(secret, "/api/tools/lookup_knowledge", q)
+              for q in (QUESTION, QUESTION, off_topic, f"kafka {MARKER} lag")]
+    assert bodies[2]["evidence_status"] == "EMPTY"
+
+    terms = {tuple(t) for t in InvocationDataset.objects.values_list("terms", flat=True)}
+    corpus = normalize_text(" ".join(Path(acme.documents[s].source_path).stem + " "
+                                     + acme.documents[s].source_text for s in acme.documents))
+    # The L0 domain first, then the question's words its candidates hold, at most five.
+    assert ("web", "fix", "nginx", "502", "bad") in terms, terms
+    assert ("messaging", "kafka", "lag") in terms, terms
+    assert () in terms  # the off-topic question: no word of the knowledge base
+    assert all(w in corpus for t in terms for w in t), terms  # never another word
+    page = admin_client.get(reverse("admin:audit_knowledge_gaps", args=[acme.dataset.pk]))
+    exported = admin_client.get(reverse("admin:audit_knowledge_gaps_csv",
+                                        args=[acme.dataset.pk]))
+    assert page.status_code == exported.status_code == 200
+    assert "(no term of the knowledge base)" in page.content.decode()
+
+    everything = "\n".join([stored(), broker_messages(), logs.text, page.content.decode(),
+                            exported.content.decode()])
+    for text in (MARKER, QUESTION, off_topic):
+        assert text not in everything, text
+    files = database_files()
+    assert MARKER.encode() not in files
+    assert connection.vendor != "sqlite" or b"php-fpm" in files  # the live file was read
