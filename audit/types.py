@@ -48,3 +48,5 @@ class InvocationRecord:
     tool_name: str = "lookup_knowledge"
     answer: dict[str, Any] | None = None  # a RAG answer's generation: status, citations, usage
     experiment: tuple[int, str] | None = None  # (A/B test id, arm) of the config that served
+    # Of `ready`, the evidence the call's own answer cited, confirmed by the evidence guard.
+    cited: tuple[str, ...] = ()
