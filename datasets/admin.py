@@ -22,6 +22,7 @@ from datasets.admin_display import (
     preview,
     source_box,
 )
+from datasets.admin_panels import document_panels
 from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, scoped, tenant_filter
 from datasets.auth import api_key_create, may_mint_platform_keys
 from datasets.models import ApiKey, Chunk, Dataset, Document, Job, Tenant
@@ -231,7 +232,7 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
                        "keywords", "category", "business_key", "content_hash", "activated",
                        "deleted", "status", "error", "chunk_count", "indexed_hash",
                        "revision", "synced_revision", "created_at", "updated_at",
-                       "source_redacted", "document_chunks"]
+                       "source_redacted", "document_chunks", "evidence_use"]
 
     @admin.display(description="source (secrets redacted)")
     def source_redacted(self, document: Document) -> str:
@@ -240,6 +241,10 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
     @admin.display(description="chunks")
     def document_chunks(self, document: Document) -> str:
         return chunk_table(document)
+
+    @admin.display(description="use as evidence")
+    def evidence_use(self, document: Document) -> str:
+        return document_panels(document)  # the upper apps' panels (cited rates)
 
     def get_form(self, request: HttpRequest, obj: Document | None = None,
                  change: bool = False, **kwargs: Any) -> Any:
