@@ -83,7 +83,9 @@ class CitedReport:
 
     def as_dict(self) -> dict[str, Any]:
         def listed(name: str, pairs: Iterable[tuple[Any, Cited]]) -> list[dict[str, Any]]:
-            return [{name: key, **figures.as_dict()} for key, figures in pairs]
+            # A doc_id has 62 bits: a string in JSON, as everywhere else in the API.
+            return [{name: str(key) if name == "document_id" else key, **figures.as_dict()}
+                    for key, figures in pairs]
 
         return {"total": self.total.as_dict(),
                 "by_config_version": listed("config_version", self.by_version),
@@ -127,7 +129,7 @@ def dataset_cited(*, dataset_ids: Collection[int], days: int) -> dict[int, Cited
 
 
 def document_cited(*, document_id: int) -> tuple[Cited, list[tuple[int, Cited]]]:
-    """A document's served evidence in all, and by rank."""
+    """A document's (by its doc_id) served evidence in all, and by rank."""
     by_rank = _counted(ServedEvidence.objects.filter(document_id=document_id), "rank")
     total = Cited(*(sum(getattr(c, f) for c in by_rank.values())
                     for f in ("served", "cited", "helpful", "not_helpful")))

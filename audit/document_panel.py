@@ -16,10 +16,10 @@ def _rate(figures: Cited) -> str:
 def cited_panel(document: Document) -> SafeString:
     """How often the document's evidence was served as READY, cited and rated, in all and by
     rank: one grouped query."""
-    total, by_rank = document_cited(document_id=document.pk)
+    total, by_rank = document_cited(document_id=document.doc_id)
     if not total.served:
-        return format_html('<p class="cited-panel">Not served as READY evidence yet (or its '
-                           'calls were pruned from the audit).</p>')
+        return format_html('<p class="cited-panel">{}</p>', "Not served as READY evidence yet "
+                           "(or its calls were pruned from the audit).")
     rows = format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", (
         (rank, figures.served, figures.cited, _rate(figures)) for rank, figures in by_rank))
     return format_html(

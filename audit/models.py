@@ -177,7 +177,8 @@ class ServedEvidence(models.Model):
     # document was deleted meanwhile.
     dataset = models.ForeignKey(Dataset, on_delete=models.DO_NOTHING, db_constraint=False,
                                 related_name="+")
-    document_id = models.PositiveBigIntegerField(help_text="The Document's id.")
+    document_id = models.PositiveBigIntegerField(
+        help_text="The Document's doc_id, as the evidence key names it.")
     evidence_key = models.CharField(max_length=200, help_text="{docId}#chunk-{n}")
     rank = models.PositiveSmallIntegerField(help_text="1 = the first item handed out.")
     tool_call_id = models.CharField(max_length=128, blank=True)
