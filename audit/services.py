@@ -75,7 +75,8 @@ def _save(row: ToolInvocation, served: list[ServedEvidence]) -> None:
 def _served_rows(row: ToolInvocation, result: InvocationRecord) -> list[ServedEvidence]:
     """The READY evidence of the call in the order it was handed out (rank 1 first); what its
     own answer cited is cited from the start."""
-    if result.evidence_status != "READY" or row.outcome != Outcome.OK:
+    tenant_id = row.tenant_id  # the key's, as the row's
+    if tenant_id is None or result.evidence_status != "READY" or row.outcome != Outcome.OK:
         return []
     cited = set(result.cited)
     day = timezone.localtime(row.created_at).date()
@@ -87,7 +88,7 @@ def _served_rows(row: ToolInvocation, result: InvocationRecord) -> list[ServedEv
             continue
         hit = item.document_id in cited
         rows[item.document_id] = ServedEvidence(
-            tenant_id=result.tenant_id, dataset_id=item.dataset_id, document_id=document_id,
+            tenant_id=tenant_id, dataset_id=item.dataset_id, document_id=document_id,
             evidence_key=item.document_id, rank=min(len(rows) + 1, RANK_MAX),
             tool_call_id=row.tool_call_id, session_id=row.session_id,
             config_version=row.config_version, experiment_id=row.experiment_id,
