@@ -201,3 +201,22 @@ def test_an_ab_test_whose_candidate_serves_less_is_told_apart_only_with_enough_c
     _, stranger = make_key("globex", role="admin")
     assert client_for(stranger).get(
         f"/api/rag/experiments/{experiment.pk}/cited-rates").status_code == 404
+
+
+def test_an_agentic_runs_evidence_and_confirmed_citations_are_recorded(
+        acme: Imported, make_key: MakeKey) -> None:
+    _, secret = make_key("acme")
+    agent = client_for(secret)
+    body = agent.post("/api/rag/agentic", {
+        "query": f"{BAD_GATEWAY}? {KAFKA_LAG}?", "tool_call_id": "g1", "session_id": "gs"},
+        format="json").json()
+    assert body["answer_status"] == "ANSWERED" and body["citations"]
+    rows = list(ServedEvidence.objects.filter(tool_call_id="g1").order_by("rank")
+                .values_list("evidence_key", "cited"))
+    # What the run handed out, in its order; cited: what its answer cited.
+    assert [key for key, _ in rows] == [item["document_id"] for item in body["evidence"]]
+    assert {key for key, cited in rows if cited} == set(body["citations"])
+    # The agent confirms the rest through the session: counted, once.
+    rest = [key for key, cited in rows if not cited]
+    assert guard(agent, session_id="gs", document_ids=rest) == rest
+    assert ServedEvidence.objects.filter(tool_call_id="g1", cited=False).count() == 0
