@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     extend_schema,
     extend_schema_field,
@@ -15,10 +16,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from audit.cited import cited_report
 from audit.models import ToolInvocation
 from audit.selectors import session_trace
 from datasets.auth import IsAdminKey, caller
-from kbplatform.errors import NotFound
+from datasets.selectors import MAX_DB_ID
+from kbplatform.errors import ApiError, ErrorCode, NotFound
 from kbplatform.openapi import errors, path_id
 
 
@@ -62,3 +65,34 @@ class SessionTraceApi(APIView):
             raise NotFound("no tool invocations for this session")
         return Response({"session_id": session_id,
                          "toolInvocations": self.OutputSerializer(rows, many=True).data})
+
+
+class CitedRatesApi(APIView):
+    """The cited rates of the caller's tenant (a dataset-scoped key: of its datasets)."""
+
+    permission_classes = [IsAdminKey]
+
+    class InputSerializer(serializers.Serializer[dict[str, Any]]):
+        dataset_id = serializers.IntegerField(min_value=1, max_value=MAX_DB_ID, required=False)
+        days = serializers.IntegerField(min_value=1, max_value=3650, required=False)
+
+    @extend_schema(
+        operation_id="cited_rates", summary="Cited rates of served evidence (audit)",
+        description="Admin keys. Of the evidence lookups and answers served as READY: how "
+                    "much was cited (confirmed by the evidence guard or the call's own answer) "
+                    "and rated helpful / not helpful; per config version, rank, dataset and "
+                    "document; an A/B test's arms: GET /api/rag/experiments/{id}/cited-rates.",
+        parameters=[InputSerializer],
+        responses={200: OpenApiTypes.OBJECT, **errors(400, 401, 403, 503)})
+    def get(self, request: Request) -> Response:
+        who = caller(request)
+        data = self.InputSerializer(data=request.query_params)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        scope = who.writable_dataset_ids() if who.is_scoped else None
+        if "dataset_id" in values:
+            if values["dataset_id"] not in who.writable_dataset_ids():
+                raise ApiError("no such dataset for this key", code=ErrorCode.UNKNOWN_DATASET)
+            scope = [values["dataset_id"]]
+        return Response(cited_report(tenant_id=who.tenant.pk, dataset_ids=scope,
+                                     days=values.get("days")).as_dict())

@@ -1,6 +1,6 @@
 """Datasets at a glance (the admin page of ToolInvocationAdmin): per dataset its documents by
-status, its chunks, its last ingestion errors, and its lookups per day from the audit with the
-EMPTY and UNAVAILABLE shares, drawn as a small stacked bar chart."""
+status, its chunks, its last ingestion errors, its lookups per day from the audit with the
+EMPTY and UNAVAILABLE shares, drawn as a small stacked bar chart, and its cited rate."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from audit.cited import Cited, dataset_cited
 from audit.selectors import DayLookups, lookups_per_day
 from datasets.models import Dataset, Document
 from datasets.selectors import last_ingestion_errors
@@ -24,6 +25,7 @@ class DatasetGlance:
     dataset: Dataset  # annotated by datasets.selectors.with_document_counts
     days: Sequence[DayLookups]
     errors: Sequence[Document]
+    cited: Cited = Cited()  # its evidence served in those days, cited and rated
 
     @property
     def lookups(self) -> int:
@@ -46,11 +48,12 @@ class DatasetGlance:
 
 
 def glances(datasets: Sequence[Dataset], *, days: int = DAYS) -> list[DatasetGlance]:
-    """The page's datasets with their figures: two queries however many datasets."""
+    """The page's datasets with their figures: three queries however many datasets."""
     ids = [d.pk for d in datasets]
     per_day = lookups_per_day(dataset_ids=ids, days=days)
     errors = last_ingestion_errors(dataset_ids=ids)
-    return [DatasetGlance(d, per_day[d.pk], errors[d.pk]) for d in datasets]
+    cited = dataset_cited(dataset_ids=ids, days=days)
+    return [DatasetGlance(d, per_day[d.pk], errors[d.pk], cited[d.pk]) for d in datasets]
 
 
 def day_chart(days: Sequence[DayLookups]) -> SafeString:

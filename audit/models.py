@@ -161,3 +161,68 @@ class CanonicalInvocation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool_call_id} ({self.tenant_id})"
+
+
+class Rating(models.TextChoices):
+    """What the `rate_evidence` tool says of one served evidence item."""
+
+    HELPFUL = "helpful", "helpful"
+    NOT_HELPFUL = "not_helpful", "not helpful"
+
+
+class ServedEvidence(models.Model):
+    """One evidence item one call handed out as READY, at its rank, and whether the caller
+    cited it (the evidence guard, or the call's own answer confirmed it) or rated it: the cited
+    rates are counted from these rows. Ids and counts only, never text.
+
+    The call's tenant, config version, A/B arm, ids and day are copied from its ToolInvocation
+    (written in the same statement batch), so that the figures group from an index alone; the
+    rows go when the call is pruned."""
+
+    invocation = models.ForeignKey(ToolInvocation, on_delete=models.CASCADE,
+                                   related_name="served")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    # Ids only, no constraint (as InvocationDataset): the audit keeps a call whose dataset or
+    # document was deleted meanwhile.
+    dataset = models.ForeignKey(Dataset, on_delete=models.DO_NOTHING, db_constraint=False,
+                                related_name="+")
+    document_id = models.PositiveBigIntegerField(
+        help_text="The Document's doc_id, as the evidence key names it.")
+    evidence_key = models.CharField(max_length=200, help_text="{docId}#chunk-{n}")
+    rank = models.PositiveSmallIntegerField(help_text="1 = the first item handed out.")
+    tool_call_id = models.CharField(max_length=128, blank=True)
+    session_id = models.CharField(max_length=128, blank=True)
+    config_version = models.PositiveIntegerField(null=True, blank=True)
+    experiment_id = models.PositiveIntegerField(null=True, blank=True)
+    experiment_arm = models.CharField(max_length=9, blank=True)
+    day = models.DateField()
+    cited = models.BooleanField(default=False)
+    cited_at = models.DateTimeField(null=True, blank=True)
+    rating = models.CharField(max_length=11, choices=Rating.choices, blank=True)
+    rated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # The guard's and rate_evidence's matches: a call's, a session's evidence.
+            models.Index(fields=["tenant", "tool_call_id"], name="served_call"),
+            models.Index(fields=["tenant", "session_id"], name="served_session"),
+            # The figures: per config version, per dataset and day, per document, per arm.
+            models.Index(fields=["tenant", "config_version", "rank", "cited", "rating"],
+                         name="served_version"),
+            models.Index(fields=["dataset", "day", "cited", "rating"], name="served_dataset"),
+            models.Index(fields=["document_id", "cited"], name="served_document"),
+            models.Index(fields=["experiment_id", "experiment_arm", "invocation", "cited"],
+                         name="served_experiment"),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["invocation", "evidence_key"],
+                                    name="served_once_per_call"),
+            models.CheckConstraint(condition=Q(rank__gte=1), name="served_rank_positive"),
+            models.CheckConstraint(condition=Q(rating__in=["", *Rating.values]),
+                                   name="served_rating_valid"),
+            models.CheckConstraint(condition=Q(cited=False) | Q(cited_at__isnull=False),
+                                   name="served_cited_has_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.evidence_key} at rank {self.rank} of call {self.invocation_id}"

@@ -51,3 +51,5 @@ class InvocationRecord:
     # What the call was about in words of the tenant's documents (never other query words):
     # the knowledge gaps page groups calls into topics by them (audit/gaps.py).
     topic_terms: tuple[str, ...] = ()
+    # Of `ready`, the evidence the call's own answer cited, confirmed by the evidence guard.
+    cited: tuple[str, ...] = ()

@@ -4,4 +4,5 @@ from audit import apis
 
 urlpatterns = [
     path("diagnosis/<str:session_id>/trace", apis.SessionTraceApi.as_view()),
+    path("audit/cited-rates", apis.CitedRatesApi.as_view()),
 ]

@@ -31,6 +31,7 @@ from datasets.admin_display import (
     preview,
     source_box,
 )
+from datasets.admin_panels import document_panels
 from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, scoped, tenant_filter
 from datasets.auth import api_key_create, may_mint_platform_keys
 from datasets.ingestion.formats import SUFFIXES
@@ -246,7 +247,7 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
                        "revision", "synced_revision", "source", "source_commit",
                        "source_version", "created_at", "updated_at",
                        "format", "original_file", "converter_version", "conversion_notes",
-                       "source_redacted", "document_chunks"]
+                       "source_redacted", "document_chunks", "evidence_use"]
 
     @admin.display(description="original file")
     def original_file(self, document: Document) -> str:
@@ -280,6 +281,10 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
     @admin.display(description="chunks")
     def document_chunks(self, document: Document) -> str:
         return chunk_table(document)
+
+    @admin.display(description="use as evidence")
+    def evidence_use(self, document: Document) -> str:
+        return document_panels(document)  # the upper apps' panels (cited rates)
 
     def get_form(self, request: HttpRequest, obj: Document | None = None,
                  change: bool = False, **kwargs: Any) -> Any:

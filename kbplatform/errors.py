@@ -43,6 +43,7 @@ class ErrorCode(StrEnum):
     INVALID_ORIGIN = "invalid_origin"  # MCP
     # 404
     NOT_FOUND = "not_found"
+    NOT_SERVED = "not_served"  # rate_evidence: not evidence served to this key's call
     # 405, 406 (DRF's)
     METHOD_NOT_ALLOWED = "method_not_allowed"
     NOT_ACCEPTABLE = "not_acceptable"

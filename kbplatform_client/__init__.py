@@ -50,6 +50,12 @@ class GuardResult(TypedDict):
     not_ready: list[str]
 
 
+class RatingResult(TypedDict):
+    tool_call_id: str
+    rating: str  # "helpful" | "not_helpful"
+    rated: list[str]
+
+
 class AnswerResult(LookupResult):
     answer: str
     citations: list[str]
@@ -109,6 +115,14 @@ class KbClient:
                                        ("session_id", session_id)) if v})
         return cast(GuardResult, self._json("POST", "/api/tools/evidence_guard", body))
 
+    def rate_evidence(self, tool_call_id: str, document_ids: Sequence[str], *,
+                      rating: str) -> RatingResult:
+        """`rating` "helpful" or "not_helpful" for evidence the call `tool_call_id` of this key
+        served; KbError 404 `not_served` (nothing rated) for anything else."""
+        return cast(RatingResult, self._json("POST", "/api/tools/rate_evidence", {
+            "tool_call_id": tool_call_id, "document_ids": list(document_ids),
+            "rating": rating}))
+
     def rag_answer(self, query: str, *, dataset_ids: Sequence[int] = (), tool_call_id: str = "",
                    session_id: str = "") -> AnswerResult:
         return cast(AnswerResult, self._tool("/api/rag/answer", _lookup_body(
@@ -128,8 +142,8 @@ class KbClient:
         """A tool by the name of GET /api/tools/schema, with an agent's arguments."""
         if name == "list_datasets":  # what lookups may search, as the MCP tool lists them
             return {"datasets": [d for d in self.datasets() if d["activated"]]}
-        if name == "evidence_guard":
-            return dict(self._json("POST", "/api/tools/evidence_guard", dict(arguments)))
+        if name in ("evidence_guard", "rate_evidence"):
+            return dict(self._json("POST", f"/api/tools/{name}", dict(arguments)))
         paths = {"lookup_knowledge": "/api/tools/lookup_knowledge",
                  "rag_answer": "/api/rag/answer", "rag_agentic": "/api/rag/agentic",
                  "rag_node": "/api/rag/node"}
@@ -141,6 +155,20 @@ class KbClient:
         tools: list[dict[str, Any]] = self._json(
             "GET", "/api/tools/schema?" + urllib.parse.urlencode({"format": fmt}))["tools"]
         return tools
+
+    # --- figures (admin keys) -----------------------------------------------------------------
+
+    def cited_rates(self, *, dataset_id: int | None = None,
+                    days: int | None = None) -> dict[str, Any]:
+        """The cited rates of the key's tenant (or one dataset, the last `days` days)."""
+        query = {k: int(v) for k, v in (("dataset_id", dataset_id), ("days", days))
+                 if v is not None}
+        return self._json("GET", "/api/audit/cited-rates"
+                          + (f"?{urllib.parse.urlencode(query)}" if query else ""))
+
+    def experiment_cited_rates(self, experiment_id: int) -> dict[str, Any]:
+        """An A/B test's arms: cited rate and cited per call, with their z-tests."""
+        return self._json("GET", f"/api/rag/experiments/{int(experiment_id)}/cited-rates")
 
     # --- datasets, documents, jobs -----------------------------------------------------------
 

@@ -13,6 +13,7 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path
 
+from audit.cited import ALPHA, MIN_SAMPLE, experiment_cited
 from audit.selectors import experiment_figures
 from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, tenant_filter
 from retrieval.ragconfig.config import RagConfigError
@@ -66,6 +67,9 @@ class ConfigExperimentAdmin(ReadOnlyAdmin, TenantScopedAdmin[ConfigExperiment]):
                    "title": f"A/B test {experiment.pk} of {experiment.config.scope_label}",
                    "experiment": experiment,
                    "arms": experiment_figures(experiment_id=experiment.pk, arms=ARMS),
+                   "cited": experiment_cited(experiment_id=experiment.pk, control=ARMS[0],
+                                             candidate=ARMS[1]),
+                   "minimum": MIN_SAMPLE, "alpha": ALPHA,
                    "can_stop": experiment.running and request.user.has_perm(
                        "retrieval.change_ragconfig")}
         return TemplateResponse(request, "admin/retrieval/configexperiment/experiment.html",

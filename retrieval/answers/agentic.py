@@ -36,7 +36,7 @@ from typing import Any
 
 from django.conf import settings
 
-from audit.types import InvocationRecord
+from audit.types import InvocationRecord, ReadyEvidence
 from retrieval.answers.agentic_plan import Analysis, model_analysis, rules_analysis
 from retrieval.answers.answer import AnswerStatus, Draft, Source
 from retrieval.answers.service import generate
@@ -125,8 +125,13 @@ class AgenticOutcome:
                 config_version=None, error=self.error, details={})
         if self.state.candidates:  # the run found evidence, whatever its last search did
             record = replace(record, evidence_status=EvidenceStatus.READY.value)
+        # What the run handed out is its candidates, from any of its lookups, in their order.
+        datasets = {item.chunk.evidence_key: item.chunk.dataset_id
+                    for lookup in self.lookups for item in lookup.pack.items}
+        ready = tuple(ReadyEvidence(key, dataset) for key in self.state.candidates
+                      if (dataset := datasets.get(key)) is not None)
         # The question asked (its hash, its text only when kept), not the last sub-question.
-        return replace(record, query=self.state.query,
+        return replace(record, query=self.state.query, ready=ready, cited=self.citations,
                        tool_call_id=self.tool_call_id, session_id=self.session_id,
                        error=self.error or record.error,
                        returned_count=len(self.state.candidates), tool_name="rag_agentic",

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from audit.models import Rating
+from audit.services import evidence_cite, evidence_rate
 from audit.types import InvocationRecord
 from datasets.auth import Caller
 from datasets.selectors import dataset_list, readable_datasets
@@ -52,7 +54,7 @@ def rag_answer_call(who: Caller, values: Mapping[str, Any]) -> ToolCall:
     body = {"answer": outcome.answer, "citations": list(outcome.citations),
             "answer_status": outcome.status.value, **outcome.body}
     record = replace(invocation_of(outcome.result), tool_name="rag_answer",
-                     answer=outcome.trace())
+                     answer=outcome.trace(), cited=outcome.citations)
     return ToolCall(body, record, outcome.status is AnswerStatus.UNAVAILABLE)
 
 
@@ -105,7 +107,27 @@ def evidence_guard_call(who: Caller, values: Mapping[str, Any]) -> ToolCall:
     """Confirmed: READY evidence of the call (or session), from a dataset this key may read,
     of a document that may still be served."""
     asked = list(dict.fromkeys(values["document_ids"]))
-    ready = confirmed_evidence(tenant_id=who.tenant.pk, readable=who.readable_dataset_ids(),
-                               document_ids=asked, tool_call_id=values.get("tool_call_id", ""),
-                               session_id=values.get("session_id", ""))
+    readable = who.readable_dataset_ids()
+    ready = confirmed_evidence(tenant_id=who.tenant.pk, readable=readable,
+                               document_ids=asked, **_ids(values))
+    # What the caller confirmed counts as cited, for the cited rates (audit/cited.py).
+    evidence_cite(tenant_id=who.tenant.pk, dataset_ids=readable, evidence_keys=ready,
+                  **_ids(values))
     return ToolCall({"ready": ready, "not_ready": [key for key in asked if key not in ready]})
+
+
+def rate_evidence_call(who: Caller, values: Mapping[str, Any]) -> ToolCall:
+    """Helpful or not: evidence served to a call of this key, from a dataset it may read
+    (audit.services.evidence_rate refuses anything else, rating nothing)."""
+    rating = Rating(values["rating"])
+    rated = evidence_rate(tenant_id=who.tenant.pk, api_key_id=who.api_key.pk,
+                          dataset_ids=who.readable_dataset_ids(),
+                          tool_call_id=values["tool_call_id"],
+                          evidence_keys=values["document_ids"], rating=rating)
+    record = InvocationRecord(
+        tenant_id=who.tenant.pk, tool_call_id=values["tool_call_id"], session_id="", query="",
+        evidence_status=EvidenceStatus.READY.value, relevance_level="NONE",
+        returned_count=len(rated), config_version=None, error="",
+        details={"rating": rating.value, "document_ids": rated}, tool_name="rate_evidence")
+    return ToolCall({"tool_call_id": values["tool_call_id"], "rating": rating.value,
+                     "rated": rated}, record)

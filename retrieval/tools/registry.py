@@ -19,6 +19,7 @@ from retrieval.tools.calls import (
     rag_agentic_call,
     rag_answer_call,
     rag_node_call,
+    rate_evidence_call,
 )
 from retrieval.tools.rendering import evidence_text, json_text, node_text
 from retrieval.tools.serializers import (
@@ -30,6 +31,8 @@ from retrieval.tools.serializers import (
     RagNodeInput,
     RagNodeOutput,
     RagToolResultOutput,
+    RateEvidenceInput,
+    RateEvidenceOutput,
 )
 
 Contract = type[serializers.Serializer[dict[str, Any]]]
@@ -99,6 +102,19 @@ TOOLS = (
              "Confirmed: READY evidence of that call or session, from a dataset this key may "
              "read, of a document that may still be served.", EvidenceGuardOutput,
              errors=(400, 401, 415, 503))),
+    Tool("rate_evidence",
+         "Say whether evidence a call of yours served was helpful or not (rating "
+         "`helpful` or `not_helpful`), by the call's tool_call_id and the document_ids. "
+         "Rate only what that call returned; a new rating replaces the last.",
+         "/api/tools/rate_evidence", rate_evidence_call, json_text, RateEvidenceInput,
+         audited=True,
+         operation=Operation(
+             "Rate evidence served to a call as helpful or not",
+             "Every `document_ids` item must be evidence served as READY to the call "
+             "`tool_call_id` of this same key, from a dataset it may read; otherwise nothing "
+             "is rated (404 `not_served`, `extra.document_ids` naming the others). Counted "
+             "beside the cited rate. Any role.", RateEvidenceOutput,
+             errors=(400, 401, 404, 415, 503))),
     Tool("list_datasets",
          "The datasets (knowledge bases) this key may read, with their ids and names: "
          "use them to narrow lookup_knowledge (dataset_ids) or rag_node "

@@ -213,3 +213,20 @@ class EvidenceGuardInput(serializers.Serializer[dict[str, Any]]):
         if bool(attrs.get("tool_call_id")) == bool(attrs.get("session_id")):
             raise serializers.ValidationError("give exactly one of tool_call_id, session_id")
         return attrs
+
+
+@extend_schema_serializer(component_name="RateEvidence")
+class RateEvidenceInput(serializers.Serializer[dict[str, Any]]):
+    tool_call_id = serializers.RegexField(IDENT, help_text="The call that served the evidence "
+                                          "(a call of this key).")
+    document_ids = serializers.ListField(child=serializers.CharField(max_length=200),
+                                         min_length=1, max_length=50)
+    rating = serializers.ChoiceField(choices=["helpful", "not_helpful"])
+
+
+@extend_schema_serializer(component_name="RateEvidenceResult")
+class RateEvidenceOutput(serializers.Serializer[dict[str, Any]]):
+    tool_call_id = serializers.CharField()
+    rating = serializers.ChoiceField(choices=["helpful", "not_helpful"])
+    rated = serializers.ListField(child=serializers.CharField(), help_text="The evidence "
+                                  "rated: all that was asked (else nothing is rated: 404).")

@@ -1,6 +1,7 @@
 from django.urls import path
 
 from retrieval.index import apis as index_apis
+from retrieval.ragconfig import apis as ragconfig_apis
 from retrieval.tools import views as apis
 from retrieval.tools.registry import TOOLS
 
@@ -12,5 +13,7 @@ urlpatterns = [
     path("knowledge/rollback", index_apis.RollbackApi.as_view()),
     path("knowledge/reconcile", index_apis.ReconcileApi.as_view()),
     path("knowledge/index-versions", index_apis.IndexVersionListApi.as_view()),
+    path("rag/experiments/<str:experiment_id>/cited-rates",
+         ragconfig_apis.ExperimentCitedApi.as_view()),
     path("health", index_apis.HealthApi.as_view(), name="health"),
 ]

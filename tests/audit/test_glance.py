@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from audit.models import InvocationDataset, Outcome, ToolInvocation
+from audit.models import InvocationDataset, Outcome, ServedEvidence, ToolInvocation
 from audit.selectors import lookups_per_day
 from audit.services import tool_invocations_prune
 from datasets.models import Dataset, Document, Tenant
@@ -59,7 +59,9 @@ def test_a_lookup_records_each_dataset_it_searched(kb, ingest, store) -> None:
     assert InvocationDataset.objects.count() == 4
     # Pruning a call takes its rows with it.
     ToolInvocation.objects.update(created_at=timezone.now() - timedelta(days=100))
-    assert tool_invocations_prune(older_than_days=30) == 3 + 4
+    served = ServedEvidence.objects.count()  # the READY call's evidence, pruned with it too
+    assert served == ready.returned_count > 0
+    assert tool_invocations_prune(older_than_days=30) == 3 + 4 + served
     assert not InvocationDataset.objects.exists()
 
 

@@ -242,6 +242,9 @@ def audited_session(session_id: str) -> list[tuple[str, str]]:
 CLIENT_OPERATIONS = {  # method → (HTTP method, path in the OpenAPI schema)
     "lookup": ("post", "/api/tools/lookup_knowledge"),
     "evidence_guard": ("post", "/api/tools/evidence_guard"),
+    "rate_evidence": ("post", "/api/tools/rate_evidence"),
+    "cited_rates": ("get", "/api/audit/cited-rates"),
+    "experiment_cited_rates": ("get", "/api/rag/experiments/{experiment_id}/cited-rates"),
     "rag_answer": ("post", "/api/rag/answer"), "rag_agentic": ("post", "/api/rag/agentic"),
     "rag_node": ("post", "/api/rag/node"), "tool_schemas": ("get", "/api/tools/schema"),
     "datasets": ("get", "/api/datasets"),
