@@ -4,11 +4,13 @@ a deleted file leaves Milvus, an unreachable repository deletes nothing."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 import time
 
 import pytest
 
 from datasets.models import Document, Job, Source
+from datasets.sources.services import InvalidSource
 from datasets.sources.sync import source_claim, source_sync
 from tests.datasets.source_builders import Repo, doc, make_source, sync
 
@@ -142,7 +144,51 @@ def test_a_second_sync_of_a_syncing_source_is_skipped(kb, store, roots) -> None:
                                       "ssh://git@example.org/r.git",
                                       "http://127.0.0.1/r.git"])
 def test_locations_git_may_not_read_are_refused(kb, roots, location) -> None:
-    from datasets.sources.services import InvalidSource
-
     with pytest.raises(InvalidSource):
         make_source(kb.dataset, kind="git", location=location)
+
+
+@pytest.fixture
+def served(tmp_path):
+    """A directory served over HTTP from a thread (git's dumb HTTP protocol reads files)."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    root = tmp_path / "served"
+    root.mkdir()
+    server = ThreadingHTTPServer(("127.0.0.1", 0),
+                                 functools.partial(Quiet, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_repository_over_http_goes_through_the_outbound_policy(kb, store, roots, served,
+                                                                 settings) -> None:
+    root, base = served
+    repo = Repo(roots / "repo")
+    repo.write({"a.md": doc("Alpha")})
+    commit = repo.commit()
+    bare = root / "r.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(repo.path), str(bare)], check=True)
+    subprocess.run(["git", "-C", str(bare), "update-server-info"], check=True)
+    url = f"{base}/r.git"
+
+    with pytest.raises(InvalidSource, match="loopback"):
+        make_source(kb.dataset, kind="git", location=url)
+    settings.KB_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
+    source = make_source(kb.dataset, kind="git", location=url)
+    job = sync(source)
+    assert job.status == Job.Status.SUCCEEDED, job.log
+    assert _live(source)["src/a.md"].source_commit == commit
+
+    settings.KB_OUTBOUND_ALLOWED_HOSTS = []
+    job = sync(source)
+    assert (job.status, job.error) == (Job.Status.FAILED, "could not connect to the repository")
+    assert list(_live(source)) == ["src/a.md"]
