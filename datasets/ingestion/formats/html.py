@@ -29,7 +29,7 @@ def convert_html(raw: bytes, limits: Limits) -> Converted:
         heading_style="ATX",
         bullets="-",
         strip=["img"],
-        # The text as written: an escaped order\\_svc or a\\*b no longer matches what an agent
+        # The text as written: an escaped order\_svc or a\*b no longer matches what an agent
         # searches for (BM25 reads the chunk's text).
         escape_underscores=False,
         escape_asterisks=False,
