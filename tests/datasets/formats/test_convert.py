@@ -171,3 +171,9 @@ def test_a_pdf_with_only_an_owner_password_converts() -> None:
     pdf.set_font("helvetica", size=12)
     pdf.cell(0, 10, "Owner only")
     assert convert(Format.PDF, bytes(pdf.output())).markdown == "<!-- kb:page 1 -->\n\nOwner only\n"
+
+
+def test_without_tesseract_on_path_a_pdf_without_text_fails(monkeypatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")  # KB_OCR=auto, but no tesseract to run
+    with pytest.raises(ConversionFailed, match="^no text layer; OCR is not installed$"):
+        convert(Format.PDF, samples.pdf_bytes(pages=1, blank_pages=(1,)))
