@@ -22,7 +22,7 @@ def folder(settings, tmp_path):
     (root / "a.md").write_bytes(doc("Alpha"))
     (root / "sub" / "b.md").write_bytes(doc("Beta"))
     (root / ".hidden.md").write_bytes(doc("Hidden"))
-    (root / "notes.txt").write_bytes(b"not taken by the globs")
+    (root / "notes.txt").write_bytes(b"plain text: taken unless the globs leave it out")
     return root
 
 
@@ -61,7 +61,7 @@ def test_a_missing_folder_deletes_nothing(kb, store, folder) -> None:
     job = sync(source)
 
     assert job.status == Job.Status.FAILED and "does not exist" in job.error
-    assert _paths(source) == ["src/a.md", "src/sub/b.md"]
+    assert _paths(source) == ["src/a.md", "src/notes.txt", "src/sub/b.md"]
 
 
 def test_a_symlink_out_of_the_root_is_not_followed(kb, store, folder, tmp_path) -> None:

@@ -116,7 +116,8 @@ def test_an_unreachable_repository_deletes_nothing(kb, store, roots) -> None:
 
 def test_a_failed_file_is_a_line_of_the_log_not_a_crash(kb, store, roots) -> None:
     repo = Repo(roots / "repo")
-    repo.write({"a.md": doc("Alpha"), "notes.txt": b"plain text", "bad.md": b"\xff\xfe\x00"})
+    repo.write({"a.md": doc("Alpha"), "logo.png": b"\x89PNG\r\n\x1a\n" + bytes(64),
+                "bad.md": b"\xff\xfe\x00"})
     repo.commit()
     source = make_source(kb.dataset, kind="git", location=str(repo.path))
 
@@ -124,7 +125,7 @@ def test_a_failed_file_is_a_line_of_the_log_not_a_crash(kb, store, roots) -> Non
 
     assert job.status == Job.Status.SUCCEEDED
     assert (job.detail["added"], job.detail["failed"]) == (1, 2)
-    assert any(line["message"].startswith("failed: notes.txt: ") for line in job.log)
+    assert any(line["message"].startswith("failed: logo.png: ") for line in job.log)
 
 
 def test_a_second_sync_of_a_syncing_source_is_skipped(kb, store, roots) -> None:

@@ -198,8 +198,6 @@ def test_robots_refusing_the_start_page_fails_the_sync_and_deletes_nothing(
     assert _paths(source) == before and before
 
 
-@pytest.mark.xfail(strict=False, reason="HTML pages become documents when the HTML converter "
-                                        "lands (the formats branch): unsupported_type until")
 def test_html_pages_become_documents(kb, store, allowed) -> None:
     with web_site(_site()) as site:
         source = make_source(kb.dataset, kind="web", location=f"{site.url}/", max_depth=1)
