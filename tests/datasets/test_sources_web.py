@@ -49,12 +49,12 @@ def test_crawl_follows_same_site_links_to_max_depth_and_honours_robots(
     host = site.url.removeprefix("http://")
     # depth 0: "/", 1: start.md, 2: setup.md and deep/one.md; two.md is depth 3
     assert _paths(source) == [f"src/{host}/guide/deep/one.md", f"src/{host}/guide/setup.md",
-                              f"src/{host}/guide/start.md"]
+                              f"src/{host}/guide/start.md", f"src/{host}/index.html"]
     fetched = [path for path, _ in site.hits]
     assert "/private/x.md" not in fetched and "/guide/deep/two.md" not in fetched
     assert job.status == Job.Status.SUCCEEDED
-    # "/" and "/about" are HTML: a failed line each until the HTML converter lands
-    assert job.detail["added"] == 3 and job.detail["failed"] == 1
+    # "/" is HTML, converted like an upload; "/about" answers 404: not a document
+    assert job.detail["added"] == 4 and job.detail.get("failed", 0) == 0
 
 
 def test_second_sync_asks_with_etags_and_reads_only_the_changed_page(
@@ -70,7 +70,7 @@ def test_second_sync_asks_with_etags_and_reads_only_the_changed_page(
     statuses = dict(site.hits)
     assert statuses["/guide/start.md"] == 304 and statuses["/guide/deep/one.md"] == 304
     assert statuses["/guide/setup.md"] == 200 and statuses["/guide/deep/two.md"] == 404
-    assert (job.detail["changed"], job.detail["unchanged"], job.detail["deleted"]) == (1, 2, 1)
+    assert (job.detail["changed"], job.detail["unchanged"], job.detail["deleted"]) == (1, 3, 1)
     assert not any(p.endswith("two.md") for p in _paths(source))
 
 
@@ -142,7 +142,7 @@ def test_an_unreachable_site_deletes_nothing(kb, store, allowed) -> None:
     job = sync(source)
 
     assert job.status == Job.Status.FAILED and job.error == "could not connect to the site"
-    assert _paths(source) == before and len(before) == 4
+    assert _paths(source) == before and len(before) == 5  # four markdown pages and "/"
 
 
 def test_a_private_address_is_refused_without_the_allow_list(kb, store, settings) -> None:
@@ -181,7 +181,8 @@ def test_two_syncs_at_once_one_runs_the_other_is_skipped(kb, store, allowed) -> 
         first.join(60)
 
     assert second is None  # skipped
-    assert results and results[0] is not None and results[0]["added"] == 1  # type: ignore[index]
+    # depth 1: "/" (HTML) and start.md
+    assert results and results[0] is not None and results[0]["added"] == 2  # type: ignore[index]
 
 
 def test_robots_refusing_the_start_page_fails_the_sync_and_deletes_nothing(
