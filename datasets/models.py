@@ -209,6 +209,7 @@ class Job(models.Model):
         ROLLBACK = "rollback"
         RECONCILE = "reconcile"
         EVALUATE = "evaluate"
+        GATE = "gate"  # a held RagConfig change checked by the tenant's regression gate
 
     class Status(models.TextChoices):
         QUEUED = "queued"

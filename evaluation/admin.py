@@ -344,3 +344,6 @@ def _json_chunks(run: EvaluationRun, rows: Iterator[EvaluationQuery]) -> Iterato
     for number, result in enumerate(rows):
         yield ("," if number else "") + json.dumps(_fields(result), ensure_ascii=False)
     yield "]}"
+
+# The regression gate: question sets and held config changes (registered on import).
+from evaluation import admin_gate  # noqa: E402, F401
