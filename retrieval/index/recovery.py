@@ -77,7 +77,9 @@ def _end_as_its_document(job: Job, document: Document | None) -> None:
 SILENT = {Job.Kind.EVALUATE: ("its worker stopped during the run; start the run again",
                               "failed: its worker stopped during the run"),
           Job.Kind.IMPORT: ("its process stopped during the import; import again",
-                            "failed: its process stopped during the import")}
+                            "failed: its process stopped during the import"),
+          Job.Kind.GATE: ("its worker stopped during the gate; check the held change again",
+                          "failed: its worker stopped during the gate")}
 
 
 def _lost_runs() -> None:

@@ -130,11 +130,12 @@ def rag_config_draft_decide(*, draft_id: int, passed: bool, verdict: str) -> Rag
 
 
 def rag_config_draft_recheck(*, draft: RagConfigDraft) -> RagConfigDraft:
-    """Check a held draft again (after the gate could not run, or the index changed)."""
+    """Check a held draft again (after the gate could not run, its worker died, or the index
+    changed)."""
     gate = registered_gate()
     with transaction.atomic():
         draft = _held(draft.pk)
-        if draft.status != RagConfigDraft.Status.HELD:
+        if not draft.recheckable:
             raise RagConfigError({"draft": f"held change {draft.pk} is {draft.status}"})
         if gate is None:
             raise RagConfigError({"draft": "no gate is registered"})

@@ -299,6 +299,13 @@ class RagConfigDraft(models.Model):
     def held(self) -> bool:
         return self.status in DRAFT_HELD
 
+    @property
+    def recheckable(self) -> bool:
+        """Held by a verdict, or checking with a gate job that failed (its worker died)."""
+        return self.status == self.Status.HELD or (
+            self.status == self.Status.CHECKING and self.job is not None
+            and self.job.status == Job.Status.FAILED)
+
     def changed_fields(self) -> dict[str, tuple[Any, Any]]:
         """The settings it changes against the version it was made over."""
         base = self.config.changes.filter(version=self.base_version).first()

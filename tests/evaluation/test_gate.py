@@ -92,7 +92,8 @@ def test_the_same_change_with_a_better_score_serves(acme: Imported, applied: Any
     config.refresh_from_db()
     assert config.version == 2 and serving_scope(acme) == ""
     change = config.changes.get(version=2)
-    assert change.changed_by == "editor" and f"gate passed it (held change {draft.pk})" in change.note
+    assert change.changed_by == "editor"
+    assert f"gate passed it (held change {draft.pk})" in change.note
     assert GateCheck.objects.get(draft=draft).drops["first"] == -1.0
 
 
@@ -318,3 +319,33 @@ def test_the_gate_runs_on_the_worker(celery_worker: Any, admin_user: Any,
     assert shown["status"] == "succeeded" and shown["done"] == shown["total"] == 6
     draft.refresh_from_db()
     assert draft.status == "held" and RagConfig.objects.get(pk=config.pk).version == 1
+
+
+def test_a_gate_whose_worker_died_fails_and_is_checked_again(
+        acme: Imported, applied: Any, admin_client: Client, settings: Any) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from retrieval.index.recovery import recover
+
+    config = default_config(acme)
+    gate_set(acme)
+    # Without a worker here, the gate's job stays queued; then it "runs" and falls silent.
+    draft = rag_config_propose(config=config, tenant=acme.tenant, values=WORSE,
+                               changed_by="editor").draft
+    assert draft is not None and draft.job is not None
+    silent = timezone.now() - timedelta(seconds=settings.KB_EVALUATION_STALE_SECONDS + 1)
+    Job.objects.filter(pk=draft.job.pk).update(status=Job.Status.RUNNING, updated_at=silent)
+    recover()
+    draft.refresh_from_db()
+    assert draft.job.status == Job.Status.FAILED and "worker stopped" in draft.job.error
+    assert draft.status == "checking" and draft.recheckable  # not served, not judged
+    url = reverse("admin:retrieval_ragconfigdraft_change", args=[draft.pk])
+    assert 'id="draft-recheck"' in admin_client.get(url).content.decode()
+    with applied():
+        admin_client.post(reverse("admin:retrieval_ragconfigdraft_decide", args=[draft.pk]),
+                          {"recheck": "1"})
+    draft.refresh_from_db()
+    assert draft.status == "held" and draft.job.status == Job.Status.SUCCEEDED
+    assert RagConfig.objects.get(pk=config.pk).version == 1
