@@ -19,7 +19,12 @@ from datasets.admin_display import job_progress
 from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, tenant_filter
 from evaluation.display import runs_compared
 from evaluation.models import GATE_METRICS, QuestionSet
-from evaluation.question_sets import MAX_BYTES, QuestionSetError, question_set_parse
+from evaluation.question_sets import (
+    MAX_BYTES,
+    MAX_QUESTIONS,
+    QuestionSetError,
+    question_set_parse,
+)
 from retrieval.ragconfig.config import RagConfigError
 from retrieval.ragconfig.drafts import (
     MAX_REASON_CHARS,
@@ -30,6 +35,9 @@ from retrieval.ragconfig.drafts import (
 from retrieval.ragconfig.models import RagConfigDraft
 
 DIFF_ROWS = 50
+# Every change of a config asks its gate sets twice: their questions together are bounded as
+# one set's are, so that a change costs at most 2 × MAX_QUESTIONS lookups.
+MAX_GATE_QUESTIONS = MAX_QUESTIONS
 
 
 class QuestionSetForm(forms.ModelForm):
@@ -63,13 +71,31 @@ class QuestionSetForm(forms.ModelForm):
         if not (upload or text.strip()):
             if self.instance.pk is None:
                 raise forms.ValidationError("Upload a file of questions or paste them.")
+            self._gate_bounded(cleaned)
             return cleaned
         try:
             raw = upload.read(MAX_BYTES + 1) if upload else text.encode("utf-8", "replace")
             self.instance.questions = [q.as_json() for q in question_set_parse(raw)]
         except QuestionSetError as exc:
             self.add_error("questions_file" if upload else "questions_text", str(exc))
+        else:
+            self._gate_bounded(cleaned)
         return cleaned
+
+    def _gate_bounded(self, cleaned: dict[str, Any]) -> None:
+        """The tenant's gate sets ask MAX_GATE_QUESTIONS at most, this one included."""
+        tenant = cleaned.get("tenant") or getattr(self.instance, "tenant", None)
+        if not cleaned.get("gate") or tenant is None:
+            return
+        others = QuestionSet.objects.filter(tenant=tenant, gate=True)
+        if self.instance.pk is not None:
+            others = others.exclude(pk=self.instance.pk)
+        total = len(self.instance.questions or []) + sum(
+            len(questions or []) for questions in others.values_list("questions", flat=True))
+        if total > MAX_GATE_QUESTIONS:
+            self.add_error("gate", f"The tenant's gate sets would ask {total} questions; "
+                                   f"{MAX_GATE_QUESTIONS} at most (each change asks them "
+                                   "twice).")
 
 
 @admin.register(QuestionSet)

@@ -186,7 +186,10 @@ class RagConfigAdmin(TenantScopedAdmin[RagConfig]):
     @admin.display(description="regression gate")
     def gate(self, config: RagConfig) -> str:
         """Whether a change waits for the gate, and the change it holds now."""
-        held = config.drafts.filter(status__in=DRAFT_HELD).first() if config.pk else None
+        if config.pk is None:
+            return ("decided when it is saved: held until the gate passes it when the "
+                    "tenant's gate question sets cover it")
+        held = config.drafts.filter(status__in=DRAFT_HELD).first()
         if held is not None:
             url = reverse("admin:retrieval_ragconfigdraft_change", args=[held.pk])
             return format_html('<a href="{}" id="held-change">held change {}</a> ({}): not '

@@ -349,3 +349,32 @@ def test_a_gate_whose_worker_died_fails_and_is_checked_again(
     draft.refresh_from_db()
     assert draft.status == "held" and draft.job.status == Job.Status.SUCCEEDED
     assert RagConfig.objects.get(pk=config.pk).version == 1
+
+
+def test_question_sets_are_stored_from_the_admin_and_the_gate_is_bounded(
+        acme: Imported, admin_client: Client, settings: Any, monkeypatch: Any) -> None:
+    import evaluation.admin_gate
+
+    add = reverse("admin:evaluation_questionset_add")
+    fields = {"tenant": acme.tenant.pk, "name": "ops", "gate": "on", "max_drop_first": "0.1",
+              "max_drop_mrr": "0.02", "max_drop_ndcg": "0.02",
+              "max_drop_off_topic_empty": "0.05"}
+    pasted = "\n".join(json.dumps(q) for q in QUESTIONS)
+    bad = admin_client.post(add, {**fields, "questions_text": '{"expected": "x.md"}'})
+    assert bad.status_code == 200 and "line 1: no query" in bad.content.decode()
+    over = admin_client.post(add, {**fields, "max_drop_first": "1.5", "questions_text": pasted})
+    assert over.status_code == 200 and not QuestionSet.objects.exists()
+    assert admin_client.post(add, {**fields, "questions_text": pasted}).status_code == 302
+    stored = QuestionSet.objects.get()
+    assert (stored.gate, stored.max_drop_first, stored.created_by) == (True, 0.1, "admin")
+    assert [q["id"] for q in stored.questions] == ["nginx", "lag", "off"]
+    assert stored.questions[2]["expected"] == []
+
+    monkeypatch.setattr(evaluation.admin_gate, "MAX_GATE_QUESTIONS", 5)
+    second = admin_client.post(add, {**fields, "name": "more", "questions_text": pasted})
+    assert second.status_code == 200
+    assert "The tenant&#x27;s gate sets would ask 6 questions; 5 at most" in \
+        second.content.decode()
+    fields.pop("gate")  # stored, not part of the gate: no bound
+    assert admin_client.post(add, {**fields, "name": "more",
+                                   "questions_text": pasted}).status_code == 302
