@@ -378,3 +378,24 @@ def test_question_sets_are_stored_from_the_admin_and_the_gate_is_bounded(
     fields.pop("gate")  # stored, not part of the gate: no bound
     assert admin_client.post(add, {**fields, "name": "more",
                                    "questions_text": pasted}).status_code == 302
+
+
+def test_a_batch_hit_test_runs_a_stored_question_set(acme: Imported, globex: Imported,
+                                                     applied: Any, admin_client: Client) -> None:
+    from evaluation.models import EvaluationRun
+
+    stored = gate_set(acme, gate=False)
+    other = gate_set(globex)
+    add = reverse("admin:evaluation_evaluationrun_add")
+    assert "… or a stored question set" in admin_client.get(add).content.decode()
+    wrong = admin_client.post(add, {"tenant": acme.tenant.pk, "question_set": other.pk})
+    assert "a question set of acme, please" in wrong.content.decode()
+    both = admin_client.post(add, {"tenant": acme.tenant.pk, "question_set": stored.pk,
+                                   "questions_text": "q"})
+    assert "(one of the three)" in both.content.decode()
+    with applied():
+        response = admin_client.post(add, {"tenant": acme.tenant.pk,
+                                           "question_set": stored.pk})
+    assert response.status_code == 302
+    run = EvaluationRun.objects.get()
+    assert run.name == "ops" and run.queries == 3 and run.metrics["first"] == 1.0
