@@ -308,6 +308,7 @@ class Job(models.Model):
         RECONCILE = "reconcile"
         EVALUATE = "evaluate"
         SYNC_SOURCE = "sync_source"
+        GATE = "gate"  # a held RagConfig change checked by the tenant's regression gate
 
     class Status(models.TextChoices):
         QUEUED = "queued"

@@ -31,10 +31,15 @@ from django.utils.html import format_html
 
 from audit.admin_display import trace_tables
 from datasets.admin_display import job_progress
-from datasets.admin_scope import TenantScopedAdmin, tenant_filter
+from datasets.admin_scope import TenantScopedAdmin, scoped, tenant_filter
 from evaluation.display import run_series, runs_compared
-from evaluation.models import EvaluationQuery, EvaluationRun
-from evaluation.question_sets import MAX_BYTES, QuestionSetError, question_set_parse
+from evaluation.models import EvaluationQuery, EvaluationRun, QuestionSet
+from evaluation.question_sets import (
+    MAX_BYTES,
+    BatchQuestion,
+    QuestionSetError,
+    question_set_parse,
+)
 from evaluation.runs import (
     GOING,
     MAX_SUITE_QUERIES,
@@ -59,16 +64,34 @@ class BatchRunForm(ConfigVersionForm):
     questions_text = forms.CharField(
         required=False, label="… or paste them", widget=forms.Textarea(attrs={"rows": 8,
                                                                             "cols": 100}))
+    question_set = forms.ModelChoiceField(
+        queryset=QuestionSet.objects.none(), required=False,
+        label="… or a stored question set",
+        help_text="One of the tenant's question sets (Question sets, where the gate's are "
+                  "named).")
     name = forms.CharField(max_length=200, required=False,
                            help_text="The series this run belongs to in the chart. Empty: the "
-                                     "file's name, or \"pasted questions\".")
+                                     "file's name, the set's, or \"pasted questions\".")
+
+    def __init__(self, data: Any = None, files: Any = None, *, request: HttpRequest) -> None:
+        super().__init__(data, files, request=request)
+        sets = scoped(QuestionSet.objects.select_related("tenant"), request, "tenant")
+        cast(forms.ModelChoiceField, self.fields["question_set"]).queryset = sets  # type: ignore[type-arg]
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
         upload, text = cleaned.get("questions_file"), cleaned.get("questions_text") or ""
-        if bool(upload) == bool(text.strip()):
-            raise forms.ValidationError("Upload a file of questions or paste them (one of "
-                                        "the two).")
+        stored = cleaned.get("question_set")
+        if sum((bool(upload), bool(text.strip()), stored is not None)) != 1:
+            raise forms.ValidationError("Upload a file of questions, paste them, or choose a "
+                                        "stored set (one of the three).")
+        if stored is not None:
+            tenant = cleaned.get("tenant")
+            if tenant is not None and stored.tenant_id != tenant.pk:
+                self.add_error("question_set", f"a question set of {tenant.slug}, please")
+            cleaned["questions"] = [BatchQuestion.of_json(q) for q in stored.questions]
+            cleaned["name"] = (cleaned.get("name") or stored.name)[:200]
+            return cleaned
         try:
             raw = upload.read(MAX_BYTES + 1) if upload else text.encode("utf-8", "replace")
             cleaned["questions"] = question_set_parse(raw)
@@ -344,3 +367,6 @@ def _json_chunks(run: EvaluationRun, rows: Iterator[EvaluationQuery]) -> Iterato
     for number, result in enumerate(rows):
         yield ("," if number else "") + json.dumps(_fields(result), ensure_ascii=False)
     yield "]}"
+
+# The regression gate: question sets and held config changes (registered on import).
+from evaluation import admin_gate  # noqa: E402, F401

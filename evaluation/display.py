@@ -81,8 +81,8 @@ def series_chart(runs: Sequence[EvaluationRun]) -> SafeString:
 
 def _version(run: EvaluationRun, short: bool = False) -> str:
     """"v2" for the tenant default, "runbooks v2" for a dataset's own config."""
-    if run.config_version is None:
-        return "defaults"
+    if run.config_version is None:  # a held change (its scope names it), or no config at all
+        return ("change" if short else run.config_label) if run.config_scope else "defaults"
     if not short:
         return run.config_label
     dataset = run.config_scope.partition("/")[2]

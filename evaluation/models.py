@@ -1,11 +1,13 @@
-"""Evaluation runs of config versions, each query's outcome kept."""
+"""Evaluation runs of config versions, each query's outcome kept; stored question sets, some named
+as a tenant's regression gate, and the gate's checks of held config changes."""
 
 from __future__ import annotations
 
 from django.db import models
 from django.db.models import Q
 
-from datasets.models import Job, Tenant
+from datasets.models import Dataset, Job, Tenant
+from retrieval.ragconfig.models import RagConfigDraft
 
 
 class EvaluationRun(models.Model):
@@ -63,8 +65,8 @@ class EvaluationRun(models.Model):
     @property
     def config_label(self) -> str:
         """"acme/runbooks, version 2", or "the built-in defaults"."""
-        if self.config_version is None:
-            return "the built-in defaults"
+        if self.config_version is None:  # a held change's run names it in its scope
+            return self.config_scope or "the built-in defaults"
         scope = self.config_scope or f"{self.tenant.slug}/default"  # a run from before scopes
         return f"{scope}, version {self.config_version}"
 
@@ -97,3 +99,86 @@ class EvaluationQuery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.position} {self.query_id}"
+
+
+# The gate's metrics: the run's metric (evaluation/runs.py _run_batch) → its label and the
+# set's column holding the largest drop allowed.
+GATE_METRICS = {"first": ("right first", "max_drop_first"),
+                "mrr@10": ("MRR@10", "max_drop_mrr"),
+                "ndcg@10": ("nDCG@10", "max_drop_ndcg"),
+                "off_topic_empty": ("off-topic EMPTY", "max_drop_off_topic_empty")}
+
+
+def _tolerance(default: float, label: str) -> models.FloatField:
+    return models.FloatField(default=default, help_text=(
+        f"The largest drop of {label} (0 to 1, absolute: 0.02 is two points) a change may "
+        "cause on this set and still serve."))
+
+
+class QuestionSet(models.Model):
+    """A tenant's stored question set (questions with their expected documents, as a batch hit
+    test takes them). Named as the gate, a change of a config that serves its lookups is held
+    until this set scores no worse than the tolerances allow."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="question_sets")
+    name = models.CharField(max_length=200)
+    dataset = models.ForeignKey(
+        Dataset, on_delete=models.CASCADE, null=True, blank=True, related_name="question_sets",
+        help_text="Its questions search this dataset alone, and as the gate it guards this "
+                  "dataset's config (or the tenant default while the dataset has none). "
+                  "Empty: every dataset of the tenant, and it guards the tenant default.")
+    questions = models.JSONField(help_text="Its questions, as parsed.")
+    gate = models.BooleanField(default=False, help_text=(
+        "Part of the regression gate: a change of a config serving its lookups (an edit, a "
+        "rollback, an A/B promotion) is held until it passes on this set."))
+    max_drop_first = _tolerance(0.02, "right first (the right document ranked first)")
+    max_drop_mrr = _tolerance(0.02, "MRR@10")
+    max_drop_ndcg = _tolerance(0.02, "nDCG@10")
+    max_drop_off_topic_empty = _tolerance(0.05, "off-topic EMPTY (off-topic questions "
+                                                "answered EMPTY)")
+    created_by = models.CharField(max_length=150, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["tenant_id", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"],
+                                    name="question_set_unique_name_per_tenant"),
+            models.CheckConstraint(
+                condition=Q(max_drop_first__gte=0, max_drop_first__lte=1, max_drop_mrr__gte=0,
+                            max_drop_mrr__lte=1, max_drop_ndcg__gte=0, max_drop_ndcg__lte=1,
+                            max_drop_off_topic_empty__gte=0, max_drop_off_topic_empty__lte=1),
+                name="question_set_tolerances_in_unit_range",
+                violation_error_message="a tolerance lies between 0 and 1"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}/{self.name}"
+
+    def tolerances(self) -> dict[str, float]:
+        return {metric: getattr(self, column) for metric, (_, column) in GATE_METRICS.items()}
+
+
+class GateCheck(models.Model):
+    """One gate question set measured for a held config change: the version it was made over
+    (baseline) and the change (candidate), each an evaluation run, and the verdict."""
+
+    draft = models.ForeignKey(RagConfigDraft, on_delete=models.CASCADE,
+                              related_name="gate_checks")
+    question_set = models.ForeignKey(QuestionSet, on_delete=models.SET_NULL, null=True,
+                                     blank=True, related_name="+")
+    name = models.CharField(max_length=200, help_text="The set's name when it ran.")
+    baseline = models.ForeignKey(EvaluationRun, on_delete=models.SET_NULL, null=True,
+                                 related_name="+")
+    candidate = models.ForeignKey(EvaluationRun, on_delete=models.SET_NULL, null=True,
+                                  related_name="+")
+    tolerances = models.JSONField(help_text="metric → the largest drop allowed, as it ran")
+    drops = models.JSONField(help_text="metric → baseline minus candidate")
+    passed = models.BooleanField()
+
+    class Meta:
+        ordering = ["draft", "id"]
+
+    def __str__(self) -> str:
+        return f"gate {self.name} of held change {self.draft_id}: " + (
+            "passed" if self.passed else "regression")

@@ -13,7 +13,7 @@ outcome is stored, with the trace of the first misses.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -131,8 +131,9 @@ def evaluation_run_start(*, tenant: Tenant, kind: str, name: str,
 class _Recorder:
     """Stores each query's outcome and the job's progress; counts the hits."""
 
-    def __init__(self, run: EvaluationRun, job: Job, total: int) -> None:
-        self.run, self.job, self.total = run, job, total
+    def __init__(self, run: EvaluationRun, job: Job | None, total: int,
+                 progress: Callable[[int], None] | None = None) -> None:
+        self.run, self.job, self.total, self.progress = run, job, total, progress
         self.rows: list[EvaluationQuery] = []
         self.latencies: list[float] = []
         self.traced = self.hits = 0
@@ -158,6 +159,8 @@ class _Recorder:
             self.rows = []
             job_update(self.job, done=done, log=None if done < self.total else
                        f"all {done} queries asked")
+            if self.progress is not None:  # a gate's job counts the queries of its runs
+                self.progress(done)
 
     def finish(self, metrics: dict[str, float], **fields: Any) -> None:
         timing = Timing.of(self.latencies)
@@ -186,7 +189,8 @@ def _ranking(result: LookupResult, expected: Sequence[str]) -> list[str]:
     return ranking
 
 
-def _run_batch(run: EvaluationRun, job: Job) -> None:
+def run_batch(run: EvaluationRun, job: Job | None,
+               progress: Callable[[int], None] | None = None) -> None:
     questions = [BatchQuestion.of_json(q) for q in run.questions]
     filters = SearchFilters(tenant_id=run.tenant_id, dataset_ids=tuple(run.dataset_ids))
     try:
@@ -194,7 +198,7 @@ def _run_batch(run: EvaluationRun, job: Job) -> None:
         collection, embedder = index.collection, index.embedder.name
     except IndexNotReady:
         collection, embedder = "", ""  # nothing indexed yet: every answer is EMPTY
-    recorder = _Recorder(run, job, len(questions))
+    recorder = _Recorder(run, job, len(questions), progress)
     on_topic: list[dict[str, float]] = []
     off_topic_empty: list[float] = []
     first: list[float] = []
@@ -262,6 +266,6 @@ def _run_suite(run: EvaluationRun, job: Job) -> None:
 def evaluation_run_execute(*, run: EvaluationRun, job: Job) -> None:
     """Ask every query of the run and store the outcomes (the task's work)."""
     if run.kind == EvaluationRun.Kind.BATCH:
-        _run_batch(run, job)
+        run_batch(run, job)
     else:
         _run_suite(run, job)

@@ -1,5 +1,5 @@
-"""The evaluation app's task: one evaluation run, on the `celery` queue (it only reads, but for a
-suite's own collection)."""
+"""The evaluation app's tasks: one evaluation run, and the regression gate of one held config
+change, on the `celery` queue (they only read, but for a suite's own collection)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ from celery import shared_task
 
 from datasets.jobs import job_claim, job_fail, job_update
 from datasets.models import Job
+from evaluation.gate import gate_check_execute
 from evaluation.models import EvaluationRun
 from evaluation.runs import RunUnavailable, evaluation_run_execute
 from evaluation.suites import SuiteError
+from retrieval.ragconfig.drafts import rag_config_draft_decide
+from retrieval.ragconfig.models import RagConfigDraft
 
 
 @shared_task(acks_late=True)
@@ -31,3 +34,26 @@ def evaluation_task(job_id: int, run_id: int) -> None:
                                   "start the run again once it is back")
     except Exception as exc:
         job_fail(job, exc)
+
+
+@shared_task(acks_late=True)
+def gate_task(job_id: int, draft_id: int) -> None:
+    """The regression gate of one held config change (evaluation/gate.py)."""
+    job = job_claim(job_id)
+    if job is None:
+        return
+    draft = RagConfigDraft.objects.filter(pk=draft_id).first()
+    if draft is None:
+        job_update(job, status=Job.Status.FAILED, error="the held change was deleted",
+                   log="failed: the held change was deleted")
+        return
+    try:
+        gate_check_execute(draft=draft, job=job)
+    except Exception as exc:
+        # Not measured is not passed: the change stays held, with the reason.
+        public = ("a lookup answered UNAVAILABLE: a platform service failed; check the change "
+                  "again once it is back" if isinstance(exc, RunUnavailable)
+                  else "the gate failed on the platform's side")
+        rag_config_draft_decide(draft_id=draft_id, passed=False,
+                                verdict=f"the gate could not run: {public}")
+        job_fail(job, exc, public=public)

@@ -193,6 +193,7 @@ KB_INDEXING_QUEUE = "indexing"
 # any other): on Celery's default queue, so that a worker of their own keeps them from delaying
 # the indexing (an exact name wins over the patterns).
 CELERY_TASK_ROUTES = {"evaluation.tasks.evaluation_task": {"queue": "celery"},
+                      "evaluation.tasks.gate_task": {"queue": "celery"},
                       "datasets.tasks.*": {"queue": KB_INDEXING_QUEUE},
                       "retrieval.tasks.*": {"queue": KB_INDEXING_QUEUE}}
 # A running evaluation writes its progress at least this often; a run silent for longer lost

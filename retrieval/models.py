@@ -7,10 +7,12 @@ from retrieval.ragconfig.models import (
     RagAgent,
     RagConfig,
     RagConfigChange,
+    RagConfigDraft,
     SynonymGroup,
     SynonymRevision,
     _default_retrievers,  # named by the migrations
 )
 
 __all__ = ["ConfigExperiment", "EmbeddingCache", "IndexVersion", "RagAgent", "RagConfig",
-           "RagConfigChange", "SynonymGroup", "SynonymRevision", "_default_retrievers"]
+           "RagConfigChange", "RagConfigDraft", "SynonymGroup", "SynonymRevision",
+           "_default_retrievers"]

@@ -179,7 +179,7 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
         # dashboard's table styles once squeezed the link column to a letter per line).
         page.set_viewport_size({"width": 1400, "height": 900})
         links = page.locator("#operator-console a").all()
-        assert len(links) == 7  # a superuser's: six pages and the A/B tests
+        assert len(links) == 9  # a superuser's: seven pages, the A/B tests, the held changes
         for link in links:
             text = link.inner_text()
             assert link.evaluate("a => a.getClientRects().length") == 1, text

@@ -17,6 +17,7 @@ from audit.cited import ALPHA, MIN_SAMPLE, experiment_cited
 from audit.selectors import experiment_figures
 from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, tenant_filter
 from retrieval.ragconfig.config import RagConfigError
+from retrieval.ragconfig.drafts import experiment_promote
 from retrieval.ragconfig.models import ConfigExperiment, RagConfigChange
 from retrieval.ragconfig.services import experiment_start, experiment_stop
 
@@ -84,22 +85,30 @@ class ConfigExperimentAdmin(ReadOnlyAdmin, TenantScopedAdmin[ConfigExperiment]):
             return self.not_found(request, object_id)
         promote = "promote" in request.POST
         before = experiment.config.version
+        candidate = experiment.candidate.version
         try:
-            config = experiment_stop(experiment=experiment, promote=promote,
-                                     stopped_by=request.user.get_username())
+            if promote:
+                proposal = experiment_promote(experiment=experiment,
+                                              promoted_by=request.user.get_username())
+            else:
+                experiment_stop(experiment=experiment, stopped_by=request.user.get_username())
         except RagConfigError as exc:
             messages.error(request, _refusal(exc))
+            return redirect("admin:retrieval_configexperiment_change", experiment.pk)
+        if not promote:
+            outcome = "."
+        elif proposal.draft is not None:
+            messages.warning(request, f"A/B test {experiment.pk} stopped; the promotion of "
+                                      f"version {candidate} is held by the gate (held change "
+                                      f"{proposal.draft.pk}).")
+            return redirect("admin:retrieval_ragconfigdraft_change", proposal.draft.pk)
+        elif proposal.config.version == before:
+            outcome = (f": {proposal.config.scope_label} was already equal to version "
+                       f"{candidate}; no new version.")
         else:
-            candidate = experiment.candidate.version
-            if not promote:
-                outcome = "."
-            elif config.version == before:
-                outcome = (f": {config.scope_label} was already equal to version {candidate}; "
-                           "no new version.")
-            else:
-                outcome = (f": {config.scope_label} is at version {config.version}, equal to "
-                           f"version {candidate}.")
-            messages.success(request, f"A/B test {experiment.pk} stopped{outcome}")
+            outcome = (f": {proposal.config.scope_label} is at version "
+                       f"{proposal.config.version}, equal to version {candidate}.")
+        messages.success(request, f"A/B test {experiment.pk} stopped{outcome}")
         return redirect("admin:retrieval_configexperiment_change", experiment.pk)
 
     @admin.display(description="config", ordering="config__tenant__slug")

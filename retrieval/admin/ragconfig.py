@@ -24,9 +24,10 @@ from datasets.admin_scope import (
 from retrieval.admin.experiments import experiment_started
 from retrieval.admin.hit_test import draft_data, hit_test_page
 from retrieval.ragconfig import config as cfg
-from retrieval.ragconfig.models import RagAgent, RagConfig, RagConfigChange
+from retrieval.ragconfig.drafts import Proposal, rag_config_propose, rag_config_rollback
+from retrieval.ragconfig.gate import registered_gate
+from retrieval.ragconfig.models import DRAFT_HELD, RagAgent, RagConfig, RagConfigChange
 from retrieval.ragconfig.selectors import checked_settings
-from retrieval.ragconfig.services import rag_config_rollback, rag_config_update
 from retrieval.ragconfig.settings import RETRIEVERS, SETTING_NAMES, RagSettings
 
 
@@ -104,12 +105,12 @@ class RagConfigAdmin(TenantScopedAdmin[RagConfig]):
     list_filter = ["retrieval_execution_mode", "enable_rerank", "enable_query_transform"]
     list_select_related = ["tenant", "dataset__tenant"]
     search_fields = ["tenant__slug", "dataset__name"]
-    readonly_fields = ["version", "updated_by", "updated_at", "ab_test"]
+    readonly_fields = ["version", "updated_by", "updated_at", "ab_test", "gate"]
     inlines = [RagConfigChangeInline]
     # One group per stage of the retrieval graph, in the order a lookup runs them.
     fieldsets = [
         (None, {"fields": ["tenant", "dataset", "version", "updated_by", "updated_at",
-                           "ab_test"]}),
+                           "ab_test", "gate"]}),
         ("1. Scope and filters", {"fields": ["kb_scope", "metadata_filters"]}),
         ("2. Query transformation", {"fields": ["enable_query_transform",
                                                 "query_transform_strategy",
@@ -182,6 +183,26 @@ class RagConfigAdmin(TenantScopedAdmin[RagConfig]):
                            '{} % of the lookups', url, experiment.pk,
                            experiment.candidate.version, experiment.share)
 
+    @admin.display(description="regression gate")
+    def gate(self, config: RagConfig) -> str:
+        """Whether a change waits for the gate, and the change it holds now."""
+        if config.pk is None:
+            return ("decided when it is saved: held until the gate passes it when the "
+                    "tenant's gate question sets cover it")
+        held = config.drafts.filter(status__in=DRAFT_HELD).first()
+        if held is not None:
+            url = reverse("admin:retrieval_ragconfigdraft_change", args=[held.pk])
+            return format_html('<a href="{}" id="held-change">held change {}</a> ({}): not '
+                               "served until the gate passes it", url, held.pk,
+                               held.get_status_display())
+        gate = registered_gate()
+        if gate is not None and gate.covers(tenant_id=config.tenant_id,
+                                            dataset_id=config.dataset_id):
+            return ("a change is held, not served, until the tenant's gate question sets "
+                    "pass it")
+        return ("no gate question set covers this config: a change serves at once (name "
+                "question sets as the gate under Evaluation)")
+
     @admin.display(description="retrievers")
     def retrievers(self, config: RagConfig) -> str:
         return ", ".join(config.enabled_retrievers or [])
@@ -197,16 +218,39 @@ class RagConfigAdmin(TenantScopedAdmin[RagConfig]):
         return [*scope, *self.readonly_fields]
 
     def save_model(self, request: HttpRequest, obj: RagConfig, form: Any, change: bool) -> None:
-        # Through the service, so the admin gets the same locking, versioning and history
-        # as the API. `obj` already holds the new values in memory; the service reads the
-        # stored row for "before".
-        saved = rag_config_update(
+        # Through the gate, so the admin gets the same locking, versioning, history and
+        # regression gate as every change. `obj` already holds the new values in memory; the
+        # service reads the stored row for "before".
+        proposal = rag_config_propose(
             config=obj if change else None, tenant=obj.tenant, dataset=obj.dataset,
             values=form.setting_values(),
             changed_by=request.user.get_username() if request.user.is_authenticated else "",
         )
-        obj.pk = saved.pk
+        request._kb_proposal = proposal  # type: ignore[attr-defined]  # for the response
+        obj.pk = proposal.config.pk
         obj.refresh_from_db()
+
+    def _held_response(self, request: HttpRequest) -> HttpResponse | None:
+        proposal: Proposal | None = getattr(request, "_kb_proposal", None)
+        if proposal is None or proposal.draft is None:
+            return None
+        messages.warning(request, held_message(proposal))
+        return redirect("admin:retrieval_ragconfigdraft_change", proposal.draft.pk)
+
+    def response_change(self, request: HttpRequest, obj: RagConfig) -> HttpResponse:
+        return self._held_response(request) or super().response_change(request, obj)
+
+    def response_add(self, request: HttpRequest, obj: RagConfig,
+                     post_url_continue: str | None = None) -> HttpResponse:
+        return (self._held_response(request)
+                or super().response_add(request, obj, post_url_continue))
+
+
+def held_message(proposal: Proposal) -> str:
+    assert proposal.draft is not None
+    return (f"The change of {proposal.config.scope_label} is held (held change "
+            f"{proposal.draft.pk}): the gate checks it against version "
+            f"{proposal.draft.base_version}, which serves until it passes.")
 
 
 @admin.register(RagConfigChange)
@@ -248,11 +292,16 @@ class RagConfigChangeAdmin(ReadOnlyAdmin, TenantScopedAdmin[RagConfigChange]):
         change = self._posted(request, change_id)
         before = change.config.version
         try:
-            config = rag_config_rollback(change=change, changed_by=request.user.get_username())
+            proposal = rag_config_rollback(change=change,
+                                           changed_by=request.user.get_username())
         except cfg.RagConfigError as exc:
             messages.error(request, f"Version {change.version} cannot be restored as it was: "
                            + "; ".join(f"{k}: {v}" for k, v in exc.errors.items()))
             return redirect("admin:retrieval_ragconfigchange_change", change.pk)
+        config = proposal.config
+        if proposal.draft is not None:
+            messages.warning(request, held_message(proposal))
+            return redirect("admin:retrieval_ragconfigdraft_change", proposal.draft.pk)
         if config.version == before:
             messages.info(request, f"The config {config.scope_label} is already equal to version "
                           f"{change.version}: nothing changed.")

@@ -79,7 +79,9 @@ SILENT = {Job.Kind.EVALUATE: ("its worker stopped during the run; start the run 
           Job.Kind.IMPORT: ("its process stopped during the import; import again",
                             "failed: its process stopped during the import"),
           Job.Kind.SYNC_SOURCE: ("its worker stopped during the sync; sync again",
-                                 "failed: its worker stopped during the sync")}
+                                 "failed: its worker stopped during the sync"),
+          Job.Kind.GATE: ("its worker stopped during the gate; check the held change again",
+                          "failed: its worker stopped during the gate")}
 
 
 def _lost_runs() -> None:

@@ -1,5 +1,6 @@
-"""RagConfig per tenant (default) or per dataset (override), its change history, the RAG agents,
-the A/B tests of config versions, and the tenants' synonym groups.
+"""RagConfig per tenant (default) or per dataset (override), its change history, the changes a
+regression gate holds back (drafts), the RAG agents, the A/B tests of config versions, and the
+tenants' synonym groups.
 
 One tenant default per tenant (dataset IS NULL) is enforced by `rag_config_update`, which
 serialises on the tenant row: a partial unique index on "dataset IS NULL" is not portable to
@@ -14,7 +15,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import F, Q
 
-from datasets.models import Dataset, Tenant
+from datasets.models import Dataset, Job, Tenant
 from retrieval.ragconfig import config as cfg
 from retrieval.ragconfig.settings import AGENTIC_GRAPHS, KNOBS, SETTING_NAMES, RagSettings
 
@@ -240,6 +241,79 @@ class RagConfigChange(models.Model):
         """Every setting of this version: fields added since take their built-in defaults, as
         they had then."""
         return {**cfg.RagConfigConverter.to_dict(D), **(self.after or {})}
+
+
+class RagConfigDraft(models.Model):
+    """A change of a RagConfig (an edit, a rollback, an A/B promotion) held back, not served,
+    while the tenant's regression gate checks it (ragconfig/drafts.py, evaluation/gate.py).
+    One config has one held draft at most: a later change supersedes it."""
+
+    class Kind(models.TextChoices):
+        EDIT = "edit"
+        ROLLBACK = "rollback"
+        PROMOTION = "promotion"
+
+    class Status(models.TextChoices):
+        CHECKING = "checking", "checking: the gate runs"
+        HELD = "held", "held: the gate found a regression, or could not run"
+        APPLIED = "applied", "applied: the gate passed, or a superuser overrode it"
+        SUPERSEDED = "superseded", "superseded by a later change of the config"
+        DISCARDED = "discarded"
+
+    config = models.ForeignKey(RagConfig, on_delete=models.CASCADE, related_name="drafts")
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.EDIT)
+    base_version = models.PositiveIntegerField(
+        help_text="The config's version the change was made over: the gate's baseline.")
+    settings = models.JSONField(help_text="Every setting of the changed config.")
+    note = models.CharField(max_length=200, blank=True,
+                            help_text="Goes to the change record when the draft is applied.")
+    proposed_by = models.CharField(max_length=150, blank=True)
+    proposed_at = models.DateTimeField(auto_now_add=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.CHECKING)
+    verdict = models.CharField(max_length=1000, blank=True,
+                               help_text="The gate's figures in words, or why it could not run.")
+    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True,
+                            related_name="+", help_text="The gate's job (its progress).")
+    decided_by = models.CharField(max_length=150, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    override_reason = models.CharField(max_length=200, blank=True)
+    applied_version = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The version it became, once applied.")
+
+    class Meta:
+        verbose_name = "held config change"
+        ordering = ["-proposed_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["checking", "held", "applied", "superseded",
+                                        "discarded"]), name="rag_config_draft_status_valid"),
+            # An override says why; only a superuser's override has a reason.
+            models.CheckConstraint(condition=Q(override_reason="") | Q(status="applied"),
+                                   name="rag_config_draft_override_applied"),
+        ]
+
+    def __str__(self) -> str:
+        return f"held change {self.pk} of {self.config.scope_label} ({self.status})"
+
+    @property
+    def held(self) -> bool:
+        return self.status in DRAFT_HELD
+
+    @property
+    def recheckable(self) -> bool:
+        """Held by a verdict, or checking with a gate job that failed (its worker died)."""
+        return self.status == self.Status.HELD or (
+            self.status == self.Status.CHECKING and self.job is not None
+            and self.job.status == Job.Status.FAILED)
+
+    def changed_fields(self) -> dict[str, tuple[Any, Any]]:
+        """The settings it changes against the version it was made over."""
+        base = self.config.changes.filter(version=self.base_version).first()
+        before = base.settings() if base is not None else {}
+        return {k: (before.get(k), v) for k, v in self.settings.items() if before.get(k) != v}
+
+
+DRAFT_HELD = (RagConfigDraft.Status.CHECKING, RagConfigDraft.Status.HELD)
 
 
 class ConfigExperiment(models.Model):

@@ -1,5 +1,5 @@
-"""Writes of RagConfig (validated, versioned, with a change record) and the start of index
-operations."""
+"""Writes of RagConfig (validated, versioned, with a change record) and its A/B tests. A change
+an operator makes goes through the regression gate first (ragconfig/drafts.py)."""
 
 from __future__ import annotations
 
@@ -61,19 +61,6 @@ def rag_config_update(*, config: RagConfig | None, tenant: Tenant, dataset: Data
     return row
 
 
-def rag_config_rollback(*, change: RagConfigChange, changed_by: str) -> RagConfig:
-    """A new version of the change's config equal to the version `change` made.
-
-    Fields added since that version take their built-in defaults, as they did then; values
-    the rules refuse today raise RagConfigError, as an edit would. Equal to the config as it
-    is: nothing is written and the version stays.
-    """
-    config = change.config
-    return rag_config_update(config=config, tenant=config.tenant, dataset=config.dataset,
-                             values=change.settings(), changed_by=changed_by,
-                             note=f"rollback to version {change.version}")
-
-
 def experiment_start(*, change: RagConfigChange, share: int, started_by: str
                      ) -> ConfigExperiment:
     """An A/B test of the change's config: `share` per cent of its lookups run with version
@@ -103,28 +90,18 @@ def experiment_start(*, change: RagConfigChange, share: int, started_by: str
     return experiment
 
 
-def experiment_stop(*, experiment: ConfigExperiment, stopped_by: str, promote: bool = False
-                    ) -> RagConfig:
-    """End an A/B test: every lookup runs with the config again; `promote` first makes the
-    candidate the config's new version (as a rollback to it would)."""
+def experiment_stop(*, experiment: ConfigExperiment, stopped_by: str, outcome: str = "stopped"
+                    ) -> None:
+    """End an A/B test: every lookup runs with the config again (a promotion is
+    ragconfig/drafts.py `experiment_promote`, which ends it this way first)."""
     with transaction.atomic():
         config = experiment.config
         Tenant.objects.select_for_update().only("pk").get(pk=config.tenant_id)
         stopped = ConfigExperiment.objects.filter(pk=experiment.pk, stopped_at__isnull=True)
-        outcome = (f"promoted: version {experiment.candidate.version} serves" if promote
-                   else "stopped")
         if not stopped.update(stopped_at=timezone.now(), stopped_by=stopped_by,
-                              outcome=outcome):
+                              outcome=outcome[:200]):
             raise RagConfigError({"experiment": f"A/B test {experiment.pk} has ended already"})
         RagConfig.objects.filter(pk=config.pk, experiment=experiment).update(experiment=None)
-        if promote:
-            return rag_config_update(
-                config=config, tenant=config.tenant, dataset=config.dataset,
-                values=experiment.candidate.settings(), changed_by=stopped_by,
-                note=f"promoted from A/B test {experiment.pk} (version "
-                     f"{experiment.candidate.version})")
-    config.refresh_from_db()
-    return config
 
 
 def rag_config_ensure_default(*, tenant: Tenant, changed_by: str = "") -> RagConfig:

@@ -15,8 +15,8 @@ from django.utils import timezone
 from audit.models import ToolInvocation
 from datasets.auth import api_key_create
 from datasets.models import Chunk, Dataset, Document, Job, Tenant
-from evaluation.models import EvaluationQuery, EvaluationRun
-from retrieval.models import ConfigExperiment, RagAgent
+from evaluation.models import EvaluationQuery, EvaluationRun, QuestionSet
+from retrieval.models import ConfigExperiment, RagAgent, RagConfigDraft
 from retrieval.ragconfig.services import experiment_start, rag_config_update
 
 pytestmark = pytest.mark.django_db
@@ -39,19 +39,23 @@ class Owned:
     key: Any
     run: EvaluationRun
     experiment: ConfigExperiment
+    question_set: QuestionSet
+    draft: RagConfigDraft
 
     def objects(self) -> dict[str, Any]:
         return {"dataset": self.dataset, "document": self.document, "chunk": self.chunk,
                 "job": self.job, "toolinvocation": self.invocation,
                 "ragconfig": self.config_change.config, "ragconfigchange": self.config_change,
                 "ragagent": self.agent, "apikey": self.key, "tenant": self.tenant,
-                "evaluationrun": self.run, "configexperiment": self.experiment}
+                "evaluationrun": self.run, "configexperiment": self.experiment,
+                "questionset": self.question_set, "ragconfigdraft": self.draft}
 
 
 APP_OF = {"dataset": "datasets", "document": "datasets", "chunk": "datasets", "job": "datasets",
           "apikey": "datasets", "tenant": "datasets", "toolinvocation": "audit",
           "ragconfig": "retrieval", "ragconfigchange": "retrieval", "ragagent": "retrieval",
-          "evaluationrun": "evaluation", "configexperiment": "retrieval"}
+          "evaluationrun": "evaluation", "configexperiment": "retrieval",
+          "questionset": "evaluation", "ragconfigdraft": "retrieval"}
 
 
 def owned(slug: str) -> Owned:
@@ -82,8 +86,12 @@ def owned(slug: str) -> Owned:
                                changed_by=f"{slug}-editor")
     experiment = experiment_start(change=config.changes.get(version=1), share=10,
                                   started_by=f"{slug}-editor")
+    question_set = QuestionSet.objects.create(tenant=tenant, name=f"{slug}-set", questions=[])
+    draft = RagConfigDraft.objects.create(config=config, base_version=config.version,
+                                          settings=config.setting_values(),
+                                          proposed_by=f"{slug}-editor")
     return Owned(tenant, dataset, document, chunk, job, invocation, config.changes.get(version=1),
-                 agent, key, run, experiment)
+                 agent, key, run, experiment, question_set, draft)
 
 
 @pytest.fixture

@@ -119,8 +119,8 @@ def test_a_bad_question_set_or_version_is_refused_with_the_reason(
         return response.content.decode()
 
     assert "line 2: not JSON" in refused(questions_text='{"query": "a"}\n{oops\n')
-    assert "one of the two" in refused(questions_text=QUESTIONS, questions_file=SimpleUploadedFile(
-        "q.csv", b"query\nhello\n"))
+    assert "one of the three" in refused(
+        questions_text=QUESTIONS, questions_file=SimpleUploadedFile("q.csv", b"query\nhello\n"))
     # The versions are offered, not typed: one that does not exist is no choice.
     assert "Select a valid choice" in refused(questions_text=QUESTIONS, version=7)
     assert not EvaluationRun.objects.exists()

@@ -322,7 +322,7 @@ def test_rolling_back_writes_a_new_version_equal_to_the_old(runtime: str, admin_
 
 
 def test_fields_added_after_a_version_take_their_defaults(tenant: Tenant) -> None:
-    from retrieval.ragconfig.services import rag_config_rollback
+    from retrieval.ragconfig.drafts import rag_config_rollback
 
     config = history(tenant)
     old = config.changes.get(version=2)
@@ -330,7 +330,7 @@ def test_fields_added_after_a_version_take_their_defaults(tenant: Tenant) -> Non
     old.save()
     rag_config_update(config=config, tenant=tenant, changed_by="d",
                       values={"agentic_graph": "SIMPLIFIED"})
-    restored = rag_config_rollback(change=old, changed_by="e")
+    restored = rag_config_rollback(change=old, changed_by="e").config  # no gate: it serves
     assert restored.agentic_graph == RagSettings().agentic_graph and restored.return_n == 4
 
 

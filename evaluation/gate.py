@@ -1,0 +1,160 @@
+"""The regression gate on config changes: a held change (retrieval's RagConfigDraft) is measured
+on the tenant's gate question sets against the version it was made over, and passes when no
+metric drops by more than the set's tolerance.
+
+Registered as retrieval's ConfigGate when Django starts (evaluation/apps.py): retrieval holds
+the change, this floor judges it. `manage.py gate_config` runs the same measurement in process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from datasets.jobs import JOB_ID, job_create, job_update
+from datasets.models import Dataset, Job
+from evaluation.models import GATE_METRICS, EvaluationRun, GateCheck, QuestionSet
+from evaluation.runs import run_batch
+from retrieval.ragconfig.drafts import rag_config_draft_decide
+from retrieval.ragconfig.models import RagConfig, RagConfigDraft
+
+GATE_TASK = "evaluation.tasks.gate_task"
+SLACK = 1e-9  # a drop equal to the tolerance passes, whatever the float rounding
+
+
+def gate_sets(*, tenant_id: int, dataset_id: int | None) -> QuerySet[QuestionSet]:
+    """The gate sets whose lookups the config of (tenant, dataset) serves: a dataset's config
+    serves its dataset's sets; the tenant default serves the sets of every dataset and of the
+    datasets without a config of their own."""
+    sets = QuestionSet.objects.filter(tenant_id=tenant_id, gate=True).select_related("tenant")
+    if dataset_id is not None:
+        return sets.filter(dataset_id=dataset_id)
+    own = RagConfig.objects.filter(tenant_id=tenant_id, dataset__isnull=False).values(
+        "dataset_id")
+    return sets.filter(Q(dataset__isnull=True) | ~Q(dataset_id__in=own))
+
+
+@dataclass(frozen=True)
+class SetVerdict:
+    """One set measured: both runs, each metric's drop, and whether every drop is tolerated."""
+
+    question_set: QuestionSet
+    baseline: EvaluationRun
+    candidate: EvaluationRun
+    drops: dict[str, float]
+
+    @property
+    def tolerances(self) -> dict[str, float]:
+        return self.question_set.tolerances()
+
+    @property
+    def failed(self) -> list[str]:
+        """The metrics that dropped beyond their tolerance."""
+        return [m for m, drop in self.drops.items() if drop > self.tolerances[m] + SLACK]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failed
+
+    def summary(self) -> str:
+        figures = ", ".join(
+            f"{GATE_METRICS[m][0]} {self.baseline.metrics[m]:.3f} → "
+            f"{self.candidate.metrics[m]:.3f}" for m in self.drops)
+        failed = "; ".join(f"{GATE_METRICS[m][0]} dropped {self.drops[m]:.3f} (tolerance "
+                           f"{self.tolerances[m]:.3f})" for m in self.failed)
+        return f"{self.question_set.name}: {failed or 'passed'} ({figures})"
+
+
+def _run(*, question_set: QuestionSet, scope: str, version: int | None,
+         settings: dict[str, Any], created_by: str) -> EvaluationRun:
+    return EvaluationRun.objects.create(
+        tenant_id=question_set.tenant_id, kind=EvaluationRun.Kind.BATCH,
+        name=f"gate: {question_set.name}", config_scope=scope, config_version=version,
+        settings=settings, questions=question_set.questions, created_by=created_by,
+        dataset_ids=[question_set.dataset_id] if question_set.dataset_id else list(
+            Dataset.objects.filter(tenant_id=question_set.tenant_id, activated=True)
+            .values_list("pk", flat=True)))
+
+
+def _shifted(progress: Callable[[int], None] | None, offset: int
+             ) -> Callable[[int], None] | None:
+    """`progress` of one run's questions, counted after the `offset` asked before it."""
+    if progress is None:
+        return None
+    return lambda done: progress(offset + done)
+
+
+def gate_measure(*, config: RagConfig, candidate: dict[str, Any], candidate_label: str,
+                 sets: Sequence[QuestionSet], created_by: str,
+                 progress: Callable[[int], None] | None = None) -> list[SetVerdict]:
+    """Each set asked under the config as it serves (baseline) and under `candidate` (every
+    setting), both on the serving index now; `progress(done)` counts the questions asked.
+    Raises RunUnavailable when a lookup answers UNAVAILABLE."""
+    baseline = config.setting_values()
+    asked = 0
+    verdicts = []
+    for question_set in sets:
+        runs = []
+        for scope, version, settings in ((config.scope_label, config.version, baseline),
+                                         (candidate_label, None, candidate)):
+            run = _run(question_set=question_set, scope=scope, version=version,
+                       settings=settings, created_by=created_by)
+            run_batch(run, None, _shifted(progress, asked))
+            asked += len(question_set.questions)
+            run.refresh_from_db()
+            runs.append(run)
+        base, cand = runs
+        drops = {m: round(base.metrics[m] - cand.metrics[m], 4) for m in GATE_METRICS
+                 if m in base.metrics and m in cand.metrics}
+        verdicts.append(SetVerdict(question_set, base, cand, drops))
+    return verdicts
+
+
+class EvaluationGate:
+    """retrieval's ConfigGate: the tenant's gate question sets, measured as a job."""
+
+    def covers(self, *, tenant_id: int, dataset_id: int | None) -> bool:
+        return gate_sets(tenant_id=tenant_id, dataset_id=dataset_id).exists()
+
+    def check(self, draft: RagConfigDraft) -> Job:
+        config = draft.config
+        sets = gate_sets(tenant_id=config.tenant_id, dataset_id=config.dataset_id)
+        total = 2 * sum(len(s.questions) for s in sets)
+        job = job_create(kind=Job.Kind.GATE, task=GATE_TASK, args=(JOB_ID, draft.pk),
+                         tenant_id=config.tenant_id, dataset=config.dataset, total=total,
+                         detail={"draft": draft.pk, "config": config.scope_label})
+        job_update(job, log=f"queued: the gate of held change {draft.pk} of "
+                            f"{config.scope_label} over version {draft.base_version}")
+        return job
+
+
+def gate_check_execute(*, draft: RagConfigDraft, job: Job) -> RagConfigDraft:
+    """The gate job's work: measure every gate set, store the checks, decide the draft."""
+    config = RagConfig.objects.select_related("tenant", "dataset").get(pk=draft.config_id)
+    if draft.status != RagConfigDraft.Status.CHECKING:
+        job_update(job, status=Job.Status.SUCCEEDED, log=f"nothing to check: the change is "
+                                                         f"{draft.status}")
+        return draft
+    sets = list(gate_sets(tenant_id=config.tenant_id, dataset_id=config.dataset_id))
+    total = 2 * sum(len(s.questions) for s in sets)
+    job_update(job, total=total, done=0, log=f"{len(sets)} gate sets, {total} lookups")
+    verdicts = gate_measure(
+        config=config, candidate=draft.settings, sets=sets, created_by="gate",
+        candidate_label=f"{config.scope_label}, held change {draft.pk}",
+        progress=lambda done: job_update(job, done=done))
+    for verdict in verdicts:
+        GateCheck.objects.create(
+            draft=draft, question_set=verdict.question_set, name=verdict.question_set.name,
+            baseline=verdict.baseline, candidate=verdict.candidate,
+            tolerances=verdict.tolerances, drops=verdict.drops, passed=verdict.passed)
+    passed = all(v.passed for v in verdicts)
+    summary = " · ".join(v.summary() for v in verdicts) or "no gate set covers the config now"
+    decided = rag_config_draft_decide(draft_id=draft.pk, passed=passed, verdict=summary)
+    job_update(job, status=Job.Status.SUCCEEDED, detail={"passed": passed},
+               log=f"{'passed' if passed else 'regression'}: the change is {decided.status}"
+                   f" ({timezone.now():%H:%M:%S})")
+    return decided
