@@ -17,6 +17,7 @@ from typing import Protocol
 import httpx2
 import numpy as np
 from django.conf import settings
+from django.db import DatabaseError, transaction
 from django.utils.crypto import salted_hmac
 
 from kbplatform import outbound
@@ -178,6 +179,23 @@ class OpenAIEmbedder:
         return _normalised(np.array([item.embedding for item in data]))
 
 
+def _remember(model_key: str, fresh: dict[str, bytes]) -> None:
+    """Store computed passage vectors; never fails the embedding. Rows go in hash order, so
+    that two processes storing overlapping texts take the unique index's locks in the same
+    order; MariaDB may still end one INSERT IGNORE as a deadlock victim, and then those
+    vectors are simply computed again next time."""
+    from retrieval.index.models import EmbeddingCache
+
+    try:
+        with transaction.atomic():  # a savepoint: the caller's transaction stays usable
+            EmbeddingCache.objects.bulk_create(
+                [EmbeddingCache(model=model_key, text_hash=h, vector=fresh[h])
+                 for h in sorted(fresh)], ignore_conflicts=True)
+    except DatabaseError:
+        logger.warning("could not store %d passage vector(s) in the embedding cache",
+                       len(fresh), exc_info=True)
+
+
 class CachedEmbedder:
     """Passages: looked up by (model, text hash) in the database before computing them, so
     rebuilds and re-imports of unchanged text pay nothing. Queries: in Django's cache (Redis
@@ -205,9 +223,7 @@ class CachedEmbedder:
         if missing:
             vectors = self.inner.embed_documents([texts[i] for i in missing])
             fresh = {hashes[i]: _pack(v) for i, v in zip(missing, vectors, strict=True)}
-            EmbeddingCache.objects.bulk_create(
-                [EmbeddingCache(model=model_key, text_hash=h, vector=v) for h, v in fresh.items()],
-                ignore_conflicts=True)
+            _remember(model_key, fresh)
             found.update(fresh)
         return [_unpack(found[h]) for h in hashes]
 

@@ -192,6 +192,33 @@ def test_cached_text_is_not_sent_to_the_endpoint_again(e5_url, stub) -> None:
         cold.embed_query(TEXTS[0])  # a query vector is cached apart from a passage vector
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_cache_write_the_database_refuses_does_not_fail_the_embedding(e5_url) -> None:
+    # A deadlock victim, a full disk, a read-only replica: the cache is an optimisation, and
+    # the vectors computed stand. The database itself refuses the INSERT (a trigger).
+    from django.db import connection
+
+    from retrieval.index.models import EmbeddingCache
+
+    table = EmbeddingCache._meta.db_table
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute(f"CREATE TRIGGER kb_refuse BEFORE INSERT ON {table} "
+                           "BEGIN SELECT RAISE(ABORT, 'refused'); END")
+        else:
+            cursor.execute(f"CREATE TRIGGER kb_refuse BEFORE INSERT ON {table} FOR EACH ROW "
+                           "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused'")
+    try:
+        vectors = CachedEmbedder(_openai(e5_url)).embed_documents(TEXTS[:2])
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER kb_refuse")
+    assert len(vectors) == 2 and not EmbeddingCache.objects.exists()
+    # Stored by the next call that may write.
+    CachedEmbedder(_openai(e5_url)).embed_documents(TEXTS[:2])
+    assert EmbeddingCache.objects.count() == 2
+
+
 @pytest.fixture
 def openai_settings(settings) -> Iterator[Callable[[str], None]]:  # type: ignore[no-untyped-def]
     """Configure the process-wide embedder as an OpenAI-compatible endpoint."""
