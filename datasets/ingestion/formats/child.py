@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import resource
 import sys
+import traceback
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -56,16 +57,16 @@ def run(fmt: Format, raw: bytes, limits: Limits) -> dict[str, object]:
         return {"error": "memory"}
     except RecursionError:
         return {"error": f"the {fmt.value.upper()} file is nested too deeply to be read"}
-    except (zipfile.BadZipFile, EOFError) as exc:
-        return {"error": f"the {fmt.value.upper()} file is truncated or corrupt ({exc})"}
-    except Exception as exc:  # noqa: BLE001 - any library error is a file it cannot read
+    except (zipfile.BadZipFile, EOFError):
+        traceback.print_exc()  # to the parent's log; the uploader gets the reason
+        return {"error": f"the {fmt.value.upper()} file is truncated or corrupt"}
+    except Exception:  # noqa: BLE001 - any library error is a file it cannot read
+        traceback.print_exc()
         if _near_memory_limit():
             # A C library (lxml, pdfium) out of address space reports it as its own error.
             return {"error": "memory"}
-        return {
-            "error": f"the {fmt.value.upper()} file cannot be read; it may be truncated or "
-            f"corrupt ({type(exc).__name__}: {str(exc)[:200]})"
-        }
+        return {"error": f"the {fmt.value.upper()} file cannot be read; it may be truncated or "
+                         "corrupt"}
     markdown = converted.markdown
     if len(markdown) > MAX_MARKDOWN_CHARS:
         return {

@@ -25,7 +25,17 @@ def convert_html(raw: bytes, limits: Limits) -> Converted:
     root = _main_content(soup)
     if root is None:
         raise ConversionFailed("the HTML page has no body")
-    markdown = MarkdownConverter(heading_style="ATX", bullets="-", strip=["img"]).convert_soup(root)
+    markdown = MarkdownConverter(
+        heading_style="ATX",
+        bullets="-",
+        strip=["img"],
+        # The text as written: an escaped order\_svc or a\*b no longer matches what an agent
+        # searches for (BM25 reads the chunk's text).
+        escape_underscores=False,
+        escape_asterisks=False,
+        escape_misc=False,
+        code_language_callback=_code_language,
+    ).convert_soup(root)
     if not markdown.strip():
         raise ConversionFailed("the HTML page has no text")
     title = soup.title.get_text(" ", strip=True) if soup.title else ""
@@ -33,6 +43,15 @@ def convert_html(raw: bytes, limits: Limits) -> Converted:
         markdown = f"# {' '.join(title.split())}\n\n{markdown}"
     # A page's own text never passes for a location marker.
     return Converted(join_blocks([defuse_markers(markdown.strip())]))
+
+
+def _code_language(pre: Tag) -> str:
+    """The language of a <pre><code class="language-sql">, for the fence's info string."""
+    code = pre.find("code")
+    for name in (code.get("class") or []) if isinstance(code, Tag) else []:
+        if isinstance(name, str) and name.startswith("language-"):
+            return name.removeprefix("language-")
+    return ""
 
 
 def _main_content(soup: BeautifulSoup) -> Tag | None:

@@ -8,7 +8,8 @@ from enum import StrEnum
 from types import MappingProxyType
 
 # Bump when any converter's output changes: a rebuild then converts the originals again.
-# 2: PDF lines in a larger font are headings.
+# 2: PDF lines in a larger font are headings; HTML text and table cells no longer escaped
+# beyond what markdown needs (order_svc, not order\_svc), code fences keep their language.
 CONVERTER_VERSION = "2"
 
 

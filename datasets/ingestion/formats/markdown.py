@@ -42,7 +42,8 @@ def plain_text(text: str) -> str:
 
 
 def cell(value: object) -> str:
-    """One table cell: on one line, pipes escaped, whole numbers without '.0'."""
+    """One table cell: on one line, pipes escaped (nothing else: C:\\temp stays as written),
+    whole numbers without '.0'."""
     if value is None:
         return ""
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
@@ -50,7 +51,7 @@ def cell(value: object) -> str:
     if hasattr(value, "isoformat"):
         value = value.isoformat()
     text = " ".join(str(value).split())
-    return text.replace("\\", "\\\\").replace("|", "\\|")
+    return text.replace("|", "\\|")
 
 
 def table(rows: Sequence[Sequence[str]]) -> str:

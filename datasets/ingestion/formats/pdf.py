@@ -42,7 +42,7 @@ def convert_pdf(raw: bytes, limits: Limits) -> Converted:
             raise ConversionFailed(
                 "the PDF is encrypted with a password; upload it without the password"
             ) from exc
-        raise ConversionFailed(f"the PDF is truncated or corrupt ({exc})") from exc
+        raise ConversionFailed("the PDF is truncated or corrupt") from exc
     try:
         return _pages(document, limits)
     finally:

@@ -4,6 +4,7 @@ address space, CPU time, output size and wall-clock time, killed with all it sta
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -29,6 +30,8 @@ from datasets.ingestion.formats.markdown import (
     defuse_markers,
     plain_text,
 )
+
+logger = logging.getLogger(__name__)
 
 # The directory holding the `datasets` package: the child imports it from there.
 _PROJECT_DIR = Path(__file__).resolve().parents[3]
@@ -95,22 +98,25 @@ def run_child(fmt: Format, raw: bytes) -> ChildRun:
             )
             status, peak, timed_out = _wait(process, timeout)
         reply = None if timed_out or os.WIFSIGNALED(status) else _read_answer(answer)
+        stderr_tail = _tail(errors, 2000)
         seconds = time.monotonic() - started
         if timed_out:
             return ChildRun(None, f"the conversion took longer than {timeout} s "
                             "(KB_CONVERT_TIMEOUT_SECONDS)", peak, seconds)
         if os.WIFSIGNALED(status):
             return ChildRun(None, _signal_reason(os.WTERMSIG(status), memory_mb), peak, seconds)
-        if reply is None:
-            tail = _tail(errors).strip().splitlines()[-1:]
-            detail = f"{os.WEXITSTATUS(status)}{': ' + tail[0] if tail else ''}"
-            return ChildRun(None, f"the converter stopped without an answer (exit status {detail})",
-                            peak, seconds)
+    if reply is None:
+        logger.warning("%s conversion: no answer from the child (wait status %s) | %s",
+                       fmt.value, status, stderr_tail)
+        return ChildRun(None, "the converter stopped without an answer (exit status "
+                        f"{os.WEXITSTATUS(status)})", peak, seconds)
     reported = reply.get("peak_rss_bytes")
     if isinstance(reported, int):
         peak = max(peak, reported)
     if "error" in reply:
         error = str(reply["error"])
+        # What the library said, for the operator; the uploader gets the reason only.
+        logger.info("%s conversion failed: %s | %s", fmt.value, error, stderr_tail)
         if error == "memory":
             error = (f"the conversion needed more than {memory_mb} MB of memory "
                      "(KB_CONVERT_MEMORY_MB); split the file")
@@ -202,7 +208,7 @@ def _signal_reason(number: int, memory_mb: int) -> str:
             f"{memory_mb} MB of memory (KB_CONVERT_MEMORY_MB)")
 
 
-def _tail(path: Path, size: int = 300) -> str:
+def _tail(path: Path, size: int) -> str:
     with path.open("rb") as stream:
         stream.seek(max(path.stat().st_size - size, 0))
         return stream.read().decode(errors="replace")

@@ -75,6 +75,17 @@ def test_html_keeps_the_main_content_and_drops_scripts_styles_and_navigation() -
         assert chrome not in markdown
 
 
+def test_html_keeps_identifiers_and_code_as_written() -> None:
+    raw = (b"<html><body><h1>order_svc</h1><p>Set max_connections to 2*n.</p>"
+           b'<pre><code class="language-sql">SELECT * FROM information_schema.processlist;\n'
+           b"</code></pre><table><tr><th>path</th></tr><tr><td>C:\\temp</td></tr></table>"
+           b"</body></html>")
+    markdown = convert(Format.HTML, raw).markdown
+    assert markdown.startswith("# order_svc\n\nSet max_connections to 2*n.\n")
+    assert "```sql\nSELECT * FROM information_schema.processlist;\n```" in markdown
+    assert "| C:\\temp |" in markdown
+
+
 def test_pdf_has_the_text_layer_of_each_page_behind_its_marker() -> None:
     converted = convert(Format.PDF, samples.pdf_bytes(pages=2))
     assert markers(converted.markdown) == [("page", "1"), ("page", "2")]
@@ -160,3 +171,9 @@ def test_a_pdf_with_only_an_owner_password_converts() -> None:
     pdf.set_font("helvetica", size=12)
     pdf.cell(0, 10, "Owner only")
     assert convert(Format.PDF, bytes(pdf.output())).markdown == "<!-- kb:page 1 -->\n\nOwner only\n"
+
+
+def test_without_tesseract_on_path_a_pdf_without_text_fails(monkeypatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")  # KB_OCR=auto, but no tesseract to run
+    with pytest.raises(ConversionFailed, match="^no text layer; OCR is not installed$"):
+        convert(Format.PDF, samples.pdf_bytes(pages=1, blank_pages=(1,)))
