@@ -16,7 +16,7 @@ from datasets.models import Dataset, Document
 from datasets.selectors import last_ingestion_errors
 
 DAYS = 14
-BAR_WIDTH, BAR_GAP, CHART_HEIGHT = 7, 2, 36
+BAR_WIDTH, BAR_GAP, CHART_HEIGHT = 5, 2, 36
 COLOURS = {"ok": "#417690", "empty": "#e6a700", "unavailable": "#ba2121"}
 
 

@@ -39,6 +39,12 @@ BATCH_QUESTIONS = "\n".join(json.dumps(q, ensure_ascii=False) for q in [
     {"query": "nginx 502 bad gateway upstream", "expected": "web/nginx-502-bad-gateway.md"},
     {"query": "JVM CPU 飙高 线程 dump", "expected": "jvm/jvm-high-cpu-thread-dump.md"},
     {"query": "quarterly sales tax filing deadline", "expected": None}])
+# The quality loop's agent: questions the sample runbooks answer, and two they cannot, about
+# one topic in the knowledge base's own words ("Kubernetes" and "pod" are in the runbooks).
+LOOP_QUESTIONS = ["Redis 内存满了怎么办", "nginx 502 bad gateway upstream",
+                  "JVM CPU 飙高 线程 dump", "Redis maxmemory-policy 驱逐策略",
+                  "nginx upstream keepalive 502"]
+GAP_QUESTIONS = ["Kubernetes pod CrashLoopBackOff", "Kubernetes pod 一直重启"]
 
 
 @dataclass
@@ -150,6 +156,21 @@ def test_a_rebuild_answers_at_once_with_the_jobs_true_status(demo: Demo) -> None
     assert code == 200 and answer["evidence_status"] == "READY"
 
 
+def _admin(browser: Any, demo: Demo) -> tuple[Any, list[str]]:
+    """A page logged in to the admin from the home page, and the responses that failed."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    failed: list[str] = []
+    page.on("response", lambda r: failed.append(f"{r.status} {r.url}")
+            if r.status >= 400 else None)
+    page.goto(demo.url + "/")
+    page.click("a:text-is('Admin')")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", demo.password)
+    page.click("input[type=submit]")
+    page.wait_for_selector("#site-name")
+    return page, failed
+
+
 def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
                                                               tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright
@@ -161,17 +182,7 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
     assert demo.manage("create_api_key", "--tenant", "browser").returncode == 0  # a tenant
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        failed: list[str] = []
-        page.on("response", lambda r: failed.append(f"{r.status} {r.url}")
-                if r.status >= 400 else None)
-
-        page.goto(demo.url + "/")
-        page.click("a:text-is('Admin')")
-        page.fill("#id_username", "admin")
-        page.fill("#id_password", demo.password)
-        page.click("input[type=submit]")
-        page.wait_for_selector("#site-name")
+        page, failed = _admin(browser, demo)
         header = page.eval_on_selector("#header", "e => getComputedStyle(e).backgroundColor")
         assert header not in ("rgba(0, 0, 0, 0)", "transparent")  # base.css applied
 
@@ -381,6 +392,134 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
         assert demo_row.locator("svg.glance-chart rect").count() > 14  # today has a bar
         page.screenshot(path=str(SCREENSHOTS / "datasets-at-a-glance.png"), full_page=True)
 
+        browser.close()
+    assert not failed, failed
+
+
+def _cited(cell: str) -> tuple[int, int]:
+    """A glance's Cited cell: its rate in per cent and its served items ("–": none)."""
+    found = re.match(r"(\d+) % of (\d+)", cell)
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+
+
+def test_the_quality_loop_closes_cited_rates_an_ab_test_and_a_gap(demo: Demo,
+                                                                   tmp_path: Path) -> None:
+    """An agent asks through the tool, cites some evidence through the guard and rates one;
+    an operator tries a config on half of the lookups meanwhile. The admin shows what the agent
+    did: the A/B test's cited rates, the dataset's Cited column and the knowledge gap of the
+    questions the runbooks cannot answer."""
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail("no chromium: `bash scripts/system-packages.sh chromium fonts-wqy-zenhei`")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM)
+        page, failed = _admin(browser, demo)
+
+        # The candidate: demo/default with return_n 1, saved as a version, then the config
+        # rolled back to what served, so that the version can be tried on half the lookups.
+        page.goto(demo.url + "/admin/retrieval/ragconfig/")
+        page.click("#result_list a:text-is('demo/default')")
+        assert page.input_value("#id_return_n") != "1"
+        page.fill("#id_return_n", "1")
+        page.click("input[name=_continue]")
+        page.wait_for_selector(".messagelist .success")
+        page.click("a:text-is('view, roll back to it') >> nth=1")  # the version before it
+        page.click("#rollback input[type=submit]")
+        assert page.input_value("#id_return_n") != "1"
+        page.click("a:text-is('view, roll back to it') >> nth=1")  # the one with return_n 1
+        start = page.get_attribute("#ab-test input[type=submit]", "value") or ""
+        candidate = start.split()[-1]  # "Start an A/B test of version N"
+        page.fill("#ab-share", "50")
+        page.click("#ab-test input[type=submit]")
+        page.wait_for_selector("#experiment-arms")
+        experiment_url = page.url
+
+        # What the dataset served and its callers cited before this test (earlier tests of the
+        # module looked things up and cited nothing).
+        page.goto(demo.url + "/admin/audit/toolinvocation/datasets/")
+        demo_row = page.locator("#glance .glance-row", has_text="demo/runbooks")
+        rate_before, served_before = _cited(demo_row.locator(".glance-cited").inner_text())
+        assert rate_before == 0
+
+        # The agent: each answerable question in two sessions, two it cannot answer.
+        answers = []
+        for n, query in enumerate(LOOP_QUESTIONS * 2 + GAP_QUESTIONS):
+            code, answer = demo.api("POST", "/api/tools/lookup_knowledge", demo.tool_key,
+                                    {"query": query, "session_id": f"loop-{n}"})
+            assert code == 200, answer
+            answers.append(answer)
+        answered, gaps = answers[:-len(GAP_QUESTIONS)], answers[-len(GAP_QUESTIONS):]
+        assert all(a["evidence_status"] == "READY" for a in answered), answered
+        assert [a["evidence_status"] for a in gaps] == ["EMPTY"] * len(GAP_QUESTIONS), gaps
+        served = sum(a["returned_count"] for a in answered)
+        # It cites the first piece of the first round's answers by call, one of the second
+        # round's by session; an id no call served is not confirmed (and counts nothing).
+        confirmed = 0
+        for answer in answered[:len(LOOP_QUESTIONS)]:
+            first = answer["evidence"][0]["document_id"]
+            code, guard = demo.api("POST", "/api/tools/evidence_guard", demo.tool_key, {
+                "tool_call_id": answer["tool_call_id"], "document_ids": [first, "1#chunk-0"]})
+            assert code == 200 and guard == {"ready": [first], "not_ready": ["1#chunk-0"]}
+            confirmed += 1
+        again = answered[len(LOOP_QUESTIONS)]
+        code, guard = demo.api("POST", "/api/tools/evidence_guard", demo.tool_key, {
+            "session_id": f"loop-{len(LOOP_QUESTIONS)}",
+            "document_ids": [again["evidence"][0]["document_id"]]})
+        assert code == 200 and len(guard["ready"]) == 1, guard
+        confirmed += 1
+        code, guard = demo.api("POST", "/api/tools/evidence_guard", demo.tool_key, {
+            "tool_call_id": answered[0]["tool_call_id"],
+            "document_ids": [answered[0]["evidence"][0]["document_id"]]})
+        assert code == 200 and guard["ready"]  # asked again: counted once
+        code, rated = demo.api("POST", "/api/tools/rate_evidence", demo.tool_key, {
+            "tool_call_id": answered[0]["tool_call_id"],
+            "document_ids": [answered[0]["evidence"][0]["document_id"]],
+            "rating": "helpful"})
+        assert code == 200 and rated["rated"] == [answered[0]["evidence"][0]["document_id"]]
+
+        # The A/B test's page: both arms got calls; their cited rates add up to the agent's.
+        page.goto(experiment_url)
+        calls = [int(c) for c in page.locator(".arm-calls").all_inner_texts()]
+        assert sum(calls) == len(answers) and min(calls) > 0, calls
+
+        def cell(arm: str, name: str) -> int:
+            return int(page.inner_text(f".cited-arm[data-arm={arm}] .cited-{name}"))
+
+        arms = ("control", "candidate")
+        assert sum(cell(arm, "cited") for arm in arms) == confirmed
+        assert sum(cell(arm, "served") for arm in arms) == served
+        assert sum(int(page.locator(f".cited-arm[data-arm={arm}] td").nth(6).inner_text())
+                   for arm in arms) == 1  # helpful
+        # The candidate serves return_n 1: one item per call with evidence.
+        assert cell("candidate", "served") == cell("candidate", "calls")
+        assert f"v{candidate}" in page.inner_text(".experiment-arm[data-arm=candidate]")
+        assert page.inner_text(".cited-rate-verdict") == "not enough data yet"
+        page.screenshot(path=str(tmp_path / "ab-test-cited.png"), full_page=True)
+        page.locator("#experiment-cited").screenshot(
+            path=str(SCREENSHOTS / "ab-test-cited-rates.png"))
+
+        # The datasets at a glance: the cited rate over every item the dataset served.
+        page.goto(demo.url + "/admin/audit/toolinvocation/datasets/")
+        demo_row = page.locator("#glance .glance-row", has_text="demo/runbooks")
+        total = served_before + served
+        assert demo_row.locator(".glance-cited").inner_text() == \
+            f"{round(confirmed / total * 100)} % of {total}\n(+1 / −0)"
+        # Twelve columns beside the sidebar at 1280 px: the table fits, nothing scrolls.
+        assert page.eval_on_selector("#glance", "t => t.offsetWidth <= t.parentNode.clientWidth")
+        assert page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+        page.screenshot(path=str(tmp_path / "glance-cited.png"), full_page=True)
+
+        # Its knowledge gaps: the two questions about Kubernetes pods, one open topic.
+        demo_row.locator(".gaps-link").click()
+        page.wait_for_selector("#gaps")
+        gap = page.locator("#gaps .gap-row", has=page.locator(
+            ".gap-topic", has_text=re.compile(r"^kubernetes pod\b")))
+        assert gap.count() == 1, page.inner_text("#gaps")
+        assert gap.get_attribute("data-status") == "open"
+        assert gap.locator(".gap-failing").inner_text() == str(len(GAP_QUESTIONS))
+        assert gap.locator("td").nth(4).inner_text() == str(len(GAP_QUESTIONS))  # EMPTY
+        page.screenshot(path=str(SCREENSHOTS / "knowledge-gaps.png"), full_page=True)
         browser.close()
     assert not failed, failed
 
