@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -20,6 +20,18 @@ class Item:
     version: str  # what the source says of it: a blob id, mtime and size, an ETag
     raw: bytes | None = None
     failure: str = ""
+
+
+def file_item(path: str, version: str, size: int, *, known: Mapping[str, str], max_bytes: int,
+              read: Callable[[], bytes]) -> Item:
+    """A listed file as the sync takes it: unchanged when its document came from this
+    version, refused when over `max_bytes`, otherwise read (only then)."""
+    if known.get(path) == version:
+        return Item(path, version)
+    if size > max_bytes:
+        return Item(path, version,
+                    failure=f"{size} bytes, over KB_MAX_UPLOAD_BYTES ({max_bytes})")
+    return Item(path, version, raw=read())
 
 
 class SyncFailed(Exception):

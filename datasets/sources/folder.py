@@ -10,7 +10,7 @@ from pathlib import Path
 from django.conf import settings
 
 from datasets.models import Source
-from datasets.sources.base import Deadline, Globs, Item, SyncFailed, too_many
+from datasets.sources.base import Deadline, Globs, Item, SyncFailed, file_item, too_many
 from datasets.sources.locations import local_root
 
 
@@ -32,16 +32,12 @@ class FolderReader:
         files = self._files(root)
         self.expected = len(files)
         for path, (version, size) in files.items():
-            if known.get(path) == version:
-                yield Item(path, version)
-            elif size > self.max_bytes:
-                yield Item(path, version, failure=f"{size} bytes, over KB_MAX_UPLOAD_BYTES "
-                                                  f"({self.max_bytes})")
-            else:
-                try:
-                    yield Item(path, version, raw=(root / path).read_bytes())
-                except OSError as exc:
-                    yield Item(path, version, failure=f"could not be read ({exc.strerror})")
+            try:
+                item = file_item(path, version, size, known=known, max_bytes=self.max_bytes,
+                                 read=(root / path).read_bytes)
+            except OSError as exc:
+                item = Item(path, version, failure=f"could not be read ({exc.strerror})")
+            yield item
 
     def _files(self, root: Path) -> dict[str, tuple[str, int]]:
         """path -> ("mtime_ns:size", size) of the regular files the globs take; symlinks and

@@ -8,12 +8,13 @@ import logging
 import os
 import subprocess
 from collections.abc import Iterator, Mapping
+from functools import partial
 from pathlib import Path
 
 from django.conf import settings
 
 from datasets.models import Source
-from datasets.sources.base import Deadline, Globs, Item, SyncFailed, too_many
+from datasets.sources.base import Deadline, Globs, Item, SyncFailed, file_item, too_many
 from datasets.sources.locations import is_url, local_root
 from kbplatform.outbound import OutboundRefused, check_url
 
@@ -41,13 +42,8 @@ class GitReader:
         files = self._tree()
         self.expected = len(files)
         for path, (blob, size) in files.items():
-            if known.get(path) == blob:
-                yield Item(path, blob)
-            elif size > self.max_bytes:
-                yield Item(path, blob, failure=f"{size} bytes, over KB_MAX_UPLOAD_BYTES "
-                                                f"({self.max_bytes})")
-            else:
-                yield Item(path, blob, raw=self._git("cat-file", "blob", blob))
+            yield file_item(path, blob, size, known=known, max_bytes=self.max_bytes,
+                            read=partial(self._git, "cat-file", "blob", blob))
 
     def _fetch(self) -> str:
         """The branch's commit, fetched into the cache (made on the first sync)."""
