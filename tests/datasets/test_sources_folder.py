@@ -92,3 +92,17 @@ def test_a_path_taken_by_another_document_is_not_overwritten(kb, store, folder) 
     taken = [line for line in job.log if "not this source's" in line["message"]]
     assert len(taken) == 3 and _paths(second) == []  # a.md, notes.txt, sub/b.md
     assert len(_paths(first)) == 3
+
+
+def test_a_file_over_the_upload_limit_is_a_failed_line_and_not_read(kb, store, folder,
+                                                                     settings) -> None:
+    (folder / "big.md").write_bytes(doc("Big", "x" * 4000))
+    settings.KB_MAX_UPLOAD_BYTES = 2000
+    source = make_source(kb.dataset, kind="folder", location=str(folder), include=["**/*.md"])
+
+    job = sync(source)
+
+    assert job.status == Job.Status.SUCCEEDED and job.detail["failed"] == 1
+    assert any(line["message"].startswith("failed: big.md: ") and "KB_MAX_UPLOAD_BYTES"
+               in line["message"] for line in job.log)
+    assert _paths(source) == ["src/a.md", "src/sub/b.md"]
