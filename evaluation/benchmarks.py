@@ -16,8 +16,11 @@ from django.conf import settings
 from django.test import Client
 
 from retrieval.analysis import bm25_text
+from retrieval.index.milvus.collections import tenant_partitions
 from retrieval.index.milvus.connection import MilvusConnection
+from retrieval.index.milvus.expressions import filter_expression
 from retrieval.index.milvus.imports import AnnSearchRequest, RRFRanker
+from retrieval.types import SearchFilters
 
 WORDS_EN = ("redis memory eviction latency replica lag mysql slow query index deadlock jvm heap "
             "gc pause thread dump kubernetes pod crashloop oomkilled node notready dns timeout "
@@ -65,15 +68,18 @@ def timed_ms(call: Callable[[int], object], argument: int) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def raw_hybrid_search(connection: MilvusConnection, collection: str, *, expr: str,
-                      vector: list[float], text: str, k: int) -> None:
-    """The floor: one raw pymilvus `hybrid_search` (RRF k=60) with the lookup's filters."""
+def raw_hybrid_search(connection: MilvusConnection, collection: str, *,
+                      filters: SearchFilters, vector: list[float], text: str, k: int) -> None:
+    """The floor: one raw pymilvus `hybrid_search` (RRF k=60) with the lookup's filters, in
+    the tenant's partition as the lookup searches."""
+    expr = filter_expression(filters)
     connection.client().hybrid_search(
         collection, [AnnSearchRequest([vector], "vector", {"metric_type": "L2",
                                       "params": {"nprobe": 16}}, k, expr=expr),
                      AnnSearchRequest([bm25_text(text)], "sparse_vector",
                                       {"metric_type": "BM25"}, k, expr=expr)],
-        RRFRanker(60), limit=k, output_fields=["id", "content", "metadata"])
+        RRFRanker(60), limit=k, output_fields=["id", "content", "metadata"],
+        partition_names=tenant_partitions(connection, collection, filters.tenant_id))
 
 
 def in_process_client() -> Client:

@@ -35,15 +35,23 @@ def check_services(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     if difference:
         found.append(Warning(difference, id="kbplatform.W008"))
     try:
-        missing = FILTER_FIELDS - milvus.collections().fields(version.collection_name)
+        layout = milvus.collections().layout(version.collection_name)
     except milvus.VectorStoreUnavailable as exc:
         return [*found, Error(f"cannot describe the serving collection: {exc}",
                               id="kbplatform.E007")]
+    missing = FILTER_FIELDS - layout.fields
     if missing:
         found.append(Warning(
             f"the serving index {version.collection_name} was built before chunks carried "
             f"{', '.join(sorted(missing))}: lookups whose RagConfig.metadata_filters use them "
             "answer UNAVAILABLE until a rebuild", id="kbplatform.W011",
+            hint="python manage.py rebuild_hybrid_knowledge --confirm REBUILD"))
+    if not layout.tenant_partitions:
+        found.append(Warning(
+            f"the serving index {version.collection_name} was built before tenants had "
+            "partitions: every lookup filters every tenant's rows, so its cost grows with "
+            "theirs; a rebuild puts each tenant's rows in its own partition",
+            id="kbplatform.W015",
             hint="python manage.py rebuild_hybrid_knowledge --confirm REBUILD"))
     return found
 

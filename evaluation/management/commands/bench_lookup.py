@@ -20,7 +20,7 @@ from evaluation.benchmarks import (
 )
 from retrieval.index import milvus
 from retrieval.index.embedders import CachedEmbedder, get_embedder
-from retrieval.index.milvus.expressions import filter_expression
+from retrieval.index.milvus.collections import TENANT_PARTITIONS
 from retrieval.index.milvus.writer import ChunkRow
 from retrieval.index.models import IndexVersion
 from retrieval.index.versions import wanted_spec
@@ -95,7 +95,7 @@ class Command(BaseCommand):
                                    f"{answer.content[:300]!r}")
 
         def floor(i: int) -> None:
-            raw_hybrid_search(connection, collection, expr=filter_expression(filters),
+            raw_hybrid_search(connection, collection, filters=filters,
                               vector=raw_embedder.embed_query(texts[i]), text=texts[i], k=k)
 
         # The bench collection serves only inside this transaction, rolled back at the end:
@@ -129,8 +129,10 @@ class Command(BaseCommand):
         mine = [n for n in range(size) if rng.random() < share]
         documents = Document.objects.filter(dataset=dataset)
         base = BENCH_DOC_BASE + size * 2**24  # doc ids are unique across sizes
+        # Reused if it holds the rows, as the collections of this version lay them out.
         if collection in collections.names() and collections.count(collection) == size \
-                and documents.count() == len(mine):
+                and documents.count() == len(mine) \
+                and collections.layout(collection).tenant_partitions == TENANT_PARTITIONS:
             collections.load(collection)
             return
         with milvus_writer():

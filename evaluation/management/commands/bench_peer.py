@@ -28,7 +28,6 @@ from evaluation.suites import (
 )
 from retrieval.index import milvus
 from retrieval.index.embedders import CachedEmbedder, Embedder
-from retrieval.index.milvus.expressions import filter_expression
 from retrieval.management.store import StoreCommand
 
 PEER_TIMEOUT_S = 3600
@@ -118,11 +117,10 @@ class Command(StoreCommand):
               queries: int) -> Timing:
         """The same queries as raw pymilvus: embed, one filtered hybrid_search."""
         connection = milvus.collections().connection
-        expr = filter_expression(index.filters)
         texts = [suite.queries[q] for q in suite.queries if q in suite.qrels][:queries]
 
         def one(i: int) -> None:
-            raw_hybrid_search(connection, index.collection, expr=expr,
+            raw_hybrid_search(connection, index.collection, filters=index.filters,
                               vector=embedder.embed_query(texts[i]), text=texts[i], k=depth)
 
         one(0)  # warm-up

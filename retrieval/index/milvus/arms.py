@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from retrieval.analysis import bm25_text
 from retrieval.fusion import ADAPT_TOP_HITS, adaptive_dense_share, convex, weighted_rrf
-from retrieval.index.milvus.collections import collection_fields
+from retrieval.index.milvus.collections import collection_fields, tenant_partitions
 from retrieval.index.milvus.connection import MilvusConnection, VectorStoreUnavailable
 from retrieval.index.milvus.expressions import fields_used, filter_expression, quote
 from retrieval.index.milvus.imports import AnnSearchRequest, RRFRanker
@@ -37,16 +38,22 @@ class MilvusSearch:
                 "--confirm REBUILD) to filter on them")
         return filter_expression(filters)
 
+    def _partitions(self, filters: SearchFilters) -> list[str] | None:
+        return tenant_partitions(self.connection, self.collection, filters.tenant_id)
+
     def fetch(self, filters: SearchFilters, *, limit: int, ids: Sequence[str] = (),
               doc_id: int | None = None, content: bool = True) -> list[SearchHit]:
         """Chunks by evidence key or of one document, within the caller's filters."""
-        expr = self._expression(filters)
+        expr, partitions = self._expression(filters), self._partitions(filters)
+        if partitions == []:
+            return []  # the tenant has no row here yet
         if ids:
             expr += f" and id in [{', '.join(quote(i) for i in ids)}]"
         if doc_id is not None:
             expr += f" and doc_id == {int(doc_id)}"
         rows = self.connection.call("query", lambda c: c.query(
             self.collection, filter=expr, limit=limit, timeout=self.connection.timeout,
+            partition_names=partitions,
             output_fields=list(_OUTPUT if content else ("id", "metadata"))),
             collection=self.collection)
         return [SearchHit(chunk_id=str(row["id"]), content=str(row.get("content", "")),
@@ -54,34 +61,38 @@ class MilvusSearch:
                 for row in rows]
 
     def search(self, request: SearchRequest) -> list[SearchHit]:
-        expr = self._expression(request.filters)
+        expr, partitions = self._expression(request.filters), self._partitions(request.filters)
+        if partitions == []:
+            return []  # the tenant has no row here yet
+        where = _Where(expr, partitions)
         if request.mode == "hybrid":
-            return self._hybrid(expr, request)
+            return self._hybrid(where, request)
         if request.mode == "milvus_hybrid":
-            return self._milvus_hybrid(expr, request)
+            return self._milvus_hybrid(where, request)
         dense = request.mode == "dense"
-        found = self._dense(expr, request) if dense else self._bm25(expr, request)
+        found = self._dense(where, request) if dense else self._bm25(where, request)
         return [_hit(item, rank, abs(float(item["distance"])),  # BM25's distance is negative
                      float(item["distance"]) if dense else None, bm25_match=not dense)
                 for rank, item in enumerate(found, 1)]
 
-    def _search(self, expr: str, request: SearchRequest, *, data: Any, field: str,
+    def _search(self, where: _Where, request: SearchRequest, *, data: Any, field: str,
                 params: dict[str, Any], output: Sequence[str]) -> list[dict[str, Any]]:
         return list(self.connection.call("search", lambda c: c.search(
-            self.collection, data=[data], anns_field=field, filter=expr, limit=request.limit,
-            output_fields=list(output), search_params=params,
-            timeout=self.connection.timeout), collection=self.collection)[0])
+            self.collection, data=[data], anns_field=field, filter=where.expr,
+            limit=request.limit, output_fields=list(output), search_params=params,
+            partition_names=where.partitions, timeout=self.connection.timeout),
+            collection=self.collection)[0])
 
-    def _dense(self, expr: str, request: SearchRequest) -> list[dict[str, Any]]:
-        return self._search(expr, request, data=request.query_vector, field="vector",
+    def _dense(self, where: _Where, request: SearchRequest) -> list[dict[str, Any]]:
+        return self._search(where, request, data=request.query_vector, field="vector",
                             params=_DENSE_PARAMS, output=_OUTPUT)
 
-    def _bm25(self, expr: str, request: SearchRequest,
+    def _bm25(self, where: _Where, request: SearchRequest,
               output: Sequence[str] = _OUTPUT) -> list[dict[str, Any]]:
-        return self._search(expr, request, data=_bm25_query(request),
+        return self._search(where, request, data=_bm25_query(request),
                             field="sparse_vector", params=_BM25_PARAMS, output=output)
 
-    def _hybrid(self, expr: str, request: SearchRequest) -> list[SearchHit]:
+    def _hybrid(self, where: _Where, request: SearchRequest) -> list[SearchHit]:
         """Dense ANN and BM25 as two searches, fused here (weighted RRF or CONVEX).
 
         Two plain searches cost what one `hybrid_search` does on Milvus Lite, and the fusion
@@ -89,8 +100,8 @@ class MilvusSearch:
         its vectors only when the lookup reads the dense distance of a hit found by BM25
         alone (reading vectors is a fifth of a search's cost on Milvus Lite).
         """
-        dense = self._dense(expr, request)
-        sparse = self._bm25(expr, request, output=_with_vector(request))
+        dense = self._dense(where, request)
+        sparse = self._bm25(where, request, output=_with_vector(request))
         items = {str(item["id"]): item for item in [*sparse, *dense]}
         if request.fusion_method in ("CONVEX", "ADAPTIVE"):
             dense_weight, bm25_weight = request.dense_weight, request.bm25_weight
@@ -113,19 +124,29 @@ class MilvusSearch:
                      bm25_match=f.bm25_rank is not None)
                 for rank, f in enumerate(fused, 1)]
 
-    def _milvus_hybrid(self, expr: str, request: SearchRequest) -> list[SearchHit]:
+    def _milvus_hybrid(self, where: _Where, request: SearchRequest) -> list[SearchHit]:
         """Both arms in one `hybrid_search`, fused by Milvus's RRFRanker(rrf_k)."""
         arms = [AnnSearchRequest([request.query_vector], "vector", _DENSE_PARAMS,
-                                 request.limit, expr=expr),
+                                 request.limit, expr=where.expr),
                 AnnSearchRequest([_bm25_query(request)], "sparse_vector",
-                                 _BM25_PARAMS, request.limit, expr=expr)]
+                                 _BM25_PARAMS, request.limit, expr=where.expr)]
         found = self.connection.call("hybrid_search", lambda c: c.hybrid_search(
             self.collection, arms, RRFRanker(request.rrf_k), limit=request.limit,
-            output_fields=_with_vector(request), timeout=self.connection.timeout),
+            output_fields=_with_vector(request), partition_names=where.partitions,
+            timeout=self.connection.timeout),
             collection=self.collection)[0]
         return [_hit(item, rank, float(item["distance"]), _l2(item, request.query_vector),
                      bm25_match=None)  # RRFRanker does not say which arm found a hit
                 for rank, item in enumerate(found, 1)]
+
+
+@dataclass(frozen=True)
+class _Where:
+    """What bounds a search: the filter, and the tenant's partition (None: the whole
+    collection, built before tenants had partitions)."""
+
+    expr: str
+    partitions: list[str] | None
 
 
 _DENSE_PARAMS: dict[str, Any] = {"metric_type": "L2", "params": {"nprobe": 16}}

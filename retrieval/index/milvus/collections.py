@@ -2,9 +2,20 @@
 
 One collection per index version (`biz_v3`). Filter fields are scalars with INVERTED indexes
 (a JSON-path filter is ~50x slower on Milvus Lite).
+
+A tenant's rows live in one partition (`tenants_{tenant_id % TENANT_PARTITIONS}`, made when its
+first row is written) and every search names it: Milvus Lite evaluates a filter on every row in
+the searched partitions, so a lookup's cost follows the caller's rows, not every tenant's. A
+partition key does not do that on Milvus Lite (it hashes rows into buckets no search prunes).
+The count is bounded for Milvus's limit on partitions (1,024 by default): past it, tenants
+share a partition and the tenant filter still separates them. A collection records the count
+it was built with; one built before has none, keeps every row in `_default` and is searched
+whole until a rebuild.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from retrieval.index.milvus.connection import MilvusConnection
 from retrieval.index.milvus.expressions import DATE_FIELD, TEXT_FIELDS
@@ -16,6 +27,22 @@ MAX_CATEGORY = 100
 MAX_DOMAIN = 100
 MAX_BUSINESS_KEY = 200
 MAX_FILE_NAME = 255
+TENANT_PARTITIONS = 1024
+_PARTITIONS_PROPERTY = "kbplatform.tenant_partitions"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a collection was built with: its fields and its tenants' partitions."""
+
+    fields: frozenset[str]
+    tenant_partitions: int  # 0: built before tenants had partitions
+
+    def partition(self, tenant_id: int) -> str | None:
+        """The partition holding the tenant's rows (None: all rows are in `_default`)."""
+        if not self.tenant_partitions:
+            return None
+        return f"tenants_{int(tenant_id) % self.tenant_partitions}"
 
 
 class MilvusCollections:
@@ -28,7 +55,7 @@ class MilvusCollections:
         call, timeout = self.connection.call, self.connection.timeout
         if call("has_collection", lambda c: c.has_collection(name, timeout=timeout)):
             return
-        self.connection.schema_fields.pop(name, None)
+        self.connection.forget(name)
         client = self.connection.client()
         schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=128)
@@ -58,17 +85,19 @@ class MilvusCollections:
         for field in ("tenant_id", "dataset_id", "doc_id", "activated", *TEXT_FIELDS,
                       DATE_FIELD):
             index.add_index(field, index_type="INVERTED")
-        call("create_collection",
-             lambda c: c.create_collection(name, schema=schema, timeout=timeout))
+        call("create_collection", lambda c: c.create_collection(
+            name, schema=schema, properties={_PARTITIONS_PROPERTY: str(TENANT_PARTITIONS)},
+            timeout=timeout))
         # sync=False: pymilvus would poll index state with an RPC Milvus Lite lacks
         # (AllocTimestamp), retrying for seconds per index.
         call("create_index", lambda c: c.create_index(name, index, sync=False, timeout=timeout))
         self.load(name)
 
-    def fields(self, name: str) -> frozenset[str]:
-        """The fields of `name`'s schema (collections built before a field was added lack
-        it: the writer leaves it out, a filter on it asks for a rebuild)."""
-        return collection_fields(self.connection, name)
+    def layout(self, name: str) -> Layout:
+        """How `name` was built: collections built before a field was added lack it (the
+        writer leaves it out, a filter on it asks for a rebuild), those built before tenants
+        had partitions are searched whole."""
+        return collection_layout(self.connection, name)
 
     def names(self) -> list[str]:
         return list(self.connection.call(
@@ -101,7 +130,7 @@ class MilvusCollections:
             raise ValueError(f"refusing to drop {name!r}: it is the alias or what it serves")
         self.connection.call("drop_collection", lambda c: c.drop_collection(
             name, timeout=self.connection.timeout))
-        self.connection.schema_fields.pop(name, None)
+        self.connection.forget(name)
 
     def load(self, name: str) -> None:
         """Collections come back unloaded after a Milvus Lite restart; searches need them."""
@@ -115,13 +144,44 @@ class MilvusCollections:
         return int(rows[0]["count(*)"])
 
 
-def collection_fields(connection: MilvusConnection, name: str) -> frozenset[str]:
-    """The fields of `name`, asked once per connection (a schema never changes under a name
-    while it exists; creating or dropping it forgets the answer)."""
-    fields = connection.schema_fields.get(name)
-    if fields is None:
+def collection_layout(connection: MilvusConnection, name: str) -> Layout:
+    """How `name` was built, asked once per connection (it never changes under a name while
+    the collection exists; creating or dropping it forgets the answer)."""
+    layout = connection.layouts.get(name)
+    if layout is None:
         described = connection.call("describe_collection", lambda c: c.describe_collection(
             name, timeout=connection.timeout), collection=name)
-        fields = connection.schema_fields[name] = frozenset(
-            str(f["name"]) for f in described["fields"])
-    return fields
+        properties = described.get("properties") or {}
+        layout = connection.layouts[name] = Layout(
+            fields=frozenset(str(f["name"]) for f in described["fields"]),
+            tenant_partitions=int(properties.get(_PARTITIONS_PROPERTY, 0) or 0))
+    return layout
+
+
+def collection_fields(connection: MilvusConnection, name: str) -> frozenset[str]:
+    """The fields of `name` (collections built before a field was added lack it)."""
+    return collection_layout(connection, name).fields
+
+
+def partition_exists(connection: MilvusConnection, collection: str, partition: str, *,
+                     ask: bool = False) -> bool:
+    """Whether `partition` of `collection` exists. A yes is kept (partitions are dropped only
+    with their collection, and a collection's name is not used again); a no, or `ask`, asks
+    Milvus again: another process (the worker) may have written the tenant's first rows."""
+    known = connection.partitions.get(collection)
+    if ask or known is None or partition not in known:
+        known = connection.partitions[collection] = frozenset(connection.call(
+            "list_partitions", lambda c: c.list_partitions(collection,
+                                                           timeout=connection.timeout),
+            collection=collection))
+    return partition in known
+
+
+def tenant_partitions(connection: MilvusConnection, collection: str,
+                      tenant_id: int) -> list[str] | None:
+    """The partitions a search of the tenant's rows names: None on a collection built before
+    tenants had partitions (search it whole), [] when the tenant has no row in it yet."""
+    partition = collection_layout(connection, collection).partition(tenant_id)
+    if partition is None:
+        return None
+    return [partition] if partition_exists(connection, collection, partition) else []

@@ -12,11 +12,14 @@ import logging
 import os
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings
 
 from retrieval.index.milvus.imports import MilvusClient, MilvusException
+
+if TYPE_CHECKING:
+    from retrieval.index.milvus.collections import Layout
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +68,13 @@ class MilvusConnection:
         self._token = token
         self._client: MilvusClient | None = None
         self._lock = threading.Lock()
-        self.schema_fields: dict[str, frozenset[str]] = {}  # collections.collection_fields
+        # What collections.py learnt of each collection (kept until it is created or dropped).
+        self.layouts: dict[str, Layout] = {}
+        self.partitions: dict[str, frozenset[str]] = {}
+
+    def forget(self, collection: str) -> None:
+        self.layouts.pop(collection, None)
+        self.partitions.pop(collection, None)
 
     @property
     def is_local(self) -> bool:

@@ -13,7 +13,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from retrieval.analysis import bm25_text
-from retrieval.index.milvus.collections import MAX_CONTENT, MAX_SEARCH_TEXT, collection_fields
+from retrieval.index.milvus.collections import (
+    MAX_CONTENT,
+    MAX_SEARCH_TEXT,
+    collection_layout,
+    partition_exists,
+)
 from retrieval.index.milvus.connection import MilvusConnection
 from retrieval.index.milvus.expressions import ints
 from retrieval.index.writer_lock import milvus_writer
@@ -81,9 +86,21 @@ class MilvusWriter:
     def __init__(self, connection: MilvusConnection) -> None:
         self.connection = connection
 
-    def _upsert(self, collection: str, batch: list[dict[str, Any]]) -> None:
-        self.connection.call("upsert", lambda c: c.upsert(collection, batch,
-                                                          timeout=self.connection.timeout))
+    def _upsert(self, collection: str, batch: list[dict[str, Any]], partition: str | None
+                ) -> None:
+        self.connection.call("upsert", lambda c: c.upsert(
+            collection, batch, partition_name=partition or "", timeout=self.connection.timeout))
+
+    def _partition(self, collection: str, tenant_id: int) -> str | None:
+        """The tenant's partition, made on its first row (under the writer lock; asked every
+        time, as a write is never served from what this process once knew)."""
+        partition = collection_layout(self.connection, collection).partition(tenant_id)
+        if partition is not None and not partition_exists(self.connection, collection,
+                                                          partition, ask=True):
+            self.connection.call("create_partition", lambda c: c.create_partition(
+                collection, partition, timeout=self.connection.timeout))
+            self.connection.partitions.pop(collection, None)
+        return partition
 
     def _flush(self, collection: str) -> None:
         self.connection.call("flush", lambda c: c.flush(collection,
@@ -102,11 +119,19 @@ class MilvusWriter:
         Leftovers (a document that now has fewer chunks) are found by the scalar doc_id and
         deleted by primary key, so no orphan chunk stays searchable.
         """
-        data = _entities(rows, collection_fields(self.connection, collection)) if rows else []
+        fields = collection_layout(self.connection, collection).fields
+        by_tenant: dict[int, list[ChunkRow]] = {}
+        for row in rows:
+            by_tenant.setdefault(row.tenant_id, []).append(row)
         with milvus_writer(scope):
-            # A bounded request each: a 2,000-chunk document is many calls of one timeout.
-            for start in range(0, len(data), UPSERT_BATCH):
-                self._upsert(collection, data[start:start + UPSERT_BATCH])
+            for tenant_id, own in by_tenant.items():
+                # Always into the tenant's partition: an upsert elsewhere would leave the
+                # old row where the tenant's searches look.
+                partition = self._partition(collection, tenant_id)
+                data = _entities(own, fields)
+                # A bounded request each: a 2,000-chunk document is many calls of one timeout.
+                for start in range(0, len(data), UPSERT_BATCH):
+                    self._upsert(collection, data[start:start + UPSERT_BATCH], partition)
             stale = sorted(self._ids_of(collection, doc_ids) - {row.id for row in rows})
             if stale:
                 self.delete_ids(stale, collection=collection, scope=scope, flush=False)

@@ -254,3 +254,64 @@ def test_a_collection_built_before_the_filter_fields_takes_writes_and_asks_for_a
                                 metadata=MetadataFilter(domain=("cache",))))
     with pytest.raises(IndexOutdated, match="built before chunks carried domain: rebuild it"):
         milvus.searcher("biz_old").search(request)
+    assert _partitions("biz_old") == ["_default"]  # searched whole until a rebuild
+
+
+def _partitions(collection: str) -> list[str]:
+    return sorted(milvus.collections().connection.client().list_partitions(collection))
+
+
+def _in_partition(collection: str, partition: str) -> list[str]:
+    rows = milvus.collections().connection.client().query(
+        collection, filter="", partition_names=[partition], output_fields=["id"], limit=100)
+    return sorted(str(row["id"]) for row in rows)
+
+
+@pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid", "milvus_hybrid"])
+def test_a_tenants_rows_live_in_its_partition_and_its_searches_read_only_that(
+        serving, mode) -> None:
+    """Milvus Lite filters every row of the partitions it searches: naming the tenant's makes
+    a lookup's cost follow its rows (docs/benchmarks.md). The filter stays, for tenants that
+    share a partition past TENANT_PARTITIONS."""
+    from retrieval.index.milvus.collections import TENANT_PARTITIONS
+
+    assert _partitions(serving) == ["_default", "tenants_1", "tenants_2"]
+    assert _in_partition(serving, "tenants_1") == ["10#chunk-0", "10#chunk-1", "11#chunk-0",
+                                                   "12#chunk-0"]
+    assert _in_partition(serving, "_default") == []
+    # A tenant sharing tenant 1's partition is still another tenant.
+    milvus.writer().replace_documents([30], [_row("30#chunk-0", tenant=1 + TENANT_PARTITIONS)],
+                                      collection=serving)
+    assert "30#chunk-0" in _in_partition(serving, "tenants_1")
+    assert _search(serving, mode) == ["10#chunk-0", "10#chunk-1", "12#chunk-0"]
+    assert _search(serving, mode, tenant=1 + TENANT_PARTITIONS, datasets=(1,)) == ["30#chunk-0"]
+    # A tenant with no row yet: nothing found, no partition made by a search.
+    assert _search(serving, mode, tenant=7, datasets=(9,)) == []
+    assert "tenants_7" not in _partitions(serving)
+    assert milvus.searcher(serving).fetch(SearchFilters(tenant_id=7, dataset_ids=(9,)),
+                                          limit=5) == []
+
+
+def test_a_rewritten_document_stays_in_its_tenants_partition(serving) -> None:
+    milvus.writer().replace_documents([10], [_row("10#chunk-0", text="redis rewritten")],
+                                      collection=serving)
+    assert _in_partition(serving, "tenants_1") == ["10#chunk-0", "11#chunk-0", "12#chunk-0"]
+    assert _in_partition(serving, "_default") == []
+    hits = milvus.searcher(serving).fetch(SearchFilters(tenant_id=1, dataset_ids=(1,)),
+                                          limit=5, ids=["10#chunk-0"])
+    assert [hit.content for hit in hits] == ["10#chunk-0: redis rewritten"]
+
+
+def test_a_partition_another_process_made_is_searched(serving) -> None:
+    """This process knows tenant 5 had no partition; the worker then wrote its first rows."""
+    from dataclasses import asdict
+
+    from retrieval.index.milvus.writer import _entities
+
+    assert _search(serving, "dense", tenant=5, datasets=(5,)) == []
+    client = milvus.collections().connection.client()
+    client.create_partition(serving, "tenants_5")
+    row = _row("50#chunk-0", tenant=5, dataset=5)
+    client.upsert(serving, _entities([row], frozenset(asdict(row))), partition_name="tenants_5")
+    client.flush(serving)
+    assert _search(serving, "dense", tenant=5, datasets=(5,)) == ["50#chunk-0"]
