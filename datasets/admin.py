@@ -162,6 +162,11 @@ class DatasetAdmin(TenantScopedAdmin[Dataset]):
 
     change_list_template = "admin/datasets/dataset/change_list.html"  # links the glance page
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Dataset | None = None) -> Any:
+        # A dataset's chunks are indexed as its tenant's (the tenant's Milvus partition, the
+        # tenant filter): moving it would leave them where the new tenant never looks.
+        return ["tenant"] if obj else []
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[Dataset]:
         return with_document_counts(super().get_queryset(request))
 

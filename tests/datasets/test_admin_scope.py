@@ -233,3 +233,14 @@ def test_a_tenant_filter_value_that_is_no_id_filters_to_nothing(
         html = page(admin_client, reverse("admin:datasets_document_changelist"),
                     dataset__tenant__id__exact=value)
         assert "alpha-doc.md" not in html and "bravo-doc.md" not in html
+
+
+def test_a_dataset_never_moves_to_another_tenant(admin_client: Client,
+                                                 two: tuple[Owned, Owned]) -> None:
+    """Its chunks are indexed as its tenant's (the tenant's Milvus partition and filter):
+    moved, they would stay where the new tenant never looks."""
+    alpha, _ = two
+    change = page(admin_client, reverse("admin:datasets_dataset_change",
+                                        args=[alpha.dataset.pk]))
+    assert 'name="tenant"' not in change and "alpha" in change
+    assert 'name="tenant"' in page(admin_client, reverse("admin:datasets_dataset_add"))

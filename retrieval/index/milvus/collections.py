@@ -7,7 +7,7 @@ A tenant's rows live in one partition (`tenants_{tenant_id % TENANT_PARTITIONS}`
 first row is written) and every search names it: Milvus Lite evaluates a filter on every row in
 the searched partitions, so a lookup's cost follows the caller's rows, not every tenant's. A
 partition key does not do that on Milvus Lite (it hashes rows into buckets no search prunes).
-The count is bounded for Milvus's limit on partitions (1,024 by default): past it, tenants
+The count is bounded by Milvus's limit on partitions (1,024 by default): past it, tenants
 share a partition and the tenant filter still separates them. A collection records the count
 it was built with; one built before has none, keeps every row in `_default` and is searched
 whole until a rebuild.
@@ -27,7 +27,8 @@ MAX_CATEGORY = 100
 MAX_DOMAIN = 100
 MAX_BUSINESS_KEY = 200
 MAX_FILE_NAME = 255
-TENANT_PARTITIONS = 1024
+# At most Milvus's default limit of partitions a collection (1,024, `_default` included).
+TENANT_PARTITIONS = 1000
 _PARTITIONS_PROPERTY = "kbplatform.tenant_partitions"
 
 
