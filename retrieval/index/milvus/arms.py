@@ -38,22 +38,26 @@ class MilvusSearch:
                 "--confirm REBUILD) to filter on them")
         return filter_expression(filters)
 
-    def _partitions(self, filters: SearchFilters) -> list[str] | None:
-        return tenant_partitions(self.connection, self.collection, filters.tenant_id)
+    def _where(self, filters: SearchFilters) -> _Where | None:
+        """The filter and the tenant's partition; None when the tenant has no row here yet."""
+        expr = self._expression(filters)
+        partitions = tenant_partitions(self.connection, self.collection, filters.tenant_id)
+        return None if partitions == [] else _Where(expr, partitions)
 
     def fetch(self, filters: SearchFilters, *, limit: int, ids: Sequence[str] = (),
               doc_id: int | None = None, content: bool = True) -> list[SearchHit]:
         """Chunks by evidence key or of one document, within the caller's filters."""
-        expr, partitions = self._expression(filters), self._partitions(filters)
-        if partitions == []:
-            return []  # the tenant has no row here yet
+        where = self._where(filters)
+        if where is None:
+            return []
+        expr = where.expr
         if ids:
             expr += f" and id in [{', '.join(quote(i) for i in ids)}]"
         if doc_id is not None:
             expr += f" and doc_id == {int(doc_id)}"
         rows = self.connection.call("query", lambda c: c.query(
             self.collection, filter=expr, limit=limit, timeout=self.connection.timeout,
-            partition_names=partitions,
+            partition_names=where.partitions,
             output_fields=list(_OUTPUT if content else ("id", "metadata"))),
             collection=self.collection)
         return [SearchHit(chunk_id=str(row["id"]), content=str(row.get("content", "")),
@@ -61,10 +65,9 @@ class MilvusSearch:
                 for row in rows]
 
     def search(self, request: SearchRequest) -> list[SearchHit]:
-        expr, partitions = self._expression(request.filters), self._partitions(request.filters)
-        if partitions == []:
-            return []  # the tenant has no row here yet
-        where = _Where(expr, partitions)
+        where = self._where(request.filters)
+        if where is None:
+            return []
         if request.mode == "hybrid":
             return self._hybrid(where, request)
         if request.mode == "milvus_hybrid":
