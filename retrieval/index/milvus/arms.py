@@ -10,7 +10,7 @@ import numpy as np
 
 from retrieval.analysis import bm25_text
 from retrieval.fusion import ADAPT_TOP_HITS, adaptive_dense_share, convex, weighted_rrf
-from retrieval.index.milvus.collections import collection_fields, tenant_partitions
+from retrieval.index.milvus.collections import collection_layout, tenant_partitions
 from retrieval.index.milvus.connection import MilvusConnection, VectorStoreUnavailable
 from retrieval.index.milvus.expressions import fields_used, filter_expression, quote
 from retrieval.index.milvus.imports import AnnSearchRequest, RRFRanker
@@ -29,8 +29,8 @@ class MilvusSearch:
         self.collection = collection
 
     def _expression(self, filters: SearchFilters) -> str:
-        missing = fields_used(filters.metadata) - collection_fields(self.connection,
-                                                                    self.collection)
+        missing = fields_used(filters.metadata) - collection_layout(
+            self.connection, self.collection).fields
         if missing:
             raise IndexOutdated(
                 f"the serving index {self.collection} was built before chunks carried "

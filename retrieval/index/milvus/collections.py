@@ -159,11 +159,6 @@ def collection_layout(connection: MilvusConnection, name: str) -> Layout:
     return layout
 
 
-def collection_fields(connection: MilvusConnection, name: str) -> frozenset[str]:
-    """The fields of `name` (collections built before a field was added lack it)."""
-    return collection_layout(connection, name).fields
-
-
 def partition_exists(connection: MilvusConnection, collection: str, partition: str, *,
                      ask: bool = False) -> bool:
     """Whether `partition` of `collection` exists. A yes is kept (partitions are dropped only
