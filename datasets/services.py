@@ -346,12 +346,18 @@ def _chunk_metadata(draft: ChunkDraft) -> dict[str, object]:
     return {"search_chars": len(draft.search_text), **location}
 
 
-def document_index_state_set(*, document_id: int, status: Document.Status | None = None,
-                             indexed_hash: str | None = None) -> None:
-    """Set the given parts of the document's index state; the rest of the row is left alone."""
-    changes = {name: value for name, value in
-               (("status", status), ("indexed_hash", indexed_hash)) if value is not None}
-    Document.objects.filter(pk=document_id).update(**changes)
+def document_indexing(*, document_id: int, content_hash: str) -> None:
+    """The document is being indexed: INDEXING, unless the row already says `content_hash` is
+    indexed. Two syncs of the same content (a worker's and a retry's) never show a document
+    that one of them made READY as indexing again."""
+    Document.objects.filter(pk=document_id).exclude(
+        status=Document.Status.READY, indexed_hash=content_hash).update(
+        status=Document.Status.INDEXING)
+
+
+def document_indexed_hash_set(*, document_id: int, indexed_hash: str) -> None:
+    """Record what the index holds for the document; the rest of the row is left alone."""
+    Document.objects.filter(pk=document_id).update(indexed_hash=indexed_hash)
 
 
 def document_synced(*, document_id: int, revision: int) -> None:

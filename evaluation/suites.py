@@ -25,7 +25,7 @@ from datasets.models import Dataset, Document
 from datasets.services import (
     configured_chunking,
     content_hash,
-    document_index_state_set,
+    document_indexed_hash_set,
     document_store,
     tenant_get_or_create,
 )
@@ -176,8 +176,8 @@ def eval_index_load(*, suite: Suite, embedder: Embedder, progress: Progress,
                            embedder=embedder)
         written = write_prepared(prepared, collection=collection)
         for document in written:
-            document_index_state_set(document_id=document.pk,
-                                     indexed_hash=eval_marker(document, collection))
+            document_indexed_hash_set(document_id=document.pk,
+                                      indexed_hash=eval_marker(document, collection))
         progress(f"indexed {min(start + batch_size, len(stale))}/{len(stale)} changed documents")
     sources = dict(Document.objects.filter(dataset=dataset).values_list("doc_id", "source_path"))
     return EvalIndex(filters=SearchFilters(tenant_id=tenant.pk, dataset_ids=(dataset.pk,)),

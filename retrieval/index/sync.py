@@ -33,8 +33,8 @@ from datasets.ingestion.pipeline import ChunkDraft, Chunking, build_chunks
 from datasets.models import Document
 from datasets.services import (
     chunks_replace,
-    document_index_state_set,
     document_indexed,
+    document_indexing,
     document_mark_failed,
     document_synced,
 )
@@ -197,7 +197,7 @@ def document_sync(*, document_id: int) -> Document | None:
         # indexed already: nothing to follow
         document_synced(document_id=document.pk, revision=document.revision)
         return document
-    document_index_state_set(document_id=document.pk, status=Document.Status.INDEXING)
+    document_indexing(document_id=document.pk, content_hash=document.content_hash)
     try:
         prepared = _prepare_with_companions(document, chunking=index.chunking,
                                             embedder=index.embedder)

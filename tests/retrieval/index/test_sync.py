@@ -69,3 +69,28 @@ def test_a_batch_is_bounded(store: Any) -> None:
 
     ready = Document.objects.filter(status=Document.Status.READY).count()
     assert ready == BATCH
+
+
+def test_a_sync_that_read_the_row_before_another_finished_never_shows_it_indexing_again(
+        store: Any, monkeypatch: Any) -> None:
+    """The worker's sync and a retry of the same content, the worker's mark coming after the
+    retry made the document READY (as in a test that syncs in-process beside a worker)."""
+    import retrieval.index.sync as sync
+
+    dataset = Dataset.objects.create(tenant=tenant_get_or_create(slug="batch"), name="kb")
+    (document,) = _waiting(dataset, "redis")
+    mark, seen = sync.document_indexing, []
+
+    def after_the_other_sync(**given: Any) -> None:
+        monkeypatch.setattr(sync, "document_indexing", mark)
+        document_sync(document_id=document.pk)  # the other sync runs to its end first
+        mark(**given)
+        seen.append(Document.objects.get(pk=document.pk).status)
+
+    monkeypatch.setattr(sync, "document_indexing", after_the_other_sync)
+    document_sync(document_id=document.pk)
+
+    assert seen == [Document.Status.READY]
+    document.refresh_from_db()
+    assert document.status == Document.Status.READY
+    assert len(store.chunk_ids(document.doc_id)) == document.chunk_count > 0
