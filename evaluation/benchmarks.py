@@ -16,7 +16,7 @@ from django.conf import settings
 from django.test import Client
 
 from retrieval.analysis import bm25_text
-from retrieval.index.milvus.collections import tenant_partitions
+from retrieval.index.milvus.collections import BM25_SEARCH, DENSE_SEARCH, tenant_partitions
 from retrieval.index.milvus.connection import MilvusConnection
 from retrieval.index.milvus.expressions import filter_expression
 from retrieval.index.milvus.imports import AnnSearchRequest, RRFRanker
@@ -74,10 +74,9 @@ def raw_hybrid_search(connection: MilvusConnection, collection: str, *,
     the tenant's partition as the lookup searches."""
     expr = filter_expression(filters)
     connection.client().hybrid_search(
-        collection, [AnnSearchRequest([vector], "vector", {"metric_type": "L2",
-                                      "params": {"nprobe": 16}}, k, expr=expr),
-                     AnnSearchRequest([bm25_text(text)], "sparse_vector",
-                                      {"metric_type": "BM25"}, k, expr=expr)],
+        collection, [AnnSearchRequest([vector], "vector", DENSE_SEARCH, k, expr=expr),
+                     AnnSearchRequest([bm25_text(text)], "sparse_vector", BM25_SEARCH, k,
+                                      expr=expr)],
         RRFRanker(60), limit=k, output_fields=["id", "content", "metadata"],
         partition_names=tenant_partitions(connection, collection, filters.tenant_id))
 

@@ -10,7 +10,12 @@ import numpy as np
 
 from retrieval.analysis import bm25_text
 from retrieval.fusion import ADAPT_TOP_HITS, adaptive_dense_share, convex, weighted_rrf
-from retrieval.index.milvus.collections import collection_layout, tenant_partitions
+from retrieval.index.milvus.collections import (
+    BM25_SEARCH,
+    DENSE_SEARCH,
+    collection_layout,
+    tenant_partitions,
+)
 from retrieval.index.milvus.connection import MilvusConnection, VectorStoreUnavailable
 from retrieval.index.milvus.expressions import fields_used, filter_expression, quote
 from retrieval.index.milvus.imports import AnnSearchRequest, RRFRanker
@@ -88,12 +93,12 @@ class MilvusSearch:
 
     def _dense(self, where: _Where, request: SearchRequest) -> list[dict[str, Any]]:
         return self._search(where, request, data=request.query_vector, field="vector",
-                            params=_DENSE_PARAMS, output=_OUTPUT)
+                            params=DENSE_SEARCH, output=_OUTPUT)
 
     def _bm25(self, where: _Where, request: SearchRequest,
               output: Sequence[str] = _OUTPUT) -> list[dict[str, Any]]:
         return self._search(where, request, data=_bm25_query(request),
-                            field="sparse_vector", params=_BM25_PARAMS, output=output)
+                            field="sparse_vector", params=BM25_SEARCH, output=output)
 
     def _hybrid(self, where: _Where, request: SearchRequest) -> list[SearchHit]:
         """Dense ANN and BM25 as two searches, fused here (weighted RRF or CONVEX).
@@ -129,10 +134,10 @@ class MilvusSearch:
 
     def _milvus_hybrid(self, where: _Where, request: SearchRequest) -> list[SearchHit]:
         """Both arms in one `hybrid_search`, fused by Milvus's RRFRanker(rrf_k)."""
-        arms = [AnnSearchRequest([request.query_vector], "vector", _DENSE_PARAMS,
+        arms = [AnnSearchRequest([request.query_vector], "vector", DENSE_SEARCH,
                                  request.limit, expr=where.expr),
                 AnnSearchRequest([_bm25_query(request)], "sparse_vector",
-                                 _BM25_PARAMS, request.limit, expr=where.expr)]
+                                 BM25_SEARCH, request.limit, expr=where.expr)]
         found = self.connection.call("hybrid_search", lambda c: c.hybrid_search(
             self.collection, arms, RRFRanker(request.rrf_k), limit=request.limit,
             output_fields=_with_vector(request), partition_names=where.partitions,
@@ -150,10 +155,6 @@ class _Where:
 
     expr: str
     partitions: list[str] | None
-
-
-_DENSE_PARAMS: dict[str, Any] = {"metric_type": "L2", "params": {"nprobe": 16}}
-_BM25_PARAMS: dict[str, Any] = {"metric_type": "BM25"}
 
 
 def _bm25_query_text(request: SearchRequest) -> str:
