@@ -81,6 +81,20 @@ def raw_hybrid_search(connection: MilvusConnection, collection: str, *,
         partition_names=tenant_partitions(connection, collection, filters.tenant_id))
 
 
+def raw_arm_searches(connection: MilvusConnection, collection: str, *,
+                     filters: SearchFilters, vector: list[float], text: str, k: int) -> None:
+    """Milvus's own part of a default lookup: the two searches app fusion ranks from (dense,
+    BM25) with the lookup's filters and partition, asking for ids only: no text, no fusion,
+    nothing of the platform's work."""
+    expr = filter_expression(filters)
+    partitions = tenant_partitions(connection, collection, filters.tenant_id)
+    client = connection.client()
+    for data, field, params in (([vector], "vector", DENSE_SEARCH),
+                                ([bm25_text(text)], "sparse_vector", BM25_SEARCH)):
+        client.search(collection, data=data, anns_field=field, filter=expr, limit=k,
+                      output_fields=["id"], search_params=params, partition_names=partitions)
+
+
 def in_process_client() -> Client:
     """A Django test client for a benchmark run outside the test suite, sending a Host that
     ALLOWED_HOSTS names (the client's `testserver` is only a test run's)."""
