@@ -51,7 +51,7 @@ def rag_config_for(*, tenant_id: int, dataset_ids: Sequence[int],
     if len(distinct) == 1:
         scope |= Q(dataset_id=next(iter(distinct)))
     # On every lookup: the rows alone, unordered (sorted here). The A/B test and the tenant
-    # are read only when they matter, which is rare: joining them cost every lookup a
+    # are read only when they matter, which is rare: joining them cost every lookup half a
     # millisecond of query building (docs/benchmarks.md).
     rows = list(RagConfig.objects.filter(scope, tenant_id=tenant_id).order_by())
     # The override, when present, sorts before the default.
