@@ -24,11 +24,14 @@ def test_the_paraphrased_set_asks_every_markdown_runbook_in_both_languages_split
         ) -> None:
     questions = questions_load(KNOWLEDGE / "eval" / "paraphrased.jsonl")
     # The set was written for (and its figures measured on) the markdown runbooks; the three
-    # in other formats show conversion and are asked by the tests of the formats.
+    # in other formats show conversion and are asked by the tests of the formats. Two
+    # questions written as off-topic are about the Elasticsearch runbook that came later as a
+    # PDF: they expect it.
     runbooks = {str(p.relative_to(KNOWLEDGE)) for p in KNOWLEDGE.rglob("*.md")
                 if p.name.lower() != "readme.md"}
     asked = Counter(q.expect for q in questions if q.expect)
-    assert set(asked) == runbooks and min(asked.values()) >= 6
+    assert all((KNOWLEDGE / path).is_file() for path in asked)
+    assert runbooks <= set(asked) and min(asked[runbook] for runbook in runbooks) >= 6
     for runbook in runbooks:
         mine = [q for q in questions if q.expect == runbook]
         assert sum(_chinese(q.query) for q in mine) >= 2, runbook
