@@ -6,6 +6,7 @@ import socket
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from rest_framework.test import APIClient
 
@@ -317,11 +318,9 @@ def test_a_partition_another_process_made_is_searched(serving) -> None:
     assert _search(serving, "dense", tenant=5, datasets=(5,)) == ["50#chunk-0"]
 
 
-def test_a_dense_search_finds_the_exact_nearest_chunks(store, db) -> None:  # type: ignore[no-untyped-def]
+def test_a_dense_search_finds_the_exact_nearest_chunks(store, db) -> None:
     """The dense index's lists are all probed: with 16 of 128 probed, a search over a thousand
     chunks missed true neighbours (docs/benchmarks.md, the dense arm's recall)."""
-    import numpy as np
-
     rng = np.random.default_rng(7)
     vectors = rng.normal(size=(1_500, 16)).astype(np.float32)
     milvus.collections().create("biz_exact", 16)
