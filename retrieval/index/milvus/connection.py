@@ -95,22 +95,35 @@ class MilvusConnection:
                         f"cannot connect to Milvus: {type(exc).__name__}") from exc
                 if self.is_local:
                     _lite_servers.setdefault(os.path.abspath(self.uri), os.getpid())
+                # Milvus Lite opens a collection on its first call, without a lock: calls at
+                # once opened one each, and all but the last were forgotten with what was
+                # loaded or written into them. Listing opens every collection, one after the
+                # other, before this process makes any other call.
+                try:
+                    self._client.list_collections(timeout=self.timeout)
+                except Exception as exc:
+                    self._close()
+                    raise VectorStoreUnavailable(
+                        f"cannot list Milvus's collections: {type(exc).__name__}") from exc
             return self._client
 
     def close(self) -> None:
         with self._lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
-                path = os.path.abspath(self.uri)
-                if self.is_local and _lite_servers.get(path) == os.getpid():
-                    # Closing the client leaves Milvus Lite's in-process server running until
-                    # the process exits: the file stays locked against every other process,
-                    # with its threads and loaded collections. Stop it: the file is free.
-                    from milvus_lite.server_manager import server_manager_instance
+            self._close()
 
-                    server_manager_instance.release_server(path)
-                    del _lite_servers[path]
+    def _close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+            path = os.path.abspath(self.uri)
+            if self.is_local and _lite_servers.get(path) == os.getpid():
+                # Closing the client leaves Milvus Lite's in-process server running until the
+                # process exits: the file stays locked against every other process, with its
+                # threads and loaded collections. Stop it: the file is free.
+                from milvus_lite.server_manager import server_manager_instance
+
+                server_manager_instance.release_server(path)
+                del _lite_servers[path]
 
     def call(self, what: str, fn: Callable[[MilvusClient], T], *,
              collection: str | None = None) -> T:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -334,3 +336,49 @@ def test_a_dense_search_finds_the_exact_nearest_chunks(store, db) -> None:
         found = [hit.chunk_id for hit in milvus.searcher("biz_exact").search(request)]
         nearest = np.argsort(((vectors - query) ** 2).sum(axis=1))[:10]
         assert found == [f"{n + 1}#chunk-0" for n in nearest]
+
+
+@pytest.mark.embedded
+def test_milvus_lite_opens_each_collection_once_for_calls_at_once(store, db,
+                                                                   monkeypatch) -> None:
+    """Milvus Lite opens a collection on its first call, without a lock: calls at once opened
+    one each, and all but one were forgotten with what was loaded or written into them (a
+    lookup answered UNAVAILABLE as the web process's recovery wrote beside it)."""
+    from milvus_lite.engine.collection import Collection
+
+    milvus.collections().create("biz_e3", DIM)
+    milvus.writer().replace_documents([], [_row("10#chunk-0"), _row("11#chunk-0")],
+                                      collection="biz_e3")
+    opened: list[str] = []
+    open_collection = Collection.__init__
+
+    def counted(self, name, *args, **kwargs):  # type: ignore[no-untyped-def]
+        opened.append(name)
+        open_collection(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(Collection, "__init__", counted)
+    failures: list[BaseException] = []
+    calls = [lambda: _search("biz_e3", "hybrid")] * 4 + [
+        lambda: milvus.writer().replace_documents([11], [_row("11#chunk-0")],
+                                                  collection="biz_e3"),
+        lambda: store.chunk_ids(10, collection="biz_e3")]
+    start = threading.Barrier(len(calls))
+
+    def at_once(call: Callable[[], object]) -> None:
+        start.wait()
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - every failure is the test's finding
+            failures.append(exc)
+
+    for _ in range(3):
+        reset_connection()  # the file opens again, with none of its collections
+        opened.clear()
+        threads = [threading.Thread(target=at_once, args=(call,)) for call in calls]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert opened.count("biz_e3") == 1 and failures == []
+    reset_connection()
+    assert _search("biz_e3", "dense") == ["10#chunk-0", "11#chunk-0"]
