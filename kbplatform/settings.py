@@ -83,6 +83,9 @@ WSGI_APPLICATION = "kbplatform.wsgi.application"
 # WSGI apps served beside Django, by path prefix (kbplatform/wsgi.py): the MCP server over
 # streamable HTTP (docs/agents.md).
 KB_WSGI_MOUNTS = {"/mcp": "retrieval.tools.mcp_http.McpWsgiApp"}
+# Loaded by a thread of each web process as it starts, so that no lookup waits for them: the
+# CC-CEDICT dictionary of `bilingual_bm25` (about 2 s).
+KB_WSGI_WARM = ("retrieval.lookup.bilingual.lexicon",)
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",

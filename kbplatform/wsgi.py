@@ -17,6 +17,8 @@ from django.utils.module_loading import import_string  # noqa: E402
 from kbplatform.tasks import recover_periodically  # noqa: E402
 
 mounts = [(prefix, import_string(app)()) for prefix, app in settings.KB_WSGI_MOUNTS.items()]
+for warm in settings.KB_WSGI_WARM:
+    threading.Thread(target=import_string(warm), name="kb-warm", daemon=True).start()
 
 if settings.KB_RECOVERY_IN_PROCESS:  # no worker recovers for this process's tasks: it does
     recover_periodically(threading.Event())
