@@ -160,7 +160,7 @@ def collection_layout(connection: MilvusConnection, name: str) -> Layout:
     layout = connection.layouts.get(name)
     if layout is None:
         described = connection.call("describe_collection", lambda c: c.describe_collection(
-            name, timeout=connection.timeout), collection=name)
+            name, timeout=connection.timeout))
         properties = described.get("properties") or {}
         layout = connection.layouts[name] = Layout(
             fields=frozenset(str(f["name"]) for f in described["fields"]),

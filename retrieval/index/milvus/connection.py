@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings
 
-from retrieval.index.milvus.imports import MilvusClient, MilvusException
+from retrieval.index.milvus.imports import LoadState, MilvusClient, MilvusException
 
 if TYPE_CHECKING:
     from retrieval.index.milvus.collections import Layout
@@ -68,13 +68,17 @@ class MilvusConnection:
         self._token = token
         self._client: MilvusClient | None = None
         self._lock = threading.Lock()
+        self._loading = threading.Lock()
         # What collections.py learnt of each collection (kept until it is created or dropped).
         self.layouts: dict[str, Layout] = {}
         self.partitions: dict[str, frozenset[str]] = {}
+        # Collections (or aliases) this client found loaded, or loaded itself.
+        self.loaded: set[str] = set()
 
     def forget(self, collection: str) -> None:
         self.layouts.pop(collection, None)
         self.partitions.pop(collection, None)
+        self.loaded.discard(collection)
 
     @property
     def is_local(self) -> bool:
@@ -115,6 +119,7 @@ class MilvusConnection:
         if self._client is not None:
             self._client.close()
             self._client = None
+            self.loaded.clear()
             path = os.path.abspath(self.uri)
             if self.is_local and _lite_servers.get(path) == os.getpid():
                 # Closing the client leaves Milvus Lite's in-process server running until the
@@ -127,10 +132,20 @@ class MilvusConnection:
 
     def call(self, what: str, fn: Callable[[MilvusClient], T], *,
              collection: str | None = None) -> T:
-        """Run `fn(client)` with the error meaning above. A collection found released (the
-        server restarted and forgot what was loaded) is loaded and the call tried again."""
+        """Run `fn(client)` with the error meaning above, `collection` loaded first.
+
+        Milvus Lite opens every collection released: the first call a process made on one
+        failed, and pymilvus logged that as an ERROR with its traceback, before the retry
+        below loaded it. So the load state of `collection` is asked once per client, and the
+        collection loaded when it is not. A collection found released later all the same
+        (the server restarted and forgot what was loaded) is loaded and the call tried again.
+        """
         try:
             client = self.client()
+            if collection is not None and collection not in self.loaded:
+                with self._loading:  # once per collection, not once per thread
+                    if collection not in self.loaded:
+                        self._load(client, collection)
             try:
                 return fn(client)
             except MilvusException as exc:
@@ -148,6 +163,14 @@ class MilvusConnection:
         except Exception as exc:  # grpc and connection errors surface with their own types
             logger.warning("milvus %s failed: %r", what, exc)
             raise VectorStoreUnavailable(f"Milvus {what} failed: {type(exc).__name__}") from exc
+
+    def _load(self, client: MilvusClient, collection: str) -> None:
+        state = client.get_load_state(collection, timeout=self.timeout)["state"]
+        if state == LoadState.NotExist:  # the call itself fails, with Milvus's own words
+            return
+        if state != LoadState.Loaded:  # NotLoad, or Loading: load_collection waits for it
+            client.load_collection(collection, timeout=self.timeout)
+        self.loaded.add(collection)
 
     def options(self) -> dict[str, Any]:
         return {"timeout": self.timeout}

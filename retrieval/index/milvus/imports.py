@@ -19,10 +19,11 @@ try:
         MilvusClient,
         RRFRanker,
     )
+    from pymilvus.client.types import LoadState  # noqa: E402
     from pymilvus.exceptions import MilvusException  # noqa: E402
 finally:
     if _ours is not None:
         os.environ["MILVUS_URI"] = _ours
 
-__all__ = ["AnnSearchRequest", "DataType", "Function", "FunctionType", "MilvusClient",
-           "MilvusException", "RRFRanker"]
+__all__ = ["AnnSearchRequest", "DataType", "Function", "FunctionType", "LoadState",
+           "MilvusClient", "MilvusException", "RRFRanker"]

@@ -382,3 +382,22 @@ def test_milvus_lite_opens_each_collection_once_for_calls_at_once(store, db,
         assert opened.count("biz_e3") == 1 and failures == []
     reset_connection()
     assert _search("biz_e3", "dense") == ["10#chunk-0", "11#chunk-0"]
+
+
+@pytest.mark.embedded
+def test_a_process_loads_a_collection_before_its_first_search_without_an_error_logged(
+        store, db, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Milvus Lite opens every collection released: a process's first search failed, and
+    pymilvus logged an ERROR with its traceback on every start, before the retry loaded it."""
+    milvus.collections().create("biz_l1", DIM)
+    milvus.writer().replace_documents([], [_row("10#chunk-0")], collection="biz_l1")
+    reset_connection()  # the file opens again: its collections released
+    caplog.set_level("WARNING")
+
+    assert _search("biz_l1", "hybrid") == ["10#chunk-0"]
+    assert store.chunk_ids(10, collection="biz_l1") == ["10#chunk-0"]
+    assert [r.getMessage()[:80] for r in caplog.records if r.levelname != "INFO"] == []
+
+    # Released behind the connection's back (as a restarted server forgets): loaded again.
+    milvus.collections().connection.client().release_collection("biz_l1")
+    assert _search("biz_l1", "dense") == ["10#chunk-0"]
