@@ -56,13 +56,3 @@ def _term_pattern(term: str) -> re.Pattern[str]:
 def contains_term(text: str, term: str) -> bool:
     """True when the normalized `term` (≥ 2 chars) occurs in the already normalized `text`."""
     return len(term) >= MIN_TERM_CHARS and _term_pattern(term).search(text) is not None
-
-
-_CJK_CHAR = re.compile(r"[\u3400-\u9fff]")
-_LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
-
-
-def written_in(text: str) -> str:
-    """"zh" for a text with more CJK characters than Latin words, else "en": a Chinese runbook
-    full of English commands is still Chinese, an English one citing a Chinese title English."""
-    return "zh" if len(_CJK_CHAR.findall(text)) > len(_LATIN_WORD.findall(text)) else "en"

@@ -17,7 +17,7 @@ from typing import Any
 from audit.types import DropReason
 from datasets.evidence import EvidenceKey
 from datasets.ingestion.locations import Location
-from retrieval.analysis import contains_term, normalize_text, written_in
+from retrieval.analysis import contains_term, normalize_text
 from retrieval.lexical import QueryTerms, query_terms, vocabulary_terms
 from retrieval.types import (
     PostProcessed,
@@ -32,14 +32,6 @@ from retrieval.types import (
 # loses before the REFERENCE threshold (fitted on the hit-test set's `fit` half; see
 # docs/benchmarks.md, "Hit test").
 LEXICAL_DISCOUNT = 0.3
-# The fused order's first chunk, when BM25 found it and it is written in the other language
-# than the question (an English runbook for a Chinese question: through `bilingual_bm25`'s words,
-# a synonym, or the commands both hold), counts as a reference from a dense quality this much
-# below the threshold: neither embedder puts a text close to a question in the other language,
-# so the gate dropped the right chunk and answered with the question's language's neighbours
-# (fitted on the `fit` half of knowledge_base/eval/paraphrased.jsonl; docs/benchmarks.md,
-# "Why a cross-lingual question loses in the hybrid").
-CROSS_LANGUAGE_ALLOWANCE = 0.06
 # The query's words looked up in the text of this many best candidates, and kept at most: a
 # few terms per lookup, read from text the gate has in memory anyway (audit/gaps.py).
 VOCABULARY_HITS = 5
@@ -168,8 +160,6 @@ class KnowledgeEvidencePostProcessor:
                                                    n=len(ordered))
             quality, support = self._judged(hit, quality, terms, distance_known=(
                 hit.dense_l2 is not None or mode == "dense"))
-            if position == 1 and self._across_languages(hit, support, query):
-                support += CROSS_LANGUAGE_ALLOWANCE
             judged.append((self._scored(hit, key, quality, mode), support))
             hit_of[key] = hit
 
@@ -234,13 +224,6 @@ class KnowledgeEvidencePostProcessor:
             return quality, quality
         coverage = terms.coverage(text if text is not None else searchable_text(hit))
         return quality, quality * (1.0 - LEXICAL_DISCOUNT * (1.0 - coverage))
-
-    def _across_languages(self, hit: SearchHit, support: float, query: str) -> bool:
-        """BM25 found `hit`, its distance is known, the allowance decides, and it is written
-        in the other language than the query (read only then)."""
-        return (bool(query and hit.bm25_match) and hit.dense_l2 is not None
-                and support < self.reference_threshold <= support + CROSS_LANGUAGE_ALLOWANCE
-                and written_in(hit.content) != written_in(query))
 
     @staticmethod
     def _scored(hit: SearchHit, key: str, quality: float, mode: SearchMode) -> ScoredChunk:

@@ -9,25 +9,13 @@ from typing import Any
 import pytest
 
 from datasets.services import dataset_create
-from retrieval.analysis import normalize_text, written_in
+from retrieval.analysis import normalize_text
 from retrieval.lexical import query_terms, vocabulary_terms
 from retrieval.lookup.post_process import LEXICAL_DISCOUNT, KnowledgeEvidencePostProcessor
 from retrieval.types import QueryHints, RelevanceLevel, SearchHit
 from tests.datasets.builders import markdown
 from tests.retrieval.conftest import client_for, last_trace, lookup, ready
 from tests.retrieval.lookup.test_post_process import hit
-
-
-@pytest.mark.parametrize("text, language", [
-    ("MySQL 从库延迟很大", "zh"),
-    ("用 `redis-cli --bigkeys` 找出大 key，再用 UNLINK 删除", "zh"),
-    ("kubectl describe pod 看 Events", "en"),
-    ('Use "Redis 内存打满与 key 驱逐" when evicted_keys is climbing.', "en"),
-    ("Seconds_Behind_Master: 1847", "en"),
-    ("", "en"),
-])
-def test_a_text_is_written_in_the_language_of_most_of_its_words(text: str, language: str) -> None:
-    assert written_in(text) == language
 
 
 @pytest.mark.parametrize("query, identifiers", [

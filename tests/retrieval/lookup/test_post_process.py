@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -175,45 +174,6 @@ def test_l0_overlap_explains_but_never_reorders() -> None:
     assert result.chunks[0].hit_reasons == ()
     assert result.chunks[1].hit_reasons == ("keyword:redis", "domain:cache", "category:ops")
     assert result.chunks[0].quality == result.chunks[1].quality  # no boost either
-
-
-# --- a chunk in the other language than the question -------------------------------------------
-
-QUESTION_ZH = "rabbit 管理界面里 Ready 数一直涨，消费者数量是 0"
-RUNBOOK_EN = "RabbitMQ queue backlog: Ready keeps growing while no consumer is attached."
-RUNBOOK_ZH = "Kafka 消费者积压：消费速度跟不上生产速度，lag 一直增长。"
-
-
-def found(rank: int, doc: str, quality: float, content: str, *, bm25: bool = True) -> SearchHit:
-    """A hybrid hit at a dense quality (max L2 2.0), found by BM25 or by the dense arm alone."""
-    return replace(hit(rank, doc, 0, l2=2.0 * (1.0 - quality), content=content),
-                   bm25_match=bm25)
-
-
-def test_the_fused_first_chunk_found_by_bm25_in_the_other_language_gets_an_allowance() -> None:
-    """Neither embedder puts an English runbook close to a Chinese question: the gate
-    dropped it at 0.32 and answered with the Chinese neighbours."""
-    result = processor().process([found(1, "en", 0.32, RUNBOOK_EN)], "hybrid", NO_HINTS,
-                                 query=QUESTION_ZH)
-    assert [c.evidence_key for c in result.chunks] == ["en#chunk-0"]
-    assert result.relevance_level is RelevanceLevel.REFERENCE
-    assert result.chunks[0].quality == pytest.approx(0.32)  # what it is shown as: unchanged
-
-
-@pytest.mark.parametrize("hits", [
-    [found(1, "en", 0.32, RUNBOOK_EN, bm25=False)],  # the dense arm's alone
-    [found(1, "zh", 0.32, RUNBOOK_ZH)],  # in the question's language
-    [found(1, "en", 0.28, RUNBOOK_EN)],  # beyond the allowance
-], ids=["dense-only", "same-language", "too-far"])
-def test_no_allowance_for_other_chunks(hits: list[SearchHit]) -> None:
-    result = processor().process(hits, "hybrid", NO_HINTS, query=QUESTION_ZH)
-    assert result.chunks == () and result.relevance_level is RelevanceLevel.NONE
-
-
-def test_the_allowance_is_the_fused_first_chunks_alone() -> None:
-    hits = [found(1, "zh", 0.5, RUNBOOK_ZH), found(2, "en", 0.32, RUNBOOK_EN)]
-    result = processor().process(hits, "hybrid", NO_HINTS, query=QUESTION_ZH)
-    assert [c.evidence_key for c in result.chunks] == ["zh#chunk-0"]
 
 
 @pytest.mark.parametrize("args", [(0, 2, 0.3, 0.6), (5, 0, 0.3, 0.6), (5, 2, 0.7, 0.6),
