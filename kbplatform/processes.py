@@ -87,11 +87,25 @@ class Service:
     def argv(self) -> list[str]:
         raise NotImplementedError
 
+    def listens(self) -> tuple[str, int] | None:
+        """(host, port) of a service that serves on a port: it is ready once the port
+        answers, and never started where something answers already."""
+        return None
+
     def ready(self) -> bool:
-        raise NotImplementedError
+        address = self.listens()
+        if address is None:
+            raise NotImplementedError
+        return port_open(*address)
 
     def start(self, timeout: float = 120.0) -> None:
         argv = self.argv()
+        address = self.listens()
+        if address is not None and port_open(*address):
+            # It would fail to bind and be taken as ready: everything would then talk to the
+            # other process (a server an interrupted run left behind, with other data).
+            raise ServiceError(f"{self.name}: {address[0]}:{address[1]} answers already: "
+                               f"another process serves there; stop it first")
         try:
             with self.log.open("ab") as out:
                 death_signal = self.stop_signal if self.die_with_supervisor else 0
@@ -168,8 +182,8 @@ class MilvusLiteServer(Service):
                 str(self.data_dir), "--host", self.host, "--port", str(self.port),
                 "--max-workers", "1"]
 
-    def ready(self) -> bool:
-        return port_open(self.host, self.port)
+    def listens(self) -> tuple[str, int]:
+        return self.host, self.port
 
     def publish(self) -> None:
         """Tell every process that would open the data directory itself to connect to this
@@ -244,8 +258,8 @@ class GunicornServer(Service):
                 f"{HOST}:{self.port}", "--workers", "1", "--threads", str(self.threads),
                 "--timeout", "120", "--graceful-timeout", "10"]
 
-    def ready(self) -> bool:
-        return port_open(HOST, self.port)
+    def listens(self) -> tuple[str, int]:
+        return HOST, self.port
 
 
 class RedisServer(Service):
@@ -269,5 +283,5 @@ class RedisServer(Service):
         return [shutil.which("redis-server") or "redis-server", "--bind", HOST, "--port",
                 str(self.port), "--save", "", "--appendonly", "no", "--dir", str(self.data_dir)]
 
-    def ready(self) -> bool:
-        return port_open(HOST, self.port)
+    def listens(self) -> tuple[str, int]:
+        return HOST, self.port
