@@ -105,7 +105,7 @@ class Service:
             # It would fail to bind and be taken as ready: everything would then talk to the
             # other process (a server an interrupted run left behind, with other data).
             raise ServiceError(f"{self.name}: {address[0]}:{address[1]} answers already: "
-                               f"another process serves there; stop it first")
+                               "another process serves there; stop it first")
         try:
             with self.log.open("ab") as out:
                 death_signal = self.stop_signal if self.die_with_supervisor else 0
