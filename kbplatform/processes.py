@@ -196,6 +196,38 @@ class MilvusLiteServer(Service):
         super().stop(sig)
 
 
+class MilvusEngineServer(Service):
+    """Milvus 2.5's own C++ engine (segcore, knowhere): the `milvus` program inside the
+    `milvus-lite==2.5.1` wheel, serving one data file over gRPC. Its Python package has the
+    same import name as Milvus Lite 3.x, so it lives in a folder of its own (`engine_home`,
+    made by `scripts/milvus-engine.sh`) and is run directly; it holds a production Milvus
+    server's limits (a VarChar of at most 65,535 bytes) that Milvus Lite 3.x does not check."""
+
+    name = "milvus 2.5 engine"
+
+    def __init__(self, engine_home: Path, uri: str, data_dir: Path, log: Path, *,
+                 own_session: bool = False, die_with_supervisor: bool = False) -> None:
+        self.lib = engine_home / "milvus_lite" / "lib"
+        super().__init__(log, own_session=own_session, die_with_supervisor=die_with_supervisor)
+        parsed = urlparse(uri)
+        self.host, self.port = parsed.hostname or HOST, parsed.port or 19530
+        self.data_dir = data_dir
+
+    @property
+    def uri(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def argv(self) -> list[str]:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # Its own libraries for it alone (the launcher's Python must not load the wheel's libm).
+        return ["env", f"LD_LIBRARY_PATH={self.lib}", str(self.lib / "milvus"),
+                str(self.data_dir / "milvus.db"),
+                f"{self.host}:{self.port}", "ERROR"]
+
+    def listens(self) -> tuple[str, int]:
+        return self.host, self.port
+
+
 def _served_file(data_dir: Path) -> Path:
     return data_dir.with_name(data_dir.name + ".server.json")
 

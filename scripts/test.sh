@@ -11,6 +11,8 @@ cd "$(dirname "$0")/.."
 # mysqlclient builds against libmariadb; the browser tests drive Debian's chromium.
 bash scripts/system-packages.sh libmariadb-dev pkg-config gcc chromium fonts-wqy-zenhei tesseract-ocr tesseract-ocr-chi-sim tesseract-ocr-eng
 bash scripts/setup.sh "mysql,dev"
+# Milvus 2.5's own engine, for the tests that hold the platform to a Milvus server's limits.
+bash scripts/milvus-engine.sh
 . .venv/bin/activate
 
 ruff check .

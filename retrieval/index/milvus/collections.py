@@ -15,15 +15,19 @@ whole until a rebuild.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
-from retrieval.index.milvus.connection import MilvusConnection
+from retrieval.index.milvus.connection import MilvusConnection, VectorStoreLacks
 from retrieval.index.milvus.expressions import DATE_FIELD, TEXT_FIELDS
 from retrieval.index.milvus.imports import DataType, Function, FunctionType
 
+# A Milvus server refuses a VarChar declared longer than this (Milvus Lite 3.x does not check):
+# a text field declares 4 bytes a character (UTF-8's most), so it holds at most a quarter.
+VARCHAR_MAX_BYTES = 65_535
 MAX_CONTENT = 16_000
-MAX_SEARCH_TEXT = 20_000
+MAX_SEARCH_TEXT = VARCHAR_MAX_BYTES // 4  # the analysed text (writer.py cuts it after analysis)
 MAX_CATEGORY = 100
 MAX_DOMAIN = 100
 MAX_BUSINESS_KEY = 200
@@ -31,6 +35,7 @@ MAX_FILE_NAME = 255
 # At most Milvus's default limit of partitions a collection (1,024, `_default` included).
 TENANT_PARTITIONS = 1000
 _PARTITIONS_PROPERTY = "kbplatform.tenant_partitions"
+logger = logging.getLogger(__name__)
 # The dense index's lists (Milvus Lite ignores the build parameter and uses its own default
 # of 128), and what a search asks of it: every list, i.e. the exact nearest chunks. Probing 16
 # of 128 missed true neighbours (XQuAD zh→en recall@100 0.93 against 0.97, docs/benchmarks.md);
@@ -114,19 +119,33 @@ class MilvusCollections:
             "list_collections", lambda c: c.list_collections(timeout=self.connection.timeout)))
 
     def alias_target(self) -> str | None:
-        timeout = self.connection.timeout
-        # Ask before describing: describing a missing alias is an error pymilvus logs loudly.
-        aliases = self.connection.call("list_aliases", lambda c: c.list_aliases(
-            timeout=timeout)).get("aliases", [])
+        """The collection the alias points at; None when there is none, or on a server
+        without aliases (Milvus 2.5's engine as the milvus-lite 2.5.1 wheel serves it:
+        lookups read the index version, so only outside tools miss the alias there)."""
+        connection = self.connection
+        if not connection.aliases:
+            return None
+        try:
+            # Ask before describing: describing a missing alias is an error pymilvus logs.
+            aliases = connection.call("list_aliases", lambda c: c.list_aliases(
+                timeout=connection.timeout)).get("aliases", [])
+        except VectorStoreLacks:
+            logger.info("this Milvus has no aliases: %s is not pointed", self.alias)
+            connection.aliases = False
+            return None
         if self.alias not in aliases:
             return None
-        return str(self.connection.call("describe_alias", lambda c: c.describe_alias(
-            self.alias, timeout=timeout))["collection_name"])
+        return str(connection.call("describe_alias", lambda c: c.describe_alias(
+            self.alias, timeout=connection.timeout))["collection_name"])
 
     def point_alias(self, collection: str) -> None:
-        """Point the alias (for outside tools; lookups read the index version) at `collection`."""
+        """Point the alias (for outside tools; lookups read the index version) at `collection`,
+        where the server has aliases."""
         timeout = self.connection.timeout
-        if self.alias_target() is None:
+        target = self.alias_target()
+        if not self.connection.aliases:
+            return
+        if target is None:
             self.connection.call("create_alias", lambda c: c.create_alias(
                 collection, self.alias, timeout=timeout))
         else:

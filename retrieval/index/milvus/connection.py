@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import grpc
 from django.conf import settings
 
 from retrieval.index.milvus.imports import LoadState, MilvusClient, MilvusException
@@ -52,6 +53,26 @@ class VectorStoreRejected(Exception):
     """Milvus refused the request as invalid: the same request will fail again."""
 
 
+class VectorStoreLacks(VectorStoreRejected):
+    """This Milvus does not implement the call (gRPC UNIMPLEMENTED): Milvus 2.5's engine as
+    the milvus-lite 2.5.1 wheel serves it has no aliases. A capability, not a failure."""
+
+
+def _unimplemented(exc: BaseException) -> bool:
+    return isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+class _UnimplementedIsAnAnswer(logging.Filter):
+    """pymilvus logs every failed RPC as an ERROR with its traceback; an UNIMPLEMENTED one is
+    how a server says it lacks a capability, which the caller handles (VectorStoreLacks)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "StatusCode.UNIMPLEMENTED" not in record.getMessage()
+
+
+logging.getLogger("pymilvus.decorators").addFilter(_UnimplementedIsAnAnswer())
+
+
 # Milvus Lite files whose in-process server this process started: {absolute path: pid}. A
 # forked child inherits the parent's server (it reaches it on its port) and must never stop it.
 _lite_servers: dict[str, int] = {}
@@ -74,6 +95,8 @@ class MilvusConnection:
         self.partitions: dict[str, frozenset[str]] = {}
         # Collections (or aliases) this client found loaded, or loaded itself.
         self.loaded: set[str] = set()
+        # False once the server answered that it has no aliases (collections.py).
+        self.aliases = True
 
     def forget(self, collection: str) -> None:
         self.layouts.pop(collection, None)
@@ -161,6 +184,8 @@ class MilvusConnection:
                 raise VectorStoreRejected(f"Milvus refused {what}: {exc.message}") from exc
             raise VectorStoreUnavailable(f"Milvus {what} failed: {exc.message}") from exc
         except Exception as exc:  # grpc and connection errors surface with their own types
+            if _unimplemented(exc):
+                raise VectorStoreLacks(f"this Milvus does not implement {what}") from exc
             logger.warning("milvus %s failed: %r", what, exc)
             raise VectorStoreUnavailable(f"Milvus {what} failed: {type(exc).__name__}") from exc
 

@@ -78,7 +78,8 @@ def _entities(rows: Sequence[ChunkRow], fields: frozenset[str]) -> list[dict[str
     added does not get it); BM25 reads the analysed text (retrieval/analysis.py)."""
     return [{k: v for k, v in row.__dict__.items() if k in fields}
             | {"content": row.content[:MAX_CONTENT],
-               "search_text": bm25_text(row.search_text[:MAX_SEARCH_TEXT])}
+               # Stemming and lower-casing may lengthen a text: cut what the field receives.
+               "search_text": bm25_text(row.search_text[:MAX_SEARCH_TEXT])[:MAX_SEARCH_TEXT]}
             for row in rows]
 
 
