@@ -13,6 +13,8 @@ bash scripts/system-packages.sh libmariadb-dev pkg-config gcc chromium fonts-wqy
 bash scripts/setup.sh "mysql,dev"
 # Milvus 2.5's own engine, for the tests that hold the platform to a Milvus server's limits.
 bash scripts/milvus-engine.sh
+# The oldest openai release pyproject.toml admits, which a test runs the model clients with.
+bash scripts/lower-bounds.sh
 . .venv/bin/activate
 
 ruff check .
