@@ -27,7 +27,8 @@ from tests.conftest import wait_until
 from tests.datasets.office_files import pdf_pages
 from tests.mcp_clients import over_http, over_stdio
 
-pytestmark = pytest.mark.embedded
+# The demo starts and imports within the first test (up to 600 s on a busy machine).
+pytestmark = [pytest.mark.embedded, pytest.mark.timeout(1200)]
 
 CHROMIUM = "/usr/bin/chromium"
 RUNBOOKS = ["cache/redis-memory-full.md", "web/nginx-502-bad-gateway.md",

@@ -15,6 +15,7 @@ import pytest
 from django.db import connection, connections
 
 from datasets.models import Document
+from tests.conftest import wait_until
 from tests.datasets.builders import api_client, runbook, upload
 
 # SQLite's own locking; the services' MariaDB lock is in tests/retrieval/test_faults.py.
@@ -74,8 +75,8 @@ def test_flips_under_a_lookup_thread_all_succeed(kb, store, ingest, lookups) -> 
     locked" (a deferred transaction read, then could not upgrade to write)."""
     redis = ingest(kb.dataset, "redis.md", runbook("redis"))
     looked = lookups(1)
-    while len(looked) < 3:  # the lookups are under way
-        time.sleep(0.05)
+    wait_until(lambda: len(looked) >= 3, timeout=60, what="the lookups under way",
+               interval=0.05)
 
     flips = []
     for n in range(20):

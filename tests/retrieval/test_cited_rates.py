@@ -177,10 +177,11 @@ def test_an_ab_test_whose_candidate_serves_less_is_told_apart_only_with_enough_c
     assert early["cited_rate"]["verdict"] == "not enough data yet"
     assert not early["cited_per_call"]["significant"]
 
-    n = 12
-    while min(len(hand["control"]), len(hand["candidate"])) < MIN_SAMPLE:
+    for n in range(12, 12 + 20 * MIN_SAMPLE):  # each call's arm is drawn: bounded all the same
+        if min(len(hand["control"]), len(hand["candidate"])) >= MIN_SAMPLE:
+            break
         ask(n)
-        n += 1
+    assert min(len(hand["control"]), len(hand["candidate"])) >= MIN_SAMPLE
     late = figures()
     arms = {arm["arm"]: arm for arm in late["arms"]}
     for arm, counts in hand.items():  # the figures are the scripted agent's own count

@@ -352,7 +352,9 @@ def test_toggles_during_a_rebuild_are_all_honoured_after_the_switch(
     job_id = started.json()["job"]["id"]
     rng = random.Random(7)
     flips = 0
+    deadline = time.monotonic() + 600
     while not finished(operator, job_id):  # flip documents for as long as the rebuild runs
+        assert time.monotonic() < deadline, "the rebuild did not end in 600 s"
         topic = rng.choice(topics)
         activated = not Document.objects.get(pk=documents[topic].pk).activated
         kb.admin.patch(f"/api/documents/{documents[topic].doc_key}", {"activated": activated},
