@@ -219,12 +219,12 @@ class RagSettings:
     reference_threshold: float = knob(
         0.35, bounds=(0.0, 1.0),
         help="The quality (0–1) a chunk needs to be returned at all. When no chunk "
-             "reaches it the answer is EMPTY; a category-filtered search below it is "
-             "run again without the category.")
+             "reaches it the answer is EMPTY.")
     precise_threshold: float = knob(
         0.6, bounds=(0.0, 1.0),
         help="The quality (0–1) at which the best chunk makes the answer PRECISE rather "
-             "than REFERENCE.")
+             "than REFERENCE. A search narrowed to a category by the L0 hint that is not "
+             "PRECISE is also run without the category; the more relevant one serves.")
     # The squared L2 at which dense quality reaches 0 (unit vectors: L2 lies in [0, 4]).
     # None: the embedder's own calibration (embedders.py), measured on docs/benchmarks.md's
     # in-domain and off-topic questions, so the thresholds mean the same for every model.

@@ -46,6 +46,8 @@ from retrieval.types import (
     SearchMode,
 )
 
+LEVELS = {RelevanceLevel.NONE: 0, RelevanceLevel.REFERENCE: 1, RelevanceLevel.PRECISE: 2}
+
 
 class GraphExecutor:
     """Runs one graph for one lookup; `log` collects what ran for the audit."""
@@ -157,14 +159,27 @@ class GraphExecutor:
             return (self._round(plan, query, queries, vectors, bm25, filters, hints, clock,
                                 deadline, "retrieve" + suffix),
                     filters, RetryDecision(ran=False, reason=reason))
-        filtered = replace(filters, category=hints.category_filter)
-        result = self._round(plan, query, queries, vectors, bm25, filtered, hints, clock,
-                             deadline, "retrieve_filtered" + suffix)
-        retry = self._retry_decision(result)
-        if not retry.ran:
-            return result, filtered, retry
-        return (self._round(plan, query, queries, vectors, bm25, filters, hints, clock, deadline,
-                            "retrieve_unfiltered" + suffix), filters, retry)
+        narrowed = replace(filters, category=hints.category_filter)
+        filtered = self._round(plan, query, queries, vectors, bm25, narrowed, hints, clock,
+                               deadline, "retrieve_filtered" + suffix)
+        if filtered.relevance_level is RelevanceLevel.PRECISE:
+            return filtered, narrowed, RetryDecision(
+                ran=False, reason="the category-filtered search was PRECISE")
+        # A category must not hide a better document (one of another category, or of none,
+        # like an uploaded PDF): below PRECISE the whole scope is searched too, and served
+        # when it is judged more relevant. At the same level the category's answer stays:
+        # the wider search's first hit, then of another domain, was the wrong runbook more
+        # often (docs/benchmarks.md, "The L0 category filter").
+        unfiltered = self._round(plan, query, queries, vectors, bm25, filters, hints, clock,
+                                 deadline, "retrieve_unfiltered" + suffix)
+        kept = (filtered.relevance_level is not RelevanceLevel.NONE
+                and LEVELS[filtered.relevance_level] >= LEVELS[unfiltered.relevance_level])
+        reason = (f"the category-filtered search was {filtered.relevance_level}, without the "
+                  f"category {unfiltered.relevance_level}: served "
+                  f"{'the category' if kept else 'the whole scope'}")
+        if kept:
+            return filtered, narrowed, RetryDecision(ran=True, reason=reason)
+        return unfiltered, filters, RetryDecision(ran=True, reason=reason)
 
     def _queries(self, plan: RetrievalGraph, query: str, hints: QueryHints, clock: Clock,
                  deadline: Deadline, suffix: str) -> tuple[str, ...]:
@@ -363,15 +378,6 @@ class GraphExecutor:
         return (post.reference_threshold > 0 or post.precise_threshold > 0
                 or plan.min_score > 0 or plan.assess or plan.max_attempts > 1
                 or plan.execution == "SEQUENTIAL" or merge)
-
-    def _retry_decision(self, filtered: PostProcessed) -> RetryDecision:
-        threshold = self.parts.post.reference_threshold
-        if not filtered.chunks:
-            return RetryDecision(ran=True, reason="the category-filtered search had no evidence")
-        if filtered.top_quality < threshold:
-            return RetryDecision(ran=True, reason=f"top quality {filtered.top_quality:.3f} < "
-                                                  f"reference {threshold}")
-        return RetryDecision(ran=False, reason="the category-filtered search was good enough")
 
     def _neighbours(self, graph: RetrievalGraph, chunks: tuple[ScoredChunk, ...],
                     filters: SearchFilters, clock: Clock) -> tuple[ScoredChunk, ...]:

@@ -1,4 +1,4 @@
-"""The L0 category filter, and the unfiltered retry when the filtered search finds nothing good."""
+"""The L0 category filter, and the search without it whenever the filtered one is not PRECISE."""
 
 from __future__ import annotations
 
@@ -105,4 +105,47 @@ def test_a_hint_from_a_document_not_indexed_yet_does_not_empty_the_answer(
     trace = last_trace(client_for(admin_secret), sid)
     assert trace["hints"]["category_filter"] == "savanna"
     assert trace["retry"]["ran"] is True
-    assert "no evidence" in trace["retry"]["reason"]
+    assert "filtered search was NONE" in trace["retry"]["reason"]
+
+
+DATABASE_HOST = b"""---
+title: MySQL host health
+domain: database
+keywords: [mysql, database]
+category: database
+---
+# MySQL host health
+
+## Checking the database host
+
+When the database host is slow, check the connections, the buffer pool, the load and the disk
+of the database host before restarting MySQL.
+"""
+# No frontmatter, as an uploaded PDF or Word runbook has none: no category at all.
+DISK_FULL = b"""# Disk full
+
+## ENOSPC: no space left on device
+
+When a host's disk is full, every write fails with ENOSPC (no space left on device). Find what
+grew with `du -xh / | sort -h | tail`, remove rotated logs and old core dumps, then restart the
+service that failed to write.
+"""
+
+
+@pytest.mark.django_db
+def test_a_category_does_not_hide_a_more_relevant_document_without_it(kb, ingest) -> None:
+    """Issue 36: "disk is full on the database host" was searched in the database category
+    alone, answered REFERENCE with a MySQL runbook, and never saw the disk runbook (of another
+    category, or none: an uploaded PDF). Below PRECISE the whole scope is searched too."""
+    ingest(kb.dataset, "mysql-host.md", DATABASE_HOST)
+    disk = ingest(kb.dataset, "disk-full.md", DISK_FULL)
+    sid = session()
+    body = ready(lookup(kb.tool, "ENOSPC no space left on device on the database host",
+                        session_id=sid))
+    assert body["relevance_level"] == "PRECISE", body
+    assert body["evidence"][0]["document_id"].startswith(f"{disk.doc_id}#"), body
+
+    trace = last_trace(kb.admin, sid)
+    assert trace["hints"]["category_filter"] == "database"
+    assert trace["retry"]["ran"] is True, trace["retry"]
+    assert trace["filters"]["category"] is None  # served from the whole scope
