@@ -80,7 +80,7 @@ def tenant_filter(tenant_path: str, title: str = "tenant") -> type[admin.SimpleL
     return TenantFilter
 
 
-class ReadOnlyAdmin(BaseModelAdmin):
+class ReadOnlyAdmin(BaseModelAdmin[Any]):
     """No add and no change from the admin; no delete either unless `deletable` (then the
     stock delete permission). Put first among the bases, before the ModelAdmin or inline."""
 

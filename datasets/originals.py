@@ -33,7 +33,7 @@ def original_save(name: str, raw: bytes) -> bool:
     return True
 
 
-def original_open(name: str) -> File:
+def original_open(name: str) -> File[bytes]:
     """The stored file, open for reading (FileNotFoundError when it is not there)."""
     return default_storage.open(name, "rb")
 

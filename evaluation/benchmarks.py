@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 from django.conf import settings
 from django.test import Client
 
@@ -37,9 +38,11 @@ def synthetic_text(rng: random.Random, words: int = 60) -> str:
     return " ".join(rng.choices(vocabulary, weights=weights, k=words))
 
 
-def unit_vectors(rng: np.random.Generator, count: int, dimension: int) -> np.ndarray:
+def unit_vectors(rng: np.random.Generator, count: int,
+                 dimension: int) -> npt.NDArray[np.float32]:
     vectors = rng.standard_normal((count, dimension)).astype(np.float32)
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    unit: npt.NDArray[np.float32] = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    return unit
 
 
 def percentile(values: list[float], q: float) -> float:

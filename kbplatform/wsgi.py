@@ -4,7 +4,7 @@
 import os
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from django.core.wsgi import get_wsgi_application
 
@@ -28,5 +28,5 @@ def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> 
     path = environ.get("PATH_INFO", "")
     for prefix, app in mounts:
         if path == prefix or path.startswith(prefix + "/"):
-            return app(environ, start_response)
+            return cast(Iterable[bytes], app(environ, start_response))
     return django_application(environ, start_response)

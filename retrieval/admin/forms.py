@@ -38,9 +38,9 @@ class ConfigVersionForm(forms.Form):
     def __init__(self, data: Any = None, files: Any = None, *, request: HttpRequest) -> None:
         super().__init__(data, files)
         # The tenants, datasets and versions of the user's admin scope only.
-        cast(forms.ModelChoiceField, self.fields["tenant"]).queryset = admin_tenants(request)
+        cast("forms.ModelChoiceField[Any]", self.fields["tenant"]).queryset = admin_tenants(request)
         if "datasets" in self.fields:
-            cast(forms.ModelMultipleChoiceField, self.fields["datasets"]).queryset = (
+            cast("forms.ModelMultipleChoiceField[Any]", self.fields["datasets"]).queryset = (
                 admin_datasets(request).filter(activated=True).order_by("tenant__slug", "name"))
         cast(forms.ChoiceField, self.fields["version"]).choices = version_choices(request)
 

@@ -20,7 +20,7 @@ from retrieval.ragconfig.synonyms import (
 )
 
 
-class SynonymGroupForm(forms.ModelForm):
+class SynonymGroupForm(forms.ModelForm[SynonymGroup]):
     class Meta:
         model = SynonymGroup
         fields = ["tenant", "terms"]

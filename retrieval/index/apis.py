@@ -3,7 +3,8 @@ reconcile: each queued as one index operation at a time) and the health check.""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -50,8 +51,12 @@ class StartedOutput(serializers.Serializer[dict[str, Any]]):
     task_id = serializers.CharField(help_text="The job's id, as a string: GET /api/jobs/{id}.")
 
 
+Handler = TypeVar("Handler", bound=Callable[..., Response])
+
+
 def _operation(operation_id: str, summary: str, *params: OpenApiParameter,
-               statuses: tuple[int, ...] = (400, 401, 403, 409, 503)) -> Any:
+               statuses: tuple[int, ...] = (400, 401, 403, 409, 503)
+               ) -> Callable[[Handler], Handler]:
     return extend_schema(
         operation_id=operation_id, summary=summary, request=None, parameters=list(params),
         description="Platform keys only. Queued as a background job (202); one index "

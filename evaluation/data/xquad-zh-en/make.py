@@ -21,6 +21,7 @@ Method (deterministic, no randomness):
             (same 48 articles, so ~4 same-topic paragraphs per article are hard negatives).
 """
 import argparse, json, os, subprocess, hashlib
+from typing import Any
 
 COMMIT = "7d30520c717524000f0d9d2f9c10a069acd9d285"
 SHA256 = {"xquad.en.json": "e4c57d1c9143aaa1c5d265ba5987a65f4e69528d2a98f29d6e75019b10344f29",
@@ -28,7 +29,7 @@ SHA256 = {"xquad.en.json": "e4c57d1c9143aaa1c5d265ba5987a65f4e69528d2a98f29d6e75
 EVERY = 4
 
 
-def load(args, name):
+def load(args: argparse.Namespace, name: str) -> Any:
     if args.repo:
         raw = subprocess.check_output(["git", "-C", args.repo, "show", f"{COMMIT}:{name}"])
     else:
@@ -39,7 +40,7 @@ def load(args, name):
     return json.loads(raw)
 
 
-def main():
+def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repo")
     ap.add_argument("--dir")
