@@ -254,3 +254,39 @@ def test_raw_queries_are_erased_after_their_retention(ops: Dataset, settings: An
     call_command("prune_tool_invocations", "--days", "90", stdout=io.StringIO())
     stray.refresh_from_db()
     assert stray.query_text == ""
+
+
+POOL = """---
+title: 数据库连接池耗尽
+domain: database
+keywords: [mysql]
+category: database
+---
+# 数据库连接池耗尽
+
+## 现象
+
+应用日志报连接超时，数据库连接池的活跃连接数一直停在上限。
+
+## 处理
+
+调大连接池上限，排查慢查询和没有归还的连接。
+"""
+
+
+def test_a_chinese_gap_is_named_by_words(store: Any, tmp_path: Any, make_key: Any,
+                                         admin_client: Client) -> None:
+    """Issue 36 item 17: the topic of a Chinese question the runbooks do not answer reads
+    "数据库", as jieba cuts it, not the bigrams "数据, 据库"."""
+    from tests.retrieval.conftest import client_for, import_runbooks, lookup
+
+    data = import_runbooks(tmp_path / "zh", tenant="acme", dataset="ops",
+                           files={"pool.md": POOL})
+    _, secret = make_key("acme")
+    answer = lookup(client_for(secret), "数据库主从复制延迟怎么排查").json()
+    assert answer["relevance_level"] != "PRECISE", answer  # a gap: EMPTY or REFERENCE
+
+    [terms] = InvocationDataset.objects.values_list("terms", flat=True)
+    assert "数据库" in terms and "据库" not in terms, terms
+    html = gaps_page(admin_client, data.dataset).content.decode()
+    assert '<td class="gap-terms">数据库, 排查</td>' in html
