@@ -53,6 +53,9 @@ class ToolInvocation(models.Model):
     returned_count = models.PositiveIntegerField(default=0)
     latency_ms = models.FloatField()
     config_version = models.PositiveIntegerField(null=True, blank=True)
+    # The config (retrieval's RagConfig, by id: the audit sits below retrieval) whose version
+    # served. None with a version: recorded before config ids were (which config is unknown).
+    config_id = models.PositiveIntegerField(null=True, blank=True)
     # The A/B test (retrieval's ConfigExperiment, by id: the audit sits below retrieval) that
     # routed the call, and its arm: both arms' figures are read from here.
     experiment_id = models.PositiveIntegerField(null=True, blank=True)
@@ -175,7 +178,8 @@ class ServedEvidence(models.Model):
     cited it (the evidence guard, or the call's own answer confirmed it) or rated it: the cited
     rates are counted from these rows. Ids and counts only, never text.
 
-    The call's tenant, config version, A/B arm, ids and day are copied from its ToolInvocation
+    The call's tenant, config and its version, A/B arm, ids and day are copied from its
+    ToolInvocation
     (written in the same statement batch), so that the figures group from an index alone; the
     rows go when the call is pruned."""
 
@@ -192,6 +196,7 @@ class ServedEvidence(models.Model):
     rank = models.PositiveSmallIntegerField(help_text="1 = the first item handed out.")
     tool_call_id = models.CharField(max_length=128, blank=True)
     session_id = models.CharField(max_length=128, blank=True)
+    config_id = models.PositiveIntegerField(null=True, blank=True)
     config_version = models.PositiveIntegerField(null=True, blank=True)
     experiment_id = models.PositiveIntegerField(null=True, blank=True)
     experiment_arm = models.CharField(max_length=9, blank=True)
@@ -206,9 +211,9 @@ class ServedEvidence(models.Model):
             # The guard's and rate_evidence's matches: a call's, a session's evidence.
             models.Index(fields=["tenant", "tool_call_id"], name="served_call"),
             models.Index(fields=["tenant", "session_id"], name="served_session"),
-            # The figures: per config version, per dataset and day, per document, per arm.
-            models.Index(fields=["tenant", "config_version", "rank", "cited", "rating"],
-                         name="served_version"),
+            # The figures: per config and version, per dataset and day, per document, per arm.
+            models.Index(fields=["tenant", "config_id", "config_version", "rank", "cited",
+                                 "rating"], name="served_config_version"),
             models.Index(fields=["dataset", "day", "cited", "rating"], name="served_dataset"),
             models.Index(fields=["document_id", "cited"], name="served_document"),
             models.Index(fields=["experiment_id", "experiment_arm", "invocation", "cited"],

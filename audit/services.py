@@ -93,7 +93,8 @@ def _served_rows(row: ToolInvocation, result: InvocationRecord) -> list[ServedEv
             tenant_id=tenant_id, dataset_id=item.dataset_id, document_id=document_id,
             evidence_key=item.document_id, rank=min(len(rows) + 1, RANK_MAX),
             tool_call_id=row.tool_call_id, session_id=row.session_id,
-            config_version=row.config_version, experiment_id=row.experiment_id,
+            config_id=row.config_id, config_version=row.config_version,
+            experiment_id=row.experiment_id,
             experiment_arm=row.experiment_arm, day=day, cited=hit,
             cited_at=row.created_at if hit else None)
     return list(rows.values())
@@ -169,6 +170,7 @@ def _invocation_row(*, api_key: ApiKey | None, latency_ms: float,
         row.relevance_level = result.relevance_level
         row.returned_count = result.returned_count
         row.config_version = result.config_version
+        row.config_id = result.config_id
         if result.experiment is not None:
             row.experiment_id, row.experiment_arm = result.experiment
         row.error = result.error[:200]
