@@ -17,7 +17,8 @@ from datasets.auth import api_key_create
 from datasets.models import Chunk, Dataset, Document, Job, Tenant
 from evaluation.models import EvaluationQuery, EvaluationRun, QuestionSet
 from retrieval.models import ConfigExperiment, RagAgent, RagConfigDraft
-from retrieval.ragconfig.services import experiment_start, rag_config_update
+from retrieval.ragconfig.drafts import experiment_start
+from retrieval.ragconfig.services import rag_config_update
 
 pytestmark = pytest.mark.django_db
 
