@@ -1,7 +1,8 @@
 """ToolInvocation: one row per tool call, for people to replay what the agent saw (seed 000 §9.1).
 
 The agent never reads this table. It keeps how an answer was made, not what it said: the query
-is a keyed hash and a length unless KB_AUDIT_STORE_RAW_QUERY is on, and excerpts are never kept.
+is a keyed hash and a length unless the tenant keeps raw queries (audit/privacy.py), and
+excerpts are never kept.
 """
 
 from __future__ import annotations
@@ -62,7 +63,11 @@ class ToolInvocation(models.Model):
     experiment_arm = models.CharField(max_length=9, blank=True)
     query_hash = models.CharField(max_length=64, blank=True)
     query_length = models.PositiveIntegerField(null=True, blank=True)
-    query_text = models.TextField(blank=True, help_text="Only with KB_AUDIT_STORE_RAW_QUERY.")
+    query_text = models.TextField(blank=True, help_text=(
+        "Only where the tenant keeps raw queries, until its retention ends."))
+    # The row holds question text (query_text, or texts made of it in `details`) until its
+    # retention ends: what the erasing pass reads, from an index, whatever the table's size.
+    query_kept = models.BooleanField(default=False)
     error = models.CharField(max_length=200, blank=True)
     details = models.JSONField(default=dict, blank=True)
     # The datasets the call's lookup searched, sorted ([] for a failed call): read as a field,
@@ -79,6 +84,8 @@ class ToolInvocation(models.Model):
             models.Index(fields=["tenant", "session_id", "created_at"],
                          name="tool_inv_tenant_session"),
             models.Index(fields=["tool_call_id"], name="tool_inv_call"),
+            models.Index(fields=["query_kept", "tenant", "created_at"],
+                         name="tool_inv_query_kept"),
             models.Index(fields=["session_id"], name="tool_inv_session"),
             # Covers everything an A/B test's figures read: its calls are counted from the index
             # alone, never from the rows (and their traces).
@@ -142,8 +149,8 @@ class CanonicalInvocation(models.Model):
     """What one tool call handed out as READY evidence, kept for the evidence guard.
 
     Used when there is no Redis. Unlike a cache, nothing is evicted before `expires_at`;
-    `prune_tool_invocations` deletes expired rows. The record never holds excerpts, and the
-    raw query only with KB_AUDIT_STORE_RAW_QUERY.
+    `prune_tool_invocations` deletes expired rows. The record holds ids, never excerpts or
+    the query.
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE,
