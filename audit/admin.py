@@ -37,8 +37,8 @@ GLANCE_PER_PAGE = 25
 GAPS_SHOWN = 200  # topics on the page; the CSV has them all
 DETAIL_FIELDS = ("created_at", "tool_call_id", "session_id", "tenant", "api_key", "tool_name",
                  "channel", "outcome", "evidence_status", "relevance_level", "returned_count",
-                 "latency_ms", "config_version", "query_hash", "query_length", "query_text",
-                 "error")
+                 "latency_ms", "config_id", "config_version", "query_hash", "query_length",
+                 "query_text", "error")
 
 
 class EstimatedCountPaginator(Paginator):

@@ -4,8 +4,9 @@ The evidence guard reads them back: only evidence an agent really received as RE
 invocation (or session) counts. Records live for KB_CANONICAL_TTL_SECONDS, in Redis when
 REDIS_URL is set and otherwise in a table of their own. Never in a cache that evicts: a record
 dropped early makes the guard deny evidence the agent did receive. Keys carry the tenant, so
-one tenant never reads another's; a record keeps ids and dataset ids, never excerpts, and the
-raw query only with KB_AUDIT_STORE_RAW_QUERY.
+one tenant never reads another's; a record keeps ids and dataset ids, never excerpts or the
+query (nothing reads it back, and a record lives its TTL, not a tenant's retention of raw
+queries).
 """
 
 from __future__ import annotations
@@ -51,15 +52,12 @@ def _store_errors(fn: Callable[P, R]) -> Callable[P, R]:
 
 
 def canonical_document(record: InvocationRecord) -> dict[str, Any]:
-    """The stored form: ids, status and version; the query only when raw queries are kept."""
-    document: dict[str, Any] = {
+    """The stored form: ids, status and version."""
+    return {
         "tool_call_id": record.tool_call_id, "session_id": record.session_id,
         "evidence_status": record.evidence_status, "config_version": record.config_version,
         "ready": [[item.document_id, item.dataset_id] for item in record.ready],
     }
-    if settings.KB_AUDIT_STORE_RAW_QUERY:
-        document["query"] = record.query
-    return document
 
 
 def _ready_of(document: dict[str, Any] | None) -> list[ReadyEvidence]:

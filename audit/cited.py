@@ -1,7 +1,7 @@
 """The cited rates: of the evidence calls served as READY, how much their callers cited (the
 evidence guard, or the call's own answer, confirmed it) and how they rated it (rate_evidence);
-per config version, rank, A/B arm (with a significance test), dataset and document. Read from
-ServedEvidence: ids and counts, never text."""
+per config and version, rank, A/B arm (with a significance test), dataset and document. Read
+from ServedEvidence: ids and counts, never text."""
 
 from __future__ import annotations
 
@@ -75,7 +75,9 @@ class CitedReport:
     """What the API and the admin show of a tenant's (or some datasets') served evidence."""
 
     total: Cited
-    by_version: list[tuple[int | None, Cited]]
+    # (config id, its version): (None, None) the built-in defaults; (None, N) a version
+    # recorded before config ids were, of a config not known.
+    by_version: list[tuple[tuple[int | None, int | None], Cited]]
     by_rank: list[tuple[int, Cited]]
     by_dataset: list[tuple[int, Cited]]
     never_cited: list[tuple[int, Cited]]  # documents served most and never cited
@@ -88,7 +90,10 @@ class CitedReport:
                     for key, figures in pairs]
 
         return {"total": self.total.as_dict(),
-                "by_config_version": listed("config_version", self.by_version),
+                "by_config_version": [
+                    {"config_id": config, "config_version": version,
+                     "config_known": config is not None or version is None, **figures.as_dict()}
+                    for (config, version), figures in self.by_version],
                 "by_rank": listed("rank", self.by_rank),
                 "by_dataset": listed("dataset_id", self.by_dataset),
                 "documents_never_cited": listed("document_id", self.never_cited),
@@ -99,7 +104,7 @@ def cited_report(*, tenant_id: int, dataset_ids: Collection[int] | None = None,
                  days: int | None = None) -> CitedReport:
     """Five grouped queries over the served-evidence indexes, whatever the number of rows."""
     rows = served_rows(tenant_id=tenant_id, dataset_ids=dataset_ids, days=days)
-    by_version = _counted(rows, "config_version")
+    by_version = _counted(rows, "config_id", "config_version")
     total = Cited(*(sum(getattr(c, f) for c in by_version.values())
                     for f in ("served", "cited", "helpful", "not_helpful")))
     documents = rows.order_by().values("document_id").annotate(
@@ -113,7 +118,8 @@ def cited_report(*, tenant_id: int, dataset_ids: Collection[int] | None = None,
 
     return CitedReport(
         total=total,
-        by_version=sorted(by_version.items(), key=lambda kv: kv[0] or 0),
+        by_version=sorted(by_version.items(),
+                          key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0)),
         by_rank=sorted(_counted(rows, "rank").items()),
         by_dataset=sorted(_counted(rows, "dataset_id").items()),
         never_cited=top(documents.filter(c=0).order_by("-n", "document_id")),

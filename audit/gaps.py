@@ -7,8 +7,8 @@ contains, so never a word the tenant's documents do not hold. Terms are compared
 first TERM_KEY_CHARS characters ("eviction", "evicting" → "evict"); calls whose term sets
 overlap by at least SIMILAR (Jaccard) with a topic's most frequent set are that topic. Calls
 with no term at all (off-topic questions, or none of the knowledge base's words) are one
-bucket of their own. Example queries only where raw queries are kept (KB_AUDIT_STORE_RAW_QUERY,
-for KB_AUDIT_RAW_QUERY_RETENTION_DAYS).
+bucket of their own. Example queries only where the dataset's tenant keeps raw queries now
+(audit/privacy.py), and only those within its retention.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 
-from django.conf import settings
 from django.db.models import CharField, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -29,6 +28,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from audit.models import InvocationDataset, Outcome, ToolInvocation
+from audit.privacy import raw_queries
+from datasets.models import Tenant
 
 WINDOW_DAYS = 30
 MAX_WINDOW_DAYS = 180
@@ -118,7 +119,7 @@ class GapReport:
     days: list[date]  # the window, oldest first
     calls: int  # the calls read
     truncated: bool  # the window had more than MAX_CALLS calls: the oldest were not read
-    examples: bool  # raw queries are kept (KB_AUDIT_STORE_RAW_QUERY): examples are shown
+    examples: bool  # the tenant keeps raw queries: examples are shown
 
     @property
     def open(self) -> int:
@@ -186,11 +187,12 @@ def knowledge_gaps(*, dataset_id: int, days: int = WINDOW_DAYS,
     for gap in gaps:
         gap.timed(at)
     gaps.sort(key=lambda g: (g.closed, -g.failing, -(g.last_seen or now).timestamp()))
-    examples = bool(settings.KB_AUDIT_STORE_RAW_QUERY)
-    if examples:
-        _add_examples(gaps)
+    rule = raw_queries(Tenant.objects.filter(datasets=dataset_id).first())
+    if rule.kept:
+        # Not a text past its retention that the erasing pass has not reached yet.
+        _add_examples(gaps, since=now - timedelta(days=rule.days))
     return GapReport(gaps=gaps, days=window, calls=min(len(rows), MAX_CALLS), truncated=truncated,
-                     examples=examples)
+                     examples=rule.kept)
 
 
 def _terms(text: str | None) -> list[str]:
@@ -204,11 +206,12 @@ def _terms(text: str | None) -> list[str]:
     return [t for t in value if isinstance(t, str) and t][:10]
 
 
-def _add_examples(gaps: Sequence[Gap]) -> None:
-    """Each gap's last failing queries whose raw text is still kept: one query for all."""
+def _add_examples(gaps: Sequence[Gap], *, since: datetime) -> None:
+    """Each gap's last failing queries whose raw text is still kept, asked `since` or later:
+    one query for all."""
     wanted = {pk: gap for gap in gaps for pk in gap._failing_ids}
-    texts = (ToolInvocation.objects.filter(pk__in=wanted).exclude(query_text="")
-             .order_by("created_at").values_list("pk", "query_text"))
+    texts = (ToolInvocation.objects.filter(pk__in=wanted, created_at__gte=since)
+             .exclude(query_text="").order_by("created_at").values_list("pk", "query_text"))
     for pk, text in texts:
         wanted[pk].examples.append(text)
 

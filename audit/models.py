@@ -1,7 +1,8 @@
 """ToolInvocation: one row per tool call, for people to replay what the agent saw (seed 000 §9.1).
 
 The agent never reads this table. It keeps how an answer was made, not what it said: the query
-is a keyed hash and a length unless KB_AUDIT_STORE_RAW_QUERY is on, and excerpts are never kept.
+is a keyed hash and a length unless the tenant keeps raw queries (audit/privacy.py), and
+excerpts are never kept.
 """
 
 from __future__ import annotations
@@ -53,13 +54,20 @@ class ToolInvocation(models.Model):
     returned_count = models.PositiveIntegerField(default=0)
     latency_ms = models.FloatField()
     config_version = models.PositiveIntegerField(null=True, blank=True)
+    # The config (retrieval's RagConfig, by id: the audit sits below retrieval) whose version
+    # served. None with a version: recorded before config ids were (which config is unknown).
+    config_id = models.PositiveIntegerField(null=True, blank=True)
     # The A/B test (retrieval's ConfigExperiment, by id: the audit sits below retrieval) that
     # routed the call, and its arm: both arms' figures are read from here.
     experiment_id = models.PositiveIntegerField(null=True, blank=True)
     experiment_arm = models.CharField(max_length=9, blank=True)
     query_hash = models.CharField(max_length=64, blank=True)
     query_length = models.PositiveIntegerField(null=True, blank=True)
-    query_text = models.TextField(blank=True, help_text="Only with KB_AUDIT_STORE_RAW_QUERY.")
+    query_text = models.TextField(blank=True, help_text=(
+        "Only where the tenant keeps raw queries, until its retention ends."))
+    # The row holds question text (query_text, or texts made of it in `details`) until its
+    # retention ends: what the erasing pass reads, from an index, whatever the table's size.
+    query_kept = models.BooleanField(default=False)
     error = models.CharField(max_length=200, blank=True)
     details = models.JSONField(default=dict, blank=True)
     # The datasets the call's lookup searched, sorted ([] for a failed call): read as a field,
@@ -76,6 +84,8 @@ class ToolInvocation(models.Model):
             models.Index(fields=["tenant", "session_id", "created_at"],
                          name="tool_inv_tenant_session"),
             models.Index(fields=["tool_call_id"], name="tool_inv_call"),
+            models.Index(fields=["query_kept", "tenant", "created_at"],
+                         name="tool_inv_query_kept"),
             models.Index(fields=["session_id"], name="tool_inv_session"),
             # Covers everything an A/B test's figures read: its calls are counted from the index
             # alone, never from the rows (and their traces).
@@ -139,8 +149,8 @@ class CanonicalInvocation(models.Model):
     """What one tool call handed out as READY evidence, kept for the evidence guard.
 
     Used when there is no Redis. Unlike a cache, nothing is evicted before `expires_at`;
-    `prune_tool_invocations` deletes expired rows. The record never holds excerpts, and the
-    raw query only with KB_AUDIT_STORE_RAW_QUERY.
+    `prune_tool_invocations` deletes expired rows. The record holds ids, never excerpts or
+    the query.
     """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE,
@@ -175,7 +185,8 @@ class ServedEvidence(models.Model):
     cited it (the evidence guard, or the call's own answer confirmed it) or rated it: the cited
     rates are counted from these rows. Ids and counts only, never text.
 
-    The call's tenant, config version, A/B arm, ids and day are copied from its ToolInvocation
+    The call's tenant, config and its version, A/B arm, ids and day are copied from its
+    ToolInvocation
     (written in the same statement batch), so that the figures group from an index alone; the
     rows go when the call is pruned."""
 
@@ -192,6 +203,7 @@ class ServedEvidence(models.Model):
     rank = models.PositiveSmallIntegerField(help_text="1 = the first item handed out.")
     tool_call_id = models.CharField(max_length=128, blank=True)
     session_id = models.CharField(max_length=128, blank=True)
+    config_id = models.PositiveIntegerField(null=True, blank=True)
     config_version = models.PositiveIntegerField(null=True, blank=True)
     experiment_id = models.PositiveIntegerField(null=True, blank=True)
     experiment_arm = models.CharField(max_length=9, blank=True)
@@ -206,9 +218,9 @@ class ServedEvidence(models.Model):
             # The guard's and rate_evidence's matches: a call's, a session's evidence.
             models.Index(fields=["tenant", "tool_call_id"], name="served_call"),
             models.Index(fields=["tenant", "session_id"], name="served_session"),
-            # The figures: per config version, per dataset and day, per document, per arm.
-            models.Index(fields=["tenant", "config_version", "rank", "cited", "rating"],
-                         name="served_version"),
+            # The figures: per config and version, per dataset and day, per document, per arm.
+            models.Index(fields=["tenant", "config_id", "config_version", "rank", "cited",
+                                 "rating"], name="served_config_version"),
             models.Index(fields=["dataset", "day", "cited", "rating"], name="served_dataset"),
             models.Index(fields=["document_id", "cited"], name="served_document"),
             models.Index(fields=["experiment_id", "experiment_arm", "invocation", "cited"],

@@ -5,11 +5,10 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core.cache import cache
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
@@ -21,10 +20,10 @@ from audit.models import (
     ServedEvidence,
     ToolInvocation,
 )
-from audit.privacy import query_fingerprint
+from audit.privacy import query_fingerprint, raw_queries, texts_hidden
 from audit.types import InvocationRecord
 from datasets.evidence import EvidenceKey
-from datasets.models import ApiKey
+from datasets.models import ApiKey, Tenant
 from datasets.selectors import db_id
 from kbplatform.errors import ErrorCode, NotFound, raised_codes, raised_status
 
@@ -93,7 +92,8 @@ def _served_rows(row: ToolInvocation, result: InvocationRecord) -> list[ServedEv
             tenant_id=tenant_id, dataset_id=item.dataset_id, document_id=document_id,
             evidence_key=item.document_id, rank=min(len(rows) + 1, RANK_MAX),
             tool_call_id=row.tool_call_id, session_id=row.session_id,
-            config_version=row.config_version, experiment_id=row.experiment_id,
+            config_id=row.config_id, config_version=row.config_version,
+            experiment_id=row.experiment_id,
             experiment_arm=row.experiment_arm, day=day, cited=hit,
             cited_at=row.created_at if hit else None)
     return list(rows.values())
@@ -169,6 +169,7 @@ def _invocation_row(*, api_key: ApiKey | None, latency_ms: float,
         row.relevance_level = result.relevance_level
         row.returned_count = result.returned_count
         row.config_version = result.config_version
+        row.config_id = result.config_id
         if result.experiment is not None:
             row.experiment_id, row.experiment_arm = result.experiment
         row.error = result.error[:200]
@@ -185,11 +186,19 @@ def _invocation_row(*, api_key: ApiKey | None, latency_ms: float,
         row.error = type(error).__name__ if error is not None else ""
         row.details = {"retrievalDetails": None, "failure": _failure(error)}
         query = body.get("query")
+    # The key's tenant (loaded with the key): whether its callers' question text is kept.
+    tenant = (api_key.tenant if api_key is not None else
+              Tenant.objects.filter(pk=row.tenant_id).first() if row.tenant_id else None)
+    kept = raw_queries(tenant).kept
+    details, marked = texts_hidden(row.details)
+    if not kept:
+        row.details = details
     if isinstance(query, str):
         row.query_hash = query_fingerprint(query)
         row.query_length = len(query)
-        if settings.KB_AUDIT_STORE_RAW_QUERY:
+        if kept:
             row.query_text = query[:settings.KB_MAX_QUERY_CHARS]
+    row.query_kept = kept and bool(row.query_text or marked)
     return row
 
 
@@ -231,25 +240,30 @@ def tool_invocations_prune(*, older_than_days: int, batch_size: int = 1000) -> i
         deleted += count
 
 
-RAW_ERASED_UNTIL = "audit:raw-queries-erased-until"  # a cache key: where the last pass ended
-
-
-def raw_queries_erase(*, older_than_days: int, batch_size: int = 1000) -> int:
-    """Blank the raw query text (KB_AUDIT_STORE_RAW_QUERY) of calls older than
-    `older_than_days`, one short transaction per batch; the count. A pass starts a day before
-    where the last one ended (kept in the cache), so that a frequent pass reads only the new
-    rows; without that mark it reads every older row once."""
-    cutoff = timezone.now() - timedelta(days=older_than_days)
-    since = cache.get(RAW_ERASED_UNTIL)
-    rows = ToolInvocation.objects.filter(created_at__lt=cutoff).exclude(query_text="")
-    if isinstance(since, datetime) and since <= cutoff:
-        rows = rows.filter(created_at__gte=since - timedelta(days=1))
+def raw_queries_erase(*, batch_size: int = 500) -> int:
+    """Erase the question text kept past each tenant's retention (audit/privacy.py
+    `raw_queries`): the `query_text` blanked and the texts made of it in the trace worded as
+    their length and hash, one short transaction per batch; the count of calls. A tenant that
+    no longer keeps raw queries has all of its text erased. Read from the index of the rows
+    that hold any, whatever the table's size."""
+    kept = ToolInvocation.objects.filter(query_kept=True)
+    tenant_ids = list(kept.order_by().values_list("tenant_id", flat=True).distinct())
+    tenants = Tenant.objects.in_bulk([pk for pk in tenant_ids if pk is not None])
+    now = timezone.now()
     erased = 0
-    while True:
-        ids = list(rows.order_by().values_list("pk", flat=True)[:batch_size])
-        if not ids:
-            break
-        with transaction.atomic():
-            erased += ToolInvocation.objects.filter(pk__in=ids).update(query_text="")
-    cache.set(RAW_ERASED_UNTIL, cutoff, timeout=None)
+    for tenant_id in tenant_ids:
+        rule = raw_queries(tenants.get(tenant_id) if tenant_id is not None else None)
+        cutoff = now - timedelta(days=rule.days) if rule.kept else now
+        rows = kept.filter(tenant_id=tenant_id, created_at__lt=cutoff)
+        while True:
+            batch = list(rows.order_by().only("pk", "details")[:batch_size])
+            if not batch:
+                break
+            for row in batch:
+                row.details, _ = texts_hidden(row.details)
+                row.query_text, row.query_kept = "", False
+            with transaction.atomic():
+                ToolInvocation.objects.bulk_update(batch, ["details", "query_text",
+                                                          "query_kept"])
+            erased += len(batch)
     return erased

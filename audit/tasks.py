@@ -1,14 +1,13 @@
-"""The audit's periodic task: raw query text past its retention is erased (kbplatform/tasks.py
-sends it with the recovery, every KB_RECOVERY_INTERVAL_SECONDS)."""
+"""The audit's periodic task: raw query text past its tenant's retention is erased
+(kbplatform/tasks.py sends it with the recovery, every KB_RECOVERY_INTERVAL_SECONDS)."""
 
 from __future__ import annotations
 
 from celery import shared_task
-from django.conf import settings
 
 from audit.services import raw_queries_erase
 
 
 @shared_task
 def raw_queries_erase_task() -> None:
-    raw_queries_erase(older_than_days=settings.KB_AUDIT_RAW_QUERY_RETENTION_DAYS)
+    raw_queries_erase()

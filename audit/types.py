@@ -53,3 +53,7 @@ class InvocationRecord:
     topic_terms: tuple[str, ...] = ()
     # Of `ready`, the evidence the call's own answer cited, confirmed by the evidence guard.
     cited: tuple[str, ...] = ()
+    # The config row (retrieval's RagConfig, by id) whose `config_version` served; None: the
+    # built-in defaults. A version number alone names no config: a dataset's v3 is not the
+    # tenant default's v3.
+    config_id: int | None = None

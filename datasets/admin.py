@@ -53,6 +53,8 @@ from kbplatform.errors import ApiError
 
 
 class TenantForm(forms.ModelForm[Tenant]):
+    may_keep_more = False  # a superuser's form (TenantAdmin.get_form)
+
     def clean_slug(self) -> str:
         slug: str = self.cleaned_data["slug"]
         if self.instance.pk is not None and slug != self.instance.slug:
@@ -60,6 +62,28 @@ class TenantForm(forms.ModelForm[Tenant]):
             if refusals:
                 raise forms.ValidationError(refusals)
         return slug
+
+    def clean(self) -> dict[str, Any]:
+        """Raw queries: never kept past the deployment's bound; kept at all, or longer, only
+        as a superuser says (the tenant's staff may stop keeping them, or keep them less)."""
+        data = super().clean() or {}
+        bound = settings.KB_AUDIT_RAW_QUERY_RETENTION_DAYS
+        days = data.get("raw_query_retention_days")
+        if days is not None and days > bound:
+            self.add_error("raw_query_retention_days", f"{bound} days at most (the "
+                                                       "deployment's "
+                                                       "KB_AUDIT_RAW_QUERY_RETENTION_DAYS)")
+        stored = Tenant.objects.filter(pk=self.instance.pk).first() if self.instance.pk else None
+        if self.may_keep_more:
+            return data
+        if data.get("store_raw_queries") and not (stored and stored.store_raw_queries):
+            self.add_error("store_raw_queries", "Only a superuser decides that this tenant's "
+                                                "questions are kept.")
+        before = (stored.raw_query_retention_days or bound) if stored else bound
+        if "raw_query_retention_days" in data and (days or bound) > before:
+            self.add_error("raw_query_retention_days", f"Only a superuser keeps raw queries "
+                                                       f"longer than {before} days.")
+        return data
 
 
 @admin.register(Tenant)
@@ -76,8 +100,13 @@ class TenantAdmin(admin.ModelAdmin[Tenant]):
         return scoped(super().get_queryset(request), request, "pk")
 
     def get_fields(self, request: HttpRequest, obj: Tenant | None = None) -> Any:
-        fields = ["slug", "name"]
+        fields = ["slug", "name", "store_raw_queries", "raw_query_retention_days"]
         return [*fields, "staff"] if request.user.is_superuser else fields
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False,
+                 **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)
+        return type(form.__name__, (form,), {"may_keep_more": request.user.is_superuser})
 
     def get_readonly_fields(self, request: HttpRequest, obj: Tenant | None = None) -> Any:
         # Shown, not a form field: a forged POST of another slug is ignored.

@@ -29,9 +29,25 @@ class Tenant(models.Model):
         settings.AUTH_USER_MODEL, blank=True, related_name="staff_tenants",
         help_text="Staff users who work on this tenant in the admin: they see its data and no "
                   "other tenant's (datasets/admin_scope.py). Superusers see every tenant.")
+    # The tenant's own opt-in to keeping its callers' questions (audit/privacy.py reads it):
+    # a superuser switches it on; the tenant's staff may switch it off or shorten the days.
+    store_raw_queries = models.BooleanField(
+        default=False, db_default=False, verbose_name="keep raw queries",
+        help_text="Keep the text of this tenant's questions in the audit (the knowledge gaps "
+                  "then show example queries), for the retention below. Off: a keyed hash and "
+                  "a length only. KB_AUDIT_STORE_RAW_QUERY keeps every tenant's.")
+    raw_query_retention_days = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        verbose_name="raw query retention (days)",
+        help_text="Kept question text is erased after this many days; empty: the deployment's "
+                  "KB_AUDIT_RAW_QUERY_RETENTION_DAYS, which is also the most it can be.")
 
     class Meta:
         ordering = ["slug"]
+        constraints = [models.CheckConstraint(
+            condition=models.Q(raw_query_retention_days__isnull=True)
+            | models.Q(raw_query_retention_days__gte=1),
+            name="tenant_raw_query_retention_positive")]
 
     def __str__(self) -> str:
         return self.slug

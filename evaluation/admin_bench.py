@@ -29,8 +29,9 @@ from datasets.evidence import EvidenceKey
 from datasets.models import Dataset, Document, Tenant
 from evaluation.benchmarks import in_process_client
 from evaluation.models import EvaluationQuery, EvaluationRun
+from retrieval.ragconfig.drafts import experiment_start
 from retrieval.ragconfig.models import ConfigExperiment, RagConfig
-from retrieval.ragconfig.services import experiment_start, rag_config_update
+from retrieval.ragconfig.services import rag_config_update
 
 BENCH_TENANT = "bench-admin-pages"
 BENCH_USER = "bench-admin-pages"

@@ -1,10 +1,12 @@
 """Admin of the regression gate: the tenant's stored question sets (some named as its gate, with
-their tolerances), and the config changes the gate holds — each with its job's progress, both
-versions' figures per set, the query-by-query diff, and the buttons that discard the change,
-check it again, or (a superuser, with a reason) serve it against the gate."""
+their tolerances; tenant staff may tighten a gate set, never loosen it), and the config changes
+the gate holds — each with its job's progress, both versions' figures per set, the
+query-by-query diff, and the buttons that discard the change, check it again, or (a superuser,
+with a reason) serve it against the gate."""
 
 from __future__ import annotations
 
+from copy import copy
 from typing import Any
 
 from django import forms
@@ -18,6 +20,7 @@ from django.urls import path, reverse
 from datasets.admin_display import job_progress
 from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, tenant_filter
 from evaluation.display import runs_compared
+from evaluation.gate import question_set_loosening
 from evaluation.models import GATE_METRICS, QuestionSet
 from evaluation.question_sets import (
     MAX_BYTES,
@@ -49,6 +52,7 @@ class QuestionSetForm(forms.ModelForm):
                   "when editing: the questions stay.")
     questions_text = forms.CharField(required=False, label="… or paste them",
                                      widget=forms.Textarea(attrs={"rows": 8, "cols": 100}))
+    may_loosen = False  # a superuser's form (QuestionSetAdmin.get_form)
 
     class Meta:
         model = QuestionSet
@@ -72,6 +76,7 @@ class QuestionSetForm(forms.ModelForm):
             if self.instance.pk is None:
                 raise forms.ValidationError("Upload a file of questions or paste them.")
             self._gate_bounded(cleaned)
+            self._not_loosened(cleaned)
             return cleaned
         try:
             raw = upload.read(MAX_BYTES + 1) if upload else text.encode("utf-8", "replace")
@@ -80,7 +85,26 @@ class QuestionSetForm(forms.ModelForm):
             self.add_error("questions_file" if upload else "questions_text", str(exc))
         else:
             self._gate_bounded(cleaned)
+            self._not_loosened(cleaned)
         return cleaned
+
+    def _not_loosened(self, cleaned: dict[str, Any]) -> None:
+        """Staff may tighten a gate set, not loosen it: that is a superuser's decision."""
+        stored = (QuestionSet.objects.filter(pk=self.instance.pk).first()
+                  if self.instance.pk is not None and not self.may_loosen else None)
+        if stored is None:
+            return
+        changed = copy(stored)
+        for name in self.Meta.fields:
+            if name in cleaned:
+                setattr(changed, name, cleaned[name])
+        changed.questions = self.instance.questions
+        reasons = question_set_loosening(stored=stored, changed=changed)
+        if reasons:
+            raise forms.ValidationError(
+                "Only a superuser loosens the regression gate, and this change would: "
+                f"{'; '.join(reasons)}. Tighten it instead (a lower tolerance, another gate "
+                "set), or ask a superuser.")
 
     def _gate_bounded(self, cleaned: dict[str, Any]) -> None:
         """The tenant's gate sets ask MAX_GATE_QUESTIONS at most, this one included."""
@@ -107,6 +131,19 @@ class QuestionSetAdmin(TenantScopedAdmin[QuestionSet]):
     list_select_related = ["tenant", "dataset__tenant"]
     search_fields = ["name"]
     readonly_fields = ["size", "created_by", "updated_at"]
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False,
+                 **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)
+        return type(form.__name__, (form,), {"may_loosen": request.user.is_superuser})
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # A gate set deleted is the gate loosened: a superuser's decision. The per-object
+        # answer also refuses staff the deletion of a dataset or tenant that would take a
+        # gate set with it (the admin asks it of every object a deletion collects).
+        if obj is not None and obj.gate and not request.user.is_superuser:
+            return False
+        return super().has_delete_permission(request, obj)
 
     def save_model(self, request: HttpRequest, obj: QuestionSet, form: Any, change: bool) -> None:
         if not change:
@@ -197,7 +234,9 @@ class RagConfigDraftAdmin(ReadOnlyAdmin, TenantScopedAdmin[RagConfigDraft]):
                 config = rag_config_draft_override(draft=draft, overridden_by=by,
                                                    reason=form.cleaned_data["reason"])
                 messages.success(request, f"The gate is overridden: {config.scope_label} is at "
-                                          f"version {config.version}.")
+                                          f"version {config.version}." if draft.experiment_id
+                                 is None else f"The gate is overridden: A/B test "
+                                              f"{draft.experiment_id} takes its share.")
             elif "recheck" in request.POST:
                 rag_config_draft_recheck(draft=draft)
                 messages.success(request, "The gate checks the change again.")

@@ -2,6 +2,11 @@
 on the tenant's gate question sets against the version it was made over, and passes when no
 metric drops by more than the set's tolerance.
 
+The sets are read once, when the change is held (GateRule rows): every check of it measures
+them as they were then. What would loosen a gate set — a tolerance raised, the gate unticked,
+its questions, dataset or tenant changed, the set deleted — is a superuser's to do
+(`question_set_loosening`, enforced by the admin); tightening is open to tenant staff.
+
 Registered as retrieval's ConfigGate when Django starts (evaluation/apps.py): retrieval holds
 the change, this floor judges it. `manage.py gate_config` runs the same measurement in process.
 """
@@ -17,7 +22,7 @@ from django.utils import timezone
 
 from datasets.jobs import JOB_ID, job_create, job_update
 from datasets.models import Dataset, Job
-from evaluation.models import GATE_METRICS, EvaluationRun, GateCheck, QuestionSet
+from evaluation.models import GATE_METRICS, EvaluationRun, GateCheck, GateRule, QuestionSet
 from evaluation.runs import run_batch
 from retrieval.ragconfig.drafts import rag_config_draft_decide
 from retrieval.ragconfig.models import RagConfig, RagConfigDraft
@@ -38,18 +43,38 @@ def gate_sets(*, tenant_id: int, dataset_id: int | None) -> QuerySet[QuestionSet
     return sets.filter(Q(dataset__isnull=True) | ~Q(dataset_id__in=own))
 
 
+def question_set_loosening(*, stored: QuestionSet, changed: QuestionSet) -> list[str]:
+    """How a change of a gate set (`stored`, as saved; `changed`, as it would be) would let a
+    worse config through: each reason in words; none for a set that is not part of the gate
+    or a change that only tightens it (a tolerance lowered, the set renamed)."""
+    if not stored.gate:
+        return []
+    reasons = [] if changed.gate else ["the set would no longer be part of the gate"]
+    before, after = stored.tolerances(), changed.tolerances()
+    reasons += [f"the tolerance of {GATE_METRICS[m][0]} would rise from {before[m]:g} to "
+                f"{after[m]:g}" for m in GATE_METRICS if after[m] > before[m]]
+    if changed.questions != stored.questions:
+        reasons.append("its questions would change (dropping or adding questions changes "
+                       "what a drop is)")
+    if changed.dataset_id != stored.dataset_id:
+        reasons.append("it would guard another config (its dataset would change)")
+    if changed.tenant_id != stored.tenant_id:
+        reasons.append("it would guard another tenant")
+    return reasons
+
+
 @dataclass(frozen=True)
 class SetVerdict:
     """One set measured: both runs, each metric's drop, and whether every drop is tolerated."""
 
-    question_set: QuestionSet
+    rule: GateRule
     baseline: EvaluationRun
     candidate: EvaluationRun
     drops: dict[str, float]
 
     @property
     def tolerances(self) -> dict[str, float]:
-        return self.question_set.tolerances()
+        return {m: float(self.rule.tolerances[m]) for m in GATE_METRICS}
 
     @property
     def failed(self) -> list[str]:
@@ -66,17 +91,17 @@ class SetVerdict:
             f"{self.candidate.metrics[m]:.3f}" for m in self.drops)
         failed = "; ".join(f"{GATE_METRICS[m][0]} dropped {self.drops[m]:.3f} (tolerance "
                            f"{self.tolerances[m]:.3f})" for m in self.failed)
-        return f"{self.question_set.name}: {failed or 'passed'} ({figures})"
+        return f"{self.rule.name}: {failed or 'passed'} ({figures})"
 
 
-def _run(*, question_set: QuestionSet, scope: str, version: int | None,
+def _run(*, rule: GateRule, tenant_id: int, scope: str, version: int | None,
          settings: dict[str, Any], created_by: str) -> EvaluationRun:
     return EvaluationRun.objects.create(
-        tenant_id=question_set.tenant_id, kind=EvaluationRun.Kind.BATCH,
-        name=f"gate: {question_set.name}", config_scope=scope, config_version=version,
-        settings=settings, questions=question_set.questions, created_by=created_by,
-        dataset_ids=[question_set.dataset_id] if question_set.dataset_id else list(
-            Dataset.objects.filter(tenant_id=question_set.tenant_id, activated=True)
+        tenant_id=tenant_id, kind=EvaluationRun.Kind.BATCH,
+        name=f"gate: {rule.name}", config_scope=scope, config_version=version,
+        settings=settings, questions=rule.questions, created_by=created_by,
+        dataset_ids=[rule.dataset_id] if rule.dataset_id else list(
+            Dataset.objects.filter(tenant_id=tenant_id, activated=True)
             .values_list("pk", flat=True)))
 
 
@@ -89,28 +114,28 @@ def _shifted(progress: Callable[[int], None] | None, offset: int
 
 
 def gate_measure(*, config: RagConfig, candidate: dict[str, Any], candidate_label: str,
-                 sets: Sequence[QuestionSet], created_by: str,
+                 rules: Sequence[GateRule], created_by: str,
                  progress: Callable[[int], None] | None = None) -> list[SetVerdict]:
-    """Each set asked under the config as it serves (baseline) and under `candidate` (every
-    setting), both on the serving index now; `progress(done)` counts the questions asked.
-    Raises RunUnavailable when a lookup answers UNAVAILABLE."""
+    """Each rule's questions asked under the config as it serves (baseline) and under
+    `candidate` (every setting), both on the serving index now; `progress(done)` counts the
+    questions asked. Raises RunUnavailable when a lookup answers UNAVAILABLE."""
     baseline = config.setting_values()
     asked = 0
     verdicts = []
-    for question_set in sets:
+    for rule in rules:
         runs = []
         for scope, version, settings in ((config.scope_label, config.version, baseline),
                                          (candidate_label, None, candidate)):
-            run = _run(question_set=question_set, scope=scope, version=version,
+            run = _run(rule=rule, tenant_id=config.tenant_id, scope=scope, version=version,
                        settings=settings, created_by=created_by)
             run_batch(run, None, _shifted(progress, asked))
-            asked += len(question_set.questions)
+            asked += len(rule.questions)
             run.refresh_from_db()
             runs.append(run)
         base, cand = runs
         drops = {m: round(base.metrics[m] - cand.metrics[m], 4) for m in GATE_METRICS
                  if m in base.metrics and m in cand.metrics}
-        verdicts.append(SetVerdict(question_set, base, cand, drops))
+        verdicts.append(SetVerdict(rule, base, cand, drops))
     return verdicts
 
 
@@ -121,9 +146,14 @@ class EvaluationGate:
         return gate_sets(tenant_id=tenant_id, dataset_id=dataset_id).exists()
 
     def check(self, draft: RagConfigDraft) -> Job:
+        """The check of `draft` as a job; its rules are the gate sets as they are now, read
+        at its first check and kept for every later one."""
         config = draft.config
-        sets = gate_sets(tenant_id=config.tenant_id, dataset_id=config.dataset_id)
-        total = 2 * sum(len(s.questions) for s in sets)
+        if not draft.gate_rules.exists():
+            GateRule.objects.bulk_create(
+                GateRule.of(s, draft)
+                for s in gate_sets(tenant_id=config.tenant_id, dataset_id=config.dataset_id))
+        total = 2 * sum(len(q) for q in draft.gate_rules.values_list("questions", flat=True))
         job = job_create(kind=Job.Kind.GATE, task=GATE_TASK, args=(JOB_ID, draft.pk),
                          tenant_id=config.tenant_id, dataset=config.dataset, total=total,
                          detail={"draft": draft.pk, "config": config.scope_label})
@@ -139,20 +169,22 @@ def gate_check_execute(*, draft: RagConfigDraft, job: Job) -> RagConfigDraft:
         job_update(job, status=Job.Status.SUCCEEDED, log=f"nothing to check: the change is "
                                                          f"{draft.status}")
         return draft
-    sets = list(gate_sets(tenant_id=config.tenant_id, dataset_id=config.dataset_id))
-    total = 2 * sum(len(s.questions) for s in sets)
-    job_update(job, total=total, done=0, log=f"{len(sets)} gate sets, {total} lookups")
+    rules = list(draft.gate_rules.all())
+    total = 2 * sum(len(r.questions) for r in rules)
+    job_update(job, total=total, done=0, log=f"{len(rules)} gate sets as they were when the "
+                                            f"change was held, {total} lookups")
     verdicts = gate_measure(
-        config=config, candidate=draft.settings, sets=sets, created_by="gate",
+        config=config, candidate=draft.settings, rules=rules, created_by="gate",
         candidate_label=f"{config.scope_label}, held change {draft.pk}",
         progress=lambda done: job_update(job, done=done))
     for verdict in verdicts:
         GateCheck.objects.create(
-            draft=draft, question_set=verdict.question_set, name=verdict.question_set.name,
+            draft=draft, question_set_id=verdict.rule.question_set_id, name=verdict.rule.name,
             baseline=verdict.baseline, candidate=verdict.candidate,
             tolerances=verdict.tolerances, drops=verdict.drops, passed=verdict.passed)
     passed = all(v.passed for v in verdicts)
-    summary = " · ".join(v.summary() for v in verdicts) or "no gate set covers the config now"
+    summary = (" · ".join(v.summary() for v in verdicts)
+               or "no gate set covered the config when the change was held")
     decided = rag_config_draft_decide(draft_id=draft.pk, passed=passed, verdict=summary)
     job_update(job, status=Job.Status.SUCCEEDED, detail={"passed": passed},
                log=f"{'passed' if passed else 'regression'}: the change is {decided.status}"

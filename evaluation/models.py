@@ -1,5 +1,6 @@
 """Evaluation runs of config versions, each query's outcome kept; stored question sets, some named
-as a tenant's regression gate, and the gate's checks of held config changes."""
+as a tenant's regression gate, the gate's rules as they stood when a config change was held,
+and the gate's checks of held config changes."""
 
 from __future__ import annotations
 
@@ -157,6 +158,39 @@ class QuestionSet(models.Model):
 
     def tolerances(self) -> dict[str, float]:
         return {metric: getattr(self, column) for metric, (_, column) in GATE_METRICS.items()}
+
+
+class GateRule(models.Model):
+    """One gate question set as it stood when a config change was held: its questions, the
+    datasets they search and its tolerances. Every check of the change (the first, and each
+    "check again") measures these, whatever has become of the set since: a change is decided
+    under the rules in force when it was held (or by a superuser)."""
+
+    draft = models.ForeignKey(RagConfigDraft, on_delete=models.CASCADE,
+                              related_name="gate_rules")
+    question_set = models.ForeignKey(QuestionSet, on_delete=models.SET_NULL, null=True,
+                                     blank=True, related_name="+")
+    name = models.CharField(max_length=200, help_text="The set's name when it was held.")
+    # An id, not a key: the rule outlives its set and its dataset (a dataset deleted since
+    # has no lookups to find anything, under either version).
+    dataset_id = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The dataset its questions search; empty: every "
+                                         "activated dataset of the tenant.")
+    questions = models.JSONField(help_text="Its questions, as they were.")
+    tolerances = models.JSONField(help_text="metric → the largest drop allowed, as it was")
+
+    class Meta:
+        ordering = ["draft", "id"]
+
+    def __str__(self) -> str:
+        return f"gate rule {self.name} of held change {self.draft_id}"
+
+    @classmethod
+    def of(cls, question_set: QuestionSet, draft: RagConfigDraft | None = None) -> GateRule:
+        """The set's rule as it stands now (unsaved)."""
+        return cls(draft=draft, question_set=question_set, name=question_set.name,
+                   dataset_id=question_set.dataset_id, questions=question_set.questions,
+                   tolerances=question_set.tolerances())
 
 
 class GateCheck(models.Model):

@@ -300,9 +300,9 @@ KB_CONVERT_MAX_OCR_PAGES = env_int("KB_CONVERT_MAX_OCR_PAGES", 50, minimum=0)
 # Lookup and audit.
 KB_CANONICAL_TTL_SECONDS = env_int("KB_CANONICAL_TTL_SECONDS", 7 * 24 * 3600, minimum=60)
 KB_AUDIT_STORE_RAW_QUERY = env_bool("KB_AUDIT_STORE_RAW_QUERY", False)
-# Raw query text kept with KB_AUDIT_STORE_RAW_QUERY is erased from the audit rows after this
-# many days, by the periodic pass beside the recovery (audit/tasks.py) and by
-# prune_tool_invocations.
+# Raw query text (kept for every tenant with KB_AUDIT_STORE_RAW_QUERY, or for a tenant that opted
+# in) is erased from the audit rows after this many days, or the tenant's own fewer, by the
+# periodic pass beside the recovery (audit/tasks.py) and by prune_tool_invocations.
 KB_AUDIT_RAW_QUERY_RETENTION_DAYS = env_int("KB_AUDIT_RAW_QUERY_RETENTION_DAYS", 30, minimum=1)
 KB_MAX_QUERY_CHARS = env_int("KB_MAX_QUERY_CHARS", 4000, minimum=1)
 # The BEIR-format suites the admin's evaluation runs offer: one folder each (corpus.jsonl,

@@ -47,7 +47,7 @@ def enqueue_on_commit(name: str, *args: Any) -> None:
 
 # What the periodic loop sends each round: the recovery, the sources' syncs that are due (a
 # source's interval is kept to within one round), and the audit's erasure of raw query text
-# past its retention (KB_AUDIT_RAW_QUERY_RETENTION_DAYS).
+# past its tenant's retention (at most KB_AUDIT_RAW_QUERY_RETENTION_DAYS).
 PERIODIC_TASKS = ("retrieval.tasks.recover_task", "datasets.tasks.sources_sync_due_task",
                   "audit.tasks.raw_queries_erase_task")
 

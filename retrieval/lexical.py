@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+import jieba
+
 from retrieval.analysis import bm25_text, contains_term, normalize_text
 
 # A run of Latin letters, digits and the joiners identifiers use; CJK and spaces end it.
@@ -28,6 +30,7 @@ _CJK_RUN = re.compile(r"[\u3400-\u9fff]+")
 _QUERY_WORD = re.compile(r"[0-9A-Za-z]+|[\u3400-\u9fff]")
 MIN_IDENTIFIER_CHARS = 3
 MIN_WORD_CHARS = 3
+MIN_CJK_WORD_CHARS = 2  # one character ("库", "的") names no topic
 # Question words and fillers: they say nothing about which runbook is meant.
 _STOP_WORDS = frozenset(bm25_text(" ".join("""
     about after all also and any are because been before being both but can cannot could did
@@ -114,24 +117,47 @@ def query_terms(query: str) -> QueryTerms:
 
 def vocabulary_terms(query: str, texts: Sequence[str], *, limit: int) -> tuple[str, ...]:
     """The query's content words that the texts contain: Latin words compared by their BM25
-    stem, CJK bigrams as substrings. Each as the query wrote it (normalized), first seen first,
-    at most `limit`. A word no text contains is never returned: what this gives away of a
-    query is vocabulary the texts already hold."""
+    stem, Chinese words (jieba's, as BM25 cuts them) as substrings. Each as the query wrote it
+    (normalized), first seen first, at most `limit`. A word no text contains is never
+    returned: what this gives away of a query is vocabulary the texts already hold."""
     normalized = normalize_text(query)
     words = [(w, _stem(w)) for w in dict.fromkeys(_WORD.findall(normalized))]
     latin = [(w, s) for w, s in words if len(s) >= MIN_WORD_CHARS and s not in _STOP_WORDS]
-    bigrams = dict.fromkeys(run[i:i + 2] for run in _CJK_RUN.findall(normalized)
-                            for i in range(len(run) - 1))
-    if not (latin or bigrams) or not texts:
+    runs = _CJK_RUN.findall(normalized)
+    if not (latin or runs) or not texts:
         return ()
     # Lower-cased, not NFKC-normalized: NFKC of ten chunks with CJK punctuation costs more than
     # a millisecond, and what it would fold (full-width Latin letters) is rare in documents.
     joined = "\n".join(texts).lower()
     found = [w for w, s in latin if _holds_stem(joined, s)]
-    found += [b for b in bigrams if b in joined]
+    found += dict.fromkeys(w for run in runs for w in _chinese_words(run, joined))
     # Back in the query's order: "redis memory" and "memory redis" keep their first word first.
     order = {term: normalized.find(term) for term in found}
     return tuple(sorted(found, key=order.__getitem__)[:limit])
+
+
+def _chinese_words(run: str, text: str) -> list[str]:
+    """The words of a run of Chinese that `text` holds: jieba's words of the run (a topic
+    reads "数据库", never the bigrams "数据, 据库"); a word the text does not hold whole gives
+    the longest of its own words that it does, none overlapping ("主从复制" → "主从", "复制")."""
+    found = []
+    for word in jieba.lcut(run):
+        if len(word) < MIN_CJK_WORD_CHARS:
+            continue
+        if word in text:
+            found.append(word)
+            continue
+        parts = sorted((w for w in dict.fromkeys(jieba.lcut_for_search(word))
+                        if MIN_CJK_WORD_CHARS <= len(w) < len(word) and w in text),
+                       key=len, reverse=True)
+        taken: list[tuple[int, int]] = []
+        for part in parts:
+            start = word.find(part)
+            end = start + len(part)
+            if all(end <= a or start >= b for a, b in taken):
+                taken.append((start, end))
+        found += [word[a:b] for a, b in sorted(taken)]
+    return found
 
 
 def _holds_stem(text: str, stem: str) -> bool:

@@ -206,3 +206,4 @@ class LookupResult:
     # keywords, then the query's words its candidates contain (at most TOPIC_TERMS).
     topic_terms: tuple[str, ...] = ()
     experiment: tuple[int, str] | None = None  # (A/B test id, arm) when one routed the call
+    config_id: int | None = None  # the RagConfig row whose config_version served; None: none

@@ -1,6 +1,7 @@
 """Admin of A/B tests: started from a version's page (a share of the config's lookups run with
-that version), each test's page shows both arms' figures from the audit, and stops the test or
-promotes its candidate."""
+that version; on a config the regression gate covers, once the gate passes the version), each
+test's page shows both arms' figures from the audit, and stops the test or promotes its
+candidate."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from audit.cited import ALPHA, MIN_SAMPLE, experiment_cited
 from audit.selectors import experiment_figures
 from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, tenant_filter
 from retrieval.ragconfig.config import RagConfigError
-from retrieval.ragconfig.drafts import experiment_promote
+from retrieval.ragconfig.drafts import experiment_promote, experiment_start
 from retrieval.ragconfig.models import ConfigExperiment, RagConfigChange
-from retrieval.ragconfig.services import experiment_start, experiment_stop
+from retrieval.ragconfig.services import experiment_stop
 
 ARMS = (ConfigExperiment.Arm.CONTROL, ConfigExperiment.Arm.CANDIDATE)
 
@@ -38,6 +39,12 @@ def experiment_started(request: HttpRequest, change: RagConfigChange) -> HttpRes
     except RagConfigError as exc:
         messages.error(request, f"No A/B test: {_refusal(exc)}.")
         return redirect("admin:retrieval_ragconfigchange_change", change.pk)
+    if experiment.awaiting_gate:
+        messages.warning(request, f"A/B test {experiment.pk} runs on no lookup yet: the "
+                                  f"regression gate checks version {change.version} first, "
+                                  f"and it takes {experiment.asked_share} % of the lookups of "
+                                  f"{change.config.scope_label} once the gate passes it.")
+        return redirect("admin:retrieval_configexperiment_change", experiment.pk)
     messages.success(request, f"A/B test {experiment.pk} runs: {experiment.share} % of the "
                               f"lookups of {change.config.scope_label} use version "
                               f"{change.version}.")
@@ -67,6 +74,7 @@ class ConfigExperimentAdmin(ReadOnlyAdmin, TenantScopedAdmin[ConfigExperiment]):
         context = {**self.admin_site.each_context(request), "opts": self.opts,
                    "title": f"A/B test {experiment.pk} of {experiment.config.scope_label}",
                    "experiment": experiment,
+                   "gate_draft": experiment.drafts.order_by("-pk").first(),
                    "arms": experiment_figures(experiment_id=experiment.pk, arms=ARMS),
                    "cited": experiment_cited(experiment_id=experiment.pk, control=ARMS[0],
                                              candidate=ARMS[1]),

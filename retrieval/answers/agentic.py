@@ -34,8 +34,7 @@ from enum import StrEnum
 from itertools import zip_longest
 from typing import Any
 
-from django.conf import settings
-
+from audit.privacy import audited_text
 from audit.types import InvocationRecord, ReadyEvidence
 from retrieval.answers.agentic_plan import Analysis, model_analysis, rules_analysis
 from retrieval.answers.answer import AnswerStatus, Draft, Source
@@ -135,7 +134,7 @@ class AgenticOutcome:
                        tool_call_id=self.tool_call_id, session_id=self.session_id,
                        error=self.error or record.error,
                        returned_count=len(self.state.candidates), tool_name="rag_agentic",
-                       answer=self.trace(keep_text=settings.KB_AUDIT_STORE_RAW_QUERY))
+                       answer=self.trace())
 
     def iteration_details(self) -> list[dict[str, Any]]:
         """Each iteration's retrievalDetails (the first MAX_TRACED_ITERATIONS), each stage's
@@ -148,16 +147,16 @@ class AgenticOutcome:
             kept.append({"iteration": number, **details})
         return kept
 
-    def trace(self, *, keep_text: bool) -> dict[str, Any]:
-        """What the audit keeps of the run; the queries searched only with `keep_text`
-        (KB_AUDIT_STORE_RAW_QUERY), like the question itself."""
+    def trace(self) -> dict[str, Any]:
+        """What the audit keeps of the run: the queries searched (the plan, each iteration's
+        query and its next) marked as texts made of the question, which the audit keeps where
+        the tenant keeps raw queries, like the question itself, and hashes elsewhere."""
         draft = self.state.answer.trace() if self.state.answer else {}
-        hidden = () if keep_text else ("query", "next")
-        iterations = [{k: v for k, v in hop.items() if k not in hidden}
-                      for hop in self.state.routes]
+        iterations = [{k: audited_text(v) if k in ("query", "next") and isinstance(v, str)
+                       else v for k, v in hop.items()} for hop in self.state.routes]
         return {**draft, "answer_status": self.status.value,
                 "error": self.error or draft.get("error", ""), "analysis": self.state.analysis,
-                **({"plan": self.state.plan} if keep_text else {}),
+                "plan": [audited_text(q) for q in self.state.plan],
                 "iterations": iterations, "confidence": self.confidence,
                 "model_usage": self.model_usage()}
 

@@ -89,6 +89,7 @@ def trace_details(result: LookupResult) -> dict[str, Any]:
             "evidence_keys": [item.chunk.evidence_key for item in result.pack.items],
         },
         "graph": result.graph,
+        "config_id": result.config_id,
         "config_version": result.config_version,
         "experiment": ({"id": result.experiment[0], "arm": result.experiment[1]}
                        if result.experiment else None),
@@ -111,4 +112,5 @@ def invocation_of(result: LookupResult) -> InvocationRecord:
         returned_count=seen["returned_count"], config_version=result.config_version,
         error=result.error, details=trace_details(result),
         dataset_ids=result.filters.dataset_ids, ready=ready,
-        experiment=result.experiment, topic_terms=result.topic_terms)
+        experiment=result.experiment, topic_terms=result.topic_terms,
+        config_id=result.config_id)

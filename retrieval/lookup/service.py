@@ -65,6 +65,7 @@ class _Setup:
     view: DocumentsView | None  # None: no dataset to search
     experiment: tuple[int, str] | None  # (A/B test, arm) of this call, when one runs
     synonyms: Synonyms  # the tenant's synonym groups
+    config_id: int | None  # the RagConfig row that serves; None: the built-in defaults
 
 
 class _Unavailable(Exception):
@@ -102,7 +103,7 @@ def _setup(filters: SearchFilters, overrides: dict[str, Any] | None, mode: Searc
             if filters.dataset_ids else None)
     synonyms = tenant_synonyms(tenant_id=filters.tenant_id) if view is not None else NO_SYNONYMS
     return _Setup(settings, serving.version, filters, search, view, serving.experiment,
-                  synonyms)
+                  synonyms, serving.config_id)
 
 
 def _overridden(settings: RagSettings, overrides: dict[str, Any], tenant_id: int
@@ -159,7 +160,7 @@ def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = 
         result = tool.empty_result(request)
     else:
         result = tool.run(request)
-    return replace(result, experiment=setup.experiment) if setup.experiment else result
+    return replace(result, experiment=setup.experiment, config_id=setup.config_id)
 
 
 def served_lookup(*, filters: SearchFilters, query: str, tool_call_id: str = "",

@@ -246,12 +246,15 @@ class RagConfigChange(models.Model):
 class RagConfigDraft(models.Model):
     """A change of a RagConfig (an edit, a rollback, an A/B promotion) held back, not served,
     while the tenant's regression gate checks it (ragconfig/drafts.py, evaluation/gate.py).
-    One config has one held draft at most: a later change supersedes it."""
+    One config has one held change at most: a later change supersedes it. An A/B test of a
+    config the gate covers is held the same way (kind "experiment"): it routes no lookup to
+    its candidate until the gate passes the candidate."""
 
     class Kind(models.TextChoices):
         EDIT = "edit"
         ROLLBACK = "rollback"
         PROMOTION = "promotion"
+        EXPERIMENT = "experiment", "A/B test (its share of the lookups)"
 
     class Status(models.TextChoices):
         CHECKING = "checking", "checking: the gate runs"
@@ -279,6 +282,10 @@ class RagConfigDraft(models.Model):
     override_reason = models.CharField(max_length=200, blank=True)
     applied_version = models.PositiveIntegerField(
         null=True, blank=True, help_text="The version it became, once applied.")
+    experiment = models.ForeignKey(
+        "ConfigExperiment", on_delete=models.CASCADE, null=True, blank=True,
+        related_name="drafts", help_text="An A/B test's admission: the test whose share waits "
+                                         "for the gate.")
 
     class Meta:
         verbose_name = "held config change"
@@ -290,6 +297,11 @@ class RagConfigDraft(models.Model):
             # An override says why; only a superuser's override has a reason.
             models.CheckConstraint(condition=Q(override_reason="") | Q(status="applied"),
                                    name="rag_config_draft_override_applied"),
+            # An A/B test's admission names its test; no other change does.
+            models.CheckConstraint(
+                condition=Q(kind="experiment", experiment__isnull=False)
+                | (~Q(kind="experiment") & Q(experiment__isnull=True)),
+                name="rag_config_draft_experiment_named"),
         ]
 
     def __str__(self) -> str:
@@ -319,7 +331,9 @@ DRAFT_HELD = (RagConfigDraft.Status.CHECKING, RagConfigDraft.Status.HELD)
 class ConfigExperiment(models.Model):
     """An A/B test of a config: `share` per cent of its lookups (by session, else by call) run
     with a candidate version instead of the config as it serves; the audit records each call's
-    arm, so both arms' figures come from the audit."""
+    arm, so both arms' figures come from the audit. On a config the regression gate covers,
+    the test starts at 0 % and takes the share asked for once the gate passes its candidate
+    (ragconfig/drafts.py `experiment_start`)."""
 
     class Arm(models.TextChoices):
         CONTROL = "control"
@@ -329,7 +343,10 @@ class ConfigExperiment(models.Model):
     candidate = models.ForeignKey(RagConfigChange, on_delete=models.CASCADE, related_name="+",
                                   help_text="The version the candidate arm runs with.")
     share = models.PositiveSmallIntegerField(
-        help_text="The per cent of the config's lookups that run with the candidate (1–99).")
+        help_text="The per cent of the config's lookups that run with the candidate now: the "
+                  "share asked for, or 0 while the regression gate holds the candidate.")
+    asked_share = models.PositiveSmallIntegerField(
+        help_text="The share asked for when it started (1–99).")
     started_at = models.DateTimeField(auto_now_add=True)
     started_by = models.CharField(max_length=150, blank=True)
     stopped_at = models.DateTimeField(null=True, blank=True)
@@ -340,8 +357,13 @@ class ConfigExperiment(models.Model):
     class Meta:
         verbose_name = "A/B test"
         ordering = ["-started_at", "-id"]
-        constraints = [models.CheckConstraint(condition=Q(share__gte=1, share__lte=99),
-                                              name="config_experiment_share_1_99")]
+        constraints = [
+            models.CheckConstraint(condition=Q(asked_share__gte=1, asked_share__lte=99),
+                                   name="config_experiment_asked_share_1_99"),
+            # Nothing between: the share asked for, or none while the gate holds it.
+            models.CheckConstraint(condition=Q(share=0) | Q(share=F("asked_share")),
+                                   name="config_experiment_share_asked_or_0"),
+        ]
 
     def __str__(self) -> str:
         return f"A/B {self.pk}: version {self.candidate.version} for {self.share} %"
@@ -349,6 +371,12 @@ class ConfigExperiment(models.Model):
     @property
     def running(self) -> bool:
         return self.stopped_at is None
+
+    @property
+    def awaiting_gate(self) -> bool:
+        """Started on a config the gate covers, its candidate not passed yet: no lookup runs
+        with it."""
+        return self.running and self.share == 0
 
 
 # A tenant's synonyms (ragconfig/synonyms.py validates and writes them; lookup/synonyms.py

@@ -1,5 +1,6 @@
-"""Writes of RagConfig (validated, versioned, with a change record) and its A/B tests. A change
-an operator makes goes through the regression gate first (ragconfig/drafts.py)."""
+"""Writes of RagConfig (validated, versioned, with a change record) and the end of its A/B tests.
+A change an operator makes, and the start of an A/B test, go through the regression gate first
+(ragconfig/drafts.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ from django.utils import timezone
 
 from datasets.models import Dataset, Tenant
 from retrieval.ragconfig.config import RagConfigConverter, RagConfigError
-from retrieval.ragconfig.models import ConfigExperiment, RagConfig, RagConfigChange
+from retrieval.ragconfig.models import (
+    DRAFT_HELD,
+    ConfigExperiment,
+    RagConfig,
+    RagConfigChange,
+    RagConfigDraft,
+)
 from retrieval.ragconfig.selectors import checked_settings
 from retrieval.ragconfig.settings import RagSettings
 
@@ -61,35 +68,6 @@ def rag_config_update(*, config: RagConfig | None, tenant: Tenant, dataset: Data
     return row
 
 
-def experiment_start(*, change: RagConfigChange, share: int, started_by: str
-                     ) -> ConfigExperiment:
-    """An A/B test of the change's config: `share` per cent of its lookups run with version
-    `change`. Refused (RagConfigError) while another test runs on it, for the version that
-    serves, for a share outside 1–99 and for a version today's rules refuse."""
-    errors: dict[str, str] = {}
-    if not 1 <= share <= 99:
-        errors["share"] = "a share of lookups between 1 and 99 per cent"
-    config = change.config
-    with transaction.atomic():
-        Tenant.objects.select_for_update().only("pk").get(pk=config.tenant_id)
-        config = RagConfig.objects.select_related("experiment").get(pk=config.pk)
-        if config.experiment is not None:
-            errors["experiment"] = (f"A/B test {config.experiment.pk} runs on this config: "
-                                    "stop it first")
-        if change.version == config.version:
-            errors["version"] = f"version {change.version} is the one serving"
-        try:
-            checked_settings(tenant=config.tenant, values=change.settings())
-        except RagConfigError as exc:
-            errors.update(exc.errors)
-        if errors:
-            raise RagConfigError(errors)
-        experiment = ConfigExperiment.objects.create(config=config, candidate=change,
-                                                     share=share, started_by=started_by)
-        RagConfig.objects.filter(pk=config.pk).update(experiment=experiment)
-    return experiment
-
-
 def experiment_stop(*, experiment: ConfigExperiment, stopped_by: str, outcome: str = "stopped"
                     ) -> None:
     """End an A/B test: every lookup runs with the config again (a promotion is
@@ -102,6 +80,10 @@ def experiment_stop(*, experiment: ConfigExperiment, stopped_by: str, outcome: s
                               outcome=outcome[:200]):
             raise RagConfigError({"experiment": f"A/B test {experiment.pk} has ended already"})
         RagConfig.objects.filter(pk=config.pk, experiment=experiment).update(experiment=None)
+        # A test the gate still held ends with its admission: nothing is left to decide.
+        RagConfigDraft.objects.filter(experiment=experiment, status__in=DRAFT_HELD).update(
+            status=RagConfigDraft.Status.SUPERSEDED, decided_at=timezone.now(),
+            decided_by=stopped_by, verdict=f"A/B test {experiment.pk} ended: {outcome}"[:1000])
 
 
 def rag_config_ensure_default(*, tenant: Tenant, changed_by: str = "") -> RagConfig:

@@ -74,8 +74,7 @@ def test_the_first_call_is_still_confirmed_after_hundreds_more(runtime: str) -> 
 
 @BOTH_RUNTIMES
 @pytest.mark.django_db
-def test_the_record_keeps_no_raw_query_and_no_excerpt_unless_asked(runtime: str,
-                                                                    settings) -> None:
+def test_the_record_keeps_no_raw_query_and_no_excerpt(runtime: str, settings) -> None:
     tenant = tenant_get_or_create(slug="acme").pk
     canonical_store(_record(tenant, "call-private", query="who earns the most in payroll"))
     record = canonical_get(tenant_id=tenant, tool_call_id="call-private")
@@ -83,10 +82,12 @@ def test_the_record_keeps_no_raw_query_and_no_excerpt_unless_asked(runtime: str,
     assert "payroll" not in str(record) and "text" not in str(record.values())
     assert record["ready"] == [["1#chunk-0", 1]]
 
+    # Nor where raw queries are kept: nothing reads it back from here, and a record lives
+    # for the guard's TTL, not a tenant's retention of its questions.
     settings.KB_AUDIT_STORE_RAW_QUERY = True
     canonical_store(_record(tenant, "call-kept", query="who earns the most in payroll"))
     kept = canonical_get(tenant_id=tenant, tool_call_id="call-kept")
-    assert kept is not None and kept["query"] == "who earns the most in payroll"
+    assert kept is not None and "payroll" not in str(kept)
 
 
 @pytest.mark.embedded

@@ -17,7 +17,8 @@ from datasets.auth import api_key_create
 from datasets.models import Chunk, Dataset, Document, Job, Tenant
 from evaluation.models import EvaluationQuery, EvaluationRun, QuestionSet
 from retrieval.models import ConfigExperiment, RagAgent, RagConfigDraft
-from retrieval.ragconfig.services import experiment_start, rag_config_update
+from retrieval.ragconfig.drafts import experiment_start
+from retrieval.ragconfig.services import rag_config_update
 
 pytestmark = pytest.mark.django_db
 
@@ -225,6 +226,35 @@ def test_tenant_staff_cannot_say_who_is_staff_or_add_tenants(
     alpha.tenant.refresh_from_db()
     assert alpha.tenant.name == "A" and list(alpha.tenant.staff.all()) == [user]
     assert client.get(reverse("admin:datasets_tenant_add")).status_code == 403
+
+
+def test_a_superuser_decides_a_tenants_questions_are_kept_its_staff_only_keep_them_less(
+        client: Client, admin_client: Client, two: tuple[Owned, Owned], settings: Any) -> None:
+    """Issue 36 item 16: keeping people's questions is a privacy decision (docs/admin.md)."""
+    alpha, _ = two
+    settings.KB_AUDIT_RAW_QUERY_RETENTION_DAYS = 30
+    user = staff_of(client, alpha.tenant)
+    url = reverse("admin:datasets_tenant_change", args=[alpha.tenant.pk])
+    form = {"slug": "alpha", "name": "A"}
+    assert 'name="store_raw_queries"' in page(client, url)
+
+    refused = client.post(url, {**form, "store_raw_queries": "on"}).content.decode()
+    assert "Only a superuser decides that this tenant&#x27;s questions are kept." in refused
+    superuser = {**form, "staff": [user.pk], "store_raw_queries": "on"}
+    past = admin_client.post(url, {**superuser, "raw_query_retention_days": "31"})
+    assert past.status_code == 200 and "30 days at most" in past.content.decode()
+    assert admin_client.post(url, {**superuser, "raw_query_retention_days": "14"}
+                             ).status_code == 302
+
+    kept = {**form, "store_raw_queries": "on"}
+    for longer in ("20", ""):  # empty: the deployment's 30 days
+        response = client.post(url, {**kept, "raw_query_retention_days": longer})
+        assert "Only a superuser keeps raw queries longer than 14 days." in \
+            response.content.decode(), longer
+    assert client.post(url, {**kept, "raw_query_retention_days": "7"}).status_code == 302
+    assert client.post(url, {**form, "raw_query_retention_days": "7"}).status_code == 302
+    alpha.tenant.refresh_from_db()
+    assert (alpha.tenant.store_raw_queries, alpha.tenant.raw_query_retention_days) == (False, 7)
 
 
 def test_a_tenant_filter_value_that_is_no_id_filters_to_nothing(

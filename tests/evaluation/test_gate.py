@@ -17,16 +17,19 @@ from django.test import Client
 from django.urls import reverse
 
 from datasets.models import Job
+from datasets.services import dataset_create
 from evaluation.gate import EvaluationGate
 from evaluation.models import GateCheck, QuestionSet
 from retrieval.models import RagConfig, RagConfigChange, RagConfigDraft
 from retrieval.ragconfig.drafts import (
     experiment_promote,
+    experiment_start,
+    rag_config_draft_discard,
     rag_config_propose,
     rag_config_rollback,
 )
 from retrieval.ragconfig.selectors import rag_config_for
-from retrieval.ragconfig.services import experiment_start, rag_config_update
+from retrieval.ragconfig.services import rag_config_update
 from tests.conftest import wait_until
 from tests.retrieval.conftest import Imported
 
@@ -399,3 +402,159 @@ def test_a_batch_hit_test_runs_a_stored_question_set(acme: Imported, globex: Imp
     assert response.status_code == 302
     run = EvaluationRun.objects.get()
     assert run.name == "ops" and run.queries == 3 and run.metrics["first"] == 1.0
+
+
+# --- Issue 36 item 2: the gate does not bend for the tenant's own staff ---------------------
+
+def staff_who_deletes(client: Client, imported: Imported) -> User:
+    """Tenant staff with every right on configs, question sets and datasets, deletion too."""
+    user = staff(client, imported)
+    user.user_permissions.add(*Permission.objects.filter(
+        content_type__app_label__in=("retrieval", "evaluation", "datasets"),
+        codename__regex=r"^(view|change|add|delete)_"))
+    return user
+
+
+def set_form(question_set: QuestionSet, **changes: Any) -> dict[str, Any]:
+    """The change form of a stored set as the admin shows it, with `changes`."""
+    fields: dict[str, Any] = {
+        "tenant": question_set.tenant_id, "name": question_set.name,
+        "dataset": question_set.dataset_id or "", "max_drop_first": question_set.max_drop_first,
+        "max_drop_mrr": question_set.max_drop_mrr, "max_drop_ndcg": question_set.max_drop_ndcg,
+        "max_drop_off_topic_empty": question_set.max_drop_off_topic_empty}
+    if question_set.gate:
+        fields["gate"] = "on"
+    fields.update(changes)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def test_staff_tighten_a_gate_set_and_never_loosen_it(acme: Imported, acme_edge: Imported,
+                                                      client: Client,
+                                                      admin_client: Client) -> None:
+    stored = gate_set(acme)
+    staff_who_deletes(client, acme)
+    url = reverse("admin:evaluation_questionset_change", args=[stored.pk])
+    pasted = "\n".join(json.dumps(q) for q in QUESTIONS[:1])  # the hard questions dropped
+    loosening = {
+        "a tolerance raised": set_form(stored, max_drop_first="1"),
+        "the gate unticked": set_form(stored, gate=None),
+        "its questions changed": set_form(stored, questions_text=pasted),
+        "another dataset": set_form(stored, dataset=acme_edge.dataset.pk),
+    }
+    for what, form in loosening.items():
+        response = client.post(url, form)
+        assert response.status_code == 200, what
+        assert "Only a superuser loosens the regression gate" in response.content.decode(), what
+    assert QuestionSet.objects.get(pk=stored.pk).tolerances() == stored.tolerances()
+    assert QuestionSet.objects.get(pk=stored.pk).gate and stored.dataset_id is None
+
+    # Deleting it, alone or in a batch, is refused; so is the dataset that would take it.
+    assert client.post(reverse("admin:evaluation_questionset_delete", args=[stored.pk]),
+                       {"post": "yes"}).status_code == 403
+    client.post(reverse("admin:evaluation_questionset_changelist"),
+                {"action": "delete_selected", "_selected_action": [stored.pk], "post": "yes"})
+    empty = dataset_create(tenant=acme.tenant, name="drafts")  # nothing else keeps it
+    on_empty = gate_set(acme, name="drafts-only", dataset=empty)
+    assert client.post(reverse("admin:datasets_dataset_delete", args=[empty.pk]),
+                       {"post": "yes"}).status_code == 403
+    assert QuestionSet.objects.filter(pk__in=[stored.pk, on_empty.pk]).count() == 2
+
+    # Tightening is theirs: a lower tolerance, a new name.
+    assert client.post(url, set_form(stored, max_drop_first="0.01",
+                                      name="ops strict")).status_code == 302
+    stored.refresh_from_db()
+    assert (stored.max_drop_first, stored.name) == (0.01, "ops strict")
+    # A superuser may loosen it.
+    assert admin_client.post(url, set_form(stored, max_drop_first="1")).status_code == 302
+    assert QuestionSet.objects.get(pk=stored.pk).max_drop_first == 1
+
+
+def test_a_held_change_is_judged_by_the_rules_it_was_held_under(
+        acme: Imported, applied: Any, client: Client) -> None:
+    config = default_config(acme)
+    # The set searches ops alone: it guards the default while ops has no config of its own.
+    rules = gate_set(acme, dataset=acme.dataset)
+    with applied():
+        draft = rag_config_propose(config=config, tenant=acme.tenant, values=WORSE,
+                                   changed_by="editor").draft
+    assert draft is not None and RagConfigDraft.objects.get(pk=draft.pk).status == "held"
+    # Since: ops gets a config of its own (so the set no longer guards the default) and the
+    # set's tolerances are raised (by a superuser, say). Neither judges the held change.
+    rag_config_propose(config=None, tenant=acme.tenant, dataset=acme.dataset, values={},
+                       changed_by="editor")
+    QuestionSet.objects.filter(pk=rules.pk).update(max_drop_first=1, max_drop_mrr=1,
+                                                   max_drop_ndcg=1)
+    assert not EvaluationGate().covers(tenant_id=acme.tenant.pk, dataset_id=None)
+    staff(client, acme)
+    with applied():
+        client.post(reverse("admin:retrieval_ragconfigdraft_decide", args=[draft.pk]),
+                    {"recheck": "1"})
+    draft.refresh_from_db()
+    assert draft.status == "held", draft.verdict
+    assert "right first dropped 1.000 (tolerance 0.020)" in draft.verdict
+    assert RagConfig.objects.get(pk=config.pk).version == 1 and serving_scope(acme) == ""
+    assert [r.name for r in draft.gate_rules.all()] == ["ops"]
+
+
+def test_an_ab_test_of_a_gated_config_takes_its_share_only_once_the_gate_passes(
+        acme: Imported, applied: Any, client: Client, admin_client: Client) -> None:
+    from retrieval.models import ConfigExperiment
+
+    config = default_config(acme, **WORSE)
+    config = rag_config_update(config=config, tenant=acme.tenant, values={"kb_scope": ""},
+                               changed_by="setup")
+    gate_set(acme)
+    staff(client, acme)
+    worse = config.changes.get(version=1)
+    with applied():
+        page = client.post(reverse("admin:retrieval_ragconfigchange_ab_test", args=[worse.pk]),
+                           {"share": "99"}, follow=True).content.decode()
+    experiment = ConfigExperiment.objects.get()
+    assert (experiment.share, experiment.asked_share) == (0, 99) and experiment.running
+    assert "runs on no lookup yet" in page and 'id="experiment-gate"' in page
+    # No lookup runs with the candidate while the gate holds it.
+    assert all(rag_config_for(tenant_id=acme.tenant.pk, dataset_ids=(),
+                              routing_key=f"s{n}").experiment == (experiment.pk, "control")
+               for n in range(50))
+    draft = RagConfigDraft.objects.get(experiment=experiment)
+    assert draft.kind == "experiment" and draft.status == "held", draft.verdict
+    decide = reverse("admin:retrieval_ragconfigdraft_decide", args=[draft.pk])
+    held = client.get(reverse("admin:retrieval_ragconfigdraft_change", args=[draft.pk]))
+    assert 'data-status="held"' in held.content.decode()
+    assert client.post(decide, {"override": "1", "reason": "trust me"}).status_code == 403
+    with applied():
+        client.post(decide, {"recheck": "1"})
+    experiment.refresh_from_db()
+    assert experiment.share == 0
+
+    # A superuser may give it its share against the gate.
+    done = admin_client.post(decide, {"override": "1", "reason": "a measured risk"},
+                             follow=True).content.decode()
+    assert f"A/B test {experiment.pk} takes its share" in done
+    experiment.refresh_from_db()
+    draft.refresh_from_db()
+    assert experiment.share == 99 and draft.status == "applied"
+    assert RagConfig.objects.get(pk=config.pk).version == 2  # the config itself is unchanged
+
+
+def test_an_ab_test_the_gate_passes_takes_its_share_and_its_end_ends_the_wait(
+        acme: Imported, applied: Any) -> None:
+    config = default_config(acme)
+    config = rag_config_update(config=config, tenant=acme.tenant, values={"return_n": 4},
+                               changed_by="setup")
+    gate_set(acme)
+    with applied():
+        passing = experiment_start(change=config.changes.get(version=1), share=30,
+                                   started_by="editor")
+    passing.refresh_from_db()
+    assert passing.share == 30
+    assert RagConfigDraft.objects.get(experiment=passing).status == "applied"
+    experiment_promote(experiment=passing, promoted_by="editor")  # ends it (and is held)
+
+    waiting = experiment_start(change=config.changes.get(version=1), share=30,
+                               started_by="editor")  # no worker here: its gate waits
+    draft = RagConfigDraft.objects.get(experiment=waiting)
+    assert waiting.share == 0 and draft.status == "checking"
+    rag_config_draft_discard(draft=draft, discarded_by="editor")
+    waiting.refresh_from_db()
+    assert not waiting.running and "was discarded" in waiting.outcome

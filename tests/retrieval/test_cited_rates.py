@@ -123,6 +123,44 @@ def _superuser_page(url: str, name: str = "root-cited") -> str:
     return client.get(url).content.decode()
 
 
+def test_the_rates_per_config_version_tell_two_configs_of_one_version_apart(
+        acme: Imported, acme_edge: Imported, make_key: MakeKey) -> None:
+    """Issue 36 item 15: the ops dataset's own config and the tenant default are both at
+    version 1; their calls are two rows, each naming its config, not one "version 1"."""
+    default = rag_config_update(config=None, tenant=acme.tenant, values={},
+                                changed_by="setup")
+    own = rag_config_update(config=None, tenant=acme.tenant, dataset=acme.dataset,
+                            values={"return_n": 3}, changed_by="setup")
+    assert default.version == own.version == 1
+    _, secret = make_key("acme")
+    _, admin = make_key("acme", role="admin")
+    agent = client_for(secret)
+    on_ops = evidence_ids(ready(lookup(agent, BAD_GATEWAY, dataset_ids=[acme.dataset.pk])))
+    on_edge = evidence_ids(ready(lookup(agent, BAD_GATEWAY,
+                                        dataset_ids=[acme_edge.dataset.pk])))
+    # A row from before config ids were recorded: its version names no config.
+    before = ServedEvidence.objects.first()
+    assert before is not None
+    ServedEvidence.objects.filter(pk=before.pk).update(config_id=None)
+
+    rows = {(r["config_id"], r["config_version"]): r
+            for r in rates(client_for(admin))["by_config_version"]}
+
+    assert rows[(own.pk, 1)]["served"] + rows[(default.pk, 1)]["served"] + \
+        rows[(None, 1)]["served"] == len(on_ops) + len(on_edge)
+    assert rows[(None, 1)] == {"config_id": None, "config_version": 1, "config_known": False,
+                               "served": 1, "cited": 0, "cited_rate": 0.0, "helpful": 0,
+                               "not_helpful": 0}
+    assert rows[(own.pk, 1)]["config_known"] and rows[(default.pk, 1)]["config_known"]
+    assert {rows[(own.pk, 1)]["served"], rows[(default.pk, 1)]["served"]} == {
+        len(on_ops) - (before.dataset_id == acme.dataset.pk),
+        len(on_edge) - (before.dataset_id == acme_edge.dataset.pk)}
+    served_by = dict(ServedEvidence.objects.exclude(config_id=None)
+                     .values_list("dataset_id", "config_id").distinct())
+    assert served_by == {acme.dataset.pk: own.pk, acme_edge.dataset.pk: default.pk}
+    assert ToolInvocation.objects.filter(config_id=own.pk).count() == 1
+
+
 def test_no_query_text_is_kept_by_the_recording(acme: Imported, make_key: MakeKey) -> None:
     _, secret = make_key("acme")
     agent = client_for(secret)

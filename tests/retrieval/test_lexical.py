@@ -168,6 +168,17 @@ def test_vocabulary_terms_are_the_query_words_the_texts_hold() -> None:
     assert vocabulary_terms(query, [], limit=4) == ()
 
 
+def test_chinese_vocabulary_terms_are_words_not_bigrams() -> None:
+    """Issue 36 item 17: a topic on the knowledge gaps page reads "数据库", not "数据, 据库"."""
+    texts = ["数据库的连接池已满：排查慢查询。主从节点之间的复制出现延迟。"]
+    assert vocabulary_terms("数据库连接池满了怎么排查", texts, limit=10) == (
+        "数据库", "连接池", "排查")
+    # A word the texts do not hold whole: its own words that they do, none overlapping.
+    assert vocabulary_terms("主从复制延迟", texts, limit=10) == ("主从", "复制", "延迟")
+    assert vocabulary_terms("数据仓库", ["数据很多"], limit=10) == ("数据",)
+    assert vocabulary_terms("薪资核算", texts, limit=10) == ()  # no word of the texts
+
+
 def test_a_lookup_keeps_topic_terms_of_its_candidates_even_when_empty() -> None:
     post = KnowledgeEvidencePostProcessor(5, 2, 0.5, 0.9)
     hits = [hit(1, content="Kafka consumer lag grows", l2=1.9)]

@@ -2,7 +2,8 @@
 query transform made of it (the rules' and the chat model's rewrites, the expanded, multiple and
 decomposed queries, the agentic plan and its corrections) are in no database row, no cache or
 Redis entry and no log line after lookups, answers, agentic runs and node runs over REST and
-MCP; with KB_AUDIT_STORE_RAW_QUERY they are kept."""
+MCP; with KB_AUDIT_STORE_RAW_QUERY they are kept, and for a tenant that opted in (issue 36
+item 16) they are kept for its own retention while another tenant's are nowhere."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from django.core.cache import cache
 from django.db import connection
 
 from audit.models import ToolInvocation
+from audit.privacy import audited_text
 from retrieval.analysis import normalize_text
 from retrieval.lookup.graph.model_transform import SYSTEM_PROMPT as TRANSFORM_PROMPT
 from retrieval.lookup.graph.query_transform import rewrite
@@ -186,7 +188,7 @@ def test_with_raw_queries_on_the_question_and_its_rewrite_are_kept(
         assert row.query_text == body["query"]  # the question asked, not a sub-question
     lookup = rows[bodies[0]["tool_call_id"]]
     notes = [s["note"] for s in lookup.details["retrievalDetails"]["stages"]]
-    assert f"REWRITE: rewritten to {rewrite(QUESTION)!r} (1 queries)" in notes
+    assert f"REWRITE: rewritten to {audited_text(rewrite(QUESTION))} (1 queries)" in notes
 
 
 def broker_messages() -> str:
@@ -259,3 +261,73 @@ def test_the_knowledge_gaps_keep_no_query_text(acme: Imported, make_key: MakeKey
     files = database_files()
     assert MARKER.encode() not in files
     assert connection.vendor != "sqlite" or b"php-fpm" in files  # the live file was read
+
+
+# Issue 36 item 16: a tenant's own opt-in to raw queries, with its own retention.
+OTHER_MARKER = "ledgerqx4"
+
+
+def test_a_tenant_that_opted_in_keeps_its_questions_for_its_own_days_and_no_other_does(
+        acme: Imported, globex: Imported, make_key: MakeKey, admin_client: Any,
+        logs: pytest.LogCaptureFixture) -> None:
+    from datetime import timedelta
+
+    from django.db.models import F
+    from django.urls import reverse
+
+    from kbplatform.celery import app
+
+    assert not django_settings.KB_AUDIT_STORE_RAW_QUERY  # the deployment keeps no one's
+    acme.tenant.store_raw_queries, acme.tenant.raw_query_retention_days = True, 2
+    acme.tenant.save()
+    for tenant in (acme.tenant, globex.tenant):
+        RagConfig.objects.create(tenant=tenant, enable_query_transform=True,
+                                 query_transform_strategy="REWRITE")
+    _, kept_secret = make_key("acme")
+    _, other_secret = make_key("globex")
+    off_topic = f"{MARKER} quarterly payroll taxes for {MARKER}"
+    bodies = [*every_path(kept_secret),
+              call(kept_secret, "/api/tools/lookup_knowledge", off_topic)]
+    other = [call(other_secret, path, QUESTION.replace(MARKER, OTHER_MARKER))
+             for path in (*PATHS, "/api/tools/lookup_knowledge")]
+    call(other_secret, "/api/tools/lookup_knowledge", off_topic.replace(MARKER, OTHER_MARKER))
+    assert bodies[-1]["evidence_status"] == "EMPTY" and len(other) == 4
+
+    def gaps(imported: Imported) -> str:
+        args = [imported.dataset.pk]
+        return (admin_client.get(reverse("admin:audit_knowledge_gaps", args=args)).content
+                .decode() + admin_client.get(reverse("admin:audit_knowledge_gaps_csv",
+                                                     args=args)).content.decode())
+
+    # The tenant that did not opt in: its questions nowhere, not even on its gaps page.
+    everything = "\n".join([stored(), logs.text, gaps(globex)])
+    assert OTHER_MARKER not in everything
+    assert "Example queries" not in gaps(globex)
+    # The one that did: each call's question, its rewrite, its plan; and the gaps' examples.
+    rows = {r.tool_call_id: r for r in ToolInvocation.objects.filter(tenant=acme.tenant)}
+    assert all(rows[b["tool_call_id"]].query_text == b["query"] for b in bodies)
+    assert all(r.query_kept for r in rows.values())
+    assert audited_text(rewrite(QUESTION)) in stored()
+    assert "Example queries" in gaps(acme) and off_topic in gaps(acme)
+    assert MARKER not in logs.text  # kept by the audit, never logged
+
+    # Its own retention (2 days, not the deployment's 30): the periodic pass erases them all,
+    # from the rows and the traces alike; a question of today stays.
+    ToolInvocation.objects.filter(tenant=acme.tenant).update(
+        created_at=F("created_at") - timedelta(days=3))
+    fresh = call(kept_secret, "/api/tools/lookup_knowledge", "nginx 502 freshqz9 gateway")
+    app.loader.import_default_modules()
+    app.tasks["audit.tasks.raw_queries_erase_task"].apply()
+    after = stored()
+    for text in (MARKER, QUESTION, TWO_PARTS, rewrite(QUESTION)):
+        assert text not in after, text
+    assert ToolInvocation.objects.get(tool_call_id=fresh["tool_call_id"]).query_text == \
+        "nginx 502 freshqz9 gateway"
+    assert "Example queries" in gaps(acme) and off_topic not in gaps(acme)
+
+    # Switched off, the tenant's text is erased by the next pass, whatever its age.
+    acme.tenant.store_raw_queries = False
+    acme.tenant.save()
+    assert "Example queries" not in gaps(acme)
+    app.tasks["audit.tasks.raw_queries_erase_task"].apply()
+    assert "freshqz9" not in stored()

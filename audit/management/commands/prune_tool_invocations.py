@@ -5,7 +5,6 @@ from __future__ import annotations
 from argparse import ArgumentParser
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from audit.canonical import canonical_prune
@@ -14,8 +13,8 @@ from audit.services import raw_queries_erase, tool_invocations_prune
 
 class Command(BaseCommand):
     help = ("Delete tool invocation audit rows older than N days, in batches, expired "
-            "canonical invocations (the evidence guard's records), and raw query text older "
-            "than KB_AUDIT_RAW_QUERY_RETENTION_DAYS.")
+            "canonical invocations (the evidence guard's records), and raw query text past "
+            "its tenant's retention (at most KB_AUDIT_RAW_QUERY_RETENTION_DAYS).")
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--days", type=int, required=True,
@@ -33,7 +32,6 @@ class Command(BaseCommand):
         self.stdout.write(f"Deleted {deleted} tool invocation(s) older than {days} day(s).")
         expired = canonical_prune()
         self.stdout.write(f"Deleted {expired} expired canonical invocation(s).")
-        retention = settings.KB_AUDIT_RAW_QUERY_RETENTION_DAYS
-        erased = raw_queries_erase(older_than_days=retention, batch_size=batch_size)
-        self.stdout.write(f"Erased the raw query of {erased} call(s) older than {retention} "
-                          "day(s).")
+        erased = raw_queries_erase(batch_size=batch_size)
+        self.stdout.write(f"Erased the raw query of {erased} call(s) past their tenant's "
+                          "retention.")

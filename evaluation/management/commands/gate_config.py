@@ -10,7 +10,7 @@ from datasets.models import Dataset, Tenant
 from evaluation.display import runs_compared
 from evaluation.gate import SetVerdict, gate_measure, gate_sets
 from evaluation.management.overrides import parsed_overrides
-from evaluation.models import GATE_METRICS
+from evaluation.models import GATE_METRICS, GateRule
 from evaluation.runs import RunUnavailable
 from retrieval.management.store import StoreCommand
 from retrieval.ragconfig.config import RagConfigConverter, RagConfigError
@@ -45,12 +45,13 @@ class Command(StoreCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         config = self._config(options["tenant"], options["dataset"])
         candidate = self._candidate(config, options["set"], options["config_version"])
-        sets = list(gate_sets(tenant_id=config.tenant_id, dataset_id=config.dataset_id))
-        if not sets:
+        rules = [GateRule.of(s) for s in gate_sets(tenant_id=config.tenant_id,
+                                                    dataset_id=config.dataset_id)]
+        if not rules:
             raise _unchecked(f"no gate question set covers {config.scope_label}: name one "
                              "under Evaluation › Question sets")
         try:
-            verdicts = gate_measure(config=config, candidate=candidate, sets=sets,
+            verdicts = gate_measure(config=config, candidate=candidate, rules=rules,
                                     candidate_label=f"{config.scope_label}, gate_config",
                                     created_by="gate_config")
         except RunUnavailable as exc:
@@ -61,7 +62,7 @@ class Command(StoreCommand):
         else:
             for verdict in verdicts:
                 self.stdout.write("\n".join(self._lines(config, verdict)))
-        failed = [v.question_set.name for v in verdicts if not v.passed]
+        failed = [v.rule.name for v in verdicts if not v.passed]
         if failed:
             raise CommandError(f"regression on {', '.join(failed)}", returncode=1)
         self.stdout.write(f"passed: {config.scope_label} may take the change")
@@ -103,7 +104,7 @@ class Command(StoreCommand):
 
     @staticmethod
     def _lines(config: RagConfig, verdict: SetVerdict) -> list[str]:
-        lines = [f"gate set {verdict.question_set.name} ({len(verdict.question_set.questions)} "
+        lines = [f"gate set {verdict.rule.name} ({len(verdict.rule.questions)} "
                  f"questions): {'passed' if verdict.passed else 'REGRESSION'}",
                  f"  {'metric':<16} {'v' + str(config.version):>8} {'change':>8} {'drop':>8} "
                  f"{'tolerance':>10}"]
@@ -134,7 +135,7 @@ class Command(StoreCommand):
             compared = runs_compared(verdict.baseline, verdict.candidate, changed_only=True,
                                      limit=DIFF_ROWS)
             sets.append({
-                "name": verdict.question_set.name, "passed": verdict.passed,
+                "name": verdict.rule.name, "passed": verdict.passed,
                 "baseline": verdict.baseline.metrics, "candidate": verdict.candidate.metrics,
                 "drops": verdict.drops, "tolerances": verdict.tolerances,
                 "failed": verdict.failed,

@@ -4,6 +4,7 @@ synthesize, no_answer), offline and with a real local chat-completions server as
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from audit.models import Outcome, ToolInvocation
+from audit.privacy import audited_text
 from retrieval.models import RagConfig
 from tests.retrieval.chat_server import ChatServer, asks_to_judge, careful_reply, chat_server
 from tests.retrieval.conftest import Imported, MakeKey, client_for
@@ -72,8 +74,10 @@ def test_a_two_part_question_continues_to_its_second_part_then_synthesizes(
     trace = audited(body)
     assert [hop["route"] for hop in trace["iterations"]] == routes(body)
     assert trace["outcome"] == Outcome.OK and trace["analysis"]["sub_questions"] == 2
-    # The audit keeps no query text unless KB_AUDIT_STORE_RAW_QUERY says so.
-    assert "plan" not in trace and "nginx" not in json.dumps(trace["iterations"])
+    # The audit keeps no query text unless the tenant keeps raw queries: the plan and each
+    # iteration's query are their lengths and hashes.
+    assert "nginx" not in json.dumps(trace) and len(trace["plan"]) == 2
+    assert all(re.fullmatch(r"\d+ characters #[0-9a-f]{8}", q) for q in trace["plan"])
 
     # The operator reads the iterations on the invocation's admin page.
     staff = Client()
@@ -161,9 +165,10 @@ def test_with_raw_queries_on_the_audit_keeps_the_plan(acme: Imported, make_key: 
     _, secret = make_key("acme")
     _, body = agentic(secret, TWO_PARTS)
     trace = audited(body)
-    assert trace["plan"] == ["How do I fix nginx 502 bad gateway",
-                             "Why does kafka consumer lag grow"]
-    assert [hop["query"] for hop in trace["iterations"]] == [h["query"] for h in body["routes"]]
+    assert trace["plan"] == [audited_text("How do I fix nginx 502 bad gateway"),
+                             audited_text("Why does kafka consumer lag grow")]
+    assert [hop["query"] for hop in trace["iterations"]] == [
+        audited_text(h["query"]) for h in body["routes"]]
 
 
 def test_the_whole_run_keeps_its_deadline(acme: Imported, make_key: MakeKey,
