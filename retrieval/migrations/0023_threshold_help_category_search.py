@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('retrieval', '0021_bilingual_bm25_on'),
+        ('retrieval', '0022_ab_test_admitted_by_the_gate'),
     ]
 
     operations = [
