@@ -32,6 +32,7 @@ from django.utils.html import format_html
 from audit.admin_display import trace_tables
 from datasets.admin_display import job_progress
 from datasets.admin_scope import TenantScopedAdmin, scoped, tenant_filter
+from datasets.jobs import GOING
 from evaluation.display import run_series, runs_compared
 from evaluation.models import EvaluationQuery, EvaluationRun, QuestionSet
 from evaluation.question_sets import (
@@ -41,7 +42,6 @@ from evaluation.question_sets import (
     question_set_parse,
 )
 from evaluation.runs import (
-    GOING,
     MAX_SUITE_QUERIES,
     RunRefused,
     eval_suites,

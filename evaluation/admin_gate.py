@@ -43,7 +43,7 @@ DIFF_ROWS = 50
 MAX_GATE_QUESTIONS = MAX_QUESTIONS
 
 
-class QuestionSetForm(forms.ModelForm):
+class QuestionSetForm(forms.ModelForm[QuestionSet]):
     questions_file = forms.FileField(
         required=False, label="Questions (file)",
         help_text="As a batch hit test takes them: JSON lines ({\"query\": …, \"expected\": "

@@ -110,7 +110,7 @@ GATE_METRICS = {"first": ("right first", "max_drop_first"),
                 "off_topic_empty": ("off-topic EMPTY", "max_drop_off_topic_empty")}
 
 
-def _tolerance(default: float, label: str) -> models.FloatField:
+def _tolerance(default: float, label: str) -> models.FloatField[float, float]:
     return models.FloatField(default=default, help_text=(
         f"The largest drop of {label} (0 to 1, absolute: 0.02 is two points) a change may "
         "cause on this set and still serve."))
