@@ -27,7 +27,11 @@ from kbplatform.processes import served_uri
 django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(env_str("KB_VAR_DIR", str(BASE_DIR / "var")))
+# Absolute: a relative folder would follow each process's working directory (an empty
+# KB_VAR_DIR once put a generated secret_key at the root of the checkout).
+VAR_DIR = Path(env_str("KB_VAR_DIR") or BASE_DIR / "var")
+if not VAR_DIR.is_absolute():
+    raise ImproperlyConfigured(f"KB_VAR_DIR={str(VAR_DIR)!r} must be an absolute path")
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'kbplatform.sqlite3'}")
