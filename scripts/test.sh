@@ -27,6 +27,7 @@ run_pytest() {
 }
 
 echo "== integration: MariaDB + Redis + Milvus Lite server + Celery worker"
+# No KB_VAR_DIR: the tests' own is a temporary folder (tests/var_dir.py), never var/ here.
 DJANGO_SECRET_KEY="${DJANGO_SECRET_KEY:-test-only-$(python -c 'import secrets; print(secrets.token_urlsafe(40))')}" \
 DATABASE_URL="${TEST_DATABASE_URL:-mysql://root:@127.0.0.1:3306/test}" \
 REDIS_URL="${TEST_REDIS_URL:-redis://127.0.0.1:6379/13}" \
