@@ -150,6 +150,8 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = not (STATIC_ROOT / "admin").is_dir()
+# Files served at the site's root: /favicon.ico, which browsers ask for on every site.
+WHITENOISE_ROOT = BASE_DIR / "kbplatform" / "web_root"
 if WHITENOISE_USE_FINDERS:  # then WhiteNoise's warning about the missing folder is moot
     warnings.filterwarnings("ignore", message="No directory at", category=UserWarning)
 
