@@ -12,6 +12,7 @@ from django.contrib.auth.models import Permission, User
 from django.forms.models import model_to_dict
 from django.test import Client, RequestFactory
 from django.urls import reverse
+from django.utils.html import escape
 
 from datasets.models import Dataset, Job, Tenant
 from retrieval.admin.ragconfig import RagAgentForm, RagConfigAdmin, RagConfigForm
@@ -181,7 +182,7 @@ def test_every_setting_explains_itself_in_the_group_of_its_stage(
     html = admin_client.get(reverse("admin:retrieval_ragconfig_add")).content.decode()
     for name in SETTING_NAMES:
         text = str(RagConfig._meta.get_field(name).help_text)
-        assert f"<div>{text}</div>" in html, name  # under the field (the admin marks it safe)
+        assert f"<div>{escape(text)}</div>" in html, name  # under the field, as text
         assert "not used" not in text.lower(), name  # every field does what it says
     grouped = [name for _, group in RagConfigAdmin.fieldsets[1:] for name in group["fields"]]
     assert sorted(grouped) == sorted(SETTING_NAMES)  # each setting once, in its stage's group
