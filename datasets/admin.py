@@ -10,6 +10,7 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
 from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import (
     FileResponse,
@@ -19,6 +20,7 @@ from django.http import (
     HttpResponseRedirect,
     JsonResponse,
 )
+from django.shortcuts import redirect
 from django.urls import path, reverse
 from django.utils.html import format_html
 
@@ -369,6 +371,7 @@ class SourceForm(forms.ModelForm[Source]):
         model = Source
         fields = ["dataset", "name", "kind", "location", "branch", "subfolder", "include",
                   "max_depth", "max_pages", "max_page_bytes", "interval_minutes"]
+        widgets = {"location": forms.TextInput(attrs={"size": 80})}  # URLs and paths are long
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -382,7 +385,8 @@ class SourceForm(forms.ModelForm[Source]):
 
 @admin.register(Source)
 class SourceAdmin(TenantScopedAdmin[Source]):
-    """Sources of the user's tenants; "Sync now" is an action (a POST with the CSRF token)."""
+    """Sources of the user's tenants. "Sync now" is a button on a source's page and an action
+    of the list, both a POST with the CSRF token."""
 
     form = SourceForm
     tenant_path = "dataset__tenant"
@@ -395,25 +399,53 @@ class SourceAdmin(TenantScopedAdmin[Source]):
     actions = ["sync_now", "delete_sources"]
     readonly_fields = ["last_revision", "last_sync_at", "last_status", "last_error",
                        "syncing_since", "created_at"]
+    change_form_template = "admin/datasets/source/change_form.html"  # the Sync now button
 
     def get_readonly_fields(self, request: HttpRequest, obj: Source | None = None) -> Any:
         # The name and kind name the source's documents (their paths): fixed once made.
         return [*self.readonly_fields, "dataset", "name", "kind"] if obj else self.readonly_fields
 
+    def get_fields(self, request: HttpRequest, obj: Source | None = None) -> Any:
+        # What the source is first, also once those are read-only (Django puts them last).
+        identity = ["dataset", "name", "kind"]
+        return [*identity, *(f for f in super().get_fields(request, obj) if f not in identity)]
+
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # its documents must leave Milvus too: the "delete" action
+
+    def get_urls(self) -> list[Any]:
+        sync = path("<path:object_id>/sync/", self.admin_site.admin_view(self.sync_view),
+                    name="datasets_source_sync")
+        return [sync, *super().get_urls()]
+
+    def sync_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """POST, the source page's button: a sync job, whose page then follows it."""
+        source = self.viewed_object(request, object_id)
+        if request.method != "POST" or not self.has_change_permission(request, source):
+            raise PermissionDenied
+        if source is None:
+            return self.not_found(request, object_id)
+        job = self._sync(request, source)
+        if job is None:
+            return redirect("admin:datasets_source_change", source.pk)
+        return redirect("admin:datasets_job_change", job.pk)
+
+    def _sync(self, request: HttpRequest, source: Source) -> Job | None:
+        """A sync job of `source`, said in a message; None while one is queued or running."""
+        try:
+            job = source_sync_request(source=source)
+        except SyncRunning as exc:
+            self.message_user(request, f"No sync of {source}: {exc.detail}.", messages.WARNING)
+            return None
+        url = reverse("admin:datasets_job_change", args=[job.pk])
+        self.message_user(request, format_html("Sync of {} queued (<a href=\"{}\">job {}</a>).",
+                                               source, url, job.pk))
+        return job
 
     @admin.action(description="Sync now", permissions=["change"])
     def sync_now(self, request: HttpRequest, queryset: QuerySet[Source]) -> None:
         for source in queryset:
-            try:
-                job = source_sync_request(source=source)
-            except SyncRunning as exc:
-                self.message_user(request, f"{source}: {exc.detail}", messages.WARNING)
-                continue
-            url = reverse("admin:datasets_job_change", args=[job.pk])
-            self.message_user(request, format_html("{}: sync queued (<a href=\"{}\">job {}</a>).",
-                                                   source, url, job.pk))
+            self._sync(request, source)
 
     @admin.action(description="Delete selected sources and their documents",
                   permissions=["change"])
