@@ -432,10 +432,12 @@ def test_the_quality_loop_closes_cited_rates_an_ab_test_and_a_gap(
         page.fill("#id_return_n", "1")
         page.click("input[name=_continue]")
         page.wait_for_selector(".messagelist .success")
-        page.click("a:text-is('view, roll back to it') >> nth=1")  # the version before it
+        # The serving version's row is "view (serves now)": the first to roll back to is the
+        # version before it.
+        page.click("a:text-is('view, roll back to it') >> nth=0")
         page.click("#rollback input[type=submit]")
         assert page.input_value("#id_return_n") != "1"
-        page.click("a:text-is('view, roll back to it') >> nth=1")  # the one with return_n 1
+        page.click("a:text-is('view, roll back to it') >> nth=0")  # the one with return_n 1
         start = page.get_attribute("#ab-test input[type=submit]", "value") or ""
         candidate = start.split()[-1]  # "Start an A/B test of version N"
         page.fill("#ab-share", "50")

@@ -83,9 +83,14 @@ class RagConfigChangeInline(ReadOnlyAdmin, admin.TabularInline):
     def diff(self, change: RagConfigChange) -> str:
         return change_summary(change)
 
+    def get_queryset(self, request: HttpRequest) -> Any:
+        return super().get_queryset(request).select_related("config")  # `open` reads it
+
     @admin.display(description="")
     def open(self, change: RagConfigChange) -> str:
         url = reverse("admin:retrieval_ragconfigchange_change", args=[change.pk])
+        if change.version == change.config.version:  # nothing to roll back to
+            return format_html('<a href="{}">view (serves now)</a>', url)
         return format_html('<a href="{}">view, roll back to it</a>', url)
 
 
@@ -313,8 +318,14 @@ class RagConfigChangeAdmin(ReadOnlyAdmin, TenantScopedAdmin[RagConfigChange]):
     def render_change_form(self, request: HttpRequest, context: dict[str, Any],
                            add: bool = False, change: bool = False, form_url: str = "",
                            obj: RagConfigChange | None = None) -> HttpResponse:
-        context["can_roll_back"] = obj is not None and request.user.has_perm(
-            "retrieval.change_ragconfig")
+        # A version with the settings that serve now (that version, or one equal to it) has
+        # nothing to roll back to: the button would only say "nothing changed".
+        serving = (obj.config.changes.filter(version=obj.config.version).first()
+                   if obj is not None else None)
+        context["serves"] = serving is not None and obj is not None and (
+            serving.settings() == obj.settings())
+        context["can_roll_back"] = obj is not None and not context["serves"] and (
+            request.user.has_perm("retrieval.change_ragconfig"))
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     @admin.display(description="changed")

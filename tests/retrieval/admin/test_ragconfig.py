@@ -390,3 +390,27 @@ def test_a_versions_page_lists_what_it_changed(admin_client: Client, tenant: Ten
         config.changes.get(version=2).pk])).content.decode()
     diff = page.split('id="version-diff"', 1)[1].split("</table>", 1)[0]
     assert diff.count("<tr>") == 2  # the header and the one setting version 2 changed
+
+
+def test_no_rollback_is_offered_to_the_settings_that_serve(admin_client: Client,
+                                                           tenant: Tenant) -> None:
+    """The serving version's page offered "Roll back to version 3", which changed nothing."""
+    config = history(tenant)  # version 3 serves
+
+    def page(version: int) -> str:
+        return admin_client.get(reverse("admin:retrieval_ragconfigchange_change", args=[
+            config.changes.get(version=version).pk])).content.decode()
+
+    assert "Roll back to" not in page(3)
+    assert "Version 3 is the version of acme/default that serves now" in page(3)
+    assert 'value="Roll back to version 2"' in page(2)
+    admin_client.post(reverse("admin:retrieval_ragconfigchange_rollback",
+                              args=[config.changes.get(version=2).pk]))
+    # Version 4 serves, equal to version 2: version 2 has nothing to roll back to any more.
+    assert "Roll back to" not in page(2) and "Start an A/B test" not in page(2)
+    assert "Version 2 has the settings of version 4, which serves now" in page(2)
+    assert 'value="Roll back to version 3"' in page(3)
+    history_rows = admin_client.get(reverse("admin:retrieval_ragconfig_change",
+                                            args=[config.pk])).content.decode()
+    assert re.findall(r">(view[^<]*)</a>", history_rows) == [
+        "view (serves now)", *["view, roll back to it"] * 3]
