@@ -414,3 +414,18 @@ def test_no_rollback_is_offered_to_the_settings_that_serve(admin_client: Client,
                                             args=[config.pk])).content.decode()
     assert re.findall(r">(view[^<]*)</a>", history_rows) == [
         "view (serves now)", *["view, roll back to it"] * 3]
+
+
+def test_the_drafts_question_is_a_labelled_field_not_in_a_row_of_buttons(
+        admin_client: Client, tenant: Tenant) -> None:
+    """It sat in a submit row, whose stylesheet paints every input as a button: it looked
+    like one."""
+    config = history(tenant)
+    html = admin_client.get(reverse("admin:retrieval_ragconfig_change",
+                                    args=[config.pk])).content.decode()
+    rows = re.findall(r'<div class="submit-row"[^>]*>(.*?)</div>', html, re.S)
+    assert any('name="_hit_test_draft"' in row for row in rows)  # the button is a button
+    assert not any('name="_hit_test_question"' in row for row in rows)
+    assert '<label for="draft-question">Question:</label>' in html
+    assert re.search(r'<input type="text" name="_hit_test_question" id="draft-question" '
+                     r'class="vTextField"', html)
