@@ -136,6 +136,7 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+FORMAT_MODULE_PATH = ["kbplatform.formats"]  # ISO dates and times
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 # WhiteNoise serves what `collectstatic` put in STATIC_ROOT (with compressed copies; set-up

@@ -212,6 +212,20 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(
             page.wait_for_selector("#result_list")
             page.screenshot(path=str(tmp_path / f"{link.lower().replace(' ', '-')}.png"))
 
+        # The audit's list at 1400 px: what each call was and how it ended, in view beside the
+        # navigation and the filters, not behind a sideways scroll (it showed 3 of 11 columns).
+        page.set_viewport_size({"width": 1400, "height": 900})
+        page.goto(demo.url + "/admin/audit/toolinvocation/")
+        edge = page.eval_on_selector("#result_list", "t => Math.min(innerWidth, "
+                                     "t.parentElement.getBoundingClientRect().right)")
+        for column in ("time", "tool", "ended", "relevance", "latency", "where"):
+            box = page.locator(f"#result_list th.column-{column}").bounding_box()
+            assert box is not None and box["x"] + box["width"] <= edge, column
+        assert page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+        assert "lookup_knowledge" in page.inner_text("#result_list tbody tr:first-child")
+        page.screenshot(path=str(screenshots / "tool-invocations.png"))
+        page.set_viewport_size({"width": 1280, "height": 900})
+
         # The trace of that lookup names its documents, not only their numeric keys.
         page.goto(demo.url + "/admin/")
         page.click("#content-main a:text-is('Tool invocations')")

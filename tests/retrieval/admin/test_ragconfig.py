@@ -243,8 +243,8 @@ def test_each_history_row_shows_its_own_version(runtime: str, admin_client: Clie
                                    changed_by="b")
     assert config.version == 3
     html = admin_client.get("/admin/retrieval/ragconfigchange/").content.decode()
-    rows = re.findall(r'<th class="field-config_scope"><a [^>]*>([^<]*)</a></th>'
-                      r'<td class="field-version"><a [^>]*>(\d+)</a></td>', html)
+    rows = re.findall(r'<th class="field-config_scope"><a [^>]*><span [^>]*>([^<]*)</span></a>'
+                      r'</th><td class="field-version"><a [^>]*>(\d+)</a></td>', html)
     assert rows == [("acme/default", "3"), ("acme/default", "2"), ("acme/default", "1")]
     assert "acme/default v" not in html  # no row named with the latest version
 
@@ -254,8 +254,8 @@ def test_each_history_row_shows_its_own_version(runtime: str, admin_client: Clie
     assert "acme/default</a> (now at version 3)" in html and "acme/default v" not in html
 
     listed = admin_client.get("/admin/retrieval/ragconfig/").content.decode()
-    assert re.findall(r'<th class="field-scope"><a [^>]*>([^<]*)</a></th>', listed) == [
-        "acme/default"]
+    assert re.findall(r'<th class="field-scope"><a [^>]*><span [^>]*>([^<]*)</span></a></th>',
+                      listed) == ["acme/default"]
 
 
 def test_change_page_does_not_query_per_history_row(admin_client: Client) -> None:
