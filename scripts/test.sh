@@ -12,9 +12,13 @@ cd "$(dirname "$0")/.."
 bash scripts/system-packages.sh libmariadb-dev pkg-config gcc chromium fonts-wqy-zenhei tesseract-ocr tesseract-ocr-chi-sim tesseract-ocr-eng
 bash scripts/setup.sh "mysql,dev"
 . .venv/bin/activate
+# Nothing of the run is kept in the checkout: the type checker reads the settings, which
+# generate the embedded defaults' secret key under KB_VAR_DIR (var/ here otherwise).
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
 
 ruff check .
-mypy kbplatform kbplatform_client datasets retrieval audit evaluation
+KB_VAR_DIR="$tmp/lint" mypy kbplatform kbplatform_client datasets retrieval audit evaluation
 
 run_pytest() {
   # pytest exits 5 when it ran no test: that is a failure here, not a success.
@@ -38,13 +42,12 @@ KB_EMBEDDER="${TEST_EMBEDDER:-use}" \
   run_pytest -m "not embedded and not pure" "$@"
 
 echo "== embedded defaults: SQLite + Milvus Lite file + eager tasks"
-tmp="$(mktemp -d)"
 (
   unset REDIS_URL CELERY_BROKER_URL MILVUS_URI CELERY_TASK_ALWAYS_EAGER
-  export DATABASE_URL="sqlite:///$tmp/kb.sqlite3" KB_VAR_DIR="$tmp"
+  mkdir "$tmp/embedded"
+  export DATABASE_URL="sqlite:///$tmp/embedded/kb.sqlite3" KB_VAR_DIR="$tmp/embedded"
   export KB_EMBEDDER="${TEST_EMBEDDER:-use}"
   # Every test but those that need a production-only service (marked integration); the pure
   # ones (tests/conftest.py) run only here.
   run_pytest -m "not integration" "$@"
 )
-rm -rf "$tmp"
