@@ -243,6 +243,7 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(
         # The demo made the tenant's default RAG config: what serves is visible.
         page.goto(demo.url + "/admin/")
         page.click("#content-main a:text-is('RAG configs')")
+        page.wait_for_selector("#result_list")  # the click returns once the page starts
         assert page.locator("#result_list tbody tr").count() == 1
         # A new one saves with the defaults as they are on the form.
         page.goto(demo.url + "/admin/retrieval/ragconfig/add/")
@@ -252,7 +253,7 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(
         page.screenshot(path=str(tmp_path / "ragconfig-saved.png"), full_page=True)
 
         # Roll that config back: edit it, then restore version 1 from its history.
-        page.click("#result_list a:text-is('browser/default')")
+        page.locator("#result_list").get_by_role("link", name="browser/default", exact=True).click()
         first_return_n = page.input_value("#id_return_n")
         page.fill("#id_return_n", "3")
         page.click("input[name=_continue]")
@@ -286,7 +287,7 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(
 
         # A config's draft, hit tested beside the serving config without being saved.
         page.goto(demo.url + "/admin/retrieval/ragconfig/")
-        page.click("#result_list a:text-is('demo/default')")
+        page.locator("#result_list").get_by_role("link", name="demo/default", exact=True).click()
         page.fill("#id_return_n", "1")
         page.fill("#draft-question", "nginx 502 bad gateway upstream")
         page.click("input[name=_hit_test_draft]")
@@ -311,7 +312,7 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(
         assert page.inner_text("[data-metric=hit_rate]") == "1.000"
         page.screenshot(path=str(screenshots / "evaluation-run.png"), full_page=True)
         page.goto(demo.url + "/admin/retrieval/ragconfig/")
-        page.click("#result_list a:text-is('demo/default')")
+        page.locator("#result_list").get_by_role("link", name="demo/default", exact=True).click()
         page.fill("#id_kb_scope", "nowhere")  # version 2 searches no dataset: all EMPTY
         page.click("input[name=_continue]")
         page.wait_for_selector(".messagelist .success")
@@ -331,7 +332,7 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(
         # An A/B test of version 1 on half the lookups, both arms read from the audit, then
         # promoted: the config serves version 1's settings again.
         page.goto(demo.url + "/admin/retrieval/ragconfig/")
-        page.click("#result_list a:text-is('demo/default')")
+        page.locator("#result_list").get_by_role("link", name="demo/default", exact=True).click()
         page.click("a:text-is('view, roll back to it') >> nth=-1")  # version 1
         page.fill("#ab-share", "50")
         page.click("#ab-test input[type=submit]")
@@ -441,7 +442,7 @@ def test_the_quality_loop_closes_cited_rates_an_ab_test_and_a_gap(
         # The candidate: demo/default with return_n 1, saved as a version, then the config
         # rolled back to what served, so that the version can be tried on half the lookups.
         page.goto(demo.url + "/admin/retrieval/ragconfig/")
-        page.click("#result_list a:text-is('demo/default')")
+        page.locator("#result_list").get_by_role("link", name="demo/default", exact=True).click()
         assert page.input_value("#id_return_n") != "1"
         page.fill("#id_return_n", "1")
         page.click("input[name=_continue]")
