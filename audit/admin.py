@@ -15,6 +15,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils.functional import cached_property
+from django.utils.html import format_html
 
 from audit.admin_display import trace_tables
 from audit.gaps import (
@@ -31,6 +32,7 @@ from audit.types import RELEVANCE_LEVELS
 from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, admin_datasets, tenant_filter
 from datasets.models import Dataset
 from datasets.selectors import db_id, with_document_counts
+from kbplatform.admin_columns import cut, stacked, when
 
 PROBE_LIMIT = 10_000  # a filtered list counts at most this many rows
 GLANCE_PER_PAGE = 25
@@ -87,19 +89,27 @@ class RelevanceFilter(admin.SimpleListFilter):
 
 
 class InvocationList(ChangeList):
-    """The list reads the columns it shows: a call's trace (kilobytes) only on its page."""
+    """The list reads the columns it shows: a call's trace (kilobytes) only on its page, the
+    names of the datasets its page's calls searched in one query."""
 
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None
                      ) -> QuerySet[Any]:
         return super().get_queryset(request, exclude_parameters).defer("details", "query_text")
 
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        ids = {pk for call in self.result_list for pk in call.dataset_ids or []}
+        names = dict(Dataset.objects.filter(pk__in=ids).values_list("pk", "name"))
+        for call in self.result_list:
+            call.dataset_names = [names.get(pk, f"#{pk}") for pk in call.dataset_ids or []]
+
 
 @admin.register(ToolInvocation)
 class ToolInvocationAdmin(ReadOnlyAdmin, TenantScopedAdmin[ToolInvocation]):
     # Not deleted by a click either: retention is `manage.py prune_tool_invocations`.
-    list_display = ["created_at", "tool_call_id", "session_id", "tenant", "tool_name", "channel",
-                    "outcome", "evidence_status", "relevance_level", "returned_count",
-                    "latency_ms"]
+    # What each call was and how it ended, at a glance beside the filters at 1400 px: its ids
+    # and the rest are on its page (and the ids in the time's tooltip).
+    list_display = ["time", "tool", "ended", "relevance", "latency", "where"]
     # Choices from the code, never a SELECT DISTINCT over the table.
     list_filter = [tenant_filter("tenant"), "outcome", "channel", RelevanceFilter,
                    "created_at"]
@@ -113,6 +123,36 @@ class ToolInvocationAdmin(ReadOnlyAdmin, TenantScopedAdmin[ToolInvocation]):
     # `details` is laid out as tables by templates/admin/audit/toolinvocation/change_form.html.
 
     change_list_template = "admin/audit/toolinvocation/change_list.html"  # links the glance
+
+    @admin.display(description="time", ordering="created_at")
+    def time(self, call: ToolInvocation) -> str:
+        ids = f"call {call.tool_call_id or '-'} · session {call.session_id or '-'}"
+        return format_html('<span title="{}">{}</span>', ids, when(call.created_at))
+
+    @admin.display(description="tool", ordering="tool_name")
+    def tool(self, call: ToolInvocation) -> str:
+        return stacked(call.tool_name, call.get_channel_display())
+
+    @admin.display(description="outcome", ordering="outcome")
+    def ended(self, call: ToolInvocation) -> str:
+        outcome = format_html('<span title="{}">{}</span>', call.get_outcome_display(),
+                              call.outcome)
+        return stacked(outcome, cut(call.error, 8)) if call.error else outcome
+
+    @admin.display(description="relevance", ordering="relevance_level")
+    def relevance(self, call: ToolInvocation) -> str:
+        items = f"{call.returned_count} item{'s' if call.returned_count != 1 else ''}"
+        return stacked(call.relevance_level or "-", items)
+
+    @admin.display(description="latency", ordering="latency_ms")
+    def latency(self, call: ToolInvocation) -> str:
+        return f"{call.latency_ms:,.0f} ms"
+
+    @admin.display(description="tenant · datasets", ordering="tenant__slug")
+    def where(self, call: ToolInvocation) -> str:
+        names = ", ".join(getattr(call, "dataset_names", []))
+        tenant = cut(call.tenant or "-", 12)
+        return stacked(tenant, cut(names, 12)) if names else tenant
 
     def get_search_results(self, request: HttpRequest, queryset: QuerySet[ToolInvocation],
                            search_term: str) -> tuple[QuerySet[ToolInvocation], bool]:

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
 from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import (
     FileResponse,
@@ -19,6 +20,7 @@ from django.http import (
     HttpResponseRedirect,
     JsonResponse,
 )
+from django.shortcuts import redirect
 from django.urls import path, reverse
 from django.utils.html import format_html
 
@@ -49,6 +51,7 @@ from datasets.services import (
 from datasets.slug_secrets import tenant_rename_refusals
 from datasets.sources.locations import source_refusals
 from datasets.sources.services import SyncRunning, source_delete, source_sync_request
+from kbplatform.admin_columns import cut, stacked, when
 from kbplatform.errors import ApiError
 
 
@@ -145,11 +148,26 @@ class ApiKeyAdmin(TenantScopedAdmin[ApiKey]):
     listed for a tenant's staff)."""
 
     form = ApiKeyForm
-    list_display = ["prefix", "tenant", "name", "role", "revoked", "created_at", "last_used_at"]
+    list_display = ["key", "key_name", "role", "revoked", "used"]
     list_filter = ["role", "revoked", tenant_filter("tenant")]
     list_select_related = ["tenant"]
     filter_horizontal = ["datasets"]
     readonly_fields = ["prefix", "origin", "created_by", "created_at", "last_used_at"]
+
+    @admin.display(description="key", ordering="prefix")
+    def key(self, key: ApiKey) -> str:
+        """Its prefix (what a caller's key starts with), and below its tenant."""
+        return stacked(key.prefix, cut(key.tenant, 10))
+
+    @admin.display(description="name", ordering="name")
+    def key_name(self, key: ApiKey) -> str:
+        return cut(key.name, 12)
+
+    @admin.display(description="last used", ordering="last_used_at")
+    def used(self, key: ApiKey) -> str:
+        """When it was last used (or never), and below when it was made."""
+        last = when(key.last_used_at) if key.last_used_at else "never"
+        return stacked(last, f"made {when(key.created_at)}")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ApiKey]:
         keys = super().get_queryset(request)
@@ -183,8 +201,8 @@ class ApiKeyAdmin(TenantScopedAdmin[ApiKey]):
 
 @admin.register(Dataset)
 class DatasetAdmin(TenantScopedAdmin[Dataset]):
-    list_display = ["name", "tenant", "kb_scope", "activated", "document_count", "ready_count",
-                    "in_progress_count", "failed_count", "chunk_count", "created_at"]
+    list_display = ["dataset_name", "scope", "activated", "document_count", "chunk_count",
+                    "created_at"]
     list_filter = ["activated", tenant_filter("tenant")]
     list_select_related = ["tenant"]
     search_fields = ["name", "tenant__slug"]
@@ -199,21 +217,23 @@ class DatasetAdmin(TenantScopedAdmin[Dataset]):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Dataset]:
         return with_document_counts(super().get_queryset(request))
 
+    @admin.display(description="dataset", ordering="name")
+    def dataset_name(self, dataset: Dataset) -> str:
+        """Its name, and below its tenant."""
+        return stacked(cut(dataset.name, 14), cut(dataset.tenant, 14))
+
+    @admin.display(description="kb scope", ordering="kb_scope")
+    def scope(self, dataset: Dataset) -> str:
+        return cut(dataset.kb_scope, 7)
+
     @admin.display(description="documents", ordering="documents_live")
-    def document_count(self, dataset: Any) -> int:
-        return int(dataset.documents_live)
-
-    @admin.display(description="ready", ordering="documents_ready")
-    def ready_count(self, dataset: Any) -> int:
-        return int(dataset.documents_ready)
-
-    @admin.display(description="in progress", ordering="documents_in_progress")
-    def in_progress_count(self, dataset: Any) -> int:
-        return int(dataset.documents_in_progress)
-
-    @admin.display(description="failed", ordering="documents_failed")
-    def failed_count(self, dataset: Any) -> int:
-        return int(dataset.documents_failed)
+    def document_count(self, dataset: Any) -> str:
+        """Its documents, and below those not ready: in progress, failed."""
+        counts = [(dataset.documents_in_progress, "in progress"),
+                  (dataset.documents_failed, "failed")]
+        not_ready = " · ".join(f"{n} {what}" for n, what in counts if n)
+        return stacked(dataset.documents_live, not_ready) if not_ready else str(
+            dataset.documents_live)
 
     @admin.display(description="chunks", ordering="chunks")
     def chunk_count(self, dataset: Any) -> int:
@@ -268,8 +288,7 @@ def upload_message(outcome: UploadOutcome) -> str:
 @admin.register(Document)
 class DocumentAdmin(TenantScopedAdmin[Document]):
     tenant_path = "dataset__tenant"
-    list_display = ["source_path", "title", "dataset", "category", "activated", "status",
-                    "chunk_count", "updated_at"]
+    list_display = ["document", "dataset_name", "state", "chunks", "updated_at"]
     list_filter = ["status", "activated", "deleted", "category", ("dataset", DatasetFilter),
                    tenant_filter("dataset__tenant")]
     list_select_related = ["dataset__tenant"]
@@ -282,6 +301,30 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
                        "source_version", "created_at", "updated_at",
                        "format", "original_file", "converter_version", "conversion_notes",
                        "source_redacted", "document_chunks", "evidence_use"]
+
+    @admin.display(description="document", ordering="source_path")
+    def document(self, document: Document) -> str:
+        """Its title, and below the path it has in its dataset."""
+        return stacked(cut(document.title or document.source_path, 18),
+                       cut(document.source_path, 20))
+
+    @admin.display(description="dataset", ordering="dataset")
+    def dataset_name(self, document: Document) -> str:
+        """Its dataset, and below its category."""
+        dataset = cut(document.dataset, 9)
+        return stacked(dataset, cut(document.category, 9)) if document.category else dataset
+
+    @admin.display(description="chunks", ordering="chunk_count")
+    def chunks(self, document: Document) -> int:
+        return document.chunk_count
+
+    @admin.display(description="status", ordering="status")
+    def state(self, document: Document) -> str:
+        """Its indexing status, and below whether lookups may not find it."""
+        status = document.get_status_display()
+        if document.deleted:
+            return stacked(status, "deleted")
+        return status if document.activated else stacked(status, "deactivated")
 
     @admin.display(description="original file")
     def original_file(self, document: Document) -> str:
@@ -398,6 +441,7 @@ class SourceForm(forms.ModelForm[Source]):
         model = Source
         fields = ["dataset", "name", "kind", "location", "branch", "subfolder", "include",
                   "max_depth", "max_pages", "max_page_bytes", "interval_minutes"]
+        widgets = {"location": forms.TextInput(attrs={"size": 80})}  # URLs and paths are long
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -411,12 +455,12 @@ class SourceForm(forms.ModelForm[Source]):
 
 @admin.register(Source)
 class SourceAdmin(TenantScopedAdmin[Source]):
-    """Sources of the user's tenants; "Sync now" is an action (a POST with the CSRF token)."""
+    """Sources of the user's tenants. "Sync now" is a button on a source's page and an action
+    of the list, both a POST with the CSRF token."""
 
     form = SourceForm
     tenant_path = "dataset__tenant"
-    list_display = ["name", "dataset", "kind", "location", "interval_minutes", "last_status",
-                    "last_sync_at", "last_revision"]
+    list_display = ["source_name", "where", "schedule", "last_sync"]
     list_filter = ["kind", "last_status", ("dataset", DatasetFilter),
                    tenant_filter("dataset__tenant")]
     list_select_related = ["dataset__tenant"]
@@ -424,25 +468,76 @@ class SourceAdmin(TenantScopedAdmin[Source]):
     actions = ["sync_now", "delete_sources"]
     readonly_fields = ["last_revision", "last_sync_at", "last_status", "last_error",
                        "syncing_since", "created_at"]
+    change_form_template = "admin/datasets/source/change_form.html"  # the Sync now button
+
+    @admin.display(description="source", ordering="name")
+    def source_name(self, source: Source) -> str:
+        """Its name, and below its dataset."""
+        return stacked(cut(source.name, 12), cut(source.dataset, 12))
+
+    @admin.display(description="location", ordering="location")
+    def where(self, source: Source) -> str:
+        """Where it reads, and below what kind of place that is."""
+        return stacked(cut(source.location, 16), source.get_kind_display())
+
+    @admin.display(description="sync", ordering="interval_minutes")
+    def schedule(self, source: Source) -> str:
+        minutes = source.interval_minutes
+        return f"every {minutes} min" if minutes else "on demand"
+
+    @admin.display(description="last sync", ordering="last_sync_at")
+    def last_sync(self, source: Source) -> str:
+        """How the last sync ended, and below when (and the commit it reached)."""
+        if source.last_sync_at is None:
+            return source.get_last_status_display()
+        commit = f" · {source.last_revision[:7]}" if source.last_revision else ""
+        return stacked(source.get_last_status_display(), when(source.last_sync_at) + commit)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Source | None = None) -> Any:
         # The name and kind name the source's documents (their paths): fixed once made.
         return [*self.readonly_fields, "dataset", "name", "kind"] if obj else self.readonly_fields
 
+    def get_fields(self, request: HttpRequest, obj: Source | None = None) -> Any:
+        # What the source is first, also once those are read-only (Django puts them last).
+        identity = ["dataset", "name", "kind"]
+        return [*identity, *(f for f in super().get_fields(request, obj) if f not in identity)]
+
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # its documents must leave Milvus too: the "delete" action
+
+    def get_urls(self) -> list[Any]:
+        sync = path("<path:object_id>/sync/", self.admin_site.admin_view(self.sync_view),
+                    name="datasets_source_sync")
+        return [sync, *super().get_urls()]
+
+    def sync_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """POST, the source page's button: a sync job, whose page then follows it."""
+        source = self.viewed_object(request, object_id)
+        if request.method != "POST" or not self.has_change_permission(request, source):
+            raise PermissionDenied
+        if source is None:
+            return self.not_found(request, object_id)
+        job = self._sync(request, source)
+        if job is None:
+            return redirect("admin:datasets_source_change", source.pk)
+        return redirect("admin:datasets_job_change", job.pk)
+
+    def _sync(self, request: HttpRequest, source: Source) -> Job | None:
+        """A sync job of `source`, said in a message; None while one is queued or running."""
+        try:
+            job = source_sync_request(source=source)
+        except SyncRunning as exc:
+            self.message_user(request, f"No sync of {source}: {exc.detail}.", messages.WARNING)
+            return None
+        url = reverse("admin:datasets_job_change", args=[job.pk])
+        self.message_user(request, format_html("Sync of {} queued (<a href=\"{}\">job {}</a>).",
+                                               source, url, job.pk))
+        return job
 
     @admin.action(description="Sync now", permissions=["change"])
     def sync_now(self, request: HttpRequest, queryset: QuerySet[Source]) -> None:
         for source in queryset:
-            try:
-                job = source_sync_request(source=source)
-            except SyncRunning as exc:
-                self.message_user(request, f"{source}: {exc.detail}", messages.WARNING)
-                continue
-            url = reverse("admin:datasets_job_change", args=[job.pk])
-            self.message_user(request, format_html("{}: sync queued (<a href=\"{}\">job {}</a>).",
-                                                   source, url, job.pk))
+            self._sync(request, source)
 
     @admin.action(description="Delete selected sources and their documents",
                   permissions=["change"])
@@ -457,8 +552,7 @@ class SourceAdmin(TenantScopedAdmin[Source]):
 @admin.register(Chunk)
 class ChunkAdmin(ReadOnlyAdmin, TenantScopedAdmin[Chunk]):
     tenant_path = "document__dataset__tenant"
-    list_display = ["__str__", "document", "dataset", "chunk_index", "breadcrumb",
-                    "text_preview", "chars"]
+    list_display = ["chunk", "document_of", "section", "text_preview", "chars"]
     # One document's chunks: the "chunks" link on its page (a document choice list would be
     # as long as the documents table).
     list_filter = [("document__dataset", DatasetFilter),
@@ -469,13 +563,25 @@ class ChunkAdmin(ReadOnlyAdmin, TenantScopedAdmin[Chunk]):
                      "breadcrumb"]
     search_help_text = "A document id, part of a document's path or title, or of a breadcrumb."
 
-    @admin.display(description="dataset", ordering="document__dataset")
-    def dataset(self, chunk: Chunk) -> Dataset:
-        return chunk.document.dataset
+    @admin.display(description="chunk", ordering="chunk_index")
+    def chunk(self, chunk: Chunk) -> str:
+        """Its place in its document, and below the document's id (the evidence key in the
+        title)."""
+        return format_html('<span title="{}">{}</span>', chunk.evidence_key,
+                           stacked(f"chunk {chunk.chunk_index}", chunk.document.doc_id))
+
+    @admin.display(description="document", ordering="document__source_path")
+    def document_of(self, chunk: Chunk) -> str:
+        """Its document, and below the document's dataset."""
+        return stacked(cut(chunk.document, 12), cut(chunk.document.dataset, 12))
+
+    @admin.display(description="breadcrumb")
+    def section(self, chunk: Chunk) -> str:
+        return cut(chunk.breadcrumb, 10)
 
     @admin.display(description="preview")
     def text_preview(self, chunk: Chunk) -> str:
-        return preview(chunk.content)
+        return cut(preview(chunk.content), 14)
 
     @admin.display(description="chars")
     def chars(self, chunk: Chunk) -> int:
@@ -489,8 +595,7 @@ class JobAdmin(ReadOnlyAdmin, TenantScopedAdmin[Job]):
 
     deletable = True
 
-    list_display = ["id", "kind", "status", "done", "total", "tenant", "dataset", "created_at",
-                    "updated_at"]
+    list_display = ["id", "kind", "status", "progress_of", "scope", "times"]
     list_filter = ["kind", "status", tenant_filter("tenant")]
     list_select_related = ["tenant", "dataset__tenant"]
     raw_id_fields = ["document"]
@@ -498,6 +603,19 @@ class JobAdmin(ReadOnlyAdmin, TenantScopedAdmin[Job]):
     exclude = ["log"]
     readonly_fields = [f.name for f in Job._meta.fields if f.name != "log"]
     change_form_template = "admin/datasets/job/change_form.html"
+
+    @admin.display(description="done")
+    def progress_of(self, job: Job) -> str:
+        return f"{job.done} / {job.total}"
+
+    @admin.display(description="tenant / dataset", ordering="tenant__slug")
+    def scope(self, job: Job) -> str:
+        return cut(job.dataset or job.tenant or "platform", 12)
+
+    @admin.display(description="created", ordering="created_at")
+    def times(self, job: Job) -> str:
+        """When it was created, and below its last news."""
+        return stacked(when(job.created_at), f"updated {when(job.updated_at)}")
 
     def get_urls(self) -> list[Any]:
         progress = path("<path:object_id>/progress/", self.admin_site.admin_view(self.progress),

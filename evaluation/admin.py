@@ -47,6 +47,7 @@ from evaluation.runs import (
     eval_suites,
     evaluation_run_start,
 )
+from kbplatform.admin_columns import cut, stacked, when
 from retrieval.admin.forms import ConfigVersionForm
 from retrieval.ragconfig.config import RagConfigError
 
@@ -117,9 +118,8 @@ class SuiteRunForm(ConfigVersionForm):
 @admin.register(EvaluationRun)
 class EvaluationRunAdmin(TenantScopedAdmin[EvaluationRun]):
     # The other figures, the index and the embedder are on a run's page.
-    list_display = ["id", "name", "tenant", "version", "queries", "hit_rate", "ndcg", "status",
-                    "created_at"]
-    list_display_links = ["id", "name"]
+    list_display = ["id", "run_name", "version", "queries", "hit_rate", "ndcg", "status"]
+    list_display_links = ["id", "run_name"]
     list_filter = ["kind", tenant_filter("tenant")]
     show_facets = admin.ShowFacets.NEVER
     list_select_related = ["tenant", "job"]
@@ -287,9 +287,13 @@ class EvaluationRunAdmin(TenantScopedAdmin[EvaluationRun]):
         # A run whose job still runs is writing its outcomes: it stays.
         super().delete_queryset(request, queryset.exclude(job__status__in=GOING))
 
+    @admin.display(description="name", ordering="name")
+    def run_name(self, run: EvaluationRun) -> str:
+        return cut(run.name, 11)
+
     @admin.display(description="config")
     def version(self, run: EvaluationRun) -> str:
-        return run.config_label
+        return cut(run.config_label, 10)  # it names the tenant
 
     @admin.display(description="hit rate")
     def hit_rate(self, run: EvaluationRun) -> str:
@@ -299,9 +303,11 @@ class EvaluationRunAdmin(TenantScopedAdmin[EvaluationRun]):
     def ndcg(self, run: EvaluationRun) -> str:
         return _figure(run, "ndcg@10")
 
-    @admin.display(description="status")
+    @admin.display(description="status", ordering="created_at")
     def status(self, run: EvaluationRun) -> str:
-        return run.job.status if run.job else ("succeeded" if run.finished_at else "–")
+        """How it went, and below when it was started."""
+        status = run.job.status if run.job else ("succeeded" if run.finished_at else "–")
+        return stacked(status, when(run.created_at))
 
 
 def _going(run: EvaluationRun) -> bool:

@@ -16,6 +16,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.html import format_html, format_html_join
 
 from datasets.admin_display import job_progress
 from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, tenant_filter
@@ -28,6 +29,7 @@ from evaluation.question_sets import (
     QuestionSetError,
     question_set_parse,
 )
+from kbplatform.admin_columns import cut, stacked, when
 from retrieval.ragconfig.config import RagConfigError
 from retrieval.ragconfig.drafts import (
     MAX_REASON_CHARS,
@@ -125,8 +127,7 @@ class QuestionSetForm(forms.ModelForm[QuestionSet]):
 @admin.register(QuestionSet)
 class QuestionSetAdmin(TenantScopedAdmin[QuestionSet]):
     form = QuestionSetForm
-    list_display = ["name", "tenant", "dataset", "size", "gate", "max_drop_first",
-                    "max_drop_mrr", "max_drop_ndcg", "max_drop_off_topic_empty"]
+    list_display = ["set_name", "scope", "size", "gate", "drops"]
     list_filter = ["gate", tenant_filter("tenant")]
     list_select_related = ["tenant", "dataset__tenant"]
     search_fields = ["name"]
@@ -154,6 +155,22 @@ class QuestionSetAdmin(TenantScopedAdmin[QuestionSet]):
     def size(self, question_set: QuestionSet) -> int:
         return len(question_set.questions or [])
 
+    @admin.display(description="name", ordering="name")
+    def set_name(self, question_set: QuestionSet) -> str:
+        return cut(question_set.name, 14)
+
+    @admin.display(description="tenant / dataset", ordering="tenant__slug")
+    def scope(self, question_set: QuestionSet) -> str:
+        return cut(question_set.dataset or f"{question_set.tenant}: every dataset", 12)
+
+    @admin.display(description="tolerated drops")
+    def drops(self, question_set: QuestionSet) -> str:
+        """The largest drop of each figure the gate lets pass (a line breaks between two)."""
+        tolerances = question_set.tolerances()
+        return format_html_join(" · ", '<span style="white-space: nowrap">{} {}</span>',
+                                ((label, f"{tolerances[metric]:g}")
+                                 for metric, (label, _) in GATE_METRICS.items()))
+
 
 class OverrideForm(forms.Form):
     reason = forms.CharField(max_length=MAX_REASON_CHARS, strip=True,
@@ -163,8 +180,7 @@ class OverrideForm(forms.Form):
 @admin.register(RagConfigDraft)
 class RagConfigDraftAdmin(ReadOnlyAdmin, TenantScopedAdmin[RagConfigDraft]):
     tenant_path = "config__tenant"
-    list_display = ["id", "config_scope", "kind", "base_version", "status", "proposed_by",
-                    "proposed_at", "applied_version"]
+    list_display = ["id", "config_scope", "change", "state", "proposed"]
     list_filter = ["status", tenant_filter("config__tenant")]
     list_select_related = ["config__tenant", "config__dataset"]
 
@@ -249,4 +265,21 @@ class RagConfigDraftAdmin(ReadOnlyAdmin, TenantScopedAdmin[RagConfigDraft]):
 
     @admin.display(description="config", ordering="config__tenant__slug")
     def config_scope(self, draft: RagConfigDraft) -> str:
-        return draft.config.scope_label
+        return cut(draft.config.scope_label, 14)
+
+    @admin.display(description="change", ordering="kind")
+    def change(self, draft: RagConfigDraft) -> str:
+        return stacked(draft.get_kind_display(), f"over version {draft.base_version}")
+
+    @admin.display(description="status", ordering="status")
+    def state(self, draft: RagConfigDraft) -> str:
+        """Where the gate is with it (the whole of it on hover), and the version it became."""
+        status = format_html('<span title="{}">{}</span>', draft.get_status_display(),
+                             draft.status)
+        if draft.applied_version is None:
+            return status
+        return stacked(status, f"version {draft.applied_version}")
+
+    @admin.display(description="proposed", ordering="proposed_at")
+    def proposed(self, draft: RagConfigDraft) -> str:
+        return stacked(when(draft.proposed_at), cut(f"by {draft.proposed_by or '-'}", 10))

@@ -27,7 +27,11 @@ from kbplatform.processes import served_uri
 django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(env_str("KB_VAR_DIR", str(BASE_DIR / "var")))
+# Absolute: a relative folder would follow each process's working directory (an empty
+# KB_VAR_DIR once put a generated secret_key at the root of the checkout).
+VAR_DIR = Path(env_str("KB_VAR_DIR") or BASE_DIR / "var")
+if not VAR_DIR.is_absolute():
+    raise ImproperlyConfigured(f"KB_VAR_DIR={str(VAR_DIR)!r} must be an absolute path")
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'kbplatform.sqlite3'}")
@@ -132,6 +136,7 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+FORMAT_MODULE_PATH = ["kbplatform.formats"]  # ISO dates and times
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 # WhiteNoise serves what `collectstatic` put in STATIC_ROOT (with compressed copies; set-up
@@ -146,6 +151,8 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = not (STATIC_ROOT / "admin").is_dir()
+# Files served at the site's root: /favicon.ico, which browsers ask for on every site.
+WHITENOISE_ROOT = BASE_DIR / "kbplatform" / "web_root"
 if WHITENOISE_USE_FINDERS:  # then WhiteNoise's warning about the missing folder is moot
     warnings.filterwarnings("ignore", message="No directory at", category=UserWarning)
 

@@ -16,9 +16,13 @@ bash scripts/milvus-engine.sh
 # The oldest openai release pyproject.toml admits, which a test runs the model clients with.
 bash scripts/lower-bounds.sh
 . .venv/bin/activate
+# Nothing of the run is kept in the checkout: the type checker reads the settings, which
+# generate the embedded defaults' secret key under KB_VAR_DIR (var/ here otherwise).
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
 
 ruff check .
-mypy kbplatform kbplatform_client datasets retrieval audit evaluation
+KB_VAR_DIR="$tmp/lint" mypy kbplatform kbplatform_client datasets retrieval audit evaluation
 
 run_pytest() {
   # pytest exits 5 when it ran no test: that is a failure here, not a success.
@@ -31,6 +35,7 @@ run_pytest() {
 }
 
 echo "== integration: MariaDB + Redis + Milvus Lite server + Celery worker"
+# No KB_VAR_DIR: the tests' own is a temporary folder (tests/var_dir.py), never var/ here.
 DJANGO_SECRET_KEY="${DJANGO_SECRET_KEY:-test-only-$(python -c 'import secrets; print(secrets.token_urlsafe(40))')}" \
 DATABASE_URL="${TEST_DATABASE_URL:-mysql://root:@127.0.0.1:3306/test}" \
 REDIS_URL="${TEST_REDIS_URL:-redis://127.0.0.1:6379/13}" \
@@ -41,13 +46,12 @@ KB_EMBEDDER="${TEST_EMBEDDER:-use}" \
   run_pytest -m "not embedded and not pure" "$@"
 
 echo "== embedded defaults: SQLite + Milvus Lite file + eager tasks"
-tmp="$(mktemp -d)"
 (
   unset REDIS_URL CELERY_BROKER_URL MILVUS_URI CELERY_TASK_ALWAYS_EAGER
-  export DATABASE_URL="sqlite:///$tmp/kb.sqlite3" KB_VAR_DIR="$tmp"
+  mkdir "$tmp/embedded"
+  export DATABASE_URL="sqlite:///$tmp/embedded/kb.sqlite3" KB_VAR_DIR="$tmp/embedded"
   export KB_EMBEDDER="${TEST_EMBEDDER:-use}"
   # Every test but those that need a production-only service (marked integration); the pure
   # ones (tests/conftest.py) run only here.
   run_pytest -m "not integration" "$@"
 )
-rm -rf "$tmp"

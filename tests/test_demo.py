@@ -34,7 +34,10 @@ CHROMIUM = "/usr/bin/chromium"
 RUNBOOKS = ["cache/redis-memory-full.md", "web/nginx-502-bad-gateway.md",
             "jvm/jvm-high-cpu-thread-dump.md"]
 READY_LINE = "Ctrl-C stops the demo."
-SCREENSHOTS = ROOT / "docs" / "screenshots"  # shown in docs/admin.md
+# The pictures of docs/admin.md: written there only when asked (docs/admin.md, "Screenshots");
+# every other run keeps them in a temporary folder and leaves the checkout as it was.
+SCREENSHOTS = ROOT / "docs" / "screenshots"
+REFRESH_SCREENSHOTS = os.environ.get("KB_REFRESH_SCREENSHOTS") == "1"
 BATCH_QUESTIONS = "\n".join(json.dumps(q, ensure_ascii=False) for q in [
     {"query": "Redis 内存满了怎么办", "expected": "cache/redis-memory-full.md"},
     {"query": "nginx 502 bad gateway upstream", "expected": "web/nginx-502-bad-gateway.md"},
@@ -108,6 +111,11 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
             process.wait(timeout=120)
 
 
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return SCREENSHOTS if REFRESH_SCREENSHOTS else tmp_path_factory.mktemp("screenshots")
+
+
 def test_the_demo_prints_where_to_go_last_and_no_library_noise(demo: Demo) -> None:
     text = demo.text()
     lines = [line for line in text.splitlines() if line.strip()]
@@ -172,8 +180,8 @@ def _admin(browser: Any, demo: Demo) -> tuple[Any, list[str]]:
     return page, failed
 
 
-def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
-                                                              tmp_path: Path) -> None:
+def test_the_admin_in_a_browser_is_styled_and_its_pages_render(
+        demo: Demo, tmp_path: Path, screenshots: Path) -> None:
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists():
@@ -196,7 +204,7 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
             text = link.inner_text()
             assert link.evaluate("a => a.getClientRects().length") == 1, text
             assert link.bounding_box()["width"] > 4 * len(text), text  # type: ignore[index]
-        page.screenshot(path=str(SCREENSHOTS / "admin-index.png"), full_page=True)
+        page.screenshot(path=str(screenshots / "admin-index.png"), full_page=True)
         page.set_viewport_size({"width": 1280, "height": 900})
 
         for link in ("Datasets", "Documents", "Chunks", "Tool invocations"):
@@ -204,6 +212,20 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
             page.click(f"#content-main a:text-is('{link}')")
             page.wait_for_selector("#result_list")
             page.screenshot(path=str(tmp_path / f"{link.lower().replace(' ', '-')}.png"))
+
+        # The audit's list at 1400 px: what each call was and how it ended, in view beside the
+        # navigation and the filters, not behind a sideways scroll (it showed 3 of 11 columns).
+        page.set_viewport_size({"width": 1400, "height": 900})
+        page.goto(demo.url + "/admin/audit/toolinvocation/")
+        edge = page.eval_on_selector("#result_list", "t => Math.min(innerWidth, "
+                                     "t.parentElement.getBoundingClientRect().right)")
+        for column in ("time", "tool", "ended", "relevance", "latency", "where"):
+            box = page.locator(f"#result_list th.column-{column}").bounding_box()
+            assert box is not None and box["x"] + box["width"] <= edge, column
+        assert page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+        assert "lookup_knowledge" in page.inner_text("#result_list tbody tr:first-child")
+        page.screenshot(path=str(screenshots / "tool-invocations.png"))
+        page.set_viewport_size({"width": 1280, "height": 900})
 
         # The trace of that lookup names its documents, not only their numeric keys.
         page.goto(demo.url + "/admin/")
@@ -222,6 +244,7 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
         # The demo made the tenant's default RAG config: what serves is visible.
         page.goto(demo.url + "/admin/")
         page.click("#content-main a:text-is('RAG configs')")
+        page.wait_for_selector("#result_list")  # the click returns once the page starts
         assert page.locator("#result_list tbody tr").count() == 1
         # A new one saves with the defaults as they are on the form.
         page.goto(demo.url + "/admin/retrieval/ragconfig/add/")
@@ -231,17 +254,17 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
         page.screenshot(path=str(tmp_path / "ragconfig-saved.png"), full_page=True)
 
         # Roll that config back: edit it, then restore version 1 from its history.
-        page.click("#result_list a:text-is('browser/default')")
+        page.locator("#result_list").get_by_role("link", name="browser/default", exact=True).click()
         first_return_n = page.input_value("#id_return_n")
         page.fill("#id_return_n", "3")
         page.click("input[name=_continue]")
         page.wait_for_selector(".messagelist .success")
         page.click("a:text-is('view, roll back to it') >> nth=-1")  # the oldest: version 1
-        page.screenshot(path=str(SCREENSHOTS / "config-version.png"), full_page=True)
+        page.screenshot(path=str(screenshots / "config-version.png"), full_page=True)
         page.click("#rollback input[type=submit]")
         assert "is at version 3, equal to version 1" in page.inner_text(".messagelist .success")
         assert page.input_value("#id_return_n") == first_return_n != "3"
-        page.screenshot(path=str(SCREENSHOTS / "config-rolled-back.png"))
+        page.screenshot(path=str(screenshots / "config-rolled-back.png"))
 
         # Hit testing: the tool's answer and the trace, from the RAG configs' list.
         page.goto(demo.url + "/admin/retrieval/ragconfig/")
@@ -252,7 +275,7 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
         page.wait_for_selector("#retrieval-stages")
         assert '"evidence_status": "READY"' in page.inner_text("#hit-answer")
         assert "web/nginx-502-bad-gateway.md" in page.inner_text("#pack-evidence")
-        page.screenshot(path=str(SCREENSHOTS / "hit-testing.png"), full_page=True)
+        page.screenshot(path=str(screenshots / "hit-testing.png"), full_page=True)
         # The same question under version 1, side by side: chosen among the versions that exist.
         version_1 = page.locator("#id_compare option",
                                  has_text=re.compile(r"^demo/default version 1\b"))
@@ -261,17 +284,17 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
         page.wait_for_selector("#hit-comparison")
         assert page.locator("#hit-comparison td li").count() >= 2
         page.locator("#hit-comparison").screenshot(
-            path=str(SCREENSHOTS / "hit-testing-compare.png"))
+            path=str(screenshots / "hit-testing-compare.png"))
 
         # A config's draft, hit tested beside the serving config without being saved.
         page.goto(demo.url + "/admin/retrieval/ragconfig/")
-        page.click("#result_list a:text-is('demo/default')")
+        page.locator("#result_list").get_by_role("link", name="demo/default", exact=True).click()
         page.fill("#id_return_n", "1")
         page.fill("#draft-question", "nginx 502 bad gateway upstream")
         page.click("input[name=_hit_test_draft]")
         page.wait_for_selector("#hit-comparison")
         assert "the draft:" in page.inner_text("#hit-comparison").lower()  # headers: CSS caps
-        page.screenshot(path=str(SCREENSHOTS / "hit-testing-draft.png"), full_page=True)
+        page.screenshot(path=str(screenshots / "hit-testing-draft.png"), full_page=True)
 
         # Batch hit testing: the same questions under version 1, then under version 2.
         def batch_run() -> None:
@@ -288,9 +311,9 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
 
         batch_run()
         assert page.inner_text("[data-metric=hit_rate]") == "1.000"
-        page.screenshot(path=str(SCREENSHOTS / "evaluation-run.png"), full_page=True)
+        page.screenshot(path=str(screenshots / "evaluation-run.png"), full_page=True)
         page.goto(demo.url + "/admin/retrieval/ragconfig/")
-        page.click("#result_list a:text-is('demo/default')")
+        page.locator("#result_list").get_by_role("link", name="demo/default", exact=True).click()
         page.fill("#id_kb_scope", "nowhere")  # version 2 searches no dataset: all EMPTY
         page.click("input[name=_continue]")
         page.wait_for_selector(".messagelist .success")
@@ -298,19 +321,19 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
         assert page.inner_text("[data-metric=hit_rate]") == "0.250"  # the off-topic one
         page.goto(demo.url + "/admin/retrieval/evaluationrun/")
         assert page.locator(".runs-series circle").count() == 4  # 2 runs x 2 lines
-        page.screenshot(path=str(SCREENSHOTS / "evaluation-runs.png"), full_page=True)
+        page.screenshot(path=str(screenshots / "evaluation-runs.png"), full_page=True)
         page.check("#result_list tbody tr:nth-child(1) input.action-select")
         page.check("#result_list tbody tr:nth-child(2) input.action-select")
         page.select_option("select[name=action]", "compare")
         page.click("button[name=index]")
         page.wait_for_selector("#compare-queries")
         assert page.locator("tr.compare-row[data-change='now a miss']").count() == 3
-        page.screenshot(path=str(SCREENSHOTS / "evaluation-compare.png"), full_page=True)
+        page.screenshot(path=str(screenshots / "evaluation-compare.png"), full_page=True)
 
         # An A/B test of version 1 on half the lookups, both arms read from the audit, then
         # promoted: the config serves version 1's settings again.
         page.goto(demo.url + "/admin/retrieval/ragconfig/")
-        page.click("#result_list a:text-is('demo/default')")
+        page.locator("#result_list").get_by_role("link", name="demo/default", exact=True).click()
         page.click("a:text-is('view, roll back to it') >> nth=-1")  # version 1
         page.fill("#ab-share", "50")
         page.click("#ab-test input[type=submit]")
@@ -321,7 +344,7 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
         page.reload()
         calls = [int(c) for c in page.locator(".arm-calls").all_inner_texts()]
         assert sum(calls) == 12 and min(calls) > 0, calls
-        page.screenshot(path=str(SCREENSHOTS / "ab-test.png"), full_page=True)
+        page.screenshot(path=str(screenshots / "ab-test.png"), full_page=True)
         page.click("#experiment-stop input[name=promote]")
         assert "equal to version 1" in page.inner_text(".messagelist .success")
 
@@ -337,7 +360,7 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
         page.wait_for_selector("#job-end:not([hidden])", timeout=120_000)
         assert page.inner_text("#job-status") == "succeeded"
         assert re.search(r"ready, chunks: \d+", page.inner_text("#job-log"))
-        page.screenshot(path=str(SCREENSHOTS / "job-upload.png"), full_page=True)
+        page.screenshot(path=str(screenshots / "job-upload.png"), full_page=True)
 
         # A PDF too: the worker converts it, a lookup finds it on its page, and its page in
         # the admin offers the original beside the text it became.
@@ -367,13 +390,13 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
         assert page.get_attribute("#document-original", "href").endswith("/original/")
         assert "vm_memory_high_watermark" in page.inner_text(".field-source_redacted")
         assert "p. 2" in page.inner_text("#document-chunks")
-        page.screenshot(path=str(SCREENSHOTS / "document-pdf.png"), full_page=True)
+        page.screenshot(path=str(screenshots / "document-pdf.png"), full_page=True)
 
         # Start a rebuild from the index operations page and watch it to its end.
         page.goto(demo.url + "/admin/retrieval/indexversion/")
         page.click("#index-operations-link")
         page.wait_for_selector("#index-state")
-        page.screenshot(path=str(SCREENSHOTS / "index-operations.png"), full_page=True)
+        page.screenshot(path=str(screenshots / "index-operations.png"), full_page=True)
         page.fill("#rebuild-confirm", "REBUILD")
         page.click("#index-rebuild input[type=submit]")
         page.wait_for_selector("#job-progress")
@@ -382,7 +405,7 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
         assert page.inner_text("#job-end").startswith("Succeeded in")
         assert page.eval_on_selector("#job-bar", "e => e.value === e.max")
         assert "serving " in page.inner_text("#job-log")
-        page.screenshot(path=str(SCREENSHOTS / "job-rebuild.png"), full_page=True)
+        page.screenshot(path=str(screenshots / "job-rebuild.png"), full_page=True)
 
         # Datasets at a glance: the demo's dataset with the lookups this test made.
         page.goto(demo.url + "/admin/datasets/dataset/")
@@ -391,7 +414,7 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(demo: Demo,
         demo_row = page.locator("#glance .glance-row", has_text="demo/runbooks")
         assert int(demo_row.locator(".glance-lookups").inner_text()) >= 2
         assert demo_row.locator("svg.glance-chart rect").count() > 14  # today has a bar
-        page.screenshot(path=str(SCREENSHOTS / "datasets-at-a-glance.png"), full_page=True)
+        page.screenshot(path=str(screenshots / "datasets-at-a-glance.png"), full_page=True)
 
         browser.close()
     assert not failed, failed
@@ -403,8 +426,8 @@ def _cited(cell: str) -> tuple[int, int]:
     return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
 
 
-def test_the_quality_loop_closes_cited_rates_an_ab_test_and_a_gap(demo: Demo,
-                                                                   tmp_path: Path) -> None:
+def test_the_quality_loop_closes_cited_rates_an_ab_test_and_a_gap(
+        demo: Demo, tmp_path: Path, screenshots: Path) -> None:
     """An agent asks through the tool, cites some evidence through the guard and rates one;
     an operator tries a config on half of the lookups meanwhile. The admin shows what the agent
     did: the A/B test's cited rates, the dataset's Cited column and the knowledge gap of the
@@ -420,15 +443,17 @@ def test_the_quality_loop_closes_cited_rates_an_ab_test_and_a_gap(demo: Demo,
         # The candidate: demo/default with return_n 1, saved as a version, then the config
         # rolled back to what served, so that the version can be tried on half the lookups.
         page.goto(demo.url + "/admin/retrieval/ragconfig/")
-        page.click("#result_list a:text-is('demo/default')")
+        page.locator("#result_list").get_by_role("link", name="demo/default", exact=True).click()
         assert page.input_value("#id_return_n") != "1"
         page.fill("#id_return_n", "1")
         page.click("input[name=_continue]")
         page.wait_for_selector(".messagelist .success")
-        page.click("a:text-is('view, roll back to it') >> nth=1")  # the version before it
+        # The serving version's row is "view (serves now)": the first to roll back to is the
+        # version before it.
+        page.click("a:text-is('view, roll back to it') >> nth=0")
         page.click("#rollback input[type=submit]")
         assert page.input_value("#id_return_n") != "1"
-        page.click("a:text-is('view, roll back to it') >> nth=1")  # the one with return_n 1
+        page.click("a:text-is('view, roll back to it') >> nth=0")  # the one with return_n 1
         start = page.get_attribute("#ab-test input[type=submit]", "value") or ""
         candidate = start.split()[-1]  # "Start an A/B test of version N"
         page.fill("#ab-share", "50")
@@ -498,7 +523,7 @@ def test_the_quality_loop_closes_cited_rates_an_ab_test_and_a_gap(demo: Demo,
         assert page.inner_text(".cited-rate-verdict") == "not enough data yet"
         page.screenshot(path=str(tmp_path / "ab-test-cited.png"), full_page=True)
         page.locator("#experiment-cited").screenshot(
-            path=str(SCREENSHOTS / "ab-test-cited-rates.png"))
+            path=str(screenshots / "ab-test-cited-rates.png"))
 
         # The datasets at a glance: the cited rate over every item the dataset served.
         page.goto(demo.url + "/admin/audit/toolinvocation/datasets/")
@@ -520,7 +545,7 @@ def test_the_quality_loop_closes_cited_rates_an_ab_test_and_a_gap(demo: Demo,
         assert gap.get_attribute("data-status") == "open"
         assert gap.locator(".gap-failing").inner_text() == str(len(GAP_QUESTIONS))
         assert gap.locator("td").nth(4).inner_text() == str(len(GAP_QUESTIONS))  # EMPTY
-        page.screenshot(path=str(SCREENSHOTS / "knowledge-gaps.png"), full_page=True)
+        page.screenshot(path=str(screenshots / "knowledge-gaps.png"), full_page=True)
         browser.close()
     assert not failed, failed
 

@@ -17,6 +17,7 @@ from django.urls import path
 from audit.cited import ALPHA, MIN_SAMPLE, experiment_cited
 from audit.selectors import experiment_figures
 from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, tenant_filter
+from kbplatform.admin_columns import cut, stacked, when
 from retrieval.ragconfig.config import RagConfigError
 from retrieval.ragconfig.drafts import experiment_promote, experiment_start
 from retrieval.ragconfig.models import ConfigExperiment, RagConfigChange
@@ -55,8 +56,7 @@ def experiment_started(request: HttpRequest, change: RagConfigChange) -> HttpRes
 class ConfigExperimentAdmin(ReadOnlyAdmin, TenantScopedAdmin[ConfigExperiment]):
     # Started from a version's page; never deleted: its calls in the audit name it.
     tenant_path = "config__tenant"
-    list_display = ["id", "config_scope", "candidate_version", "share", "started_at",
-                    "started_by", "stopped_at", "outcome"]
+    list_display = ["id", "config_scope", "candidate_version", "share", "started", "ended"]
     list_filter = [tenant_filter("config__tenant")]
     list_select_related = ["config__tenant", "config__dataset", "candidate"]
 
@@ -121,7 +121,18 @@ class ConfigExperimentAdmin(ReadOnlyAdmin, TenantScopedAdmin[ConfigExperiment]):
 
     @admin.display(description="config", ordering="config__tenant__slug")
     def config_scope(self, experiment: ConfigExperiment) -> str:
-        return experiment.config.scope_label
+        return cut(experiment.config.scope_label, 14)
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, experiment: ConfigExperiment) -> str:
+        return stacked(when(experiment.started_at), f"by {experiment.started_by or '-'}")
+
+    @admin.display(description="stopped", ordering="stopped_at")
+    def ended(self, experiment: ConfigExperiment) -> str:
+        """When it stopped, and below how (running: neither)."""
+        if experiment.stopped_at is None:
+            return "running"
+        return stacked(when(experiment.stopped_at), cut(experiment.outcome, 12))
 
     @admin.display(description="candidate")
     def candidate_version(self, experiment: ConfigExperiment) -> str:

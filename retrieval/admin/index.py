@@ -19,6 +19,7 @@ from django.utils.html import format_html
 
 from datasets.admin_scope import ReadOnlyAdmin
 from datasets.models import Job
+from kbplatform.admin_columns import cut, stacked, when
 from kbplatform.errors import ApiError
 from retrieval.index.models import IndexVersion
 from retrieval.index.operations import INDEX_TASKS, index_operation_start
@@ -48,12 +49,27 @@ class IndexVersionAdmin(ReadOnlyAdmin, admin.ModelAdmin[IndexVersion]):
     Written by rebuilds and changed only by the actions below; deleted by the "drop" action,
     since the collection must go with the row."""
 
-    list_display = ["collection_name", "embedder", "dimension", "chunk_size", "status",
-                    "created_at", "activated_at"]
+    list_display = ["collection", "embedding", "status", "activated"]
     list_filter = ["status"]
     readonly_fields = [f.name for f in IndexVersion._meta.fields]
     actions = ["rollback", "drop"]
     change_list_template = "admin/retrieval/indexversion/change_list.html"
+
+    @admin.display(description="collection", ordering="collection_name")
+    def collection(self, version: IndexVersion) -> str:
+        return cut(version.collection_name, 12)
+
+    @admin.display(description="embedder", ordering="embedder")
+    def embedding(self, version: IndexVersion) -> str:
+        """Its embedder, and below the vectors' dimension and the chunks' size."""
+        return stacked(cut(version.embedder, 14),
+                       f"{version.dimension} dims · chunks {version.chunk_size}")
+
+    @admin.display(description="activated", ordering="activated_at")
+    def activated(self, version: IndexVersion) -> str:
+        """When it first served (if it did), and below when it was made."""
+        served = when(version.activated_at) if version.activated_at else "-"
+        return stacked(served, f"made {when(version.created_at)}")
 
     def get_urls(self) -> list[Any]:
         operations = path("operations/", self.admin_site.admin_view(self.operations),

@@ -21,6 +21,7 @@ from datasets.admin_scope import (
     scoped,
     tenant_filter,
 )
+from kbplatform.admin_columns import cut, stacked, when
 from retrieval.admin.experiments import experiment_started
 from retrieval.admin.hit_test import draft_data, hit_test_page
 from retrieval.ragconfig import config as cfg
@@ -83,9 +84,14 @@ class RagConfigChangeInline(ReadOnlyAdmin, admin.TabularInline):
     def diff(self, change: RagConfigChange) -> str:
         return change_summary(change)
 
+    def get_queryset(self, request: HttpRequest) -> Any:
+        return super().get_queryset(request).select_related("config")  # `open` reads it
+
     @admin.display(description="")
     def open(self, change: RagConfigChange) -> str:
         url = reverse("admin:retrieval_ragconfigchange_change", args=[change.pk])
+        if change.version == change.config.version:  # nothing to roll back to
+            return format_html('<a href="{}">view (serves now)</a>', url)
         return format_html('<a href="{}">view, roll back to it</a>', url)
 
 
@@ -100,8 +106,8 @@ def change_summary(change: RagConfigChange) -> str:
 @admin.register(RagConfig)
 class RagConfigAdmin(TenantScopedAdmin[RagConfig]):
     form = RagConfigForm
-    list_display = ["scope", "tenant", "dataset", "retrievers", "retrieval_execution_mode",
-                    "retrieve_k", "return_n", "version", "updated_by", "updated_at"]
+    # The config's tenant and dataset are its name (scope); its stages are on its page.
+    list_display = ["scope", "retrievers", "sizes", "version", "updated"]
     list_filter = ["retrieval_execution_mode", "enable_rerank", "enable_query_transform"]
     list_select_related = ["tenant", "dataset__tenant"]
     search_fields = ["tenant__slug", "dataset__name"]
@@ -205,11 +211,21 @@ class RagConfigAdmin(TenantScopedAdmin[RagConfig]):
 
     @admin.display(description="retrievers")
     def retrievers(self, config: RagConfig) -> str:
-        return ", ".join(config.enabled_retrievers or [])
+        """The retrievers it runs, and below how."""
+        return stacked(", ".join(config.enabled_retrievers or []),
+                       config.retrieval_execution_mode)
+
+    @admin.display(description="retrieve → return")
+    def sizes(self, config: RagConfig) -> str:
+        return f"{config.retrieve_k} → {config.return_n}"
+
+    @admin.display(description="updated", ordering="updated_at")
+    def updated(self, config: RagConfig) -> str:
+        return stacked(when(config.updated_at), f"by {config.updated_by or '-'}")
 
     @admin.display(description="config", ordering="tenant__slug")
     def scope(self, config: RagConfig) -> str:
-        return config.scope_label  # its version has a column of its own
+        return cut(config.scope_label, 18)  # its version has a column of its own
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         # A config's scope is its identity (and the history's subject): create another
@@ -258,7 +274,7 @@ class RagConfigChangeAdmin(ReadOnlyAdmin, TenantScopedAdmin[RagConfigChange]):
     # Each row is one version of a config: name the config without the version it has now
     # (its __str__), which would label every row of its history with the latest one.
     tenant_path = "config__tenant"
-    list_display = ["config_scope", "version", "changed_by", "changed_at", "note"]
+    list_display = ["config_scope", "version", "changed_by", "changed_at", "why"]
     list_display_links = ["config_scope", "version"]
     list_select_related = ["config__tenant", "config__dataset__tenant"]
     search_fields = ["changed_by", "config__tenant__slug"]
@@ -313,8 +329,14 @@ class RagConfigChangeAdmin(ReadOnlyAdmin, TenantScopedAdmin[RagConfigChange]):
     def render_change_form(self, request: HttpRequest, context: dict[str, Any],
                            add: bool = False, change: bool = False, form_url: str = "",
                            obj: RagConfigChange | None = None) -> HttpResponse:
-        context["can_roll_back"] = obj is not None and request.user.has_perm(
-            "retrieval.change_ragconfig")
+        # A version with the settings that serve now (that version, or one equal to it) has
+        # nothing to roll back to: the button would only say "nothing changed".
+        serving = (obj.config.changes.filter(version=obj.config.version).first()
+                   if obj is not None else None)
+        context["serves"] = serving is not None and obj is not None and (
+            serving.settings() == obj.settings())
+        context["can_roll_back"] = obj is not None and not context["serves"] and (
+            request.user.has_perm("retrieval.change_ragconfig"))
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     @admin.display(description="changed")
@@ -334,7 +356,11 @@ class RagConfigChangeAdmin(ReadOnlyAdmin, TenantScopedAdmin[RagConfigChange]):
 
     @admin.display(description="config", ordering="config")
     def config_scope(self, change: RagConfigChange) -> str:
-        return change.config.scope_label
+        return cut(change.config.scope_label, 18)
+
+    @admin.display(description="note", ordering="note")
+    def why(self, change: RagConfigChange) -> str:
+        return cut(change.note, 24)
 
     @admin.display(description="config")
     def config_link(self, change: RagConfigChange) -> str:
@@ -376,7 +402,20 @@ class RagAgentAdmin(TenantScopedAdmin[RagAgent]):
     """The agentic-RAG agents a RAG node (/api/rag/node) delegates to by name."""
 
     form = RagAgentForm
-    list_display = ["name", "tenant", "agentic_graph", "max_retry_count", "chat_model"]
+    list_display = ["agent_name", "agentic_graph", "retries", "chat"]
     list_select_related = ["tenant"]
     list_filter = [tenant_filter("tenant")]
     search_fields = ["name"]
+
+    @admin.display(description="agent", ordering="name")
+    def agent_name(self, agent: RagAgent) -> str:
+        """Its name, and below its tenant."""
+        return stacked(cut(agent.name, 16), cut(agent.tenant, 16))
+
+    @admin.display(description="retries", ordering="max_retry_count")
+    def retries(self, agent: RagAgent) -> int | None:
+        return agent.max_retry_count
+
+    @admin.display(description="chat model", ordering="chat_model")
+    def chat(self, agent: RagAgent) -> str:
+        return cut(agent.chat_model, 12)

@@ -11,6 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from datasets.admin_scope import TenantScopedAdmin, tenant_filter
+from kbplatform.admin_columns import cut, stacked, when
 from retrieval.ragconfig.models import SYNONYM_SEPARATOR, SynonymGroup
 from retrieval.ragconfig.synonyms import (
     SynonymError,
@@ -46,11 +47,20 @@ class SynonymGroupAdmin(TenantScopedAdmin[SynonymGroup]):
     others (docs/retrieval-graph.md)."""
 
     form = SynonymGroupForm
-    list_display = ["terms", "tenant", "updated_by", "updated_at"]
+    list_display = ["group", "updated"]
     list_select_related = ["tenant"]
     list_filter = [tenant_filter("tenant")]
     search_fields = ["terms"]
     readonly_fields = ["updated_by", "updated_at", "created_at"]
+
+    @admin.display(description="terms", ordering="terms")
+    def group(self, synonyms: SynonymGroup) -> str:
+        """Its terms, and below its tenant."""
+        return stacked(cut(synonyms.terms, 30), cut(synonyms.tenant, 30))
+
+    @admin.display(description="updated", ordering="updated_at")
+    def updated(self, synonyms: SynonymGroup) -> str:
+        return stacked(when(synonyms.updated_at), f"by {synonyms.updated_by or '-'}")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         # A group is its tenant's: another tenant makes a group of its own.

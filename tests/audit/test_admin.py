@@ -182,3 +182,22 @@ def test_the_gates_reasons_read_as_words() -> None:
     # Every code the gate can record has its words.
     from audit.types import DropReason
     assert all(dropped_reason(code) != code for code in DropReason if code != DropReason.BELOW)
+
+
+def test_the_list_names_the_datasets_each_call_searched_in_one_query(
+        staff: Client, make_key: MakeKey) -> None:
+    """Its columns say what each call was: the datasets are named, not numbered, and a page
+    of calls that searched many datasets reads their names in one query."""
+    key, _ = make_key("acme")
+
+    def add_row(n: int) -> None:
+        dataset = Dataset.objects.create(tenant=key.tenant, name=f"runbooks-{n}")
+        ToolInvocation.objects.create(tenant=key.tenant, outcome="ok", latency_ms=12.0,
+                                      tool_name="lookup_knowledge", dataset_ids=[dataset.pk])
+
+    assert_flat(staff, LIST, add_row)
+    row = re.search(r'<tr>.*?</tr>', staff.get(LIST).content.decode().split("<tbody>")[1], re.S)
+    assert row is not None
+    text = " ".join(re.sub(r"<[^>]+>", " ", row.group(0)).split())
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d lookup_knowledge REST API ok - 0 items "
+                        r"12 ms acme runbooks-19", text), text  # the newest call first

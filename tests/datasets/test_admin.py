@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 
 from datasets.admin import DocumentUploadForm
 from datasets.auth import api_key_create
-from datasets.models import Chunk, Dataset, Document, Job, Tenant
+from datasets.models import Chunk, Dataset, Document, Job, Source, Tenant
 from datasets.services import document_store
 from tests.conftest import BOTH_RUNTIMES
 from tests.datasets.builders import markdown, md_file, runbook
@@ -117,11 +117,12 @@ def test_the_datasets_list_counts_documents_and_chunks_without_a_query_per_row(
     assert_flat(admin_client, url, dataset_with_documents)
     tenant_dataset(99)  # an empty dataset counts zeros
     html = admin_client.get(url).content.decode()
-    counts = re.findall(r'<td class="field-document_count">(\d+)</td><td class="field-ready_count">'
-                        r'(\d+)</td><td class="field-in_progress_count">(\d+)</td>'
-                        r'<td class="field-failed_count">(\d+)</td>'
-                        r'<td class="field-chunk_count">(\d+)</td>', html)
-    assert sorted(counts) == [("0", "0", "0", "0", "0")] + [("4", "2", "1", "1", "5")] * 20
+    cells = re.findall(r'<td class="field-document_count">(.*?)</td>'
+                       r'<td class="field-chunk_count">(\d+)</td>', html)
+    # The documents, and below those not ready; then the chunks.
+    counts = [(" ".join(re.sub(r"<[^>]+>", " ", documents).split()), chunks)
+              for documents, chunks in cells]
+    assert sorted(counts) == [("0", "0")] + [("4 1 in progress · 1 failed", "5")] * 20
 
 
 def test_api_key_change_page_does_not_query_per_dataset(admin_client: Client) -> None:
@@ -361,3 +362,39 @@ def test_staff_with_view_permission_only_runs_no_action(client: Client) -> None:
     assert client.get(DOCUMENTS).status_code == 200
     client.post(DOCUMENTS, {"action": "deactivate", "_selected_action": [doc.pk]})
     assert Document.objects.get(pk=doc.pk).activated
+
+
+def test_sync_now_is_a_button_on_the_sources_page_for_the_users_tenants(client: Client) -> None:
+    """It was only an action of the list: the page of the source one looks at had none."""
+    mine, theirs = (Source.objects.create(dataset=tenant_dataset(n), name="handbook",
+                                          kind=Source.Kind.GIT,
+                                          location="https://git.example.com/handbook.git")
+                    for n in range(2))
+    staff = User.objects.create_user("staff", password="pw", is_staff=True)
+    staff.user_permissions.add(*Permission.objects.filter(codename__endswith="_source"))
+    mine.dataset.tenant.staff.add(staff)
+    csrf = Client(enforce_csrf_checks=True)
+    csrf.force_login(staff)
+    page = csrf.get(f"/admin/datasets/source/{mine.pk}/change/").content.decode()
+    [action] = re.findall(r'<form method="post" action="([^"]+)" id="source-sync">', page)
+    assert action == f"/admin/datasets/source/{mine.pk}/sync/"
+    assert csrf.post(action).status_code == 403  # no CSRF token
+
+    synced = csrf.post(action, {"csrfmiddlewaretoken": csrf.cookies["csrftoken"].value})
+
+    job = Job.objects.get(source=mine, kind=Job.Kind.SYNC_SOURCE)
+    assert synced["Location"] == f"/admin/datasets/job/{job.pk}/change/"  # it follows the sync
+    token = {"csrfmiddlewaretoken": csrf.cookies["csrftoken"].value}
+    again = csrf.post(action, token, follow=True)  # while that job is queued: refused
+    assert "already queued or running" in again.content.decode()
+    assert Job.objects.filter(source=mine).count() == 1
+    other = csrf.post(f"/admin/datasets/source/{theirs.pk}/sync/", token, follow=True)
+    assert other.redirect_chain[-1][0] == "/admin/"  # as a source that does not exist
+    assert not Job.objects.filter(source=theirs).exists()
+    viewer = User.objects.create_user("viewer", password="pw", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_source"))
+    mine.dataset.tenant.staff.add(viewer)
+    client.force_login(viewer)
+    assert 'id="source-sync"' not in client.get(
+        f"/admin/datasets/source/{mine.pk}/change/").content.decode()
+    assert client.post(action).status_code == 403

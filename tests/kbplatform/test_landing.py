@@ -52,3 +52,19 @@ def test_view_site_in_the_admin_leads_to_the_landing_page(runtime: str,
         [view_site] = re.findall(r'<a href="([^"]*)">View site</a>', html)
         assert view_site == reverse("landing") == "/"
         assert admin_client.get(view_site).status_code == 200
+
+
+# How the landing page names each format the platform ingests.
+FORMAT_NAMES = {"md": "markdown", "txt": "text", "html": "HTML", "pdf": "PDF", "docx": "Word",
+                "pptx": "PowerPoint", "xlsx": "Excel", "csv": "CSV"}
+
+
+def test_the_landing_page_names_every_format_a_document_may_have() -> None:
+    """It said documents were "(markdown)" long after the platform took PDFs and Word files."""
+    from datasets.ingestion.formats import Format
+
+    assert set(FORMAT_NAMES) == {f.value for f in Format}  # a new format: name it here too
+    text = " ".join(Client().get("/").content.decode().split())
+    [named] = re.findall(r"documentation \(([^)]*)\)", text)
+    *first, last = FORMAT_NAMES.values()
+    assert named == f"{', '.join(first)} and {last}"

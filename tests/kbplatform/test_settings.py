@@ -110,6 +110,25 @@ def test_nothing_configured_means_the_embedded_demo(monkeypatch, tmp_path) -> No
     assert first["KB_SECRET_KEY_GENERATED"] is True
 
 
+def test_an_empty_KB_VAR_DIR_is_the_default_and_nothing_lands_in_the_working_directory(
+        monkeypatch, tmp_path) -> None:
+    """An empty KB_VAR_DIR once meant the working directory: the embedded defaults wrote
+    their generated secret_key at the root of the checkout, where it was committed."""
+    monkeypatch.chdir(tmp_path)
+    values = _settings(monkeypatch, tmp_path, KB_VAR_DIR="", DJANGO_SECRET_KEY="k" * 60)
+    assert values["VAR_DIR"] == ROOT / "var"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_relative_KB_VAR_DIR_is_refused(monkeypatch, tmp_path) -> None:
+    """Relative, it would follow each process's working directory: a web process and a
+    worker started from two folders would keep two installations' data."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ImproperlyConfigured, match="KB_VAR_DIR='var' must be an absolute path"):
+        _settings(monkeypatch, tmp_path, KB_VAR_DIR="var")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_production_settings_come_from_the_environment(monkeypatch, tmp_path) -> None:
     key_file = tmp_path / "secret_key"
     key_file.write_text("k" * 60 + "\n")

@@ -45,3 +45,13 @@ def test_the_admin_login_page_links_a_stylesheet_that_is_served(runtime: str) ->
     page = client.get("/admin/login/").content.decode()
     assert 'href="/static/admin/css/base.css"' in page
     assert client.get("/static/admin/css/base.css").status_code == 200
+
+
+@BOTH_RUNTIMES
+def test_the_favicon_is_served_at_the_root(runtime: str) -> None:
+    """Browsers ask every site for /favicon.ico: it was a 404 in the demo's log."""
+    response = Client().get("/favicon.ico")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "image/x-icon"
+    assert b"".join(response.streaming_content).startswith(  # type: ignore[attr-defined]
+        b"\x00\x00\x01\x00")  # an icon file's header

@@ -12,6 +12,7 @@ from django.contrib.auth.models import Permission, User
 from django.forms.models import model_to_dict
 from django.test import Client, RequestFactory
 from django.urls import reverse
+from django.utils.html import escape
 
 from datasets.models import Dataset, Job, Tenant
 from retrieval.admin.ragconfig import RagAgentForm, RagConfigAdmin, RagConfigForm
@@ -181,7 +182,7 @@ def test_every_setting_explains_itself_in_the_group_of_its_stage(
     html = admin_client.get(reverse("admin:retrieval_ragconfig_add")).content.decode()
     for name in SETTING_NAMES:
         text = str(RagConfig._meta.get_field(name).help_text)
-        assert f"<div>{text}</div>" in html, name  # under the field (the admin marks it safe)
+        assert f"<div>{escape(text)}</div>" in html, name  # under the field, as text
         assert "not used" not in text.lower(), name  # every field does what it says
     grouped = [name for _, group in RagConfigAdmin.fieldsets[1:] for name in group["fields"]]
     assert sorted(grouped) == sorted(SETTING_NAMES)  # each setting once, in its stage's group
@@ -242,8 +243,8 @@ def test_each_history_row_shows_its_own_version(runtime: str, admin_client: Clie
                                    changed_by="b")
     assert config.version == 3
     html = admin_client.get("/admin/retrieval/ragconfigchange/").content.decode()
-    rows = re.findall(r'<th class="field-config_scope"><a [^>]*>([^<]*)</a></th>'
-                      r'<td class="field-version"><a [^>]*>(\d+)</a></td>', html)
+    rows = re.findall(r'<th class="field-config_scope"><a [^>]*><span [^>]*>([^<]*)</span></a>'
+                      r'</th><td class="field-version"><a [^>]*>(\d+)</a></td>', html)
     assert rows == [("acme/default", "3"), ("acme/default", "2"), ("acme/default", "1")]
     assert "acme/default v" not in html  # no row named with the latest version
 
@@ -253,8 +254,8 @@ def test_each_history_row_shows_its_own_version(runtime: str, admin_client: Clie
     assert "acme/default</a> (now at version 3)" in html and "acme/default v" not in html
 
     listed = admin_client.get("/admin/retrieval/ragconfig/").content.decode()
-    assert re.findall(r'<th class="field-scope"><a [^>]*>([^<]*)</a></th>', listed) == [
-        "acme/default"]
+    assert re.findall(r'<th class="field-scope"><a [^>]*><span [^>]*>([^<]*)</span></a></th>',
+                      listed) == ["acme/default"]
 
 
 def test_change_page_does_not_query_per_history_row(admin_client: Client) -> None:
@@ -389,3 +390,42 @@ def test_a_versions_page_lists_what_it_changed(admin_client: Client, tenant: Ten
         config.changes.get(version=2).pk])).content.decode()
     diff = page.split('id="version-diff"', 1)[1].split("</table>", 1)[0]
     assert diff.count("<tr>") == 2  # the header and the one setting version 2 changed
+
+
+def test_no_rollback_is_offered_to_the_settings_that_serve(admin_client: Client,
+                                                           tenant: Tenant) -> None:
+    """The serving version's page offered "Roll back to version 3", which changed nothing."""
+    config = history(tenant)  # version 3 serves
+
+    def page(version: int) -> str:
+        return admin_client.get(reverse("admin:retrieval_ragconfigchange_change", args=[
+            config.changes.get(version=version).pk])).content.decode()
+
+    assert "Roll back to" not in page(3)
+    assert "Version 3 is the version of acme/default that serves now" in page(3)
+    assert 'value="Roll back to version 2"' in page(2)
+    admin_client.post(reverse("admin:retrieval_ragconfigchange_rollback",
+                              args=[config.changes.get(version=2).pk]))
+    # Version 4 serves, equal to version 2: version 2 has nothing to roll back to any more.
+    assert "Roll back to" not in page(2) and "Start an A/B test" not in page(2)
+    assert "Version 2 has the settings of version 4, which serves now" in page(2)
+    assert 'value="Roll back to version 3"' in page(3)
+    history_rows = admin_client.get(reverse("admin:retrieval_ragconfig_change",
+                                            args=[config.pk])).content.decode()
+    assert re.findall(r">(view[^<]*)</a>", history_rows) == [
+        "view (serves now)", *["view, roll back to it"] * 3]
+
+
+def test_the_drafts_question_is_a_labelled_field_not_in_a_row_of_buttons(
+        admin_client: Client, tenant: Tenant) -> None:
+    """It sat in a submit row, whose stylesheet paints every input as a button: it looked
+    like one."""
+    config = history(tenant)
+    html = admin_client.get(reverse("admin:retrieval_ragconfig_change",
+                                    args=[config.pk])).content.decode()
+    rows = re.findall(r'<div class="submit-row"[^>]*>(.*?)</div>', html, re.S)
+    assert any('name="_hit_test_draft"' in row for row in rows)  # the button is a button
+    assert not any('name="_hit_test_question"' in row for row in rows)
+    assert '<label for="draft-question">Question:</label>' in html
+    assert re.search(r'<input type="text" name="_hit_test_question" id="draft-question" '
+                     r'class="vTextField"', html)
