@@ -43,7 +43,7 @@ DETAIL_FIELDS = ("created_at", "tool_call_id", "session_id", "tenant", "api_key"
                  "query_text", "error")
 
 
-class EstimatedCountPaginator(Paginator):
+class EstimatedCountPaginator(Paginator[Any]):
     """A count without COUNT(*) (healthchecks' PingsAdmin, made portable to SQLite/MariaDB).
 
     Unfiltered: the id range, two index seeks (an upper bound: rows are only ever appended and
@@ -63,7 +63,7 @@ class EstimatedCountPaginator(Paginator):
             return 0 if low is None or high is None else high - low + 1
         return len(ids[:PROBE_LIMIT])
 
-    def page(self, number: Any) -> Page:
+    def page(self, number: Any) -> Page[Any]:
         """The page's ids first, from an index alone, then those rows: MariaDB reads and sorts
         the whole table for a deep OFFSET over the rows themselves (3.4 s at page 500 of
         100k calls; 40 ms this way)."""

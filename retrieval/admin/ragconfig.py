@@ -32,7 +32,7 @@ from retrieval.ragconfig.selectors import checked_settings
 from retrieval.ragconfig.settings import RETRIEVERS, SETTING_NAMES, RagSettings
 
 
-class RagConfigForm(forms.ModelForm):
+class RagConfigForm(forms.ModelForm[RagConfig]):
     # The JSON list column is edited as checkboxes; the converter says "choose at least one".
     # A declared field does not take the model default as its initial value: give it, so the
     # add form starts from the built-in defaults like every other field.
@@ -73,7 +73,7 @@ class RagConfigForm(forms.ModelForm):
         return cleaned
 
 
-class RagConfigChangeInline(ReadOnlyAdmin, admin.TabularInline):
+class RagConfigChangeInline(ReadOnlyAdmin, admin.TabularInline[RagConfigChange, RagConfig]):
     model = RagConfigChange
     extra = 0
     ordering = ["-version"]
@@ -379,7 +379,7 @@ class RagConfigChangeAdmin(ReadOnlyAdmin, TenantScopedAdmin[RagConfigChange]):
                                                        ensure_ascii=False))
 
 
-class RagAgentForm(forms.ModelForm):
+class RagAgentForm(forms.ModelForm[RagAgent]):
     class Meta:
         model = RagAgent
         fields = ["tenant", "name", "description", "agentic_graph", "max_retry_count",
