@@ -14,6 +14,8 @@ from kbplatform.outbound import url_refusal
 
 BRANCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 MAX_GLOBS = 50
+# Globs are matched in linear time (datasets/sources/base.py); a bound keeps them readable.
+MAX_GLOB_STARS = 8
 
 
 def local_root(location: str) -> Path | None:
@@ -63,4 +65,6 @@ def source_refusals(source: Source) -> dict[str, str]:
     if not isinstance(include, list) or len(include) > MAX_GLOBS or not all(
             isinstance(g, str) and 0 < len(g) <= 200 for g in include):
         refusals["include"] = f"a list of at most {MAX_GLOBS} glob patterns"
+    elif any(g.count("*") > MAX_GLOB_STARS for g in include):
+        refusals["include"] = f"a glob pattern may hold at most {MAX_GLOB_STARS} `*`"
     return refusals
