@@ -11,8 +11,9 @@ from django.utils import timezone
 
 from datasets.evidence import EvidenceKey
 from datasets.ingestion.formats import Format
+from kbplatform.env import SLUG_PATTERN
 
-SLUG = RegexValidator(r"^[a-z0-9][a-z0-9_-]{0,62}$", "lowercase letters, digits, - and _")
+SLUG = RegexValidator(SLUG_PATTERN, "lowercase letters, digits, - and _")
 
 
 def new_doc_id() -> int:
@@ -137,8 +138,9 @@ class Source(models.Model):
         "Names the source's documents: each one's path is <name>/<path in the source>."))
     kind = models.CharField(max_length=10, choices=Kind.choices)
     location = models.CharField(max_length=1000, help_text=(
-        "git: an http(s) URL, or a local path under KB_SOURCE_ROOTS; folder: a path under "
-        "KB_SOURCE_ROOTS; web: the start page's or the sitemap's http(s) URL."))
+        "git: an http(s) URL, or a local path in its tenant's source folders (KB_SOURCE_ROOTS: "
+        "a folder bound to the tenant's slug, or <parent>/<slug>/); folder: a path in them; "
+        "web: the start page's or the sitemap's http(s) URL."))
     branch = models.CharField(max_length=200, blank=True, default="main",
                               help_text="git: the branch to follow.")
     subfolder = models.CharField(max_length=500, blank=True,

@@ -11,7 +11,7 @@ from django.conf import settings
 
 from datasets.models import Source
 from datasets.sources.base import Deadline, Globs, Item, SyncFailed, file_item, too_many
-from datasets.sources.locations import local_root
+from datasets.sources.locations import Refused, local_path
 
 
 class FolderReader:
@@ -24,9 +24,10 @@ class FolderReader:
         self.max_bytes = settings.KB_MAX_UPLOAD_BYTES
 
     def items(self, known: Mapping[str, str]) -> Iterator[Item]:
-        root = local_root(self.source.location)
-        if root is None:
-            raise SyncFailed("the folder is not under KB_SOURCE_ROOTS any more")
+        try:  # the tenant's folders now: the settings or a link may have moved
+            root = local_path(self.source.location, tenant=self.source.dataset.tenant.slug)
+        except Refused as exc:
+            raise SyncFailed(str(exc)) from None
         if not root.is_dir():
             raise SyncFailed("the folder does not exist or is not a folder")
         files = self._files(root)

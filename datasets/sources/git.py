@@ -15,12 +15,14 @@ from django.conf import settings
 
 from datasets.models import Source
 from datasets.sources.base import Deadline, Globs, Item, SyncFailed, file_item, too_many
-from datasets.sources.locations import is_url, local_root
+from datasets.sources.locations import Refused, is_url, local_repository
 from kbplatform.outbound import OutboundRefused, check_url
 
 logger = logging.getLogger(__name__)
 
 HEAD = "refs/kb/head"
+# What git reads of a local repository to serve a fetch (hooks, config and the like: not).
+READ_BY_GIT = ("HEAD", "packed-refs", "shallow", "info", "refs", "objects")
 
 
 def cache_dir(source: Source) -> Path:
@@ -52,8 +54,11 @@ class GitReader:
             self.cache.mkdir(parents=True, exist_ok=True)
             self._git("init", "--bare", "--quiet", ".")
         branch = self.source.branch
-        self._git("fetch", "--no-tags", "--quiet", "--no-recurse-submodules", "--", url,
-                  f"+refs/heads/{branch}:{HEAD}", protocol=protocol)
+        # A local repository is read from exactly its git folder (`--strict`: git tries no
+        # `<path>/.git` nor `<path>.git` of its own).
+        strict = ["--upload-pack=git-upload-pack --strict"] if protocol == "file" else []
+        self._git("fetch", "--no-tags", "--quiet", "--no-recurse-submodules", *strict, "--",
+                  url, f"+refs/heads/{branch}:{HEAD}", protocol=protocol)
         return self._git("rev-parse", "--verify", f"{HEAD}^{{commit}}").decode().strip()
 
     def _remote(self) -> tuple[str, str]:
@@ -66,10 +71,28 @@ class GitReader:
                 logger.warning("git source %s refused: %s", self.source.pk, exc)
                 raise SyncFailed("could not connect to the repository") from None
             return location, location.split(":", 1)[0].lower()
-        path = local_root(location)
-        if path is None:
-            raise SyncFailed("the path is not under KB_SOURCE_ROOTS any more")
-        return str(path), "file"
+        try:  # the tenant's folders now: the settings or a link may have moved
+            git_dir = local_repository(location, tenant=self.source.dataset.tenant.slug)
+        except Refused as exc:
+            raise SyncFailed(str(exc)) from None
+        self._no_links_out(git_dir)
+        return str(git_dir), "file"
+
+    def _no_links_out(self, git_dir: Path) -> None:
+        """A symbolic link among what git serves of a repository (its refs and objects) would
+        make it read another repository's: refused, whatever it points at."""
+        for name in READ_BY_GIT:
+            top = git_dir / name
+            linked = top.is_symlink()
+            walk = os.walk(top, onerror=_unreadable) if top.is_dir() and not linked else []
+            for folder, names, files in walk:
+                self.deadline.check()
+                linked = any((Path(folder) / n).is_symlink() for n in (*names, *files))
+                if linked:
+                    break
+            if linked:
+                raise SyncFailed(f"the repository's {name} holds a symbolic link: git would "
+                                 "read what it points at")
 
     def _tree(self) -> dict[str, tuple[str, int]]:
         """path (below the sub-folder) -> (blob id, size) of the files the globs take."""
@@ -117,3 +140,7 @@ class GitReader:
             reason = "could not fetch the branch" if args[0] == "fetch" else f"git {args[0]} failed"
             raise SyncFailed(reason)
         return done.stdout
+
+
+def _unreadable(exc: OSError) -> None:
+    raise SyncFailed(f"the repository's git folder could not be listed ({exc.strerror})")

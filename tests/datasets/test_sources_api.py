@@ -16,6 +16,7 @@ from django.utils import timezone
 from datasets.models import Document, Job, Source, Tenant
 from datasets.services import dataset_create
 from datasets.sources.services import sources_sync_due
+from kbplatform.env import SourceRoot
 from kbplatform.tasks import recover_periodically
 from tests.conftest import wait_until
 from tests.datasets.builders import api_client
@@ -26,9 +27,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 @pytest.fixture
 def repo(settings, tmp_path):
-    settings.KB_SOURCE_ROOTS = [tmp_path]
+    settings.KB_SOURCE_ROOTS = (SourceRoot(tmp_path / "roots"),)  # roots/<tenant slug>/
     settings.VAR_DIR = tmp_path / "var"
-    made = Repo(tmp_path / "repo")
+    made = Repo(tmp_path / "roots" / "acme" / "repo")
     made.write({"a.md": doc("Alpha"), "b.md": doc("Beta")})
     made.commit()
     return made
@@ -171,7 +172,7 @@ def test_sync_now_in_the_admin_is_a_post_with_csrf_for_the_users_tenants(
         kb, store, repo) -> None:
     other = dataset_create(tenant=Tenant.objects.create(slug="globex"), name="theirs")
     mine = make_source(kb.dataset, kind="git", location=str(repo.path))
-    theirs = make_source(other, kind="git", location=str(repo.path))
+    theirs = make_source(other, kind="web", location="https://example.org/")
     staff = User.objects.create_user("staff", password="pw", is_staff=True)
     staff.user_permissions.add(*Permission.objects.filter(codename__endswith="_source"))
     kb.tenant.staff.add(staff)

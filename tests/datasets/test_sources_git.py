@@ -12,6 +12,7 @@ import pytest
 from datasets.models import Document, Job, Source
 from datasets.sources.services import InvalidSource
 from datasets.sources.sync import source_claim, source_sync
+from kbplatform.env import SourceRoot
 from tests.datasets.source_builders import Repo, doc, make_source, sync
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager_tasks")]
@@ -19,9 +20,10 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 @pytest.fixture
 def roots(settings, tmp_path):
-    settings.KB_SOURCE_ROOTS = [tmp_path]
+    """The folder of tenant acme (the kb fixture's) under a parent root."""
+    settings.KB_SOURCE_ROOTS = (SourceRoot(tmp_path / "roots"),)
     settings.VAR_DIR = tmp_path / "var"
-    return tmp_path
+    return tmp_path / "roots" / "acme"
 
 
 def _live(source: Source) -> dict[str, Document]:
@@ -108,7 +110,7 @@ def test_an_unreachable_repository_deletes_nothing(kb, store, roots) -> None:
 
     job = sync(source)
 
-    assert job.status == Job.Status.FAILED and job.error == "could not fetch the branch"
+    assert job.status == Job.Status.FAILED and job.error.startswith("not a git repository")
     assert len(_live(source)) == 2
     source.refresh_from_db()
     assert source.last_status == "failed" and source.syncing_since is None
