@@ -1,4 +1,5 @@
-"""The one door for every server-side fetch (chat, rerank and embedding endpoints).
+"""The one door for every server-side fetch (chat, rerank and embedding endpoints, web and git
+sources).
 
 A URL may be http(s) only, without credentials in it; its host's addresses — every one the
 name resolves to, numeric forms (`0x7f000001`, `2130706433`, `127.1`, `0177.0.0.1`) read as
@@ -148,15 +149,21 @@ def resolved_addresses(host: str, port: int) -> list[Address]:
     return addresses
 
 
-def check_url(url: str) -> None:
-    """The whole policy for `url`, its name resolved now (the system checks of the deployment's
-    own URLs); raises OutboundRefused with the reason."""
+def check_url(url: str) -> list[Address]:
+    """The whole policy for `url`, its name resolved now: the addresses it may connect to (a
+    client that connects by itself, git, is pinned to them); raises OutboundRefused with the
+    reason."""
     refusal = url_refusal(url)
     if refusal:
         raise OutboundRefused(refusal)
     parts = urlsplit(url.strip())
-    resolved_addresses(parts.hostname or "", parts.port or (443 if parts.scheme == "https"
-                                                            else 80))
+    return resolved_addresses(parts.hostname or "", url_port(url))
+
+
+def url_port(url: str) -> int:
+    """The port a connection to `url` (a URL the policy took) goes to."""
+    parts = urlsplit(url.strip())
+    return parts.port or (443 if parts.scheme.lower() == "https" else 80)
 
 
 class _Stream(httpcore2.NetworkStream):

@@ -16,6 +16,8 @@ from datasets.models import Source
 from kbplatform.outbound import host_refusal, url_refusal
 
 BRANCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
+# A host name as curl looks it up (lower case: urlsplit's hostname), or an address.
+GIT_HOST = re.compile(r"^(?:[a-z0-9_-]+(?:\.[a-z0-9_-]+)*|[0-9a-f:.]+)$")
 MAX_GLOBS = 50
 # Globs are matched in linear time (datasets/sources/base.py); a bound keeps them readable.
 MAX_GLOB_STARS = 8
@@ -119,7 +121,12 @@ def location_refusal(*, kind: str, location: str, tenant: str) -> str | None:
     if not location or location != location.strip() or "\x00" in location:
         return "the location is empty or has surrounding spaces"
     if kind == Source.Kind.WEB or (kind == Source.Kind.GIT and is_url(location)):
-        return _url_refusal(location)
+        refusal = _url_refusal(location)
+        if refusal is None and kind == Source.Kind.GIT and not GIT_HOST.match(
+                urlsplit(location).hostname or ""):
+            return ("a git URL's host is written in ASCII (an international name as xn--...), "
+                    "without a trailing dot: git is held to the addresses checked for it")
+        return refusal
     if "::" in location or "://" in location or location.startswith("-"):
         # git's ext::, fd::, file://, ssh and the like: nothing the server can check.
         return "only http(s) URLs and local paths in this tenant's source folders are read"

@@ -4,8 +4,10 @@ a deleted file leaves Milvus, an unreachable repository deletes nothing."""
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import time
+from typing import Any
 
 import pytest
 
@@ -195,3 +197,43 @@ def test_a_repository_over_http_goes_through_the_outbound_policy(kb, store, root
     job = sync(source)
     assert (job.status, job.error) == (Job.Status.FAILED, "could not connect to the repository")
     assert list(_live(source)) == ["src/a.md"]
+
+
+NAME_ONLY_THE_POLICY_KNOWS = "git.kb-test.invalid"  # .invalid: no resolver answers for it
+
+
+def test_git_connects_to_the_address_the_policy_checked(kb, store, roots, served, settings,
+                                                        monkeypatch) -> None:
+    """git resolves nothing itself: the name is known to this process's resolver only (as a
+    name that rebinds is answered one way to the check and another to a second lookup), and
+    git is pinned to the address the outbound policy resolved and checked."""
+    root, base = served
+    port = base.rsplit(":", 1)[1]
+    repo = Repo(roots / "repo")
+    repo.write({"a.md": doc("Alpha")})
+    commit = repo.commit()
+    bare = root / "r.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(repo.path), str(bare)], check=True)
+    subprocess.run(["git", "-C", str(bare), "update-server-info"], check=True)
+    real = socket.getaddrinfo
+
+    def resolve(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == NAME_ONLY_THE_POLICY_KNOWS:
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", int(port)))]
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    settings.KB_OUTBOUND_ALLOWED_HOSTS = [NAME_ONLY_THE_POLICY_KNOWS]
+    source = make_source(kb.dataset, kind="git",
+                         location=f"http://{NAME_ONLY_THE_POLICY_KNOWS}:{port}/r.git")
+
+    job = sync(source)
+
+    assert job.status == Job.Status.SUCCEEDED, job.log
+    assert _live(source)["src/a.md"].source_commit == commit
+
+
+@pytest.mark.parametrize("host", ["bücher.example", "example.org."])
+def test_a_git_host_git_might_look_up_otherwise_is_refused(kb, roots, host) -> None:
+    with pytest.raises(InvalidSource, match="ASCII"):
+        make_source(kb.dataset, kind="git", location=f"https://{host}/r.git")
