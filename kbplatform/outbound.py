@@ -11,9 +11,10 @@ Two checks, one policy: `url_refusal` reads a URL without the network (a config'
 runs it on every read of the config), and `client()`'s transport resolves the host inside the
 connection and connects only to the addresses it checked, so a name that resolves elsewhere
 at use time (DNS rebinding) is refused too. Redirects are not followed, environment proxies
-are not used, an answer is cut at a size bound. Whatever stops a connection — the policy, DNS,
-a closed port, TLS, a connect timeout — is the same `httpx2.ConnectError`, so a caller's error
-message cannot tell a refused address from a closed port.
+are not used, an answer is cut at a size bound (`AnswerTooLarge`), and `deadline()` bounds
+the requests made inside it in total. Whatever stops a connection — the policy, DNS, a closed
+port, TLS, a connect timeout — is the same `httpx2.ConnectError`, so a caller's error message
+cannot tell a refused address from a closed port.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ import functools
 import ipaddress
 import logging
 import socket
+import time
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -166,17 +170,48 @@ def url_port(url: str) -> int:
     return parts.port or (443 if parts.scheme.lower() == "https" else 80)
 
 
+# The monotonic time by which the requests of this context must have ended (`deadline()`).
+_deadline: ContextVar[float | None] = ContextVar("outbound_deadline", default=None)
+
+
+@contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Every request made inside ends within `seconds` in all — connecting, sending, the
+    headers and the body, however slowly the server trickles them: each socket operation
+    waits at most the time left (httpx's own timeout bounds each operation, not their sum).
+    Nested, the earlier end holds."""
+    at = time.monotonic() + seconds
+    outer = _deadline.get()
+    token = _deadline.set(at if outer is None else min(outer, at))
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def _left(timeout: float | None, late: type[Exception]) -> float | None:
+    """`timeout` cut to the time left before the deadline; `late` raised once it passed."""
+    at = _deadline.get()
+    if at is None:
+        return timeout
+    left = at - time.monotonic()
+    if left <= 0:
+        raise late("the request's deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
 class _Stream(httpcore2.NetworkStream):
-    """The connection's stream; a failed TLS handshake, a timeout included, is UNREACHABLE."""
+    """The connection's stream, each operation within the deadline; a failed TLS handshake, a
+    timeout included, is UNREACHABLE."""
 
     def __init__(self, inner: httpcore2.NetworkStream) -> None:
         self._inner = inner
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, timeout)
+        return self._inner.read(max_bytes, _left(timeout, httpcore2.ReadTimeout))
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, timeout)
+        self._inner.write(buffer, _left(timeout, httpcore2.WriteTimeout))
 
     def close(self) -> None:
         self._inner.close()
@@ -184,7 +219,8 @@ class _Stream(httpcore2.NetworkStream):
     def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
                   timeout: float | None = None) -> httpcore2.NetworkStream:
         try:
-            return _Stream(self._inner.start_tls(ssl_context, server_hostname, timeout))
+            return _Stream(self._inner.start_tls(ssl_context, server_hostname,
+                                                 _left(timeout, httpcore2.ConnectTimeout)))
         except (httpcore2.ConnectError, httpcore2.ConnectTimeout):
             raise httpcore2.ConnectError(UNREACHABLE) from None
 
@@ -209,8 +245,8 @@ class _Backend(httpcore2.NetworkBackend):
         for address in addresses:
             try:
                 return _Stream(self._inner.connect_tcp(
-                    str(address), port, timeout=timeout, local_address=local_address,
-                    socket_options=socket_options))
+                    str(address), port, timeout=_left(timeout, httpcore2.ConnectTimeout),
+                    local_address=local_address, socket_options=socket_options))
             except (httpcore2.ConnectError, httpcore2.ConnectTimeout):
                 continue
         raise httpcore2.ConnectError(UNREACHABLE)
@@ -221,8 +257,16 @@ class _Backend(httpcore2.NetworkBackend):
         raise httpcore2.ConnectError(UNREACHABLE)
 
 
+class AnswerTooLarge(httpx2.ReadError):
+    """An answer cut at the client's size bound."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the answer is over {limit} bytes")
+        self.limit = limit
+
+
 class _Bounded(httpx2.SyncByteStream):
-    """An answer's body, cut with an error past `limit` bytes."""
+    """An answer's body, cut with AnswerTooLarge past `limit` bytes."""
 
     def __init__(self, inner: httpx2.SyncByteStream, limit: int, url: httpx2.URL) -> None:
         self._inner, self._limit, self._url = inner, limit, url
@@ -234,7 +278,7 @@ class _Bounded(httpx2.SyncByteStream):
             if read > self._limit:
                 logger.warning("the answer of %s is over %d bytes: cut", self._url.host,
                                self._limit)
-                raise httpx2.ReadError(f"the answer is over {self._limit} bytes")
+                raise AnswerTooLarge(self._limit)
             yield chunk
 
     def close(self) -> None:

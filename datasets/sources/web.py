@@ -19,7 +19,7 @@ from django.conf import settings
 
 from datasets.models import Source
 from datasets.sources.base import Deadline, Item, SyncFailed
-from kbplatform.outbound import client
+from kbplatform import outbound
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class WebReader:
         self.expected = 0
         start = urlsplit(source.location)
         self.site = (start.scheme.lower(), start.netloc.lower())
-        self.http = client(max_response_bytes=source.max_page_bytes)
+        self.http = outbound.client(max_response_bytes=source.max_page_bytes)
         self.links_before: dict[str, list[str]] = dict(source.state.get("links", {}))
         self.links: dict[str, list[str]] = {}  # what the source's state keeps after the sync
         # The links kept, in all: a page past it is fetched whole next time (no 304 without
@@ -163,10 +163,14 @@ class WebReader:
             headers["If-None-Match"] = value
         elif kind == "lm":
             headers["If-Modified-Since"] = value
-        return self.http.get(url, headers=headers, timeout=self._timeout())
+        return self._request(url, headers)
 
-    def _timeout(self) -> float:
-        return min(settings.KB_SOURCE_HTTP_TIMEOUT_SECONDS, self.deadline.left())
+    def _request(self, url: str, headers: dict[str, str]) -> httpx2.Response:
+        """One GET, ended within KB_SOURCE_HTTP_TIMEOUT_SECONDS and the sync's time left, in
+        all: a server trickling its headers or body holds it no longer."""
+        bound = min(settings.KB_SOURCE_HTTP_TIMEOUT_SECONDS, self.deadline.left())
+        with outbound.deadline(bound):
+            return self.http.get(url, headers=headers, timeout=bound)
 
     def _robots(self) -> RobotFileParser:
         """The site's robots.txt (none, a 4xx: everything allowed); an unreachable site or a
@@ -174,8 +178,9 @@ class WebReader:
         scheme, netloc = self.site
         robots = RobotFileParser()
         try:
-            response = self.http.get(f"{scheme}://{netloc}/robots.txt",
-                                     headers={"User-Agent": AGENT}, timeout=self._timeout())
+            response = self._request(f"{scheme}://{netloc}/robots.txt", {"User-Agent": AGENT})
+        except httpx2.TimeoutException:
+            raise SyncFailed("robots.txt timed out (KB_SOURCE_HTTP_TIMEOUT_SECONDS)") from None
         except httpx2.HTTPError:
             raise SyncFailed("could not connect to the site") from None
         if response.status_code == 200:

@@ -4,6 +4,7 @@ request through kbplatform/outbound.py, so 127.0.0.1 is fetched only when allowe
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -207,3 +208,39 @@ def test_html_pages_become_documents(kb, store, allowed) -> None:
     host = site.url.removeprefix("http://")
     assert f"src/{host}/index.html" in _paths(source)
     assert job.detail.get("failed", 0) == 0
+
+
+def test_a_page_trickled_a_byte_at_a_time_is_cut_at_its_total_bound(kb, store, allowed,
+                                                                      settings) -> None:
+    # Each byte comes well within the 1 s timeout of a read: only a total bound stops it
+    # (the page held a sync 135 s against a 5 s timeout).
+    settings.KB_SOURCE_HTTP_TIMEOUT_SECONDS = 1
+    site = _site()
+    site.trickle["/guide/setup.md"] = 0.2  # its whole answer takes about 25 s
+    with web_site(site):
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/", max_depth=2)
+        started = time.monotonic()
+        job = sync(source)
+        took = time.monotonic() - started
+
+    assert took < 8, took
+    assert job.status == Job.Status.SUCCEEDED
+    assert any(line["message"].startswith("failed: ") and "setup.md: timed out"
+               in line["message"] for line in job.log), job.log
+    assert job.detail["added"] == 3  # "/", start.md and deep/one.md
+
+
+def test_trickled_headers_of_robots_txt_end_the_sync_at_the_bound(kb, store, allowed,
+                                                                   settings) -> None:
+    settings.KB_SOURCE_HTTP_TIMEOUT_SECONDS = 1
+    site = _site()
+    site.trickle["/robots.txt"] = 0.2
+    with web_site(site):
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/")
+        started = time.monotonic()
+        job = sync(source)
+        took = time.monotonic() - started
+
+    assert took < 5, took
+    assert (job.status, job.error) == (Job.Status.FAILED, "robots.txt timed out "
+                                                          "(KB_SOURCE_HTTP_TIMEOUT_SECONDS)")
