@@ -11,10 +11,10 @@ Two checks, one policy: `url_refusal` reads a URL without the network (a config'
 runs it on every read of the config), and `client()`'s transport resolves the host inside the
 connection and connects only to the addresses it checked, so a name that resolves elsewhere
 at use time (DNS rebinding) is refused too. Redirects are not followed, environment proxies
-are not used, an answer is cut at a size bound (`AnswerTooLarge`), and `deadline()` bounds
-the requests made inside it in total. Whatever stops a connection — the policy, DNS, a closed
-port, TLS, a connect timeout — is the same `httpx2.ConnectError`, so a caller's error message
-cannot tell a refused address from a closed port.
+are not used, an answer is never decompressed and is cut at a size bound (`AnswerTooLarge`),
+and `deadline()` bounds the requests made inside it in total. Whatever stops a connection —
+the policy, DNS, a closed port, TLS, a connect timeout — is the same `httpx2.ConnectError`, so
+a caller's error message cannot tell a refused address from a closed port.
 """
 
 from __future__ import annotations
@@ -300,7 +300,12 @@ class _Transport(httpx2.HTTPTransport):
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         if request.url.scheme not in SCHEMES or request.url.userinfo:
             raise httpx2.ConnectError(UNREACHABLE, request=request)
+        # The size bound counts the bytes that arrive: an answer is never decompressed (200 KB
+        # of gzip are 200 MB decoded). Asked uncompressed; sent compressed anyway, it is
+        # handed over as it came, and fails as malformed.
+        request.headers["Accept-Encoding"] = "identity"
         response = super().handle_request(request)
+        response.headers.pop("Content-Encoding", None)
         assert isinstance(response.stream, httpx2.SyncByteStream)
         response.stream = _Bounded(response.stream, self._max_response_bytes, request.url)
         return response

@@ -3,11 +3,13 @@ allows, the system checks of the deployment's own endpoints, and a request's tot
 
 from __future__ import annotations
 
+import gzip
 import ipaddress
 import socketserver
 import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx2
@@ -110,3 +112,36 @@ def test_a_deadline_bounds_a_request_in_total_however_slowly_it_trickles(
                 deadline(inner or outer):
             client().get(trickling, timeout=5)  # each byte comes within 5 s
         assert time.monotonic() - started < min(outer, inner or outer) + 1.0
+
+
+def test_an_answer_is_never_decompressed_past_the_size_bound(settings: Any) -> None:
+    """50 MB of zeros are 50 KB of gzip: the bound counts what arrives, and nothing is
+    inflated behind it."""
+    bomb = gzip.compress(bytes(50 << 20))
+    asked: list[str | None] = []
+
+    class Bomb(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+            asked.append(self.headers.get("Accept-Encoding"))
+            self.send_response(200)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(bomb)))
+            self.end_headers()
+            self.wfile.write(bomb)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Bomb)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
+    settings.KB_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
+    try:
+        answer = client(max_response_bytes=1 << 20).get(
+            f"http://127.0.0.1:{server.server_address[1]}/", timeout=10)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert asked == ["identity"]
+    assert answer.content == bomb  # as it came: a caller fails on it as malformed
