@@ -16,6 +16,12 @@ from kbplatform.env import SLUG_PATTERN
 SLUG = RegexValidator(SLUG_PATTERN, "lowercase letters, digits, - and _")
 
 
+def upload_limit() -> int:
+    """KB_MAX_UPLOAD_BYTES, as this process reads it (a source's max_page_bytes: its default
+    and its bound)."""
+    return int(settings.KB_MAX_UPLOAD_BYTES)
+
+
 def new_doc_id() -> int:
     # A stable, globally unique id that is part of every Milvus primary key of the document;
     # 62 bits so that it fits a signed BIGINT. It travels as a string in JSON.
@@ -154,8 +160,9 @@ class Source(models.Model):
         default=200, validators=[MinValueValidator(1), MaxValueValidator(10_000)],
         help_text="web: the pages one sync fetches at most.")
     max_page_bytes = models.PositiveIntegerField(
-        default=2 * 1024 * 1024, validators=[MinValueValidator(1024)],
-        help_text="web: a larger page is not taken (a failed line in the sync's log).")
+        default=upload_limit, validators=[MinValueValidator(1024)],
+        help_text="web: a larger page is not taken (a failed line in the sync's log); at most "
+                  "KB_MAX_UPLOAD_BYTES, the default.")
     interval_minutes = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)],
         help_text="Sync every this many minutes; empty: only on demand.")

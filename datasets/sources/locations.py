@@ -165,6 +165,10 @@ def source_refusals(source: Source) -> dict[str, str]:
     sub = PurePosixPath(source.subfolder)
     if source.subfolder and (sub.is_absolute() or ".." in sub.parts):
         refusals["subfolder"] = "a relative path inside the repository, without .."
+    if source.max_page_bytes > settings.KB_MAX_UPLOAD_BYTES:
+        refusals["max_page_bytes"] = (f"at most KB_MAX_UPLOAD_BYTES "
+                                      f"({settings.KB_MAX_UPLOAD_BYTES}): a larger page could "
+                                      "not be stored")
     include = source.include
     if not isinstance(include, list) or len(include) > MAX_GLOBS or not all(
             isinstance(g, str) and 0 < len(g) <= 200 for g in include):

@@ -8,6 +8,7 @@ import logging
 import re
 from collections import deque
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from html.parser import HTMLParser
 from posixpath import basename, splitext
 from urllib.parse import urldefrag, urljoin, urlsplit
@@ -27,6 +28,15 @@ AGENT = "kbplatform"
 REDIRECTS = (301, 302, 303, 307, 308)
 GONE = (404, 410)
 MARKDOWN_LINK = re.compile(r"\]\(\s*<?([^)\s>]+)")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A page's answer, its body read within the bounds."""
+
+    status: int
+    headers: httpx2.Headers
+    body: bytes
 
 
 class _Links(HTMLParser):
@@ -82,7 +92,13 @@ class WebReader:
         self.expected = 0
         start = urlsplit(source.location)
         self.site = (start.scheme.lower(), start.netloc.lower())
-        self.http = outbound.client(max_response_bytes=source.max_page_bytes)
+        # A page is read to the smaller bound only, whatever the source says: more could not
+        # be stored (the service refuses a larger max_page_bytes; a row may predate that).
+        self.max_bytes, self.bound = (
+            (source.max_page_bytes, "max_page_bytes")
+            if source.max_page_bytes <= settings.KB_MAX_UPLOAD_BYTES
+            else (settings.KB_MAX_UPLOAD_BYTES, "KB_MAX_UPLOAD_BYTES"))
+        self.http = outbound.client(max_response_bytes=settings.KB_MAX_UPLOAD_BYTES)
         self.links_before: dict[str, list[str]] = dict(source.state.get("links", {}))
         self.links: dict[str, list[str]] = {}  # what the source's state keeps after the sync
         # The links kept, in all: a page past it is fetched whole next time (no 304 without
@@ -124,10 +140,12 @@ class WebReader:
             response = self._get(url, version if url in self.links_before else "")
         except httpx2.HTTPError as exc:
             if first:
-                raise SyncFailed("could not connect to the start page") from None
+                raise SyncFailed(f"the start page could not be read: {self._failure(exc)}"
+                                 ) from None
             # Kept: a page that did not answer this time may answer the next.
-            return Item(path, version, failure=_failure(exc)), self.links_before.get(url, [])
-        status = response.status_code
+            return (Item(path, version, failure=self._failure(exc)),
+                    self.links_before.get(url, []))
+        status = response.status
         if status == 304 and url in self.links_before:
             return Item(path, version), self._keep(url, self.links_before[url])
         if status in REDIRECTS:
@@ -143,11 +161,11 @@ class WebReader:
             return Item(path, version, failure=f"HTTP {status}"), self.links_before.get(url, [])
         content_type = response.headers.get("content-type", "").lower()
         links = self._keep(url, list(dict.fromkeys(
-            link for link in links_of(response.content, content_type, url)
+            link for link in links_of(response.body, content_type, url)
             if self._same_site(link)))[:self.source.max_pages])
         if "xml" in content_type:
             return None, links  # a sitemap leads to pages, it is none
-        return Item(path, _version(response), raw=response.content), links
+        return Item(path, _version(response), raw=response.body), links
 
     def _keep(self, url: str, links: list[str]) -> list[str]:
         """`links` of the page at `url`, kept for the next sync while the budget lasts."""
@@ -156,7 +174,7 @@ class WebReader:
             self.link_budget -= len(links)
         return links
 
-    def _get(self, url: str, version: str) -> httpx2.Response:
+    def _get(self, url: str, version: str) -> Answer:
         headers = {"User-Agent": AGENT}
         kind, _, value = version.partition(":")
         if kind == "etag":
@@ -165,12 +183,28 @@ class WebReader:
             headers["If-Modified-Since"] = value
         return self._request(url, headers)
 
-    def _request(self, url: str, headers: dict[str, str]) -> httpx2.Response:
+    def _request(self, url: str, headers: dict[str, str]) -> Answer:
         """One GET, ended within KB_SOURCE_HTTP_TIMEOUT_SECONDS and the sync's time left, in
-        all: a server trickling its headers or body holds it no longer."""
+        all (a server trickling its headers or body holds it no longer), its body read to
+        `max_bytes` at most."""
         bound = min(settings.KB_SOURCE_HTTP_TIMEOUT_SECONDS, self.deadline.left())
-        with outbound.deadline(bound):
-            return self.http.get(url, headers=headers, timeout=bound)
+        with outbound.deadline(bound), self.http.stream("GET", url, headers=headers,
+                                                        timeout=bound) as response:
+            body = bytearray()
+            for chunk in response.iter_raw():
+                body += chunk
+                if len(body) > self.max_bytes:
+                    raise outbound.AnswerTooLarge(self.max_bytes)
+            return Answer(response.status_code, response.headers, bytes(body))
+
+    def _failure(self, exc: httpx2.HTTPError) -> str:
+        """Why a page could not be read, as its owner may read it: the one message of every
+        connection failure (kbplatform/outbound.py), a timeout, or the size bound."""
+        if isinstance(exc, outbound.AnswerTooLarge):
+            return f"over {exc.limit} bytes ({self.bound})"
+        if isinstance(exc, httpx2.TimeoutException):
+            return "timed out"
+        return "could not connect"
 
     def _robots(self) -> RobotFileParser:
         """The site's robots.txt (none, a 4xx: everything allowed); an unreachable site or a
@@ -179,16 +213,18 @@ class WebReader:
         robots = RobotFileParser()
         try:
             response = self._request(f"{scheme}://{netloc}/robots.txt", {"User-Agent": AGENT})
+        except outbound.AnswerTooLarge as exc:
+            raise SyncFailed(f"robots.txt is over {exc.limit} bytes ({self.bound})") from None
         except httpx2.TimeoutException:
             raise SyncFailed("robots.txt timed out (KB_SOURCE_HTTP_TIMEOUT_SECONDS)") from None
         except httpx2.HTTPError:
             raise SyncFailed("could not connect to the site") from None
-        if response.status_code == 200:
-            robots.parse(response.text.splitlines())
-        elif 400 <= response.status_code < 500:
+        if response.status == 200:
+            robots.parse(response.body.decode("utf-8", "replace").splitlines())
+        elif 400 <= response.status < 500:
             robots.parse([])
         else:
-            raise SyncFailed(f"robots.txt answered HTTP {response.status_code}")
+            raise SyncFailed(f"robots.txt answered HTTP {response.status}")
         return robots
 
     def _same_site(self, url: str) -> bool:
@@ -197,17 +233,9 @@ class WebReader:
                 and len(url) <= 900)
 
 
-def _version(response: httpx2.Response) -> str:
+def _version(response: Answer) -> str:
     etag = response.headers.get("etag", "")
     if etag:
         return f"etag:{etag}"[:300]
     modified = response.headers.get("last-modified", "")
     return f"lm:{modified}"[:300] if modified else ""
-
-
-def _failure(exc: httpx2.HTTPError) -> str:
-    if isinstance(exc, httpx2.TimeoutException):
-        return "timed out"
-    if isinstance(exc, httpx2.ReadError) and "over" in str(exc):
-        return str(exc)  # the size bound's own words
-    return "could not connect"

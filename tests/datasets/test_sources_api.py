@@ -190,3 +190,23 @@ def test_sync_now_in_the_admin_is_a_post_with_csrf_for_the_users_tenants(
 
     assert Job.objects.filter(source=mine, kind=Job.Kind.SYNC_SOURCE).count() == 1
     assert not Job.objects.filter(source=theirs).exists()
+
+
+def test_the_admin_form_refuses_what_the_api_refuses_beside_the_field(
+        kb, repo, admin_client, settings, tmp_path) -> None:
+    settings.KB_MAX_UPLOAD_BYTES = 100_000
+    (tmp_path / "roots" / "globex").mkdir(parents=True)
+    form = {"dataset": kb.dataset.pk, "name": "handbook", "kind": "web",
+            "location": "https://example.org/", "branch": "main", "subfolder": "",
+            "include": "[]", "max_depth": 2, "max_pages": 10, "max_page_bytes": 2**31 - 1,
+            "interval_minutes": ""}
+
+    page = admin_client.post("/admin/datasets/source/add/", form).content.decode()
+    assert "at most KB_MAX_UPLOAD_BYTES (100000)" in page
+    page = admin_client.post("/admin/datasets/source/add/", {
+        **form, "kind": "folder", "max_page_bytes": 4096,
+        "location": str(tmp_path / "roots" / "globex")}).content.decode()
+    assert f"inside this tenant&#x27;s source folders: {tmp_path}/roots/acme" in page
+    assert not Source.objects.exists()
+    answer = admin_client.post("/admin/datasets/source/add/", {**form, "max_page_bytes": 4096})
+    assert answer.status_code == 302 and Source.objects.get().max_page_bytes == 4096

@@ -158,6 +158,8 @@ def test_a_private_address_is_refused_without_the_allow_list(kb, store, settings
         job = sync(source)
 
     assert job.status == Job.Status.FAILED and site.hits == []
+    with pytest.raises(InvalidSource, match="naming it in KB_OUTBOUND_ALLOWED_HOSTS"):
+        make_source(kb.dataset, kind="web", location=f"{site.url}/", name="again")
     for location in ("http://169.254.169.254/latest/", "http://10.0.0.1/", "http://[::1]/",
                      "http://0x7f000001/", "file:///etc/passwd", "http://user:pw@example.org/"):
         with pytest.raises(InvalidSource):
@@ -244,3 +246,47 @@ def test_trickled_headers_of_robots_txt_end_the_sync_at_the_bound(kb, store, all
     assert took < 5, took
     assert (job.status, job.error) == (Job.Status.FAILED, "robots.txt timed out "
                                                           "(KB_SOURCE_HTTP_TIMEOUT_SECONDS)")
+
+
+def test_max_page_bytes_is_at_most_the_upload_limit_when_saved(kb, settings) -> None:
+    settings.KB_MAX_UPLOAD_BYTES = 100_000
+    body = {"dataset_id": kb.dataset.pk, "name": "s", "kind": "web",
+            "location": "https://example.org/", "max_page_bytes": 2**31 - 1}
+
+    answer = kb.admin.post("/api/sources", body, format="json")
+
+    assert (answer.status_code, answer.json()["code"]) == (400, "invalid_source")
+    assert answer.json()["extra"]["fields"]["max_page_bytes"] == (
+        "at most KB_MAX_UPLOAD_BYTES (100000): a larger page could not be stored")
+    created = kb.admin.post("/api/sources", {k: v for k, v in body.items()
+                                             if k != "max_page_bytes"}, format="json")
+    assert created.status_code == 201 and created.json()["max_page_bytes"] == 100_000
+    changed = kb.admin.patch(f"/api/sources/{created.json()['id']}",
+                             {"max_page_bytes": 100_001}, format="json")
+    assert changed.status_code == 400 and "max_page_bytes" in changed.json()["extra"]["fields"]
+
+
+def test_a_page_is_read_no_further_than_the_upload_limit_whatever_the_row_says(
+        kb, store, allowed, settings) -> None:
+    site = _site()
+    site.pages["/guide/setup.md"] = (MD, doc("Setup", "x" * 50_000))
+    with web_site(site):
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/", max_depth=2)
+        Source.objects.filter(pk=source.pk).update(max_page_bytes=2**31 - 1)  # saved before
+        settings.KB_MAX_UPLOAD_BYTES = 4096
+        job = sync(Source.objects.get(pk=source.pk))
+
+    assert any(line["message"].startswith("failed: ") and "setup.md: over 4096 bytes "
+               "(KB_MAX_UPLOAD_BYTES)" in line["message"] for line in job.log), job.log
+
+
+def test_a_start_page_over_its_bound_says_so(kb, store, allowed) -> None:
+    site = _site()
+    site.pages["/"] = (HTML, b"<p>" + b"x" * 5000 + b"</p>")
+    with web_site(site):
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/",
+                             max_page_bytes=2048)
+        job = sync(source)
+
+    assert (job.status, job.error) == (
+        Job.Status.FAILED, "the start page could not be read: over 2048 bytes (max_page_bytes)")
