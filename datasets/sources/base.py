@@ -40,7 +40,8 @@ class SyncFailed(Exception):
 
 class Reader(Protocol):
     commit: str  # git: the commit read; "" for the other kinds
-    complete: bool  # every file of the source was listed: the others may be deleted
+    # Why the source was read in part ("": every file was listed, the others may be deleted).
+    partial: str
     expected: int  # the files listed so far (the job's total)
 
     def items(self, known: Mapping[str, str]) -> Iterator[Item]:
@@ -62,6 +63,10 @@ class Deadline:
 
     def left(self) -> float:
         return max(1.0, self.at - time.monotonic())
+
+    def allows(self, seconds: float) -> bool:
+        """Whether waiting `seconds` from now still ends before the deadline."""
+        return time.monotonic() + seconds < self.at
 
 
 # The tokens of a glob: a literal character, `?`, `*` (within one name), `**` (anything) and

@@ -18,7 +18,7 @@ class FolderReader:
     def __init__(self, source: Source, deadline: Deadline) -> None:
         self.source, self.deadline = source, deadline
         self.commit = ""
-        self.complete = True
+        self.partial = ""
         self.expected = 0
         self.globs = Globs(source.include)
         self.max_bytes = settings.KB_MAX_UPLOAD_BYTES

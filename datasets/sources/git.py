@@ -51,7 +51,7 @@ class GitReader:
         self.source, self.deadline = source, deadline
         self.cache = cache_dir(source)
         self.commit = ""
-        self.complete = True
+        self.partial = ""
         self.expected = 0
         self.globs = Globs(source.include)
         self.max_bytes = settings.KB_MAX_UPLOAD_BYTES

@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from posixpath import basename, splitext
 from urllib.parse import urldefrag, urljoin, urlsplit
-from urllib.robotparser import RobotFileParser
 from xml.etree import ElementTree
 
 import httpx2
 from django.conf import settings
+from protego import Protego
 
 from datasets.models import Source
 from datasets.sources.base import Deadline, Item, SyncFailed
@@ -88,7 +89,7 @@ class WebReader:
     def __init__(self, source: Source, deadline: Deadline) -> None:
         self.source, self.deadline = source, deadline
         self.commit = ""
-        self.complete = True
+        self.partial = ""
         self.expected = 0
         start = urlsplit(source.location)
         self.site = (start.scheme.lower(), start.netloc.lower())
@@ -107,23 +108,33 @@ class WebReader:
 
     def items(self, known: Mapping[str, str]) -> Iterator[Item]:
         robots = self._robots()
+        delay = _delay(robots)
         start = urldefrag(self.source.location)[0]
-        if not robots.can_fetch(AGENT, start):
+        if not robots.can_fetch(start, AGENT):
             # Not "every page is gone": a robots.txt changed by mistake would empty the dataset.
             raise SyncFailed("robots.txt disallows the start page")
         queue, queued = deque([(start, 0)]), {start}
-        fetched = 0
+        fetched, next_at = 0, 0.0
         while queue:
             self.deadline.check()
             url, depth = queue.popleft()
             if fetched >= self.source.max_pages:
-                self.complete = False  # pages past the bound may exist: none is deleted
+                # pages past the bound may exist: none is deleted
+                self.partial = f"max_pages {self.source.max_pages}"
                 break
-            if not robots.can_fetch(AGENT, url):
+            if not robots.can_fetch(url, AGENT):
                 continue  # not the source's any more: its document goes
+            wait = next_at - time.monotonic()
+            if wait > 0 and not self.deadline.allows(wait):
+                # The site's pace does not fit the sync's time: read in part, none deleted.
+                self.partial = (f"robots.txt asks {delay:g} s between requests: the next "
+                                "would pass KB_SOURCE_SYNC_TIMEOUT_SECONDS")
+                break
+            time.sleep(max(wait, 0))
             fetched += 1
             path = page_path(url)
             item, links = self._page(url, path, known.get(path, ""), first=url == start)
+            next_at = time.monotonic() + delay
             for link in links if depth < self.source.max_depth else []:
                 if link not in queued:
                     queued.add(link)
@@ -206,11 +217,11 @@ class WebReader:
             return "timed out"
         return "could not connect"
 
-    def _robots(self) -> RobotFileParser:
-        """The site's robots.txt (none, a 4xx: everything allowed); an unreachable site or a
+    def _robots(self) -> Protego:
+        """The site's robots.txt (none, a 4xx: everything allowed), read as crawlers read it
+        (wildcards, the most specific rule wins, Crawl-delay); an unreachable site or a
         failing robots.txt fails the sync."""
         scheme, netloc = self.site
-        robots = RobotFileParser()
         try:
             response = self._request(f"{scheme}://{netloc}/robots.txt", {"User-Agent": AGENT})
         except outbound.AnswerTooLarge as exc:
@@ -220,17 +231,24 @@ class WebReader:
         except httpx2.HTTPError:
             raise SyncFailed("could not connect to the site") from None
         if response.status == 200:
-            robots.parse(response.body.decode("utf-8", "replace").splitlines())
-        elif 400 <= response.status < 500:
-            robots.parse([])
-        else:
-            raise SyncFailed(f"robots.txt answered HTTP {response.status}")
-        return robots
+            return Protego.parse(response.body.decode("utf-8", "replace"))
+        if 400 <= response.status < 500:
+            return Protego.parse("")
+        raise SyncFailed(f"robots.txt answered HTTP {response.status}")
 
     def _same_site(self, url: str) -> bool:
         parts = urlsplit(url)
         return ((parts.scheme.lower(), parts.netloc.lower()) == self.site and not parts.query
                 and len(url) <= 900)
+
+
+def _delay(robots: Protego) -> float:
+    """The seconds robots.txt asks between two requests of ours (Crawl-delay, Request-rate)."""
+    delay = robots.crawl_delay(AGENT) or 0.0
+    rate = robots.request_rate(AGENT)
+    if rate is not None and rate.requests > 0:
+        delay = max(delay, rate.seconds / rate.requests)
+    return max(float(delay), 0.0)
 
 
 def _version(response: Answer) -> str:

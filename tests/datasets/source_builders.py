@@ -7,7 +7,7 @@ import hashlib
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -67,6 +67,7 @@ class Site:
     hits: list[tuple[str, int]] = field(default_factory=list)  # (path, status)
     gate: threading.Event | None = None  # set: pages are answered; clear: held
     trickle: dict[str, float] = field(default_factory=dict)  # path -> seconds between bytes
+    on_hit: Callable[[], None] | None = None  # called as each request arrives
     url: str = ""
 
 
@@ -75,6 +76,8 @@ def web_site(site: Site) -> Iterator[Site]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (the http.server API)
             path = self.path
+            if site.on_hit is not None:
+                site.on_hit()
             if site.gate is not None and path != "/robots.txt":
                 site.gate.wait(30)
             if path == "/robots.txt":

@@ -290,3 +290,55 @@ def test_a_start_page_over_its_bound_says_so(kb, store, allowed) -> None:
 
     assert (job.status, job.error) == (
         Job.Status.FAILED, "the start page could not be read: over 2048 bytes (max_page_bytes)")
+
+
+def test_robots_txt_is_read_as_crawlers_read_it(kb, store, allowed) -> None:
+    # The most specific rule wins (the standard library took the first that matched) and
+    # wildcards match (the standard library ignored them).
+    site = _site()
+    site.robots = ("User-agent: *\nDisallow: /private/\nAllow: /private/public.md\n"
+                   "Disallow: /*/deep/*.md$\n")
+    site.pages["/"] = (HTML, b'<a href="/private/public.md">p</a> <a href="/private/x.md">x</a>'
+                             b' <a href="/guide/start.md">s</a>')
+    site.pages["/private/public.md"] = (MD, doc("Public"))
+    with web_site(site):
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/", max_depth=3)
+        job = sync(source)
+
+    fetched = {path for path, _ in site.hits}
+    assert "/private/public.md" in fetched and "/private/x.md" not in fetched
+    assert "/guide/setup.md" in fetched and "/guide/deep/one.md" not in fetched
+    assert job.status == Job.Status.SUCCEEDED
+
+
+def test_crawl_delay_paces_the_requests(kb, store, allowed) -> None:
+    site = _site()
+    site.robots = "User-agent: *\nCrawl-delay: 0.4\n"
+    stamps: list[float] = []
+    with web_site(site):
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/", max_depth=1)
+        site.on_hit = lambda: stamps.append(time.monotonic())
+        job = sync(source)
+
+    pages = stamps[1:]  # robots.txt first, then "/" and the three same-site pages it links to
+    assert job.status == Job.Status.SUCCEEDED and len(pages) == 4
+    assert min(b - a for a, b in zip(pages, pages[1:], strict=False)) >= 0.4
+
+
+def test_a_crawl_delay_past_the_deadline_stops_the_crawl_and_deletes_nothing(
+        kb, store, allowed, settings) -> None:
+    with web_site(_site()) as site:
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/", max_depth=3)
+        sync(source)
+        before = _paths(source)
+        site.robots = "User-agent: *\nCrawl-delay: 3600\n"  # the sync has 60 s
+        settings.KB_SOURCE_SYNC_TIMEOUT_SECONDS = 60
+        site.hits.clear()
+        started = time.monotonic()
+        job = sync(source)
+
+    assert time.monotonic() - started < 10
+    assert [path for path, _ in site.hits] == ["/robots.txt", "/"]
+    assert job.status == Job.Status.SUCCEEDED and _paths(source) == before
+    assert any("read in part (robots.txt asks 3600 s between requests" in line["message"]
+               for line in job.log), job.log
