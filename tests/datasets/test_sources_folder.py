@@ -12,6 +12,7 @@ from django.core.management import call_command
 from datasets.models import Document, Job, Source
 from datasets.sources.services import InvalidSource
 from kbplatform.env import SourceRoot
+from tests.datasets.office_files import docx_of, html_of, pdf_of
 from tests.datasets.source_builders import doc, make_source, sync
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager_tasks")]
@@ -132,3 +133,18 @@ def test_a_demo_restart_does_not_index_a_sources_file_twice(kb, store, settings,
     live = Document.objects.filter(dataset=kb.dataset, deleted=False)
     hashes = list(live.values_list("content_hash", flat=True))
     assert len(hashes) == len(set(hashes)) == 4  # three runbooks and the note, once each
+
+
+def test_a_source_takes_every_format_an_upload_takes(kb, store, folder) -> None:
+    (folder / "guide.docx").write_bytes(docx_of("# Guide\n\nThe guide's words."))
+    (folder / "page.html").write_bytes(html_of("# Page\n\nThe page's words.", title="Page"))
+    (folder / "report.pdf").write_bytes(pdf_of("# Report\n\nThe report's words."))
+    (folder / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))
+    source = make_source(kb.dataset, kind="folder", location=str(folder))
+
+    job = sync(source)
+
+    assert {"src/guide.docx", "src/page.html", "src/report.pdf"} <= set(_paths(source))
+    assert Document.objects.filter(source=source, status=Document.Status.READY).count() == 6
+    assert [line["message"].split(":")[1].strip() for line in job.log
+            if line["message"].startswith("failed: ")] == ["logo.png"]
