@@ -15,6 +15,8 @@ from django.urls import reverse
 
 from datasets.models import Document, Job, Source, Tenant
 from datasets.services import dataset_create
+from datasets.sources.base import Deadline
+from datasets.sources.folder import FolderReader
 from kbplatform.env import SourceRoot, env_source_roots
 from tests.datasets.builders import api_client
 from tests.datasets.source_builders import Repo, doc, make_source, sync
@@ -188,3 +190,29 @@ def test_the_setting_parsed(monkeypatch) -> None:
     assert env_source_roots("KB_SOURCE_ROOTS", "/var/kb/source-roots",
                             apart_from=Path("/srv/knowledge")) == (
         SourceRoot(Path("/var/kb/source-roots")),)
+
+
+def test_a_file_swapped_for_a_link_after_the_listing_is_not_read(kb, parent,
+                                                                  settings) -> None:
+    """The folder's owner races the sync: between the walk and the read, a file becomes a
+    link into globex's folder, a folder becomes one, a file grows past the bound."""
+    settings.KB_MAX_UPLOAD_BYTES = 10_000
+    mine = parent / "acme" / "kb"
+    (mine / "sub").mkdir()
+    for name in ("b.md", "c.md", "sub/secret.md"):
+        (mine / name).write_bytes(doc(name))
+    source = make_source(kb.dataset, kind="folder", location=str(mine))
+    items = FolderReader(source, Deadline()).items({})
+    assert next(items).path == "b.md"  # listed all, read the first
+
+    (mine / "c.md").write_bytes(doc("C", "c" * 20_000))
+    (mine / "mine.md").unlink()
+    (mine / "mine.md").symlink_to(parent / "globex" / "private" / "secret.md")
+    (mine / "sub").rename(parent / "acme" / "sub-away")
+    (mine / "sub").symlink_to(parent / "globex" / "private")
+    rest = {item.path: item for item in items}
+
+    assert all(item.raw is None for item in rest.values()), rest
+    assert rest["c.md"].failure == "over KB_MAX_UPLOAD_BYTES (10000) when read"
+    assert rest["mine.md"].failure.startswith("could not be read")
+    assert rest["sub/secret.md"].failure.startswith("changed while the sync read it")
