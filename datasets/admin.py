@@ -445,8 +445,11 @@ class SourceForm(forms.ModelForm[Source]):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        probe = Source(**{name: data.get(name, getattr(self.instance, name))
-                          for name in self.Meta.fields if name != "dataset"})
+        dataset = data.get("dataset") or getattr(self.instance, "dataset", None)
+        if dataset is None:
+            return data  # the dataset's own error says why; a location is its tenant's
+        probe = Source(dataset=dataset, **{name: data.get(name, getattr(self.instance, name))
+                                           for name in self.Meta.fields if name != "dataset"})
         refusals = source_refusals(probe)
         for field, why in refusals.items():
             self.add_error(field if field in self.fields else None, why)

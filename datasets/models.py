@@ -11,8 +11,15 @@ from django.utils import timezone
 
 from datasets.evidence import EvidenceKey
 from datasets.ingestion.formats import Format
+from kbplatform.env import SLUG_PATTERN
 
-SLUG = RegexValidator(r"^[a-z0-9][a-z0-9_-]{0,62}$", "lowercase letters, digits, - and _")
+SLUG = RegexValidator(SLUG_PATTERN, "lowercase letters, digits, - and _")
+
+
+def upload_limit() -> int:
+    """KB_MAX_UPLOAD_BYTES, as this process reads it (a source's max_page_bytes: its default
+    and its bound)."""
+    return int(settings.KB_MAX_UPLOAD_BYTES)
 
 
 def new_doc_id() -> int:
@@ -153,8 +160,9 @@ class Source(models.Model):
         "Names the source's documents: each one's path is <name>/<path in the source>."))
     kind = models.CharField(max_length=10, choices=Kind.choices)
     location = models.CharField(max_length=1000, help_text=(
-        "git: an http(s) URL, or a local path under KB_SOURCE_ROOTS; folder: a path under "
-        "KB_SOURCE_ROOTS; web: the start page's or the sitemap's http(s) URL."))
+        "git: an http(s) URL, or a local path in its tenant's source folders (KB_SOURCE_ROOTS: "
+        "a folder bound to the tenant's slug, or <parent>/<slug>/); folder: a path in them; "
+        "web: the start page's or the sitemap's http(s) URL."))
     branch = models.CharField(max_length=200, blank=True, default="main",
                               help_text="git: the branch to follow.")
     subfolder = models.CharField(max_length=500, blank=True,
@@ -168,8 +176,9 @@ class Source(models.Model):
         default=200, validators=[MinValueValidator(1), MaxValueValidator(10_000)],
         help_text="web: the pages one sync fetches at most.")
     max_page_bytes = models.PositiveIntegerField(
-        default=2 * 1024 * 1024, validators=[MinValueValidator(1024)],
-        help_text="web: a larger page is not taken (a failed line in the sync's log).")
+        default=upload_limit, validators=[MinValueValidator(1024)],
+        help_text="web: a larger page is not taken (a failed line in the sync's log); at most "
+                  "KB_MAX_UPLOAD_BYTES, the default.")
     interval_minutes = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)],
         help_text="Sync every this many minutes; empty: only on demand.")

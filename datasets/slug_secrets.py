@@ -1,10 +1,13 @@
 """A tenant's slug names its secrets: KB_CHAT_API_KEY_<SLUG> is the one chat-key variable its
-RAG configs may name (retrieval checks that at use time), so a rename moves the key with it.
+RAG configs may name (retrieval checks that at use time), so a rename moves the key with it;
+KB_SOURCE_ROOTS binds source folders to it (`SLUG=/path`, a parent's `/path/<slug>/`).
 
-A rename is refused while it would hand a key over: when the new slug's variable is set
-already (it is someone's key), and while anything of the tenant names a key variable — the
-apps above datasets say what of theirs does (slug_use_register, from their AppConfig.ready).
-Only superusers rename a tenant at all (datasets/admin.py).
+A rename is refused while it would hand a key or a folder over: when the new slug's variable is
+set already (it is someone's key) or folders are bound to the new slug, while anything of the
+tenant names a key variable — the apps above datasets say what of theirs does
+(slug_use_register, from their AppConfig.ready) — and while folders are bound to the old slug
+(the next tenant of that name would read them). Only superusers rename a tenant at all
+(datasets/admin.py).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import os
 from collections.abc import Callable
 
 from datasets.models import Tenant
+from datasets.sources.locations import rename_refusals
 
 KEY_VARIABLE_PREFIX = "KB_CHAT_API_KEY_"
 
@@ -39,4 +43,4 @@ def tenant_rename_refusals(*, tenant: Tenant, slug: str) -> list[str]:
         refusals.append(f"{variable} is set in this deployment: it is someone's chat key, and "
                         f"a tenant renamed to {slug} would be sent it. Unset it first (and set "
                         f"it again after the rename if it is meant for this tenant).")
-    return refusals
+    return refusals + rename_refusals(old=tenant.slug, new=slug)

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
+from dataclasses import dataclass
+from itertools import combinations
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
+# A tenant's slug (datasets.models.SLUG validates it with this pattern).
+SLUG_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -57,6 +62,56 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+@dataclass(frozen=True)
+class SourceRoot:
+    """One entry of KB_SOURCE_ROOTS: `path` is tenant `tenant`'s alone, or, without a tenant,
+    a parent whose sub-folder named after a tenant's slug is that tenant's."""
+
+    path: Path
+    tenant: str = ""
+
+    def folder_of(self, slug: str) -> Path | None:
+        """The folder this entry gives the tenant `slug`, if any (not resolved)."""
+        if not self.tenant:
+            return self.path / slug
+        return self.path if self.tenant == slug else None
+
+
+def env_source_roots(name: str, default: str, *, apart_from: Path) -> tuple[SourceRoot, ...]:
+    """NAME as comma-separated `SLUG=/path` (that tenant's folder) or `/path` (a parent of one
+    folder per tenant, `/path/<slug>/`). Entries may not lie inside one another (a tenant would
+    read another's folder), nor overlap `apart_from` (the folder the demo imports: a source
+    reading it would index its files a second time)."""
+    raw = os.environ.get(name)
+    roots = []
+    for entry in (default if raw is None else raw).split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        slug, _, path = ("", "", entry) if entry.startswith("/") else entry.partition("=")
+        if not Path(path).is_absolute() or (not entry.startswith("/")
+                                            and not re.match(SLUG_PATTERN, slug)):
+            raise ImproperlyConfigured(f"{name}: {entry!r} is neither SLUG=/absolute/path nor "
+                                       "/absolute/path")
+        roots.append(SourceRoot(Path(path), slug))
+    for first, second in combinations(roots, 2):
+        if _nested(first.path, second.path):
+            raise ImproperlyConfigured(f"{name}: {first.path} and {second.path} lie inside "
+                                       "one another: a tenant would read another's folder")
+    for root in roots:
+        if _nested(root.path, apart_from):
+            raise ImproperlyConfigured(
+                f"{name}: {root.path} and KB_KNOWLEDGE_DIR ({apart_from}) lie inside one "
+                "another: the demo imports that folder, and a source reading it would index "
+                "its files a second time")
+    return tuple(roots)
+
+
+def _nested(first: Path, second: Path) -> bool:
+    first, second = first.resolve(), second.resolve()
+    return first.is_relative_to(second) or second.is_relative_to(first)
 
 
 def env_json_object(name: str, default: dict[str, object]) -> dict[str, object]:

@@ -1,4 +1,5 @@
-"""The one door for every server-side fetch (chat, rerank and embedding endpoints).
+"""The one door for every server-side fetch (chat, rerank and embedding endpoints, web and git
+sources).
 
 A URL may be http(s) only, without credentials in it; its host's addresses — every one the
 name resolves to, numeric forms (`0x7f000001`, `2130706433`, `127.1`, `0177.0.0.1`) read as
@@ -10,9 +11,10 @@ Two checks, one policy: `url_refusal` reads a URL without the network (a config'
 runs it on every read of the config), and `client()`'s transport resolves the host inside the
 connection and connects only to the addresses it checked, so a name that resolves elsewhere
 at use time (DNS rebinding) is refused too. Redirects are not followed, environment proxies
-are not used, an answer is cut at a size bound. Whatever stops a connection — the policy, DNS,
-a closed port, TLS, a connect timeout — is the same `httpx2.ConnectError`, so a caller's error
-message cannot tell a refused address from a closed port.
+are not used, an answer is never decompressed and is cut at a size bound (`AnswerTooLarge`),
+and `deadline()` bounds the requests made inside it in total. Whatever stops a connection —
+the policy, DNS, a closed port, TLS, a connect timeout — is the same `httpx2.ConnectError`, so
+a caller's error message cannot tell a refused address from a closed port.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ import functools
 import ipaddress
 import logging
 import socket
+import time
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -148,28 +153,65 @@ def resolved_addresses(host: str, port: int) -> list[Address]:
     return addresses
 
 
-def check_url(url: str) -> None:
-    """The whole policy for `url`, its name resolved now (the system checks of the deployment's
-    own URLs); raises OutboundRefused with the reason."""
+def check_url(url: str) -> list[Address]:
+    """The whole policy for `url`, its name resolved now: the addresses it may connect to (a
+    client that connects by itself, git, is pinned to them); raises OutboundRefused with the
+    reason."""
     refusal = url_refusal(url)
     if refusal:
         raise OutboundRefused(refusal)
     parts = urlsplit(url.strip())
-    resolved_addresses(parts.hostname or "", parts.port or (443 if parts.scheme == "https"
-                                                            else 80))
+    return resolved_addresses(parts.hostname or "", url_port(url))
+
+
+def url_port(url: str) -> int:
+    """The port a connection to `url` (a URL the policy took) goes to."""
+    parts = urlsplit(url.strip())
+    return parts.port or (443 if parts.scheme.lower() == "https" else 80)
+
+
+# The monotonic time by which the requests of this context must have ended (`deadline()`).
+_deadline: ContextVar[float | None] = ContextVar("outbound_deadline", default=None)
+
+
+@contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Every request made inside ends within `seconds` in all — connecting, sending, the
+    headers and the body, however slowly the server trickles them: each socket operation
+    waits at most the time left (httpx's own timeout bounds each operation, not their sum).
+    Nested, the earlier end holds."""
+    at = time.monotonic() + seconds
+    outer = _deadline.get()
+    token = _deadline.set(at if outer is None else min(outer, at))
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def _left(timeout: float | None, late: type[Exception]) -> float | None:
+    """`timeout` cut to the time left before the deadline; `late` raised once it passed."""
+    at = _deadline.get()
+    if at is None:
+        return timeout
+    left = at - time.monotonic()
+    if left <= 0:
+        raise late("the request's deadline passed")
+    return left if timeout is None else min(timeout, left)
 
 
 class _Stream(httpcore2.NetworkStream):
-    """The connection's stream; a failed TLS handshake, a timeout included, is UNREACHABLE."""
+    """The connection's stream, each operation within the deadline; a failed TLS handshake, a
+    timeout included, is UNREACHABLE."""
 
     def __init__(self, inner: httpcore2.NetworkStream) -> None:
         self._inner = inner
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, timeout)
+        return self._inner.read(max_bytes, _left(timeout, httpcore2.ReadTimeout))
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, timeout)
+        self._inner.write(buffer, _left(timeout, httpcore2.WriteTimeout))
 
     def close(self) -> None:
         self._inner.close()
@@ -177,7 +219,8 @@ class _Stream(httpcore2.NetworkStream):
     def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
                   timeout: float | None = None) -> httpcore2.NetworkStream:
         try:
-            return _Stream(self._inner.start_tls(ssl_context, server_hostname, timeout))
+            return _Stream(self._inner.start_tls(ssl_context, server_hostname,
+                                                 _left(timeout, httpcore2.ConnectTimeout)))
         except (httpcore2.ConnectError, httpcore2.ConnectTimeout):
             raise httpcore2.ConnectError(UNREACHABLE) from None
 
@@ -202,8 +245,8 @@ class _Backend(httpcore2.NetworkBackend):
         for address in addresses:
             try:
                 return _Stream(self._inner.connect_tcp(
-                    str(address), port, timeout=timeout, local_address=local_address,
-                    socket_options=socket_options))
+                    str(address), port, timeout=_left(timeout, httpcore2.ConnectTimeout),
+                    local_address=local_address, socket_options=socket_options))
             except (httpcore2.ConnectError, httpcore2.ConnectTimeout):
                 continue
         raise httpcore2.ConnectError(UNREACHABLE)
@@ -214,8 +257,16 @@ class _Backend(httpcore2.NetworkBackend):
         raise httpcore2.ConnectError(UNREACHABLE)
 
 
+class AnswerTooLarge(httpx2.ReadError):
+    """An answer cut at the client's size bound."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the answer is over {limit} bytes")
+        self.limit = limit
+
+
 class _Bounded(httpx2.SyncByteStream):
-    """An answer's body, cut with an error past `limit` bytes."""
+    """An answer's body, cut with AnswerTooLarge past `limit` bytes."""
 
     def __init__(self, inner: httpx2.SyncByteStream, limit: int, url: httpx2.URL) -> None:
         self._inner, self._limit, self._url = inner, limit, url
@@ -227,7 +278,7 @@ class _Bounded(httpx2.SyncByteStream):
             if read > self._limit:
                 logger.warning("the answer of %s is over %d bytes: cut", self._url.host,
                                self._limit)
-                raise httpx2.ReadError(f"the answer is over {self._limit} bytes")
+                raise AnswerTooLarge(self._limit)
             yield chunk
 
     def close(self) -> None:
@@ -249,7 +300,12 @@ class _Transport(httpx2.HTTPTransport):
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         if request.url.scheme not in SCHEMES or request.url.userinfo:
             raise httpx2.ConnectError(UNREACHABLE, request=request)
+        # The size bound counts the bytes that arrive: an answer is never decompressed (200 KB
+        # of gzip are 200 MB decoded). Asked uncompressed; sent compressed anyway, it is
+        # handed over as it came, and fails as malformed.
+        request.headers["Accept-Encoding"] = "identity"
         response = super().handle_request(request)
+        response.headers.pop("Content-Encoding", None)
         assert isinstance(response.stream, httpx2.SyncByteStream)
         response.stream = _Bounded(response.stream, self._max_response_bytes, request.url)
         return response

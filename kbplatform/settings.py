@@ -18,6 +18,7 @@ from kbplatform.env import (
     env_int,
     env_json_object,
     env_list,
+    env_source_roots,
     env_str,
     generated_secret,
 )
@@ -272,8 +273,10 @@ KB_WHOLE_DOCUMENT_CHARS = env_int("KB_WHOLE_DOCUMENT_CHARS", 2000, minimum=0, ma
 KB_REDACT_SECRETS = env_bool("KB_REDACT_SECRETS", True)
 # Sources (datasets/sources/): a dataset kept in sync with a git repository, a server folder
 # or a web site. A folder source, and a git source given as a local path, must lie inside one
-# of these server folders (none: no folder or local git source may be made).
-KB_SOURCE_ROOTS = [Path(p) for p in env_list("KB_SOURCE_ROOTS", [str(KB_KNOWLEDGE_DIR)])]
+# of its tenant's folders: `SLUG=/path` is tenant SLUG's, `/path` is a parent whose
+# `/path/<slug>/` is each tenant's (none: no folder or local git source may be made).
+KB_SOURCE_ROOTS = env_source_roots("KB_SOURCE_ROOTS", str(VAR_DIR / "source-roots"),
+                                   apart_from=KB_KNOWLEDGE_DIR)
 # Files (or pages) one sync reads at most: a source with more fails, deleting nothing.
 KB_SOURCE_MAX_FILES = env_int("KB_SOURCE_MAX_FILES", 10_000, minimum=1)
 # A sync's deadline; a sync claimed longer ago than this is taken as dead (its worker was

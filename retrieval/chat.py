@@ -80,9 +80,10 @@ class OpenAIChatModel:
         if self._client is None:
             raise ChatModelError(UNREACHABLE)
         try:
-            response = self._client.chat.completions.create(
-                model=self.model, messages=[dict(m) for m in messages],  # type: ignore[misc]
-                max_tokens=self.max_tokens, temperature=0, timeout=timeout, **extra)
+            with outbound.deadline(timeout):  # in total: a trickled answer is cut there too
+                response = self._client.chat.completions.create(
+                    model=self.model, messages=[dict(m) for m in messages],  # type: ignore[misc]
+                    max_tokens=self.max_tokens, temperature=0, timeout=timeout, **extra)
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
             raise ChatModelError(f"the chat model refused the API key ({exc.status_code})") \
                 from None

@@ -178,9 +178,11 @@ def celery_worker(milvus_server: MilvusLiteServer | None, django_db_setup: Any,
 
     url = database_url()
     app.control.purge()
-    # A restarted worker re-syncs what a killed one left after 1 s (default 60 s).
+    # A restarted worker re-syncs what a killed one left after 1 s (default 60 s). Its source
+    # folders are a parent in a temporary folder (the default's is under the checkout's var/).
     worker = CeleryWorker({"DATABASE_URL": url, "CELERY_TASK_ALWAYS_EAGER": "false",
-                           "KB_RECOVERY_GRACE_SECONDS": "1", "MILVUS_TIMEOUT_SECONDS": "3"},
+                           "KB_RECOVERY_GRACE_SECONDS": "1", "MILVUS_TIMEOUT_SECONDS": "3",
+                           "KB_SOURCE_ROOTS": str(tmp_path_factory.mktemp("source-roots"))},
                           tmp_path_factory.mktemp("celery") / "worker.log")
     worker.start()
     yield worker

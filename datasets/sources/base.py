@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,7 +40,8 @@ class SyncFailed(Exception):
 
 class Reader(Protocol):
     commit: str  # git: the commit read; "" for the other kinds
-    complete: bool  # every file of the source was listed: the others may be deleted
+    # Why the source was read in part ("": every file was listed, the others may be deleted).
+    partial: str
     expected: int  # the files listed so far (the job's total)
 
     def items(self, known: Mapping[str, str]) -> Iterator[Item]:
@@ -64,37 +64,91 @@ class Deadline:
     def left(self) -> float:
         return max(1.0, self.at - time.monotonic())
 
+    def allows(self, seconds: float) -> bool:
+        """Whether waiting `seconds` from now still ends before the deadline."""
+        return time.monotonic() + seconds < self.at
 
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """A glob over posix paths: `**/` any folders (none too), `*` and `?` within one name."""
-    out, i = [], 0
+
+# The tokens of a glob: a literal character, `?`, `*` (within one name), `**` (anything) and
+# `**/` (no folder, or any folders).
+ONE, NAME, ANY, FOLDERS = "?", "*", "**", "**/"
+
+
+def glob_tokens(pattern: str) -> tuple[str, ...]:
+    """`pattern` as tokens: ONE, NAME, ANY, FOLDERS or one literal character each."""
+    tokens: list[str] = []
+    i = 0
     while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
+        for token in (FOLDERS, ANY, NAME, ONE):
+            if pattern.startswith(token, i):
+                break
         else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out) + r"\Z")
+            token = f"={pattern[i]}"  # a literal character, "=" before it: "=*" is a "*"
+        tokens.append(token)
+        i += len(token) if token[0] != "=" else 1
+    return tuple(tokens)
+
+
+class Glob:
+    """A glob over posix paths, matched as an automaton over the set of the tokens it may be
+    at (never by backtracking): time O(pattern x path) whatever the pattern. `**/` is any
+    folders (none too), `*` and `?` stay within one name."""
+
+    def __init__(self, pattern: str) -> None:
+        self.tokens = glob_tokens(pattern)
+
+    def __call__(self, path: str) -> bool:
+        # A state is (token index, inside): inside a FOLDERS token that has read characters
+        # and still owes the "/" that ends it.
+        states = self._closure({(0, False)})
+        for char in path:
+            if not states:
+                return False
+            after: set[tuple[int, bool]] = set()
+            for index, _ in states:
+                if index == len(self.tokens):
+                    continue
+                token = self.tokens[index]
+                if token == FOLDERS:
+                    after.add((index, True))
+                    if char == "/":
+                        after.add((index + 1, False))
+                elif token == ANY:
+                    after.add((index, False))
+                elif token == NAME:
+                    if char != "/":
+                        after.add((index, False))
+                elif token == ONE:
+                    if char != "/":
+                        after.add((index + 1, False))
+                elif token[1] == char:
+                    after.add((index + 1, False))
+            states = self._closure(after)
+        return (len(self.tokens), False) in states
+
+    def _closure(self, states: set[tuple[int, bool]]) -> set[tuple[int, bool]]:
+        """`states` and those reached without reading: past a NAME, ANY or FOLDERS that
+        reads nothing (more)."""
+        todo, seen = list(states), set(states)
+        while todo:
+            index, inside = todo.pop()
+            if index < len(self.tokens) and not inside and self.tokens[index] in (
+                    NAME, ANY, FOLDERS):
+                following = (index + 1, False)
+                if following not in seen:
+                    seen.add(following)
+                    todo.append(following)
+        return seen
 
 
 class Globs:
     """The include globs of a source; none: every file."""
 
     def __init__(self, patterns: Sequence[str]) -> None:
-        self.regexes = [glob_regex(p) for p in patterns]
+        self.globs = [Glob(p) for p in patterns]
 
     def __call__(self, path: str) -> bool:
-        return not self.regexes or any(r.match(path) for r in self.regexes)
+        return not self.globs or any(glob(path) for glob in self.globs)
 
 
 def too_many() -> SyncFailed:

@@ -4,23 +4,42 @@ blob id differs from the one its document came from."""
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 import logging
 import os
+import re
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.conf import settings
 
 from datasets.models import Source
 from datasets.sources.base import Deadline, Globs, Item, SyncFailed, file_item, too_many
-from datasets.sources.locations import is_url, local_root
-from kbplatform.outbound import OutboundRefused, check_url
+from datasets.sources.locations import Refused, is_url, local_repository
+from kbplatform.outbound import OutboundRefused, check_url, url_port
 
 logger = logging.getLogger(__name__)
 
 HEAD = "refs/kb/head"
+PINNING_GIT = (2, 37)  # the first git with http.curloptResolve
+# What git reads of a local repository to serve a fetch (hooks, config and the like: not).
+READ_BY_GIT = ("HEAD", "packed-refs", "shallow", "info", "refs", "objects")
+
+
+@functools.cache
+def git_version() -> tuple[int, ...]:
+    """The version of the `git` on PATH, as numbers ((0,) when it cannot be told)."""
+    try:
+        out = subprocess.run(["git", "--version"], capture_output=True, text=True, timeout=30,
+                             check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return (0,)
+    found = re.search(r"(\d+)\.(\d+)", out)
+    return tuple(int(n) for n in found.groups()) if found else (0,)
 
 
 def cache_dir(source: Source) -> Path:
@@ -32,7 +51,7 @@ class GitReader:
         self.source, self.deadline = source, deadline
         self.cache = cache_dir(source)
         self.commit = ""
-        self.complete = True
+        self.partial = ""
         self.expected = 0
         self.globs = Globs(source.include)
         self.max_bytes = settings.KB_MAX_UPLOAD_BYTES
@@ -47,29 +66,62 @@ class GitReader:
 
     def _fetch(self) -> str:
         """The branch's commit, fetched into the cache (made on the first sync)."""
-        url, protocol = self._remote()
+        url, protocol, pins = self._remote()
         if not (self.cache / "HEAD").exists():
             self.cache.mkdir(parents=True, exist_ok=True)
             self._git("init", "--bare", "--quiet", ".")
         branch = self.source.branch
-        self._git("fetch", "--no-tags", "--quiet", "--no-recurse-submodules", "--", url,
-                  f"+refs/heads/{branch}:{HEAD}", protocol=protocol)
+        # A local repository is read from exactly its git folder (`--strict`: git tries no
+        # `<path>/.git` nor `<path>.git` of its own).
+        strict = ["--upload-pack=git-upload-pack --strict"] if protocol == "file" else []
+        self._git("fetch", "--no-tags", "--quiet", "--no-recurse-submodules", *strict, "--",
+                  url, f"+refs/heads/{branch}:{HEAD}", protocol=protocol, config=pins)
         return self._git("rev-parse", "--verify", f"{HEAD}^{{commit}}").decode().strip()
 
-    def _remote(self) -> tuple[str, str]:
-        """The URL or path to fetch and the one transport git may use for it."""
+    def _remote(self) -> tuple[str, str, list[str]]:
+        """The URL or path to fetch, the one transport git may use for it and the options that
+        pin git's connection to the addresses the outbound policy checked."""
         location = self.source.location
         if is_url(location):
+            if git_version() < PINNING_GIT:
+                logger.error("git %s cannot be pinned to an address (http.curloptResolve "
+                             "needs git 2.37): git source %s not fetched",
+                             ".".join(map(str, git_version())), self.source.pk)
+                raise SyncFailed("could not connect to the repository")
             try:
-                check_url(location)  # git connects itself: the address is checked here
+                addresses = check_url(location)
             except OutboundRefused as exc:
                 logger.warning("git source %s refused: %s", self.source.pk, exc)
                 raise SyncFailed("could not connect to the repository") from None
-            return location, location.split(":", 1)[0].lower()
-        path = local_root(location)
-        if path is None:
-            raise SyncFailed("the path is not under KB_SOURCE_ROOTS any more")
-        return str(path), "file"
+            # git resolves the name again by itself: a name that rebinds in between would
+            # lead it elsewhere. curl's resolve option makes it use the checked addresses.
+            host = urlsplit(location).hostname or ""
+            pinned = ",".join(f"[{a}]" if a.version == 6 else str(a) for a in addresses)
+            pin = [] if _is_address(host) else [
+                f"http.curloptResolve={host}:{url_port(location)}:{pinned}"]
+            return location, location.split(":", 1)[0].lower(), pin
+        try:  # the tenant's folders now: the settings or a link may have moved
+            git_dir = local_repository(location, tenant=self.source.dataset.tenant.slug)
+        except Refused as exc:
+            raise SyncFailed(str(exc)) from None
+        self._no_links_out(git_dir)
+        return str(git_dir), "file", []
+
+    def _no_links_out(self, git_dir: Path) -> None:
+        """A symbolic link among what git serves of a repository (its refs and objects) would
+        make it read another repository's: refused, whatever it points at."""
+        for name in READ_BY_GIT:
+            top = git_dir / name
+            linked = top.is_symlink()
+            walk = os.walk(top, onerror=_unreadable) if top.is_dir() and not linked else []
+            for folder, names, files in walk:
+                self.deadline.check()
+                linked = any((Path(folder) / n).is_symlink() for n in (*names, *files))
+                if linked:
+                    break
+            if linked:
+                raise SyncFailed(f"the repository's {name} holds a symbolic link: git would "
+                                 "read what it points at")
 
     def _tree(self) -> dict[str, tuple[str, int]]:
         """path (below the sub-folder) -> (blob id, size) of the files the globs take."""
@@ -96,11 +148,13 @@ class GitReader:
                     raise too_many()
         return files
 
-    def _git(self, *args: str, protocol: str = "file") -> bytes:
+    def _git(self, *args: str, protocol: str = "file", config: Sequence[str] = ()) -> bytes:
         """One git command in the cache, no shell, bounded in time, with no user or system
-        config, no prompt, no hooks, redirects not followed, one transport allowed."""
-        command = ["git", "-c", "protocol.allow=never", "-c", f"protocol.{protocol}.allow=always",
-                   "-c", "http.followRedirects=false", "-c", "core.hooksPath=/dev/null",
+        config, no prompt, no hooks, redirects not followed, one transport allowed, and
+        `config` (name=value) on top."""
+        options = ["protocol.allow=never", f"protocol.{protocol}.allow=always",
+                   "http.followRedirects=false", "core.hooksPath=/dev/null", *config]
+        command = ["git", *(part for item in options for part in ("-c", item)),
                    "-C", str(self.cache), *args]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.cache),
                "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
@@ -117,3 +171,15 @@ class GitReader:
             reason = "could not fetch the branch" if args[0] == "fetch" else f"git {args[0]} failed"
             raise SyncFailed(reason)
         return done.stdout
+
+
+def _unreadable(exc: OSError) -> None:
+    raise SyncFailed(f"the repository's git folder could not be listed ({exc.strerror})")
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True

@@ -90,9 +90,9 @@ def _sync(source: Source, reader: Reader, job: Job | None, deadline: Deadline
         line = f"{outcome}: {item.path}{f': {reason}' if reason else ''}"
         job_update(job, done=number, total=max(reader.expected, number),
                    log=None if outcome == "unchanged" else line)
-    if not reader.complete:
-        job_update(job, log=f"the source was read in part (max_pages {source.max_pages}): "
-                            "no document is deleted")
+    if reader.partial:
+        job_update(job, log=f"the source was read in part ({reader.partial}): no document "
+                            "is deleted")
         return counts
     for path, document in documents.items():
         if path not in seen:

@@ -6,20 +6,22 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections import deque
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from html.parser import HTMLParser
 from posixpath import basename, splitext
 from urllib.parse import urldefrag, urljoin, urlsplit
-from urllib.robotparser import RobotFileParser
 from xml.etree import ElementTree
 
 import httpx2
 from django.conf import settings
+from protego import Protego
 
 from datasets.models import Source
 from datasets.sources.base import Deadline, Item, SyncFailed
-from kbplatform.outbound import client
+from kbplatform import outbound
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +29,15 @@ AGENT = "kbplatform"
 REDIRECTS = (301, 302, 303, 307, 308)
 GONE = (404, 410)
 MARKDOWN_LINK = re.compile(r"\]\(\s*<?([^)\s>]+)")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A page's answer, its body read within the bounds."""
+
+    status: int
+    headers: httpx2.Headers
+    body: bytes
 
 
 class _Links(HTMLParser):
@@ -78,11 +89,17 @@ class WebReader:
     def __init__(self, source: Source, deadline: Deadline) -> None:
         self.source, self.deadline = source, deadline
         self.commit = ""
-        self.complete = True
+        self.partial = ""
         self.expected = 0
         start = urlsplit(source.location)
         self.site = (start.scheme.lower(), start.netloc.lower())
-        self.http = client(max_response_bytes=source.max_page_bytes)
+        # A page is read to the smaller bound only, whatever the source says: more could not
+        # be stored (the service refuses a larger max_page_bytes; a row may predate that).
+        self.max_bytes, self.bound = (
+            (source.max_page_bytes, "max_page_bytes")
+            if source.max_page_bytes <= settings.KB_MAX_UPLOAD_BYTES
+            else (settings.KB_MAX_UPLOAD_BYTES, "KB_MAX_UPLOAD_BYTES"))
+        self.http = outbound.client(max_response_bytes=settings.KB_MAX_UPLOAD_BYTES)
         self.links_before: dict[str, list[str]] = dict(source.state.get("links", {}))
         self.links: dict[str, list[str]] = {}  # what the source's state keeps after the sync
         # The links kept, in all: a page past it is fetched whole next time (no 304 without
@@ -91,23 +108,33 @@ class WebReader:
 
     def items(self, known: Mapping[str, str]) -> Iterator[Item]:
         robots = self._robots()
+        delay = _delay(robots)
         start = urldefrag(self.source.location)[0]
-        if not robots.can_fetch(AGENT, start):
+        if not robots.can_fetch(start, AGENT):
             # Not "every page is gone": a robots.txt changed by mistake would empty the dataset.
             raise SyncFailed("robots.txt disallows the start page")
         queue, queued = deque([(start, 0)]), {start}
-        fetched = 0
+        fetched, next_at = 0, 0.0
         while queue:
             self.deadline.check()
             url, depth = queue.popleft()
             if fetched >= self.source.max_pages:
-                self.complete = False  # pages past the bound may exist: none is deleted
+                # pages past the bound may exist: none is deleted
+                self.partial = f"max_pages {self.source.max_pages}"
                 break
-            if not robots.can_fetch(AGENT, url):
+            if not robots.can_fetch(url, AGENT):
                 continue  # not the source's any more: its document goes
+            wait = next_at - time.monotonic()
+            if wait > 0 and not self.deadline.allows(wait):
+                # The site's pace does not fit the sync's time: read in part, none deleted.
+                self.partial = (f"robots.txt asks {delay:g} s between requests: the next "
+                                "would pass KB_SOURCE_SYNC_TIMEOUT_SECONDS")
+                break
+            time.sleep(max(wait, 0))
             fetched += 1
             path = page_path(url)
             item, links = self._page(url, path, known.get(path, ""), first=url == start)
+            next_at = time.monotonic() + delay
             for link in links if depth < self.source.max_depth else []:
                 if link not in queued:
                     queued.add(link)
@@ -124,10 +151,12 @@ class WebReader:
             response = self._get(url, version if url in self.links_before else "")
         except httpx2.HTTPError as exc:
             if first:
-                raise SyncFailed("could not connect to the start page") from None
+                raise SyncFailed(f"the start page could not be read: {self._failure(exc)}"
+                                 ) from None
             # Kept: a page that did not answer this time may answer the next.
-            return Item(path, version, failure=_failure(exc)), self.links_before.get(url, [])
-        status = response.status_code
+            return (Item(path, version, failure=self._failure(exc)),
+                    self.links_before.get(url, []))
+        status = response.status
         if status == 304 and url in self.links_before:
             return Item(path, version), self._keep(url, self.links_before[url])
         if status in REDIRECTS:
@@ -143,11 +172,11 @@ class WebReader:
             return Item(path, version, failure=f"HTTP {status}"), self.links_before.get(url, [])
         content_type = response.headers.get("content-type", "").lower()
         links = self._keep(url, list(dict.fromkeys(
-            link for link in links_of(response.content, content_type, url)
+            link for link in links_of(response.body, content_type, url)
             if self._same_site(link)))[:self.source.max_pages])
         if "xml" in content_type:
             return None, links  # a sitemap leads to pages, it is none
-        return Item(path, _version(response), raw=response.content), links
+        return Item(path, _version(response), raw=response.body), links
 
     def _keep(self, url: str, links: list[str]) -> list[str]:
         """`links` of the page at `url`, kept for the next sync while the budget lasts."""
@@ -156,35 +185,56 @@ class WebReader:
             self.link_budget -= len(links)
         return links
 
-    def _get(self, url: str, version: str) -> httpx2.Response:
+    def _get(self, url: str, version: str) -> Answer:
         headers = {"User-Agent": AGENT}
         kind, _, value = version.partition(":")
         if kind == "etag":
             headers["If-None-Match"] = value
         elif kind == "lm":
             headers["If-Modified-Since"] = value
-        return self.http.get(url, headers=headers, timeout=self._timeout())
+        return self._request(url, headers)
 
-    def _timeout(self) -> float:
-        return min(settings.KB_SOURCE_HTTP_TIMEOUT_SECONDS, self.deadline.left())
+    def _request(self, url: str, headers: dict[str, str]) -> Answer:
+        """One GET, ended within KB_SOURCE_HTTP_TIMEOUT_SECONDS and the sync's time left, in
+        all (a server trickling its headers or body holds it no longer), its body read to
+        `max_bytes` at most."""
+        bound = min(settings.KB_SOURCE_HTTP_TIMEOUT_SECONDS, self.deadline.left())
+        with outbound.deadline(bound), self.http.stream("GET", url, headers=headers,
+                                                        timeout=bound) as response:
+            body = bytearray()
+            for chunk in response.iter_raw():
+                body += chunk
+                if len(body) > self.max_bytes:
+                    raise outbound.AnswerTooLarge(self.max_bytes)
+            return Answer(response.status_code, response.headers, bytes(body))
 
-    def _robots(self) -> RobotFileParser:
-        """The site's robots.txt (none, a 4xx: everything allowed); an unreachable site or a
+    def _failure(self, exc: httpx2.HTTPError) -> str:
+        """Why a page could not be read, as its owner may read it: the one message of every
+        connection failure (kbplatform/outbound.py), a timeout, or the size bound."""
+        if isinstance(exc, outbound.AnswerTooLarge):
+            return f"over {exc.limit} bytes ({self.bound})"
+        if isinstance(exc, httpx2.TimeoutException):
+            return "timed out"
+        return "could not connect"
+
+    def _robots(self) -> Protego:
+        """The site's robots.txt (none, a 4xx: everything allowed), read as crawlers read it
+        (wildcards, the most specific rule wins, Crawl-delay); an unreachable site or a
         failing robots.txt fails the sync."""
         scheme, netloc = self.site
-        robots = RobotFileParser()
         try:
-            response = self.http.get(f"{scheme}://{netloc}/robots.txt",
-                                     headers={"User-Agent": AGENT}, timeout=self._timeout())
+            response = self._request(f"{scheme}://{netloc}/robots.txt", {"User-Agent": AGENT})
+        except outbound.AnswerTooLarge as exc:
+            raise SyncFailed(f"robots.txt is over {exc.limit} bytes ({self.bound})") from None
+        except httpx2.TimeoutException:
+            raise SyncFailed("robots.txt timed out (KB_SOURCE_HTTP_TIMEOUT_SECONDS)") from None
         except httpx2.HTTPError:
             raise SyncFailed("could not connect to the site") from None
-        if response.status_code == 200:
-            robots.parse(response.text.splitlines())
-        elif 400 <= response.status_code < 500:
-            robots.parse([])
-        else:
-            raise SyncFailed(f"robots.txt answered HTTP {response.status_code}")
-        return robots
+        if response.status == 200:
+            return Protego.parse(response.body.decode("utf-8", "replace"))
+        if 400 <= response.status < 500:
+            return Protego.parse("")
+        raise SyncFailed(f"robots.txt answered HTTP {response.status}")
 
     def _same_site(self, url: str) -> bool:
         parts = urlsplit(url)
@@ -192,17 +242,18 @@ class WebReader:
                 and len(url) <= 900)
 
 
-def _version(response: httpx2.Response) -> str:
+def _delay(robots: Protego) -> float:
+    """The seconds robots.txt asks between two requests of ours (Crawl-delay, Request-rate)."""
+    delay = robots.crawl_delay(AGENT) or 0.0
+    rate = robots.request_rate(AGENT)
+    if rate is not None and rate.requests > 0:
+        delay = max(delay, rate.seconds / rate.requests)
+    return max(float(delay), 0.0)
+
+
+def _version(response: Answer) -> str:
     etag = response.headers.get("etag", "")
     if etag:
         return f"etag:{etag}"[:300]
     modified = response.headers.get("last-modified", "")
     return f"lm:{modified}"[:300] if modified else ""
-
-
-def _failure(exc: httpx2.HTTPError) -> str:
-    if isinstance(exc, httpx2.TimeoutException):
-        return "timed out"
-    if isinstance(exc, httpx2.ReadError) and "over" in str(exc):
-        return str(exc)  # the size bound's own words
-    return "could not connect"

@@ -60,8 +60,9 @@ class HttpReranker:
             headers["Authorization"] = f"Bearer {self.api_key}"
         timeout = max(min(self.timeout_s, timeout_s), 0.001)
         try:
-            response = outbound.client(max_response_bytes=MAX_RESPONSE_BYTES).post(
-                self.url, content=body, headers=headers, timeout=timeout)
+            with outbound.deadline(timeout):  # in total: a trickled answer is cut there too
+                response = outbound.client(max_response_bytes=MAX_RESPONSE_BYTES).post(
+                    self.url, content=body, headers=headers, timeout=timeout)
         except (httpx2.ConnectError, httpx2.InvalidURL):  # InvalidURL: e.g. 0177.0.0.1
             raise RerankError("the reranker could not be reached") from None
         except httpx2.TimeoutException:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -65,6 +66,8 @@ class Site:
     robots: str = ""
     hits: list[tuple[str, int]] = field(default_factory=list)  # (path, status)
     gate: threading.Event | None = None  # set: pages are answered; clear: held
+    trickle: dict[str, float] = field(default_factory=dict)  # path -> seconds between bytes
+    on_hit: Callable[[], None] | None = None  # called as each request arrives
     url: str = ""
 
 
@@ -73,6 +76,8 @@ def web_site(site: Site) -> Iterator[Site]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (the http.server API)
             path = self.path
+            if site.on_hit is not None:
+                site.on_hit()
             if site.gate is not None and path != "/robots.txt":
                 site.gate.wait(30)
             if path == "/robots.txt":
@@ -90,6 +95,9 @@ def web_site(site: Site) -> Iterator[Site]:
 
         def _answer(self, status: int, kind: str, body: bytes, etag: str = "") -> None:
             site.hits.append((self.path, status))
+            if self.path in site.trickle:
+                self._trickle(status, kind, body, site.trickle[self.path])
+                return
             self.send_response(status)
             self.send_header("Content-Type", kind)
             if etag:
@@ -98,6 +106,18 @@ def web_site(site: Site) -> Iterator[Site]:
             self.end_headers()
             if body:
                 self.wfile.write(body)
+
+        def _trickle(self, status: int, kind: str, body: bytes, seconds: float) -> None:
+            """The whole answer, status line and headers too, one byte at a time."""
+            raw = (f"HTTP/1.1 {status} OK\r\nContent-Type: {kind}\r\n"
+                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+            try:
+                for byte in raw:
+                    self.wfile.write(bytes([byte]))
+                    time.sleep(seconds)
+            except OSError:
+                pass  # the client gave up: what the test expects
+            self.close_connection = True
 
         def log_message(self, *args: Any) -> None:
             pass

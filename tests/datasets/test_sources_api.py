@@ -16,6 +16,7 @@ from django.utils import timezone
 from datasets.models import Document, Job, Source, Tenant
 from datasets.services import dataset_create
 from datasets.sources.services import sources_sync_due
+from kbplatform.env import SourceRoot
 from kbplatform.tasks import recover_periodically
 from tests.conftest import wait_until
 from tests.datasets.builders import api_client
@@ -26,9 +27,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 @pytest.fixture
 def repo(settings, tmp_path):
-    settings.KB_SOURCE_ROOTS = [tmp_path]
+    settings.KB_SOURCE_ROOTS = (SourceRoot(tmp_path / "roots"),)  # roots/<tenant slug>/
     settings.VAR_DIR = tmp_path / "var"
-    made = Repo(tmp_path / "repo")
+    made = Repo(tmp_path / "roots" / "acme" / "repo")
     made.write({"a.md": doc("Alpha"), "b.md": doc("Beta")})
     made.commit()
     return made
@@ -171,7 +172,7 @@ def test_sync_now_in_the_admin_is_a_post_with_csrf_for_the_users_tenants(
         kb, store, repo) -> None:
     other = dataset_create(tenant=Tenant.objects.create(slug="globex"), name="theirs")
     mine = make_source(kb.dataset, kind="git", location=str(repo.path))
-    theirs = make_source(other, kind="git", location=str(repo.path))
+    theirs = make_source(other, kind="web", location="https://example.org/")
     staff = User.objects.create_user("staff", password="pw", is_staff=True)
     staff.user_permissions.add(*Permission.objects.filter(codename__endswith="_source"))
     kb.tenant.staff.add(staff)
@@ -189,3 +190,23 @@ def test_sync_now_in_the_admin_is_a_post_with_csrf_for_the_users_tenants(
 
     assert Job.objects.filter(source=mine, kind=Job.Kind.SYNC_SOURCE).count() == 1
     assert not Job.objects.filter(source=theirs).exists()
+
+
+def test_the_admin_form_refuses_what_the_api_refuses_beside_the_field(
+        kb, repo, admin_client, settings, tmp_path) -> None:
+    settings.KB_MAX_UPLOAD_BYTES = 100_000
+    (tmp_path / "roots" / "globex").mkdir(parents=True)
+    form = {"dataset": kb.dataset.pk, "name": "handbook", "kind": "web",
+            "location": "https://example.org/", "branch": "main", "subfolder": "",
+            "include": "[]", "max_depth": 2, "max_pages": 10, "max_page_bytes": 2**31 - 1,
+            "interval_minutes": ""}
+
+    page = admin_client.post("/admin/datasets/source/add/", form).content.decode()
+    assert "at most KB_MAX_UPLOAD_BYTES (100000)" in page
+    page = admin_client.post("/admin/datasets/source/add/", {
+        **form, "kind": "folder", "max_page_bytes": 4096,
+        "location": str(tmp_path / "roots" / "globex")}).content.decode()
+    assert f"inside this tenant&#x27;s source folders: {tmp_path}/roots/acme" in page
+    assert not Source.objects.exists()
+    answer = admin_client.post("/admin/datasets/source/add/", {**form, "max_page_bytes": 4096})
+    assert answer.status_code == 302 and Source.objects.get().max_page_bytes == 4096

@@ -3,12 +3,16 @@ content hash; only KB_SOURCE_ROOTS may be read."""
 
 from __future__ import annotations
 
+import io
 import os
 
 import pytest
+from django.core.management import call_command
 
 from datasets.models import Document, Job, Source
 from datasets.sources.services import InvalidSource
+from kbplatform.env import SourceRoot
+from tests.datasets.office_files import docx_of, html_of, pdf_of
 from tests.datasets.source_builders import doc, make_source, sync
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager_tasks")]
@@ -16,8 +20,8 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 @pytest.fixture
 def folder(settings, tmp_path):
-    settings.KB_SOURCE_ROOTS = [tmp_path / "roots"]
-    root = tmp_path / "roots" / "kb"
+    settings.KB_SOURCE_ROOTS = (SourceRoot(tmp_path / "roots"),)  # acme's: roots/acme/
+    root = tmp_path / "roots" / "acme" / "kb"
     (root / "sub").mkdir(parents=True)
     (root / "a.md").write_bytes(doc("Alpha"))
     (root / "sub" / "b.md").write_bytes(doc("Beta"))
@@ -106,3 +110,41 @@ def test_a_file_over_the_upload_limit_is_a_failed_line_and_not_read(kb, store, f
     assert any(line["message"].startswith("failed: big.md: ") and "KB_MAX_UPLOAD_BYTES"
                in line["message"] for line in job.log)
     assert _paths(source) == ["src/a.md", "src/sub/b.md"]
+
+
+def test_a_demo_restart_does_not_index_a_sources_file_twice(kb, store, settings,
+                                                             tmp_path) -> None:
+    # The demo imports the knowledge folder at every start; it is no tenant's source folder
+    # (as the settings are loaded: the default roots are a parent under KB_VAR_DIR).
+    knowledge = settings.KB_KNOWLEDGE_DIR
+    with pytest.raises(InvalidSource, match="inside this tenant's source folders"):
+        make_source(kb.dataset, kind="folder", location=str(knowledge / "cache"))
+    settings.KB_SOURCE_ROOTS = (SourceRoot(tmp_path / "roots"),)  # the tests write here only
+    own = tmp_path / "roots" / "acme" / "notes"
+    own.mkdir(parents=True)
+    (own / "kafka.md").write_bytes(doc("Kafka lag", "Consumer lag grows when ..."))
+    source = make_source(kb.dataset, kind="folder", location=str(own))
+
+    for _ in range(2):  # a start, then a restart: the import, then the source's schedule
+        call_command("import_knowledge", str(knowledge / "cache"), "--tenant", "acme",
+                     "--dataset", kb.dataset.name, stdout=io.StringIO())
+        sync(source)
+
+    live = Document.objects.filter(dataset=kb.dataset, deleted=False)
+    hashes = list(live.values_list("content_hash", flat=True))
+    assert len(hashes) == len(set(hashes)) == 4  # three runbooks and the note, once each
+
+
+def test_a_source_takes_every_format_an_upload_takes(kb, store, folder) -> None:
+    (folder / "guide.docx").write_bytes(docx_of("# Guide\n\nThe guide's words."))
+    (folder / "page.html").write_bytes(html_of("# Page\n\nThe page's words.", title="Page"))
+    (folder / "report.pdf").write_bytes(pdf_of("# Report\n\nThe report's words."))
+    (folder / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))
+    source = make_source(kb.dataset, kind="folder", location=str(folder))
+
+    job = sync(source)
+
+    assert {"src/guide.docx", "src/page.html", "src/report.pdf"} <= set(_paths(source))
+    assert Document.objects.filter(source=source, status=Document.Status.READY).count() == 6
+    assert [line["message"].split(":")[1].strip() for line in job.log
+            if line["message"].startswith("failed: ")] == ["logo.png"]

@@ -4,14 +4,17 @@ a deleted file leaves Milvus, an unreachable repository deletes nothing."""
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import time
+from typing import Any
 
 import pytest
 
 from datasets.models import Document, Job, Source
 from datasets.sources.services import InvalidSource
 from datasets.sources.sync import source_claim, source_sync
+from kbplatform.env import SourceRoot
 from tests.datasets.source_builders import Repo, doc, make_source, sync
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager_tasks")]
@@ -19,9 +22,10 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 @pytest.fixture
 def roots(settings, tmp_path):
-    settings.KB_SOURCE_ROOTS = [tmp_path]
+    """The folder of tenant acme (the kb fixture's) under a parent root."""
+    settings.KB_SOURCE_ROOTS = (SourceRoot(tmp_path / "roots"),)
     settings.VAR_DIR = tmp_path / "var"
-    return tmp_path
+    return tmp_path / "roots" / "acme"
 
 
 def _live(source: Source) -> dict[str, Document]:
@@ -108,7 +112,7 @@ def test_an_unreachable_repository_deletes_nothing(kb, store, roots) -> None:
 
     job = sync(source)
 
-    assert job.status == Job.Status.FAILED and job.error == "could not fetch the branch"
+    assert job.status == Job.Status.FAILED and job.error.startswith("not a git repository")
     assert len(_live(source)) == 2
     source.refresh_from_db()
     assert source.last_status == "failed" and source.syncing_since is None
@@ -193,3 +197,43 @@ def test_a_repository_over_http_goes_through_the_outbound_policy(kb, store, root
     job = sync(source)
     assert (job.status, job.error) == (Job.Status.FAILED, "could not connect to the repository")
     assert list(_live(source)) == ["src/a.md"]
+
+
+NAME_ONLY_THE_POLICY_KNOWS = "git.kb-test.invalid"  # .invalid: no resolver answers for it
+
+
+def test_git_connects_to_the_address_the_policy_checked(kb, store, roots, served, settings,
+                                                        monkeypatch) -> None:
+    """git resolves nothing itself: the name is known to this process's resolver only (as a
+    name that rebinds is answered one way to the check and another to a second lookup), and
+    git is pinned to the address the outbound policy resolved and checked."""
+    root, base = served
+    port = base.rsplit(":", 1)[1]
+    repo = Repo(roots / "repo")
+    repo.write({"a.md": doc("Alpha")})
+    commit = repo.commit()
+    bare = root / "r.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(repo.path), str(bare)], check=True)
+    subprocess.run(["git", "-C", str(bare), "update-server-info"], check=True)
+    real = socket.getaddrinfo
+
+    def resolve(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == NAME_ONLY_THE_POLICY_KNOWS:
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", int(port)))]
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    settings.KB_OUTBOUND_ALLOWED_HOSTS = [NAME_ONLY_THE_POLICY_KNOWS]
+    source = make_source(kb.dataset, kind="git",
+                         location=f"http://{NAME_ONLY_THE_POLICY_KNOWS}:{port}/r.git")
+
+    job = sync(source)
+
+    assert job.status == Job.Status.SUCCEEDED, job.log
+    assert _live(source)["src/a.md"].source_commit == commit
+
+
+@pytest.mark.parametrize("host", ["bücher.example", "example.org."])
+def test_a_git_host_git_might_look_up_otherwise_is_refused(kb, roots, host) -> None:
+    with pytest.raises(InvalidSource, match="ASCII"):
+        make_source(kb.dataset, kind="git", location=f"https://{host}/r.git")

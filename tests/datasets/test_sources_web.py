@@ -4,6 +4,7 @@ request through kbplatform/outbound.py, so 127.0.0.1 is fetched only when allowe
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -157,6 +158,8 @@ def test_a_private_address_is_refused_without_the_allow_list(kb, store, settings
         job = sync(source)
 
     assert job.status == Job.Status.FAILED and site.hits == []
+    with pytest.raises(InvalidSource, match="naming it in KB_OUTBOUND_ALLOWED_HOSTS"):
+        make_source(kb.dataset, kind="web", location=f"{site.url}/", name="again")
     for location in ("http://169.254.169.254/latest/", "http://10.0.0.1/", "http://[::1]/",
                      "http://0x7f000001/", "file:///etc/passwd", "http://user:pw@example.org/"):
         with pytest.raises(InvalidSource):
@@ -207,3 +210,135 @@ def test_html_pages_become_documents(kb, store, allowed) -> None:
     host = site.url.removeprefix("http://")
     assert f"src/{host}/index.html" in _paths(source)
     assert job.detail.get("failed", 0) == 0
+
+
+def test_a_page_trickled_a_byte_at_a_time_is_cut_at_its_total_bound(kb, store, allowed,
+                                                                      settings) -> None:
+    # Each byte comes well within the 1 s timeout of a read: only a total bound stops it
+    # (the page held a sync 135 s against a 5 s timeout).
+    settings.KB_SOURCE_HTTP_TIMEOUT_SECONDS = 1
+    site = _site()
+    site.trickle["/guide/setup.md"] = 0.2  # its whole answer takes about 25 s
+    with web_site(site):
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/", max_depth=2)
+        started = time.monotonic()
+        job = sync(source)
+        took = time.monotonic() - started
+
+    assert took < 8, took
+    assert job.status == Job.Status.SUCCEEDED
+    assert any(line["message"].startswith("failed: ") and "setup.md: timed out"
+               in line["message"] for line in job.log), job.log
+    assert job.detail["added"] == 3  # "/", start.md and deep/one.md
+
+
+def test_trickled_headers_of_robots_txt_end_the_sync_at_the_bound(kb, store, allowed,
+                                                                   settings) -> None:
+    settings.KB_SOURCE_HTTP_TIMEOUT_SECONDS = 1
+    site = _site()
+    site.trickle["/robots.txt"] = 0.2
+    with web_site(site):
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/")
+        started = time.monotonic()
+        job = sync(source)
+        took = time.monotonic() - started
+
+    assert took < 5, took
+    assert (job.status, job.error) == (Job.Status.FAILED, "robots.txt timed out "
+                                                          "(KB_SOURCE_HTTP_TIMEOUT_SECONDS)")
+
+
+def test_max_page_bytes_is_at_most_the_upload_limit_when_saved(kb, settings) -> None:
+    settings.KB_MAX_UPLOAD_BYTES = 100_000
+    body = {"dataset_id": kb.dataset.pk, "name": "s", "kind": "web",
+            "location": "https://example.org/", "max_page_bytes": 2**31 - 1}
+
+    answer = kb.admin.post("/api/sources", body, format="json")
+
+    assert (answer.status_code, answer.json()["code"]) == (400, "invalid_source")
+    assert answer.json()["extra"]["fields"]["max_page_bytes"] == (
+        "at most KB_MAX_UPLOAD_BYTES (100000): a larger page could not be stored")
+    created = kb.admin.post("/api/sources", {k: v for k, v in body.items()
+                                             if k != "max_page_bytes"}, format="json")
+    assert created.status_code == 201 and created.json()["max_page_bytes"] == 100_000
+    changed = kb.admin.patch(f"/api/sources/{created.json()['id']}",
+                             {"max_page_bytes": 100_001}, format="json")
+    assert changed.status_code == 400 and "max_page_bytes" in changed.json()["extra"]["fields"]
+
+
+def test_a_page_is_read_no_further_than_the_upload_limit_whatever_the_row_says(
+        kb, store, allowed, settings) -> None:
+    site = _site()
+    site.pages["/guide/setup.md"] = (MD, doc("Setup", "x" * 50_000))
+    with web_site(site):
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/", max_depth=2)
+        Source.objects.filter(pk=source.pk).update(max_page_bytes=2**31 - 1)  # saved before
+        settings.KB_MAX_UPLOAD_BYTES = 4096
+        job = sync(Source.objects.get(pk=source.pk))
+
+    assert any(line["message"].startswith("failed: ") and "setup.md: over 4096 bytes "
+               "(KB_MAX_UPLOAD_BYTES)" in line["message"] for line in job.log), job.log
+
+
+def test_a_start_page_over_its_bound_says_so(kb, store, allowed) -> None:
+    site = _site()
+    site.pages["/"] = (HTML, b"<p>" + b"x" * 5000 + b"</p>")
+    with web_site(site):
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/",
+                             max_page_bytes=2048)
+        job = sync(source)
+
+    assert (job.status, job.error) == (
+        Job.Status.FAILED, "the start page could not be read: over 2048 bytes (max_page_bytes)")
+
+
+def test_robots_txt_is_read_as_crawlers_read_it(kb, store, allowed) -> None:
+    # The most specific rule wins (the standard library took the first that matched) and
+    # wildcards match (the standard library ignored them).
+    site = _site()
+    site.robots = ("User-agent: *\nDisallow: /private/\nAllow: /private/public.md\n"
+                   "Disallow: /*/deep/*.md$\n")
+    site.pages["/"] = (HTML, b'<a href="/private/public.md">p</a> <a href="/private/x.md">x</a>'
+                             b' <a href="/guide/start.md">s</a>')
+    site.pages["/private/public.md"] = (MD, doc("Public"))
+    with web_site(site):
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/", max_depth=3)
+        job = sync(source)
+
+    fetched = {path for path, _ in site.hits}
+    assert "/private/public.md" in fetched and "/private/x.md" not in fetched
+    assert "/guide/setup.md" in fetched and "/guide/deep/one.md" not in fetched
+    assert job.status == Job.Status.SUCCEEDED
+
+
+def test_crawl_delay_paces_the_requests(kb, store, allowed) -> None:
+    site = _site()
+    site.robots = "User-agent: *\nCrawl-delay: 0.4\n"
+    stamps: list[float] = []
+    with web_site(site):
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/", max_depth=1)
+        site.on_hit = lambda: stamps.append(time.monotonic())
+        job = sync(source)
+
+    pages = stamps[1:]  # robots.txt first, then "/" and the three same-site pages it links to
+    assert job.status == Job.Status.SUCCEEDED and len(pages) == 4
+    assert min(b - a for a, b in zip(pages, pages[1:], strict=False)) >= 0.4
+
+
+def test_a_crawl_delay_past_the_deadline_stops_the_crawl_and_deletes_nothing(
+        kb, store, allowed, settings) -> None:
+    with web_site(_site()) as site:
+        source = make_source(kb.dataset, kind="web", location=f"{site.url}/", max_depth=3)
+        sync(source)
+        before = _paths(source)
+        site.robots = "User-agent: *\nCrawl-delay: 3600\n"  # the sync has 60 s
+        settings.KB_SOURCE_SYNC_TIMEOUT_SECONDS = 60
+        site.hits.clear()
+        started = time.monotonic()
+        job = sync(source)
+
+    assert time.monotonic() - started < 10
+    assert [path for path, _ in site.hits] == ["/robots.txt", "/"]
+    assert job.status == Job.Status.SUCCEEDED and _paths(source) == before
+    assert any("read in part (robots.txt asks 3600 s between requests" in line["message"]
+               for line in job.log), job.log

@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
-from django.conf import settings
 
 from datasets.models import Document
+from kbplatform.env import SourceRoot
 from tests.conftest import wait_until
 from tests.datasets.source_builders import make_source
 
 
 @pytest.mark.integration  # a Celery worker process
 @pytest.mark.django_db(transaction=True)
-def test_a_folder_source_is_synced_by_the_worker(celery_worker, store, kb) -> None:
-    # The worker reads its own settings: KB_SOURCE_ROOTS is the knowledge folder by default.
-    source = make_source(kb.dataset, kind="folder", location=str(settings.KB_KNOWLEDGE_DIR),
+def test_a_folder_source_is_synced_by_the_worker(celery_worker, store, kb,
+                                                 settings) -> None:
+    # The worker reads its own settings: its KB_SOURCE_ROOTS is a parent (tests/conftest.py),
+    # whose acme/ is the kb fixture's tenant's folder.
+    parent = Path(celery_worker.env["KB_SOURCE_ROOTS"])
+    settings.KB_SOURCE_ROOTS = (SourceRoot(parent),)
+    folder = parent / "acme" / "knowledge"
+    shutil.copytree(settings.KB_KNOWLEDGE_DIR / "cache", folder / "cache")
+    source = make_source(kb.dataset, kind="folder", location=str(folder),
                          include=["cache/*.md"])
 
     answer = kb.admin.post(f"/api/sources/{source.pk}/sync")

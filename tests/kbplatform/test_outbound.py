@@ -1,15 +1,22 @@
 """The outbound policy itself: which addresses and URLs it refuses, which hosts the deployment
-allows, and the system checks of the deployment's own endpoints."""
+allows, the system checks of the deployment's own endpoints, and a request's total deadline."""
 
 from __future__ import annotations
 
+import gzip
 import ipaddress
+import socketserver
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import httpx2
 import pytest
 
 from kbplatform.checks import check_configuration, check_endpoints_resolve
-from kbplatform.outbound import address_refusal, url_refusal
+from kbplatform.outbound import address_refusal, client, deadline, url_refusal
 
 
 @pytest.mark.parametrize("address", [
@@ -68,3 +75,73 @@ def test_W014_check_deploy_resolves_the_endpoints(settings: Any) -> None:
     settings.KB_CHAT_BASE_URL = "http://127.0.0.1:8000/v1"
     settings.KB_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
     assert check_endpoints_resolve() == []
+
+
+@pytest.fixture
+def trickling() -> Iterator[str]:
+    """A server on 127.0.0.1 that answers every request one byte every 0.2 s (about 10 s in
+    all), the status line and headers too."""
+    answer = (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 20\r\n\r\n"
+              + b"x" * 20)
+
+    class Trickle(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            self.request.recv(65536)
+            try:
+                for byte in answer:
+                    self.request.sendall(bytes([byte]))
+                    time.sleep(0.2)
+            except OSError:
+                pass  # the client gave up
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Trickle)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_deadline_bounds_a_request_in_total_however_slowly_it_trickles(
+        settings: Any, trickling: str) -> None:
+    settings.KB_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
+    for outer, inner in ((1.0, None), (10.0, 0.5)):  # nested: the earlier end holds
+        started = time.monotonic()
+        with pytest.raises(httpx2.ReadTimeout), deadline(outer), \
+                deadline(inner or outer):
+            client().get(trickling, timeout=5)  # each byte comes within 5 s
+        assert time.monotonic() - started < min(outer, inner or outer) + 1.0
+
+
+def test_an_answer_is_never_decompressed_past_the_size_bound(settings: Any) -> None:
+    """50 MB of zeros are 50 KB of gzip: the bound counts what arrives, and nothing is
+    inflated behind it."""
+    bomb = gzip.compress(bytes(50 << 20))
+    asked: list[str | None] = []
+
+    class Bomb(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+            asked.append(self.headers.get("Accept-Encoding"))
+            self.send_response(200)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(bomb)))
+            self.end_headers()
+            self.wfile.write(bomb)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Bomb)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
+    settings.KB_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
+    try:
+        answer = client(max_response_bytes=1 << 20).get(
+            f"http://127.0.0.1:{server.server_address[1]}/", timeout=10)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert asked == ["identity"]
+    assert answer.content == bomb  # as it came: a caller fails on it as malformed

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,6 +26,7 @@ class ScriptedServer(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.requests: list[dict[str, Any]] = []
+        self.trickle_s = 0.0  # > 0: the answer, headers too, one byte every this many seconds
 
     @property
     def url(self) -> str:
@@ -44,6 +46,9 @@ class _Handler(BaseHTTPRequestHandler):
                                      **body})
         status, raw = self.server.answer(body)
         try:
+            if self.server.trickle_s:
+                self._trickle(status, raw)
+                return
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(raw)))
@@ -51,6 +56,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(raw)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up waiting (the timeout tests)
+
+    def _trickle(self, status: int, raw: bytes) -> None:
+        answer = (f"HTTP/1.1 {status} OK\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: {len(raw)}\r\n\r\n").encode() + raw
+        for byte in answer:
+            self.wfile.write(bytes([byte]))
+            time.sleep(self.server.trickle_s)
+        self.close_connection = True
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -267,6 +268,15 @@ def test_an_answer_over_the_bound_is_cut() -> None:
         with pytest.raises(RerankError, match="cut"):
             HttpReranker(base_url=flooding.url, api_key="", model="m",
                          timeout_s=3).rerank("q", ["a"], top_n=1, timeout_s=3)
+
+
+def test_a_trickled_chat_answer_is_cut_at_the_stage_timeout_in_total() -> None:
+    with chat_server() as trickling:
+        trickling.trickle_s = 0.05  # each byte well within the timeout; the answer in ~20 s
+        started = time.monotonic()
+        with pytest.raises(ChatModelError, match="did not answer within 0.80 s"):
+            model(trickling.url, timeout_s=0.8).complete(ASK, timeout_s=5)
+        assert time.monotonic() - started < 2.5
 
 
 def test_the_embedder_keeps_to_the_policy(listening: ChatServer) -> None:

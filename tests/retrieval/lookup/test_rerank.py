@@ -61,6 +61,15 @@ def test_a_slow_reranker_is_cut_off_at_the_callers_timeout(server: RerankServer)
     assert time.monotonic() - started < 2.0
 
 
+def test_a_trickled_answer_is_cut_off_at_the_callers_timeout_in_total(
+        server: RerankServer) -> None:
+    server.trickle_s = 0.1  # each byte well within the timeout; the answer in ~15 s
+    started = time.monotonic()
+    with pytest.raises(RerankError, match="did not answer within 0.50 s"):
+        reranker(server).rerank("q", DOCUMENTS, top_n=2, timeout_s=0.5)
+    assert time.monotonic() - started < 2.0
+
+
 def test_an_unreachable_reranker_is_an_error_not_a_hang() -> None:
     dead = HttpReranker(base_url="http://127.0.0.1:9/v1", api_key="", model="m", timeout_s=2)
     with pytest.raises(RerankError, match="the reranker could not be reached"):
