@@ -17,7 +17,7 @@ def cap_max_page_bytes(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('datasets', '0014_source_location_tenant_folders'),
+        ('datasets', '0015_source_location_tenant_folders'),
     ]
 
     operations = [

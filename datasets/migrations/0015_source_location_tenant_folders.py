@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('datasets', '0013_job_kind_gate'),
+        ('datasets', '0014_tenant_raw_queries'),
     ]
 
     operations = [
