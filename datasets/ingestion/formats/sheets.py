@@ -12,7 +12,14 @@ import openpyxl
 from openpyxl.worksheet._reader import WorkSheetParser
 
 from datasets.ingestion.formats.kinds import ConversionFailed, Converted, Limits
-from datasets.ingestion.formats.markdown import cell, decode_text, join_blocks, marker, table
+from datasets.ingestion.formats.markdown import (
+    cell,
+    decode_text,
+    heading,
+    join_blocks,
+    marker,
+    table,
+)
 
 _CSV_DELIMITERS = ",;\t|"
 _CSV_SNIFF_BYTES = 16_384
@@ -60,7 +67,7 @@ def convert_xlsx(raw: bytes, limits: Limits) -> Converted:
                 empty.append(sheet.title)
                 continue
             blocks.append(marker("sheet", sheet.title))
-            blocks.append(f"## {' '.join(sheet.title.split())}")
+            blocks.append(heading(2, sheet.title))
             blocks.append(table(rows))
     finally:
         workbook.close()
