@@ -1,6 +1,8 @@
 """A JSON body the API cannot take is a 400 `parse_error` on every JSON endpoint, never a 500:
 deep nesting (bounded at MAX_DEPTH, not left to the decoder's recursion), bytes that are not
-UTF-8, lone surrogates, NaN and numbers no float holds. A refused tool call is audited."""
+UTF-8, lone surrogates, NaN and numbers no float holds. A body over its bound (JSON, form,
+multipart) is a 413 before it is read, and a list over its bound one error before its elements
+are checked. A refused tool call is audited."""
 
 from __future__ import annotations
 
