@@ -92,13 +92,12 @@ def test_images_and_media_leave_nothing_but_text() -> None:
     "<noframes><script>alert(1)</script></noframes>",
     "<object data='javascript:alert(1)'><p>alert(1)</p></object>",
     "<svg><script>alert(1)</script></svg>",
-    "<math><mi xlink:href='javascript:alert(1)'>alert(1)</mi></math>",
     "<form action='javascript:alert(1)'><button>alert(1)</button></form>",
 ])
 def test_what_a_browser_never_shows_as_text_is_dropped(body) -> None:
     markdown = convert_html(page(f"<p>Restart the gateway.</p>{body}"), LIMITS).markdown
 
-    assert "alert" not in markdown or "<math>" in body
+    assert "alert" not in markdown
     assert "script" not in markdown.lower()
     assert_text_and_safe_links(markdown)
 
@@ -120,6 +119,7 @@ def test_what_a_browser_never_shows_as_text_is_dropped(body) -> None:
     "<pre>```\n<script>alert(1)</script>\n```</pre><p>after</p>",
     "<pre><code class='language-x`&lt;'>&lt;script&gt;alert(1)&lt;/script&gt;</code></pre>",
     "<p><code>`</code>&lt;script&gt;<code>`</code></p>",
+    "<math><mi xlink:href='javascript:alert(1)'>x</mi></math>",
 ])
 def test_text_that_spells_markup_stays_text(body) -> None:
     """What a browser shows as text stays in the markdown, but never as markup (the page's
