@@ -11,7 +11,6 @@ from typing import Any
 from django.conf import settings
 from drf_spectacular.utils import extend_schema, extend_schema_serializer, inline_serializer
 from rest_framework import serializers, status
-from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -37,6 +36,7 @@ from datasets.services import (
 )
 from kbplatform.errors import ApiError, ErrorCode, Forbidden
 from kbplatform.openapi import errors, path_id
+from kbplatform.parsers import FormParser, MultiPartParser
 
 DATASET_ID = path_id("dataset_id", "The dataset's id (an integer, as returned by the listing).")
 DOC_ID = path_id("doc_id", "The document's `document_id`.")

@@ -8,13 +8,29 @@ the original, recorded with the converters' version: a document converted by an 
 
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
 
-from datasets.ingestion.formats import CONVERTER_VERSION, ConversionFailed, Format, convert
+from datasets.ingestion.formats import (
+    CONVERTER_VERSION,
+    ConversionFailed,
+    Converted,
+    Format,
+    convert,
+)
 from datasets.ingestion.parse import parse_markdown
 from datasets.ingestion.source import stored_source
 from datasets.models import Document
 from datasets.originals import original_read
+
+logger = logging.getLogger(__name__)
+
+
+def document_named(document: Document) -> str:
+    """The document as the operators' log names it: its ids, file name and format."""
+    return f"document {document.pk} (doc_id {document.doc_id}, {document.file_name!r}, " \
+           f"{document.format})"
 
 
 def conversion_due(document: Document) -> bool:
@@ -32,13 +48,13 @@ def document_convert(*, document: Document) -> Document:
     if not conversion_due(document):
         return document
     try:
-        raw = original_read(document.original)
-    except FileNotFoundError as exc:
-        raise ConversionFailed("the original file is missing from the storage; upload it "
-                               "again") from exc
-    converted = convert(Format(document.format), raw)
-    if not converted.markdown.strip():
-        raise ConversionFailed("no text was found in the file")
+        converted = _converted(document)
+    except ConversionFailed as exc:
+        # Every path that converts (an upload's sync, a rebuild, a source's sync) comes here:
+        # the one line that says which file failed and why (the child's traceback, when a
+        # library failed, is logged by the sandbox).
+        logger.warning("%s was not converted: %s", document_named(document), exc)
+        raise
     source = stored_source(converted.markdown, redact=settings.KB_REDACT_SECRETS)
     encoded = source.encode("utf-8")
     parsed = parse_markdown(encoded, file_name=document.file_name, max_bytes=len(encoded) + 1)
@@ -48,3 +64,15 @@ def document_convert(*, document: Document) -> Document:
     for name, value in changes.items():
         setattr(document, name, value)
     return document
+
+
+def _converted(document: Document) -> Converted:
+    try:
+        raw = original_read(document.original)
+    except FileNotFoundError as exc:
+        raise ConversionFailed("the original file is missing from the storage; upload it "
+                               "again") from exc
+    converted = convert(Format(document.format), raw)
+    if not converted.markdown.strip():
+        raise ConversionFailed("no text was found in the file")
+    return converted

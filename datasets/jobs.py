@@ -69,11 +69,14 @@ def job_update(job: Job | None, *, status: str | None = None, done: int | None =
         Job.objects.filter(pk=job.pk).update(**changes, updated_at=timezone.now())
 
 
-def job_fail(job: Job | None, exc: BaseException, *, public: str = GENERIC_ERROR) -> None:
-    """Failed, with `public` for the owner and the exception for operators. A database that
-    cannot take even that leaves the job to the recovery, which ends it
+def job_fail(job: Job | None, exc: BaseException, *, public: str = GENERIC_ERROR,
+             subject: str = "") -> None:
+    """Failed, with `public` for the owner and the exception for operators; `subject` names
+    the work in the log line (a sync without a job has only that). A database that cannot
+    take even that leaves the job to the recovery, which ends it
     (retrieval/index/recovery.py)."""
-    logger.error("job %s failed: %s: %s", job.pk if job else None, type(exc).__name__, exc)
+    named = ", ".join(part for part in (f"job {job.pk}" if job else "", subject) if part)
+    logger.error("%s failed: %s: %s", named or "work without a job", type(exc).__name__, exc)
     try:
         job_update(job, status=Job.Status.FAILED, error=public[:2000],
                    error_detail=f"{type(exc).__name__}: {exc}"[:4000], log=f"failed: {public}")

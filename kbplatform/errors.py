@@ -85,6 +85,13 @@ class Forbidden(ApiError):
     default_code = ErrorCode.FORBIDDEN
 
 
+class TooLarge(ApiError):
+    """A request (its body, an upload) over a size bound."""
+
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = ErrorCode.TOO_LARGE
+
+
 class NotFound(ApiError):
     """Also what an object outside the caller's tenant or scope answers."""
 

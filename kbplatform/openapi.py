@@ -50,7 +50,8 @@ WHEN = {
     403: "The API key's role may not do this.",
     404: "It does not exist, or it is outside the API key's tenant or scope.",
     409: "A conflict with the current state.",
-    413: "The upload is larger than KB_MAX_UPLOAD_BYTES.",
+    413: "The body is over its bound: 256 KiB of JSON or form; KB_MAX_UPLOAD_BYTES and 1 MiB "
+         "of multipart.",
     415: "The body's Content-Type is not one this operation accepts.",
     503: "A backend (database, vector store, embedder, Redis) is unavailable; try again.",
 }
@@ -67,3 +68,15 @@ def path_id(name: str, description: str) -> OpenApiParameter:
     """A `<str:...>` URL segment: any text without a slash (an unknown one is a 404)."""
     return OpenApiParameter(name, OpenApiTypes.STR, OpenApiParameter.PATH,
                             description=description, pattern=r"^[^/]+$")
+
+
+def body_bounds(result: dict[str, Any], **_: Any) -> dict[str, Any]:
+    """A postprocessing hook: every operation that takes a body may answer 413 (its parser
+    bounds the body before reading it), whether its view lists it or not."""
+    error = {"content": {"application/json": {"schema": {
+        "$ref": "#/components/schemas/Error"}}}, "description": WHEN[413]}
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            if "requestBody" in operation:
+                operation.setdefault("responses", {}).setdefault("413", error)
+    return result

@@ -325,8 +325,8 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     # DRF's defaults, with a JSON parser that bounds nesting and refuses what cannot be stored.
     "DEFAULT_PARSER_CLASSES": ["kbplatform.parsers.JSONParser",
-                               "rest_framework.parsers.FormParser",
-                               "rest_framework.parsers.MultiPartParser"],
+                               "kbplatform.parsers.FormParser",
+                               "kbplatform.parsers.MultiPartParser"],
     "EXCEPTION_HANDLER": "kbplatform.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -350,6 +350,8 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_PATCH": False,
     "ENUM_NAME_OVERRIDES": {"JobKindEnum": "datasets.models.Job.Kind",
                             "SourceKindEnum": "datasets.models.Source.Kind"},
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "kbplatform.openapi.body_bounds"],
 }
 
 LOGGING = {

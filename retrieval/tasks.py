@@ -59,7 +59,7 @@ def _give_up(document_id: int, job: Job | None, exc: BaseException) -> None:
         document_mark_failed(document_id=document_id, error=message)
     except DatabaseError:  # the document stays due: the recovery syncs it again
         logger.exception("document %s: its failure could not be recorded", document_id)
-    job_fail(job, exc, public=message)
+    job_fail(job, exc, public=message, subject=f"indexing document {document_id}")
 
 
 def _going(job_id: int | None) -> Job | None:

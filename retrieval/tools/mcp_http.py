@@ -9,9 +9,10 @@ process; the tools themselves run in worker threads (mcp_server.py).
 What the transport refuses, it refuses here, before the SDK, and always as a JSON-RPC error
 whose `data` is the API's error shape: another method (405), a Host or browser Origin that
 ALLOWED_HOSTS does not allow, as Django checks them (DNS-rebinding protection: 421, 403), a
-Content-Type other than JSON (415), a body over MAX_BODY_BYTES (413), one that is not JSON
-the API reads (kbplatform/parsers.py, 400 parse error) or not a JSON-RPC message (400
-invalid request). The SDK's own checks of the size and the Content-Type answer plain text.
+Content-Type other than JSON (415), a body over MAX_BODY_BYTES (413; the REST API's bound for
+a JSON body), one that is not JSON the API reads (kbplatform/parsers.py, 400 parse error) or
+not a JSON-RPC message (400 invalid request). The SDK's own checks of the size and the
+Content-Type answer plain text.
 """
 
 from __future__ import annotations
@@ -29,11 +30,9 @@ from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 
 from kbplatform.errors import ErrorCode, error_body
-from kbplatform.parsers import JsonRefused, json_loads
+from kbplatform.parsers import MAX_BODY_BYTES, JsonRefused, json_loads
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-# A tool call's arguments are a question and a few ids (KB_MAX_QUERY_CHARS), never a file.
-MAX_BODY_BYTES = 256 * 1024
 # JSON-RPC 2.0's error codes (mcp.types has them too, but takes seconds to import).
 PARSE_ERROR, INVALID_REQUEST, INTERNAL_ERROR = -32700, -32600, -32603
 

@@ -11,6 +11,7 @@ from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
 from datasets.selectors import MAX_DB_ID
+from kbplatform.fields import BoundedListField
 from retrieval.answers.agentic import Route
 from retrieval.answers.answer import AnswerStatus
 from retrieval.answers.rag_node import NodeStatus
@@ -67,7 +68,7 @@ class LookupInput(serializers.Serializer[dict[str, Any]]):
     query = serializers.CharField(trim_whitespace=True, max_length=settings.KB_MAX_QUERY_CHARS)
     tool_call_id = serializers.RegexField(IDENT, required=False)
     session_id = serializers.RegexField(IDENT, required=False)
-    dataset_ids = serializers.ListField(
+    dataset_ids = BoundedListField(
         child=serializers.IntegerField(min_value=1, max_value=MAX_DB_ID), required=False,
         max_length=100)
 
@@ -133,14 +134,14 @@ class RagNodeInput(serializers.Serializer[dict[str, Any]]):
     query = serializers.CharField(required=False, allow_blank=True,
                                   max_length=settings.KB_MAX_QUERY_CHARS,
                                   help_text="The task's query parameter: searched when given.")
-    rag_keywords = serializers.ListField(
+    rag_keywords = BoundedListField(
         child=serializers.CharField(max_length=200, allow_blank=True), required=False,
         max_length=50, help_text="The intent's keywords: searched, joined by spaces, when "
                                  "there is no query.")
     user_input = serializers.CharField(required=False, allow_blank=True,
                                        max_length=settings.KB_MAX_QUERY_CHARS,
                                        help_text="Searched when neither of the above is given.")
-    target_dataset_ids = serializers.ListField(
+    target_dataset_ids = BoundedListField(
         child=serializers.IntegerField(min_value=1, max_value=MAX_DB_ID), required=False,
         max_length=100, help_text="Exactly these (of those the key may read).")
     target_dataset_name = serializers.CharField(
@@ -150,7 +151,7 @@ class RagNodeInput(serializers.Serializer[dict[str, Any]]):
     agent = serializers.CharField(required=False, allow_blank=True, max_length=100,
                                   help_text="The task's agent: a RagAgent of the tenant by this "
                                             "name runs the question with its settings.")
-    sub_agents = serializers.ListField(
+    sub_agents = BoundedListField(
         child=serializers.CharField(max_length=100, allow_blank=True), required=False,
         max_length=20, help_text="The loop agent's sub-agents: the first that is a RagAgent of "
                                  "the tenant is delegated to (after `agent`).")
@@ -206,8 +207,8 @@ class RagNodeOutput(serializers.Serializer[dict[str, Any]]):
 class EvidenceGuardInput(serializers.Serializer[dict[str, Any]]):
     tool_call_id = serializers.RegexField(IDENT, required=False)
     session_id = serializers.RegexField(IDENT, required=False)
-    document_ids = serializers.ListField(child=serializers.CharField(max_length=200),
-                                         min_length=1, max_length=200)
+    document_ids = BoundedListField(child=serializers.CharField(max_length=200),
+                                   min_length=1, max_length=200)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if bool(attrs.get("tool_call_id")) == bool(attrs.get("session_id")):
@@ -219,8 +220,8 @@ class EvidenceGuardInput(serializers.Serializer[dict[str, Any]]):
 class RateEvidenceInput(serializers.Serializer[dict[str, Any]]):
     tool_call_id = serializers.RegexField(IDENT, help_text="The call that served the evidence "
                                           "(a call of this key).")
-    document_ids = serializers.ListField(child=serializers.CharField(max_length=200),
-                                         min_length=1, max_length=50)
+    document_ids = BoundedListField(child=serializers.CharField(max_length=200),
+                                   min_length=1, max_length=50)
     rating = serializers.ChoiceField(choices=["helpful", "not_helpful"])
 
 

@@ -18,6 +18,7 @@ from datasets.models import Document, Job, Tenant
 from retrieval.index.rebuild import rebuild_hybrid_knowledge
 from tests.conftest import wait_until
 from tests.datasets.builders import lookup, md_file, upload
+from tests.datasets.formats.markup import assert_text_and_safe_links
 from tests.datasets.office_files import pdf_pages, pptx_slides, xlsx_sheets
 from tests.datasets.test_admin_scope import staff_of
 
@@ -143,6 +144,28 @@ def test_a_failed_conversion_fails_the_document_with_its_reason(kb: Any, worker:
     assert document.status == Document.Status.FAILED and document.error == job["error"]
     assert document.chunk_count == 0 and not document.chunks.exists()
     assert lookup(kb.tool, "redis memory full OOM")["evidence"] == []
+
+
+def test_a_pages_scripts_and_unsafe_links_reach_no_excerpt(kb: Any, worker: None) -> None:
+    page = (b"<html><head><title>Gateway runbook</title></head><body><main>"
+            b"<h1>Gateway runbook</h1><p>Restart the payment gateway when its error rate stays "
+            b"above five percent. See <a href='JaVaScRiPt:alert(1)'>the dashboard</a>, "
+            b"<a href='java&#x09;script:alert(2)'>the runbook</a> and "
+            b"<a href='https://status.example.com/gateway'>the status page</a>.</p>"
+            b"<p>Never paste &lt;script&gt;alert(3)&lt;/script&gt; into the gateway console."
+            b"</p><script>alert(4)</script><noscript>alert(5)</noscript></main></body></html>")
+
+    job = finished(kb, upload(kb.admin, kb.dataset.pk, "gateway.html", page))
+
+    assert job["status"] == "succeeded", job
+    contents = list(Document.objects.get().chunks.values_list("content", flat=True))
+    excerpts = [item["excerpt"] for item in
+                lookup(kb.tool, "payment gateway error rate restart")["evidence"]]
+    assert excerpts and "the dashboard" in "".join(contents)
+    for text in contents + excerpts:
+        assert_text_and_safe_links(text)
+        assert "javascript" not in text.lower() and "alert(4)" not in text
+    assert "https://status.example.com/gateway" in "".join(contents)
 
 
 def test_a_rebuild_converts_again_what_an_older_converter_made(kb: Any, worker: None) -> None:

@@ -71,6 +71,16 @@ def test_unsupported_type_is_415_and_writes_nothing(kb, store, name, raw) -> Non
     assert _nothing_written(store)
 
 
+@pytest.mark.parametrize("name", ["pdf-notes.txt", "pdf-files.csv", "pdf-page.html"])
+def test_a_file_that_quotes_a_pdf_header_is_taken_for_what_its_name_says(kb, name) -> None:
+    raw = b"The first bytes of report.pdf, %PDF-1.7, say that it is a PDF.\n"
+
+    response = upload(kb.admin, kb.dataset.pk, name, raw)
+
+    assert response.status_code == 202, response.content
+    assert response.json()["document"]["format"] == name.rsplit(".", 1)[1]
+
+
 def test_oversized_upload_is_413_and_writes_nothing(kb, store, settings) -> None:
     settings.KB_MAX_UPLOAD_BYTES = 2_000
     big = runbook("kafka", sections=40)

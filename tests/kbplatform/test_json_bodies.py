@@ -1,21 +1,26 @@
 """A JSON body the API cannot take is a 400 `parse_error` on every JSON endpoint, never a 500:
 deep nesting (bounded at MAX_DEPTH, not left to the decoder's recursion), bytes that are not
-UTF-8, lone surrogates, NaN and numbers no float holds. A refused tool call is audited."""
+UTF-8, lone surrogates, NaN and numbers no float holds. A body over its bound (JSON, form,
+multipart) is a 413 before it is read, and a list over its bound one error before its elements
+are checked. A refused tool call is audited."""
 
 from __future__ import annotations
 
 import json
 import logging
 import re
+import resource
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
 from audit.models import ToolInvocation
-from kbplatform.parsers import MAX_DEPTH
+from kbplatform.parsers import MAX_BODY_BYTES, MAX_DEPTH, MULTIPART_ROOM_BYTES
 from tests.conftest import BOTH_RUNTIMES
 from tests.datasets.builders import api_client
 
@@ -118,3 +123,152 @@ def test_every_refused_tool_call_is_audited_once(
         ("invalid", "parse_error")] * 5
     assert {r.tool_name for r in rows} == {tool}
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("method", "path"), JSON_OPERATIONS,
+                         ids=[f"{method}:{path}" for method, path in JSON_OPERATIONS])
+def test_a_body_over_the_bound_is_413_before_it_is_read(
+        clients: dict[str, APIClient], method: str, path: str) -> None:
+    """The issue's 10 MB `dataset_ids` took 22 s of CPU before its 100-element refusal."""
+    body = b'{"query": "q", "dataset_ids": [' + b"1," * 5_000_000 + b"1]}"
+    started = cpu_seconds()
+
+    response = send(clients["admin"], method, path, body)
+
+    assert response.status_code == 413, response.content
+    answer = response.json()
+    assert answer["code"] == "too_large" and set(answer) == {"code", "message", "extra"}
+    assert f"{MAX_BODY_BYTES:,} bytes" in answer["message"]
+    assert cpu_seconds() - started < 0.5  # refused on its declared length, never parsed
+    if path in TOOLS:  # a refused tool call is audited like any other
+        assert [(row.outcome, row.details["failure"]["codes"])
+                for row in ToolInvocation.objects.all()] == [("invalid", "too_large")]
+
+
+@pytest.mark.django_db
+def test_a_body_of_the_bound_is_read(clients: dict[str, APIClient]) -> None:
+    query = "q" * 10
+    padding = b" " * (MAX_BODY_BYTES - 100)
+    body = b'{"query": "' + query.encode() + b'",' + padding + b'"dataset_ids": [1]}'
+    assert len(body) <= MAX_BODY_BYTES
+
+    response = send(clients["tool"], "post", "/api/tools/lookup_knowledge", body)
+
+    assert response.status_code != 413
+    assert response.json().get("code") != "too_large"
+
+
+@pytest.mark.django_db
+def test_a_form_body_over_the_bound_is_413(clients: dict[str, APIClient]) -> None:
+    body = "query=q&" + "dataset_ids=1&" * 100_000
+
+    response = clients["tool"].post("/api/tools/lookup_knowledge", data=body,
+                                    content_type="application/x-www-form-urlencoded")
+
+    assert response.status_code == 413, response.content
+    assert response.json()["code"] == "too_large"
+
+
+@pytest.mark.django_db
+def test_a_multipart_body_over_the_upload_bound_is_413_on_any_endpoint(
+        clients: dict[str, APIClient], settings: Any) -> None:
+    """A file sent to an endpoint that takes none was spooled to disk whatever its size."""
+    settings.KB_MAX_UPLOAD_BYTES = 1000
+    big = SimpleUploadedFile("big.bin", b"x" * (MULTIPART_ROOM_BYTES + 2000))
+
+    response = clients["tool"].post("/api/tools/lookup_knowledge", {"query": "q", "f": big})
+
+    assert response.status_code == 413, response.content
+    assert response.json()["code"] == "too_large"
+    assert "KB_MAX_UPLOAD_BYTES" in response.json()["message"]
+
+
+@pytest.mark.django_db
+def test_an_upload_larger_than_the_json_bound_is_taken(make_key: Any, settings: Any) -> None:
+    """The JSON bound is not the uploads': a file up to KB_MAX_UPLOAD_BYTES goes through."""
+    from datasets.services import dataset_create
+
+    key, secret = make_key(role="admin")
+    dataset = dataset_create(tenant=key.tenant, name="big")
+    notes = b"Gateway restart notes.\n" * (2 * MAX_BODY_BYTES // 23)
+    assert MAX_BODY_BYTES < len(notes) < settings.KB_MAX_UPLOAD_BYTES
+
+    response = api_client(secret).post(f"/api/datasets/{dataset.pk}/documents",
+                                       {"file": SimpleUploadedFile("notes.txt", notes)})
+
+    assert response.status_code == 202, response.content
+
+
+def list_fields() -> list[tuple[str, str, str, int]]:
+    """(method, path, field, maxItems) of every bounded list in a JSON request body."""
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    components = schema["components"]["schemas"]
+    found = []
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            body = operation.get("requestBody", {}).get("content", {}).get("application/json")
+            if not body:
+                continue
+            component = components[body["schema"]["$ref"].rsplit("/", 1)[1]]
+            for field, spec in component.get("properties", {}).items():
+                if spec.get("type") == "array":
+                    found.append((method, re.sub(r"\{[^}]+\}", "1", path), field,
+                                  spec["maxItems"]))
+    return found
+
+
+LIST_FIELDS = list_fields()
+
+
+def test_every_list_of_a_request_body_has_a_bound() -> None:
+    """maxItems is read above: a list without one is a KeyError there, at collection."""
+    assert {field for _, _, field, _ in LIST_FIELDS} >= {
+        "dataset_ids", "document_ids", "rag_keywords", "target_dataset_ids", "sub_agents",
+        "include"}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("method", "path", "field", "bound"), [
+    pytest.param(*case, id=f"{case[0]}:{case[1]}:{case[2]}",
+                 marks=[pytest.mark.xfail(strict=True, reason=(
+                     "datasets/sources/apis.py is another helper's: its `include` needs "
+                     "kbplatform.serializers.BoundedListField"))]
+                 if case[1].startswith("/api/sources") else [])
+    for case in LIST_FIELDS])
+def test_a_list_over_its_bound_is_refused_before_its_elements_are_validated(
+        clients: dict[str, APIClient], method: str, path: str, field: str,
+        bound: int) -> None:
+    """One error for the list, not one per element: 10,000 elements that are each invalid
+    were each validated, and each named in the answer."""
+    body = json.dumps({field: [{}] * 10_000}).encode()
+
+    response = send(clients["admin"], method, path, body)
+
+    assert response.status_code == 400, response.content
+    errors = response.json()["extra"]["fields"][field]
+    assert errors == [f"Ensure this field has no more than {bound} elements."]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("encoding", ["form", "multipart"])
+def test_a_body_of_more_fields_than_django_takes_is_413_not_500(
+        clients: dict[str, APIClient], encoding: str) -> None:
+    """Django's own bound (DATA_UPLOAD_MAX_NUMBER_FIELDS, 1,000) went through DRF as an
+    exception of Django's: a 500."""
+    fields = {"query": "q", "dataset_ids": ["1"] * 2000}
+    if encoding == "form":
+        response = clients["tool"].post(
+            "/api/tools/lookup_knowledge", data=urlencode(fields, doseq=True),
+            content_type="application/x-www-form-urlencoded")
+    else:
+        response = clients["tool"].post("/api/tools/lookup_knowledge", fields)
+
+    assert response.status_code == 413, response.content
+    assert response.json()["code"] == "too_large"
+    assert "1,000 fields" in response.json()["message"]

@@ -4,6 +4,7 @@ theirs to read."""
 
 from __future__ import annotations
 
+import logging
 import socket
 
 import pytest
@@ -50,3 +51,26 @@ def test_in_process_retries_pause_instead_of_failing_all_at_once(kb, milvus_down
     assert "VectorStoreUnavailable" in Job.objects.get(pk=job["id"]).error_detail
     document = Document.objects.get()
     assert document.status == Document.Status.FAILED and document.sync_pending
+
+
+def test_a_failed_conversion_is_logged_with_its_document_format_and_reason(
+        kb, store, caplog) -> None:
+    """A sync without a job (a rebuild's or the recovery's) logged `job None failed`: the
+    operator could not tell which file failed, nor why."""
+    from datasets.services import document_store
+    from retrieval.tasks import sync_document
+
+    stored = document_store(dataset=kb.dataset, file_name="rota.txt", raw=b"Rota \xff\xfe\n",
+                            max_bytes=10_000, queue=False).document
+
+    with caplog.at_level(logging.INFO):
+        sync_document.apply(args=(stored.pk, None))
+
+    lines = [record.getMessage() for record in caplog.records]
+    assert not any("job None" in line for line in lines), lines
+    assert any(str(stored.doc_id) in line and "rota.txt" in line and "txt" in line
+               and "neither UTF-8 nor GB18030" in line for line in lines), lines
+    # The uploader reads the reason, and nothing of the platform's insides.
+    document = Document.objects.get()
+    assert document.status == Document.Status.FAILED
+    assert document.error == "the text is neither UTF-8 nor GB18030; save it as UTF-8"

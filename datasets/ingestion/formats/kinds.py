@@ -10,7 +10,10 @@ from types import MappingProxyType
 # Bump when any converter's output changes: a rebuild then converts the originals again.
 # 2: PDF lines in a larger font are headings; HTML text and table cells no longer escaped
 # beyond what markdown needs (order_svc, not order\_svc), code fences keep their language.
-CONVERTER_VERSION = "2"
+# 3: XLSX and CSV tables keep only the rows and columns with a value; empty sheets left out;
+# a document's text never markup (`<` as &lt;, brackets and backticks escaped); HTML links keep
+# http(s), mailto and relative targets only.
+CONVERTER_VERSION = "3"
 
 
 class Format(StrEnum):

@@ -19,6 +19,26 @@ MARKER_LINE = re.compile(r"^[ \t]*<!--\s*kb:", re.MULTILINE)
 # raw HTML, a table row, a setext underline).
 _STRUCTURE_START = re.compile(r"^([ \t]*)([#>|<]|`{3}|~{3}|=+[ \t]*$|-{3,}[ \t]*$)", re.MULTILINE)
 _BLANK_LINES = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")
+# What in a document's text would open inline markup: `<` a tag, a comment or an autolink
+# (raw HTML), `[` and `]` a link, an image or a link reference (or close a converter's link
+# text early), "`" a code span (or end a converter's, whose text is not escaped); and a
+# backslash that would escape the character after it (ASCII punctuation, or whatever text
+# follows this one).
+_INLINE_MARKUP = re.compile(r"\\(?=[!-/:-@\[-`{-~]|\Z)|[<\[\]`]")
+# `<` as an entity, not `\<`: it stays text for a renderer that reads the excerpt as HTML.
+_INLINE_ESCAPES = {"<": "&lt;", "[": "\\[", "]": "\\]", "`": "\\`", "\\": "\\\\"}
+
+
+def literal(text: str) -> str:
+    """A document's text as markdown that renders as that text and nothing else: no raw HTML
+    and no link or image of its own, however text pieces are put side by side. Other
+    characters stay as written (order_svc, 2*n, C:\\temp), as BM25 and agents read them."""
+    return _INLINE_MARKUP.sub(lambda m: _INLINE_ESCAPES[m.group(0)], text)
+
+
+def heading(level: int, text: str) -> str:
+    """An ATX heading of `text` on one line."""
+    return "#" * level + " " + literal(" ".join(text.split()))
 
 
 def marker(kind: str, value: object) -> str:
@@ -34,23 +54,24 @@ def defuse_markers(markdown: str) -> str:
 
 def plain_text(text: str) -> str:
     """Plain text as markdown paragraphs: line ends normalised, blank runs collapsed, lines
-    that markdown would read as structure escaped (the text stays the text)."""
+    that markdown would read as structure and inline markup escaped (the text stays the
+    text)."""
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
-    text = "\n".join(line.rstrip() for line in text.split("\n"))
+    text = "\n".join(literal(line.rstrip()) for line in text.split("\n"))
     text = _STRUCTURE_START.sub(lambda m: m.group(1) + "\\" + m.group(2), text)
     return _BLANK_LINES.sub("\n\n", text).strip()
 
 
 def cell(value: object) -> str:
-    """One table cell: on one line, pipes escaped (nothing else: C:\\temp stays as written),
-    whole numbers without '.0'."""
+    """One table cell: on one line, inline markup and pipes escaped (C:\\temp stays as
+    written), whole numbers without '.0'."""
     if value is None:
         return ""
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
         value = int(value)
     if hasattr(value, "isoformat"):
         value = value.isoformat()
-    text = " ".join(str(value).split())
+    text = literal(" ".join(str(value).split()))
     return text.replace("|", "\\|")
 
 

@@ -14,7 +14,14 @@ from docx.text.paragraph import Paragraph
 from pptx.enum.shapes import MSO_SHAPE_TYPE, PP_PLACEHOLDER
 
 from datasets.ingestion.formats.kinds import ConversionFailed, Converted, Limits
-from datasets.ingestion.formats.markdown import cell, join_blocks, marker, plain_text, table
+from datasets.ingestion.formats.markdown import (
+    cell,
+    heading,
+    join_blocks,
+    marker,
+    plain_text,
+    table,
+)
 
 _HEADING_STYLE = re.compile(r"^(?:heading|标题)\s*(\d)$", re.IGNORECASE)
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
@@ -85,15 +92,15 @@ class _StyleNames:
 
 
 def _paragraph(paragraph: Paragraph, style: str) -> str:
-    text = " ".join(paragraph.text.split())
-    if not text:
+    text = paragraph.text
+    if not text.strip():
         return ""
     match = _HEADING_STYLE.match(style)
     if match:
-        return "#" * min(max(int(match.group(1)), 1), 6) + " " + text
+        return heading(min(max(int(match.group(1)), 1), 6), text)
     if style.lower() == "title":
-        return "# " + text
-    return plain_text(paragraph.text)
+        return heading(1, text)
+    return plain_text(text)
 
 
 def _list_item(paragraph: Paragraph, style_name: str) -> str | None:
@@ -137,7 +144,7 @@ def convert_pptx(raw: bytes, limits: Limits) -> Converted:
         title_shape = slide.shapes.title
         title = " ".join(title_shape.text_frame.text.split()) if title_shape is not None else ""
         blocks.append(marker("slide", number))
-        blocks.append(f"## Slide {number}: {title}" if title else f"## Slide {number}")
+        blocks.append(heading(2, f"Slide {number}: {title}" if title else f"Slide {number}"))
         for shape in slide.shapes:
             if title_shape is not None and shape.shape_id == title_shape.shape_id:
                 continue

@@ -13,7 +13,7 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
 from datasets.ingestion.formats.kinds import ConversionFailed, Converted, Limits
-from datasets.ingestion.formats.markdown import join_blocks, marker, plain_text
+from datasets.ingestion.formats.markdown import heading, join_blocks, marker, plain_text
 
 # A line is a heading when its font is this much larger than the body's (the size most of the
 # document's characters have), it is short, and it has a letter; the largest size is "#".
@@ -140,7 +140,7 @@ def _markdown_pages(pages: list[list[Line]]) -> list[str]:
             if _is_heading(text, size, body):
                 blocks.append(plain_text("\n".join(paragraph)))
                 paragraph = []
-                blocks.append("#" * level[size] + " " + " ".join(text.split()))
+                blocks.append(heading(level[size], text))
             else:
                 paragraph.append(text)
         blocks.append(plain_text("\n".join(paragraph)))

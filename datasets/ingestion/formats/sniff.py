@@ -77,9 +77,14 @@ def sniff(file_name: str, raw: bytes) -> Format:
 
 
 def _content_kind(raw: bytes) -> str:
-    """'pdf', 'zip', 'text', or a description of another binary content."""
-    head = raw[:1024]
-    if b"%PDF-" in head:
+    """'pdf', 'zip', 'text', or a description of another binary content; every magic is
+    matched at offset 0."""
+    # The PDF spec (ISO 32000-1, annex H) lets a reader find the header anywhere in the first
+    # 1,024 bytes, but the files writers make start with it, and libmagic and the WHATWG MIME
+    # sniffing standard look only there. Looking further took text, CSV or HTML that quotes a
+    # header (and a DOCX holding a PDF as its first member) for a PDF; a PDF with bytes before
+    # its header is refused with a reason its uploader can act on.
+    if raw.startswith(b"%PDF-"):
         return "pdf"
     if raw.startswith((b"PK\x03\x04", b"PK\x05\x06")):
         return "zip"

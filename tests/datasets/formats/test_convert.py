@@ -7,9 +7,14 @@ import re
 import shutil
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from datasets.ingestion.formats import ConversionFailed, Format, convert
+from datasets.ingestion.locations import take_markers
+from datasets.ingestion.splitter import MarkdownSplitter
 from tests.datasets.formats import samples
+from tests.datasets.formats.markup import assert_text_and_safe_links
 
 MARKERS = re.compile(r"^<!-- kb:(page|slide|sheet) (.+) -->$", re.MULTILINE)
 needs_tesseract = pytest.mark.skipif(
@@ -177,3 +182,85 @@ def test_without_tesseract_on_path_a_pdf_without_text_fails(monkeypatch) -> None
     monkeypatch.setenv("PATH", "/nonexistent")  # KB_OCR=auto, but no tesseract to run
     with pytest.raises(ConversionFailed, match="^no text layer; OCR is not installed$"):
         convert(Format.PDF, samples.pdf_bytes(pages=1, blank_pages=(1,)))
+
+
+HOSTILE_TEXT = ("Run <script>alert(1)</script> then [the fix](javascript:alert(2)) and "
+                "<javascript:alert(3)> `x` \\[y](data:text/html,z) <!-- c --> <img src=x>")
+
+
+def hostile_documents() -> dict[Format, bytes]:
+    """A file of each converted format whose text (headings, paragraphs, lists, tables,
+    titles) spells HTML and markdown links with unsafe targets."""
+    from docx import Document
+    from fpdf import FPDF
+    from openpyxl import Workbook
+    from pptx import Presentation
+
+    document = Document()
+    document.add_heading(HOSTILE_TEXT, level=1)
+    document.add_paragraph(HOSTILE_TEXT)
+    document.add_paragraph(HOSTILE_TEXT, style="List Bullet")
+    document.add_table(rows=1, cols=1).cell(0, 0).text = HOSTILE_TEXT
+    docx_out = samples.io.BytesIO()
+    document.save(docx_out)
+
+    presentation = Presentation()
+    slide = presentation.slides.add_slide(presentation.slide_layouts[1])
+    slide.shapes.title.text = HOSTILE_TEXT
+    slide.placeholders[1].text_frame.text = HOSTILE_TEXT
+    slide.notes_slide.notes_text_frame.text = HOSTILE_TEXT
+    pptx_out = samples.io.BytesIO()
+    presentation.save(pptx_out)
+
+    book = Workbook()
+    sheet = book.active
+    assert sheet is not None
+    sheet.title = "<b>Hosts <i> (sheet)"
+    sheet.append(["header", HOSTILE_TEXT])
+    xlsx_out = samples.io.BytesIO()
+    book.save(xlsx_out)
+
+    pdf = FPDF()
+    pdf.add_page()
+    pdf.set_font("helvetica", size=20)
+    pdf.cell(0, 12, "<b>Heading</b> [x](javascript:y)", new_x="LMARGIN", new_y="NEXT")
+    pdf.set_font("helvetica", size=10)
+    pdf.multi_cell(0, 6, HOSTILE_TEXT + " " + "Body text of the page. " * 8)
+
+    csv_text = f'header,other\n"{HOSTILE_TEXT}",x\n'
+    return {Format.TEXT: HOSTILE_TEXT.encode(), Format.CSV: csv_text.encode(),
+            Format.DOCX: docx_out.getvalue(), Format.PPTX: pptx_out.getvalue(),
+            Format.XLSX: xlsx_out.getvalue(), Format.PDF: bytes(pdf.output())}
+
+
+HOSTILE_DOCUMENTS = hostile_documents()
+
+
+@pytest.mark.parametrize("fmt", HOSTILE_DOCUMENTS, ids=str)
+def test_no_documents_text_becomes_markup_or_an_unsafe_link(fmt) -> None:
+    """HTML embedded in a Word paragraph, a cell, a slide's title is the document's text: it
+    stays text in every format's markdown, as the HTML converter keeps a page's."""
+    # What the splitter reads: the converter's location markers taken out.
+    markdown = take_markers(convert(fmt, HOSTILE_DOCUMENTS[fmt]).markdown).text
+
+    assert "alert(1)" in markdown and "the fix" in markdown  # the text is kept...
+    assert_text_and_safe_links(markdown)  # ... as text
+
+
+TEXT_FRAGMENTS = st.sampled_from([
+    "<script>", "</script>", "alert(1)", "[", "]", "(", ")", "\\", "`", "```", "javascript:",
+    "&lt;", "&#60;", "!", ":", "<", ">", "\n", " ", "x", "<!--", "-->", "|", "# ", "- ",
+    "<https://example.com>", "Restart it. ", "a b c d e f g h i j k l m n o p ",
+])
+
+
+@settings(max_examples=200, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(TEXT_FRAGMENTS, min_size=1, max_size=60))
+def test_no_arrangement_of_text_makes_markup_in_any_chunk(fragments) -> None:
+    """Plain text (as TXT, DOCX, PPTX and PDF text is written) is text in the converted
+    markdown and in every chunk of it, wherever a cut falls."""
+    markdown = convert(Format.TEXT, "".join(fragments).encode()).markdown
+    assert_text_and_safe_links(markdown)
+    for segment in MarkdownSplitter(chunk_size=100, chunk_overlap=20).split(markdown):
+        assert_text_and_safe_links(segment.content)

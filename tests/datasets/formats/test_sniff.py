@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import zipfile
+
 import pytest
 
 from datasets.ingestion.formats import SUFFIXES, Format, FormatRefused, sniff
@@ -43,11 +46,37 @@ def test_every_format_has_its_canonical_suffix() -> None:
         ("old.doc", lambda: b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "save it as .docx"),
         ("empty.pdf", lambda: b"", "the file is empty"),
         ("notes.txt", lambda: "文本".encode("utf-16"), r"UTF-16 text \(save it as UTF-8\)"),
+        # A PDF begins with its header: one further in is not taken for one.
+        ("scan.pdf", lambda: b"Header: value\n" + samples.pdf_bytes(pages=1),
+         "named .pdf but its content is a binary file"),
     ],
 )
 def test_a_suffix_that_lies_or_is_unknown_is_refused(name, make, reason) -> None:
     with pytest.raises(FormatRefused, match=reason):
         sniff(name, make())
+
+
+def pdf_first_docx() -> bytes:
+    """A DOCX whose first member is a PDF, stored (not deflated): its header is at byte 30."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(samples.docx_bytes())) as source, \
+            zipfile.ZipFile(out, "w") as target:
+        target.writestr("word/embeddings/a.pdf", b"%PDF-1.7\n%%EOF\n")
+        for item in source.infolist():
+            target.writestr(item, source.read(item.filename))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(("name", "make"), [
+    ("notes.txt", lambda: b"Every PDF starts with %PDF-1.7 and ends with %%EOF.\n"),
+    ("files.csv", lambda: b"name,first bytes\nreport.pdf,%PDF-1.4\n"),
+    ("page.html", lambda: b"<html><body><p>A PDF begins with <code>%PDF-</code>.</p></body>"),
+    ("report.docx", pdf_first_docx),
+])
+def test_a_file_that_mentions_a_pdf_header_is_what_its_name_says(name, make) -> None:
+    """A PDF's header is looked for where a PDF has it, at the start: text that quotes one in
+    its first kilobyte is not refused as a PDF."""
+    assert sniff(name, make()) is SUFFIXES[name[name.rindex("."):]]
 
 
 def test_a_password_protected_office_file_is_refused_as_such() -> None:
