@@ -15,12 +15,14 @@ from datasets.auth import IsAdminKey, caller
 from datasets.models import Source
 from datasets.selectors import dataset_get, source_get, source_list
 from datasets.serializers import JobOutput, SourceListOutput, SourceOutput
+from datasets.sources.locations import MAX_GLOBS
 from datasets.sources.services import (
     source_create,
     source_delete,
     source_sync_request,
     source_update,
 )
+from kbplatform.fields import BoundedListField
 from kbplatform.openapi import errors, path_id
 
 SOURCE_ID = path_id("source_id", "The source's id.")
@@ -32,8 +34,8 @@ class SourceSettings(serializers.Serializer[dict[str, Any]]):
     location = serializers.CharField(max_length=1000)
     branch = serializers.CharField(max_length=200, required=False, allow_blank=True)
     subfolder = serializers.CharField(max_length=500, required=False, allow_blank=True)
-    include = serializers.ListField(child=serializers.CharField(max_length=200),
-                                    max_length=50, required=False)
+    include = BoundedListField(child=serializers.CharField(max_length=200), max_length=MAX_GLOBS,
+                               required=False)
     max_depth = serializers.IntegerField(min_value=0, max_value=10, required=False)
     max_pages = serializers.IntegerField(min_value=1, max_value=10_000, required=False)
     max_page_bytes = serializers.IntegerField(min_value=1024, max_value=2**31 - 1,

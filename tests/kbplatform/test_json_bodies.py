@@ -235,12 +235,7 @@ def test_every_list_of_a_request_body_has_a_bound() -> None:
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("method", "path", "field", "bound"), [
-    pytest.param(*case, id=f"{case[0]}:{case[1]}:{case[2]}",
-                 marks=[pytest.mark.xfail(strict=True, reason=(
-                     "datasets/sources/apis.py is another helper's: its `include` needs "
-                     "kbplatform.serializers.BoundedListField"))]
-                 if case[1].startswith("/api/sources") else [])
-    for case in LIST_FIELDS])
+    pytest.param(*case, id=f"{case[0]}:{case[1]}:{case[2]}") for case in LIST_FIELDS])
 def test_a_list_over_its_bound_is_refused_before_its_elements_are_validated(
         clients: dict[str, APIClient], method: str, path: str, field: str,
         bound: int) -> None:
