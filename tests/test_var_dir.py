@@ -23,5 +23,8 @@ def test_what_the_tests_write_is_kept_outside_the_checkout(runtime: str, setting
         kept.append(Path(settings.MILVUS_URI))
     if connection.vendor == "sqlite":
         kept.append(Path(connection.settings_dict["TEST"]["NAME"]))
+    from hypothesis.configuration import storage_directory
+
+    kept.append(Path(storage_directory().path))
     for path in kept:
         assert not path.resolve().is_relative_to(ROOT), path
