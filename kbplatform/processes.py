@@ -157,12 +157,8 @@ class Service:
         self.stop(signal.SIGKILL)
 
 
-class MilvusLiteServer(Service):
-    """`milvus-lite server` with one worker thread: the setting under which no row was lost."""
-
-    name = "milvus-lite"
-    # The server's only clean shutdown (SIGTERM ends it like SIGKILL).
-    stop_signal = signal.SIGINT
+class _MilvusServer(Service):
+    """A Milvus server process on (host, port) of `uri`, its data in `data_dir`."""
 
     def __init__(self, uri: str, data_dir: Path, log: Path,
                  env: Mapping[str, str] | None = None, *, own_session: bool = False,
@@ -177,13 +173,21 @@ class MilvusLiteServer(Service):
     def uri(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    def listens(self) -> tuple[str, int]:
+        return self.host, self.port
+
+
+class MilvusLiteServer(_MilvusServer):
+    """`milvus-lite server` with one worker thread: the setting under which no row was lost."""
+
+    name = "milvus-lite"
+    # The server's only clean shutdown (SIGTERM ends it like SIGKILL).
+    stop_signal = signal.SIGINT
+
     def argv(self) -> list[str]:
         return [str(Path(sys.executable).parent / "milvus-lite"), "server", "--data-dir",
                 str(self.data_dir), "--host", self.host, "--port", str(self.port),
                 "--max-workers", "1"]
-
-    def listens(self) -> tuple[str, int]:
-        return self.host, self.port
 
     def publish(self) -> None:
         """Tell every process that would open the data directory itself to connect to this
@@ -196,7 +200,7 @@ class MilvusLiteServer(Service):
         super().stop(sig)
 
 
-class MilvusEngineServer(Service):
+class MilvusEngineServer(_MilvusServer):
     """Milvus 2.5's own C++ engine (segcore, knowhere): the `milvus` program inside the
     `milvus-lite==2.5.1` wheel, serving one data file over gRPC. Its Python package has the
     same import name as Milvus Lite 3.x, so it lives in a folder of its own (`engine_home`,
@@ -205,27 +209,15 @@ class MilvusEngineServer(Service):
 
     name = "milvus 2.5 engine"
 
-    def __init__(self, engine_home: Path, uri: str, data_dir: Path, log: Path, *,
-                 own_session: bool = False, die_with_supervisor: bool = False) -> None:
+    def __init__(self, engine_home: Path, uri: str, data_dir: Path, log: Path) -> None:
+        super().__init__(uri, data_dir, log)
         self.lib = engine_home / "milvus_lite" / "lib"
-        super().__init__(log, own_session=own_session, die_with_supervisor=die_with_supervisor)
-        parsed = urlparse(uri)
-        self.host, self.port = parsed.hostname or HOST, parsed.port or 19530
-        self.data_dir = data_dir
-
-    @property
-    def uri(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
     def argv(self) -> list[str]:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # Its own libraries for it alone (the launcher's Python must not load the wheel's libm).
         return ["env", f"LD_LIBRARY_PATH={self.lib}", str(self.lib / "milvus"),
-                str(self.data_dir / "milvus.db"),
-                f"{self.host}:{self.port}", "ERROR"]
-
-    def listens(self) -> tuple[str, int]:
-        return self.host, self.port
+                str(self.data_dir / "milvus.db"), f"{self.host}:{self.port}", "ERROR"]
 
 
 def _served_file(data_dir: Path) -> Path:
