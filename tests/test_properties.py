@@ -32,14 +32,12 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 from django.db import transaction
 from hypothesis import HealthCheck, note, settings
 from hypothesis import strategies as st
-from hypothesis.configuration import set_hypothesis_home_dir
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 from rest_framework.test import APIClient
 
@@ -666,19 +664,13 @@ def world(db: None, store: Any, applied: Callable[[], Any]) -> World:
     return World(keys=keys, datasets=datasets, docs=docs, tenants=tenants, applied=applied)
 
 
-def test_no_answer_leaves_the_keys_tenant_scope_or_the_live_documents(
-        world: World, tmp_path: Path) -> None:
+def test_no_answer_leaves_the_keys_tenant_scope_or_the_live_documents(world: World) -> None:
     ScopeMachine.world = world
     started = time.monotonic()
-    # No example database, and Hypothesis's other caches outside the repository.
-    set_hypothesis_home_dir(tmp_path / "hypothesis")
-    try:
-        run_state_machine_as_test(ScopeMachine, settings=settings(
-            max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None,
-            derandomize=not RANDOM, print_blob=True,
-            suppress_health_check=[HealthCheck.too_slow]))
-    finally:
-        set_hypothesis_home_dir(None)
+    # No example database (Hypothesis's other caches are in the run's folder: tests/var_dir.py).
+    run_state_machine_as_test(ScopeMachine, settings=settings(
+        max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, database=None,
+        derandomize=not RANDOM, print_blob=True, suppress_health_check=[HealthCheck.too_slow]))
     stats = world.stats
     print(f"\nproperties: {dict(sorted(stats.items()))} in {time.monotonic() - started:.1f}s")
     # The run exercised what it claims to (a machine that never reached a READY answer or a
