@@ -54,12 +54,9 @@ def _world() -> tuple[User, User]:
     from datasets.models import Chunk, Dataset, Document, Job, Source, Tenant
     from evaluation.models import EvaluationRun, QuestionSet
     from retrieval.index.models import IndexVersion
+    from retrieval.ragconfig.drafts import experiment_start
     from retrieval.ragconfig.models import RagAgent, RagConfigDraft
-    from retrieval.ragconfig.services import (
-        experiment_start,
-        experiment_stop,
-        rag_config_update,
-    )
+    from retrieval.ragconfig.services import experiment_stop, rag_config_update
     from retrieval.ragconfig.synonyms import synonym_group_save
 
     now = timezone.now()
