@@ -132,6 +132,17 @@ def test_the_model_is_asked_to_translate_the_question_as_data() -> None:
     assert "&lt;b>nginx&lt;/b> 502" in second["messages"][1]["content"]  # data, not markup
 
 
+def test_an_english_question_is_translated_into_chinese() -> None:
+    question = "how do I restart a stuck kafka consumer"
+    with chat_server() as server:
+        server.reply = lambda body: "如何重启卡住的 kafka consumer"
+        done = translator(server).translate(question, Direction("en", "zh"), timeout_s=5)
+    assert (done.outcome, done.text) == (Outcome.TRANSLATED, "如何重启卡住的 kafka consumer")
+    assert server.requests[0]["messages"][1]["content"].startswith(
+        "Translate into Simplified Chinese:\n<question>")
+    assert str(done.direction) == "en→zh"
+
+
 @pytest.mark.parametrize(("behaviour", "reply", "outcome", "reason"), [
     ("500", None, Outcome.FAILED, "the chat model answered HTTP 500"),
     ("401", None, Outcome.FAILED, "refused the API key (401)"),
