@@ -295,8 +295,8 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
     search_fields = ["source_path", "title", "=doc_id"]
     actions = ["activate", "deactivate", "reindex", "delete_documents"]
     readonly_fields = ["doc_id", "dataset", "source_path", "file_name", "title", "domain",
-                       "keywords", "category", "business_key", "content_hash", "activated",
-                       "deleted", "status", "error", "chunk_count", "indexed_hash",
+                       "keywords", "category", "business_key", "language", "content_hash",
+                       "activated", "deleted", "status", "error", "chunk_count", "indexed_hash",
                        "revision", "synced_revision", "source", "source_commit",
                        "source_version", "created_at", "updated_at",
                        "format", "original_file", "converter_version", "conversion_notes",

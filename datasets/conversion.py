@@ -19,10 +19,12 @@ from datasets.ingestion.formats import (
     Format,
     convert,
 )
+from datasets.ingestion.language import text_language
 from datasets.ingestion.parse import parse_markdown
 from datasets.ingestion.source import stored_source
 from datasets.models import Document
 from datasets.originals import original_read
+from datasets.services import dataset_documents_changed
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +61,12 @@ def document_convert(*, document: Document) -> Document:
     encoded = source.encode("utf-8")
     parsed = parse_markdown(encoded, file_name=document.file_name, max_bytes=len(encoded) + 1)
     changes = {"source_text": source, "converter_version": CONVERTER_VERSION,
-               "conversion_notes": list(converted.notes), "title": parsed.title[:500]}
-    Document.objects.filter(pk=document.pk, content_hash=document.content_hash).update(**changes)
+               "conversion_notes": list(converted.notes), "title": parsed.title[:500],
+               "language": text_language(source)}
+    seen = (document.title, document.language)  # what lookups know of it (its L0 title)
+    if Document.objects.filter(pk=document.pk, content_hash=document.content_hash).update(
+            **changes) and seen != (changes["title"], changes["language"]):
+        dataset_documents_changed(dataset_id=document.dataset_id)
     for name, value in changes.items():
         setattr(document, name, value)
     return document

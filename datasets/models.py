@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from datasets.evidence import EvidenceKey
 from datasets.ingestion.formats import Format
+from datasets.ingestion.language import UNKNOWN, Language
 from kbplatform.env import SLUG_PATTERN
 
 SLUG = RegexValidator(SLUG_PATTERN, "lowercase letters, digits, - and _")
@@ -246,6 +247,13 @@ class Document(models.Model):
         default=timezone.now, editable=False,
         help_text="When the content last changed: what RagConfig.metadata_filters' "
                   "updated_after / updated_before compare.")
+    # Which of the two languages the text is written in (datasets/ingestion/language.py): a
+    # lookup translates a question only when the datasets it searches hold the other one.
+    language = models.CharField(
+        max_length=2, blank=True, editable=False,
+        choices=[(lang.value, lang.value) for lang in Language],
+        help_text="zh or en, from the text when it is stored (or converted); empty: no text "
+                  "yet, or no letter of either.")
     content_hash = models.CharField(max_length=64)
     activated = models.BooleanField(default=True)
     deleted = models.BooleanField(default=False)
@@ -286,6 +294,9 @@ class Document(models.Model):
                 name="document_status_valid"),
             models.CheckConstraint(condition=models.Q(format__in=[f.value for f in Format]),
                                    name="document_format_valid"),
+            models.CheckConstraint(
+                condition=models.Q(language__in=[UNKNOWN, *(lang.value for lang in Language)]),
+                name="document_language_valid"),
         ]
         indexes = [models.Index(fields=["dataset", "deleted", "activated"])]
 

@@ -27,6 +27,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from datasets.ingestion.formats import SUFFIXES, Format, FormatRefused, sniff
+from datasets.ingestion.language import text_language
 from datasets.ingestion.limits import MAX_TITLE_CHARS, shorten
 from datasets.ingestion.parse import (
     DocumentParseError,
@@ -253,6 +254,7 @@ def _fill(document: Document, valid: Validated) -> None:
     document.keywords = list(parsed.keywords)
     document.business_key = parsed.business_key[:200]
     document.source_text = valid.source
+    document.language = text_language(valid.source)
     document.content_hash = valid.digest
     document.content_updated_at = timezone.now()
     document.deleted = False
@@ -266,7 +268,7 @@ def _due(document: Document, **changes: object) -> None:
     if document.pk:
         document.revision += 1
     document.save()
-    _documents_changed(document.dataset_id)
+    dataset_documents_changed(dataset_id=document.dataset_id)
 
 
 def _sync_job(document: Document, queue: bool = True) -> Job | None:
@@ -285,11 +287,12 @@ def document_set_activation(*, document: Document, activated: bool) -> Document:
         if locked.activated != activated and not locked.deleted:
             locked.activated = activated
             locked.save(update_fields=["activated", "updated_at"])
-            _documents_changed(locked.dataset_id)
+            dataset_documents_changed(dataset_id=locked.dataset_id)
     return locked
 
 
-def _documents_changed(dataset_id: int) -> None:
+def dataset_documents_changed(*, dataset_id: int) -> None:
+    """Lookups in every process see the dataset's documents anew (retrieval/lookup/l0.py)."""
     # A fresh random value, not a count: a count reached again after a rolled-back change
     # (a savepoint, a failed request) would pass a view of the discarded state for current.
     Dataset.objects.filter(pk=dataset_id).update(documents_revision=secrets.randbits(62))

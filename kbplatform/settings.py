@@ -319,6 +319,16 @@ KB_MAX_QUERY_CHARS = env_int("KB_MAX_QUERY_CHARS", 4000, minimum=1)
 # queries.jsonl, qrels/test.tsv).
 KB_EVAL_SUITES_DIR = Path(env_str("KB_EVAL_SUITES_DIR", str(VAR_DIR / "eval-suites")))
 
+# Issue 37: the local model server the deployment runs (llama.cpp's OpenAI-compatible server),
+# e.g. http://127.0.0.1:8091/v1; it translates questions when no chat model is configured
+# (retrieval/chat.py translation_model_for). Empty: no local model. A loopback address needs
+# its host:port in KB_OUTBOUND_ALLOWED_HOSTS, as for KB_CHAT_BASE_URL.
+KB_LOCAL_MODEL_URL = env_str("KB_LOCAL_MODEL_URL")
+if KB_LOCAL_MODEL_URL and not KB_LOCAL_MODEL_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(
+        f"KB_LOCAL_MODEL_URL={KB_LOCAL_MODEL_URL!r} must start with http:// or https://")
+KB_LOCAL_MODEL_TIMEOUT_SECONDS = env_int("KB_LOCAL_MODEL_TIMEOUT_SECONDS", 10, minimum=1)
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["datasets.auth.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

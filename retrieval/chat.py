@@ -48,9 +48,10 @@ class ChatReply:
 
 class ChatModel(Protocol):
     name: str
+    endpoint: str  # the base URL it calls ("" for none): what tells two models apart
 
     def complete(self, messages: Sequence[Mapping[str, str]], *, timeout_s: float,
-                 json_object: bool = False) -> ChatReply: ...
+                 json_object: bool = False, max_tokens: int | None = None) -> ChatReply: ...
 
 
 class OpenAIChatModel:
@@ -67,14 +68,18 @@ class OpenAIChatModel:
             self._client = None
         self.model = model
         self.name = f"openai/{model}"
+        self.endpoint = base_url
         self.timeout_s = timeout_s
         self.max_tokens = max_tokens
 
     def complete(self, messages: Sequence[Mapping[str, str]], *, timeout_s: float,
-                 json_object: bool = False) -> ChatReply:
+                 json_object: bool = False, max_tokens: int | None = None) -> ChatReply:
+        """`max_tokens`: a stage's own bound on the reply, within the model's."""
         import openai
 
         timeout = max(min(self.timeout_s, timeout_s), 0.001)
+        tokens = self.max_tokens if max_tokens is None else max(min(self.max_tokens,
+                                                                   max_tokens), 1)
         extra: dict[str, Any] = {"response_format": {"type": "json_object"}} if json_object \
             else {}
         if self._client is None:
@@ -83,7 +88,7 @@ class OpenAIChatModel:
             with outbound.deadline(timeout):  # in total: a trickled answer is cut there too
                 response = self._client.chat.completions.create(
                     model=self.model, messages=[dict(m) for m in messages],  # type: ignore[misc]
-                    max_tokens=self.max_tokens, temperature=0, timeout=timeout, **extra)
+                    max_tokens=tokens, temperature=0, timeout=timeout, **extra)
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
             raise ChatModelError(f"the chat model refused the API key ({exc.status_code})") \
                 from None
@@ -154,13 +159,31 @@ def chat_model_for(config: Mapping[str, Any]) -> ChatModel | None:
                        int(config.get("chat_max_tokens") or settings.KB_CHAT_MAX_TOKENS))
 
 
+# The local model answers translations only (a question's length, not an answer's).
+LOCAL_MODEL_MAX_TOKENS = 256
+
+
+def translation_model_for(config: Mapping[str, Any]) -> ChatModel | None:
+    """The model that translates a lookup's question (docs/retrieval-graph.md, "The other
+    language"): the config's or the deployment's chat model when one is configured, else the
+    local model the deployment runs (KB_LOCAL_MODEL_URL), else None."""
+    configured = chat_model_for(config)
+    if configured is not None:
+        return configured
+    if not settings.KB_LOCAL_MODEL_URL:
+        return None
+    return _chat_model(settings.KB_LOCAL_MODEL_URL, "", "local",
+                       float(settings.KB_LOCAL_MODEL_TIMEOUT_SECONDS), LOCAL_MODEL_MAX_TOKENS)
+
+
 class _Misconfigured:
     def __init__(self, reason: str) -> None:
         self.reason = reason
         self.name = "misconfigured"
+        self.endpoint = ""
 
     def complete(self, messages: Sequence[Mapping[str, str]], *, timeout_s: float,
-                 json_object: bool = False) -> ChatReply:
+                 json_object: bool = False, max_tokens: int | None = None) -> ChatReply:
         raise ChatModelError(self.reason)
 
 

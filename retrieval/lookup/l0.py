@@ -1,5 +1,6 @@
 """What lookups need to know about the documents of (tenant, datasets), kept in sync with the
-database in every web and worker process: the L0 index, the deactivated and the live documents.
+database in every web and worker process: the L0 index, the deactivated and the live documents,
+the languages they are written in.
 
 Each process caches one view per (tenant, datasets) with the datasets' document revisions
 (bumped by datasets/services.py with every change lookups must see). A lookup reads them (one
@@ -16,6 +17,7 @@ from typing import Any
 
 from django.db.models import F, Q, QuerySet
 
+from datasets.ingestion.language import UNKNOWN
 from datasets.models import Dataset, Document
 from retrieval.lookup.transform import L0Document, L0Index
 
@@ -33,6 +35,9 @@ class DocumentsView:
     # Every document a lookup may serve now (live and activated): the guard checks each hit
     # against it, whatever Milvus holds, without a query per lookup.
     live: frozenset[int]
+    # The languages the live documents are written in (zh, en; a document without text yet
+    # has none): a question in another one is translated (lookup/graph/translate.py).
+    languages: frozenset[str]
 
 
 # (tenant, datasets) → (the datasets' (pk, created_at, revision), the view). created_at tells
@@ -54,17 +59,18 @@ def documents_view(*, tenant_id: int, dataset_ids: Sequence[int]) -> DocumentsVi
         cached = _cache.get(key)
         if cached and cached[0] == fingerprint:
             return cached[1]
-    rows = (_documents(tenant_id, key[1]).filter(deleted=False, activated=True)
-            .values_list("doc_id", "title", "domain", "keywords", "category"))
+    rows = list(_documents(tenant_id, key[1]).filter(deleted=False, activated=True)
+                .values_list("doc_id", "title", "domain", "keywords", "category", "language"))
     documents = [L0Document(doc_id=str(doc_id), title=title, domain=domain,
                             keywords=tuple(keywords or ()), category=category)
-                 for doc_id, title, domain, keywords, category in rows]
+                 for doc_id, title, domain, keywords, category, _ in rows]
     excluded = (_documents(tenant_id, key[1])
                 .filter(Q(deleted=False, activated=False) | Q(deleted=True,
                                                              synced_revision__lt=F("revision")))
                 .order_by("-updated_at").values_list("doc_id", flat=True)[:MAX_EXCLUDED])
     view = DocumentsView(l0=L0Index(documents), excluded=tuple(sorted(excluded)),
-                         live=frozenset(int(d.doc_id) for d in documents))
+                         live=frozenset(int(d.doc_id) for d in documents),
+                         languages=frozenset(lang for *_, lang in rows if lang != UNKNOWN))
     with _lock:
         _cache[key] = (fingerprint, view)
     return view

@@ -16,7 +16,7 @@ from datasets.evidence import EvidenceKey
 from datasets.models import Tenant
 from datasets.selectors import datasets_in_scope, db_id, live_doc_ids
 from kbplatform.errors import ApiError, ErrorCode, ServiceUnavailable
-from retrieval.chat import chat_model_for
+from retrieval.chat import chat_model_for, translation_model_for
 from retrieval.index import milvus
 from retrieval.index.embedders import EmbeddingError
 from retrieval.index.search import VectorSearchService
@@ -199,8 +199,11 @@ def _document_of(key: str) -> int | None:
 
 def _tool(settings: RagSettings, version: int | None, search: VectorSearchService | None,
           view: DocumentsView | None, synonyms: Synonyms = NO_SYNONYMS) -> LookupKnowledgeTool:
+    config = RagConfigConverter.to_dict(settings)
     return LookupKnowledgeTool(
         search=search, l0_index=lambda: view.l0 if view else L0Index(()),
         live_documents=lambda f, ids: set(ids) & view.live if view else set(),
         settings=settings, config_version=version, reranker=configured_reranker(),
-        chat=chat_model_for(RagConfigConverter.to_dict(settings)), synonyms=synonyms)
+        chat=chat_model_for(config), synonyms=synonyms,
+        translation_model=translation_model_for(config),
+        languages=view.languages if view else frozenset())

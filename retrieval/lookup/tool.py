@@ -25,6 +25,7 @@ from retrieval.lookup.graph.run import (
     LiveDocuments,
     StageFailed,
 )
+from retrieval.lookup.graph.translate import QueryTranslator
 from retrieval.lookup.pack import KnowledgeContextPacker
 from retrieval.lookup.post_process import KnowledgeEvidencePostProcessor
 from retrieval.lookup.synonyms import NO_SYNONYMS, Synonyms
@@ -62,7 +63,8 @@ class LookupKnowledgeTool:
                  live_documents: LiveDocuments, settings: RagSettings,
                  config_version: int | None = None,
                  reranker: RerankPort | None = None, chat: ChatModel | None = None,
-                 synonyms: Synonyms = NO_SYNONYMS) -> None:
+                 synonyms: Synonyms = NO_SYNONYMS, translation_model: ChatModel | None = None,
+                 languages: frozenset[str] = frozenset()) -> None:
         self.search = search  # None: nothing to search (the result is EMPTY or UNAVAILABLE)
         self.l0_index = l0_index
         self.live_documents = live_documents
@@ -72,6 +74,10 @@ class LookupKnowledgeTool:
         # None: no chat model (KB_CHAT_BASE_URL); the rules transform queries and grade evidence
         self.chat = chat
         self.synonyms = synonyms  # the tenant's groups, for the BM25 query
+        # The model that translates the question (chat.py translation_model_for; None: none)
+        # and the languages of the searched documents, which say whether it is asked.
+        self.translation_model = translation_model
+        self.languages = languages
         self.graph = build_graph(settings, REGISTRY)
 
     def run(self, request: LookupRequest) -> LookupResult:
@@ -87,7 +93,10 @@ class LookupKnowledgeTool:
             l0_index=self.l0_index, live_documents=self.live_documents,
             weights={"VECTOR": s.dense_weight, "BM25": s.bm25_weight}, rrf_k=s.rrf_k,
             reranker=self.reranker, transformer=self._transformer(),
-            judge=ModelQualityJudge(self.chat) if self.chat else None, synonyms=self.synonyms)
+            judge=ModelQualityJudge(self.chat) if self.chat else None, synonyms=self.synonyms,
+            translator=QueryTranslator(model=self.translation_model,
+                                       tenant_id=request.filters.tenant_id),
+            languages=self.languages)
         clock = Clock()
         log = GraphRun(plan=self.graph.describe())
         try:

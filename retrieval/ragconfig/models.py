@@ -61,6 +61,8 @@ class RagConfig(models.Model):
     query_transform_strategy = models.CharField(
         max_length=20, **_setting("query_transform_strategy"))
     bilingual_bm25 = models.BooleanField(**_setting("bilingual_bm25"))
+    translate_query = models.BooleanField(**_setting("translate_query"))
+    translation_budget_ms = models.PositiveIntegerField(**_setting("translation_budget_ms"))
     enabled_retrievers = models.JSONField(
         **_setting("enabled_retrievers", default=_default_retrievers))
     retrieval_execution_mode = models.CharField(
@@ -142,6 +144,9 @@ class RagConfig(models.Model):
             _check(Q(agentic_quality_threshold__gte=0, agentic_quality_threshold__lte=1),
                    "agentic_threshold_in_unit_range",
                    "agentic_quality_threshold must lie between 0 and 1"),
+            _check(Q(translation_budget_ms__gte=100, translation_budget_ms__lte=60_000),
+                   "translation_budget_in_range",
+                   "translation_budget_ms must lie between 100 and 60000"),
             _check(Q(reference_threshold__lte=F("precise_threshold")), "reference_lte_precise",
                    "reference_threshold must not exceed precise_threshold"),
             _check(Q(max_l2_distance__isnull=True)

@@ -3,8 +3,9 @@
 `POST /v1/chat/completions {model, messages, ...}` → a `chat.completion` object with usage.
 By default it answers like a careful model, as the JSON each stage asks for: a judge with a
 good grade, a query transform with the question itself, an answer with the first sentence of
-the first source in the prompt, citing that source's id. `reply` replaces that script;
-`behaviour` switches to one of a model endpoint's failure modes.
+the first source in the prompt, citing that source's id; a translator with the translation
+TRANSLATIONS holds for the question (another question comes back as it was asked). `reply`
+replaces that script; `behaviour` switches to one of a model endpoint's failure modes.
 """
 
 from __future__ import annotations
@@ -19,18 +20,31 @@ from typing import Any
 from retrieval.answers.agentic_plan import SYSTEM_PROMPT as PLAN_PROMPT
 from retrieval.lookup.graph.model_judge import SYSTEM_PROMPT as JUDGE_PROMPT
 from retrieval.lookup.graph.query_transform import decompose
+from retrieval.lookup.graph.translate import SYSTEM_PROMPT as TRANSLATE_PROMPT
 from tests.retrieval.scripted_server import ScriptedServer, serving
 
 _QUESTION = re.compile(r"<question>\n(.*?)\n</question>", re.DOTALL)
 _SOURCE = re.compile(r'<source id="([^"]+)"[^>]*>\n(.*?)\n</source>', re.DOTALL)
 
 
+# What the scripted translator knows: the tests' questions in the other language, as a person
+# would translate them.
+TRANSLATIONS = {
+    "消费组的积压一直在涨，消息处理不过来":
+        "The consumer group's backlog keeps growing and the messages cannot be processed "
+        "in time",
+}
+
+
 def careful_reply(body: dict[str, Any]) -> str:
     """A judge: the evidence answers (0.9). The agentic plan: the question split as the rules
-    split it. A query transform: the question as the one query. An answer: the first
-    sentence of the first source, citing it; not answerable without sources."""
+    split it. A query transform: the question as the one query. A translation: TRANSLATIONS'.
+    An answer: the first sentence of the first source, citing it; not answerable without
+    sources."""
     content = body["messages"][-1]["content"]
     question = _QUESTION.search(content)
+    if asks_to_translate(body) and question:
+        return TRANSLATIONS.get(question.group(1), question.group(1))
     if asks_to_judge(body):
         return json.dumps({"score": 0.9, "reason": "the evidence answers the question",
                            "better_query": ""})
@@ -52,6 +66,11 @@ def asks_to_judge(body: dict[str, Any]) -> bool:
     """Whether the request is the quality judge's (by its system message: the answer's prompt
     quotes a question and sources too)."""
     return bool(body["messages"]) and body["messages"][0]["content"] == JUDGE_PROMPT
+
+
+def asks_to_translate(body: dict[str, Any]) -> bool:
+    """Whether the request is the translation stage's (by its system message)."""
+    return bool(body["messages"]) and body["messages"][0]["content"] == TRANSLATE_PROMPT
 
 
 class ChatServer(ScriptedServer):

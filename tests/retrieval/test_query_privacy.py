@@ -1,9 +1,10 @@
 """No query text anywhere by default (seed 000 §9.1, issue 24 item 7): a query and what the
 query transform made of it (the rules' and the chat model's rewrites, the expanded, multiple and
-decomposed queries, the agentic plan and its corrections) are in no database row, no cache or
-Redis entry and no log line after lookups, answers, agentic runs and node runs over REST and
-MCP; with KB_AUDIT_STORE_RAW_QUERY they are kept, and for a tenant that opted in (issue 36
-item 16) they are kept for its own retention while another tenant's are nowhere."""
+decomposed queries, the agentic plan and its corrections) and its translation (issue 37) are in
+no database row, no cache or Redis entry and no log line after lookups, answers, agentic runs
+and node runs over REST and MCP; with KB_AUDIT_STORE_RAW_QUERY they are kept, and for a tenant
+that opted in (issue 36 item 16) they are kept for its own retention while another tenant's are
+nowhere."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import base64
 import json
 import logging
 import pickle
+import re
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -28,9 +30,15 @@ from audit.privacy import audited_text
 from retrieval.analysis import normalize_text
 from retrieval.lookup.graph.model_transform import SYSTEM_PROMPT as TRANSFORM_PROMPT
 from retrieval.lookup.graph.query_transform import rewrite
+from retrieval.lookup.graph.translate import CACHE
 from retrieval.models import RagConfig
 from tests.mcp_clients import over_http
-from tests.retrieval.chat_server import ChatServer, careful_reply, chat_server
+from tests.retrieval.chat_server import (
+    ChatServer,
+    asks_to_translate,
+    careful_reply,
+    chat_server,
+)
 from tests.retrieval.conftest import Imported, MakeKey, client_for
 
 # Words of asking the rules strip, around a topic the runbooks answer, and a marker found in
@@ -158,6 +166,50 @@ def test_the_models_transform_leaves_no_query_text(acme: Imported, make_key: Mak
     assert TRANSFORM_PROMPT in prompts  # the model rewrote the queries
     assert_nowhere([QUESTION, TWO_PARTS, MODEL_REWRITE,
                     *(q for b in bodies for q in searched(b))], logs.text)
+
+
+# Issue 37: a Chinese question about the English runbooks, translated by the local model.
+ZH_QUESTION = f"{MARKER} 集群上消费组的积压一直在涨，消息处理不过来"
+MODEL_TRANSLATION = f"the consumer group backlog keeps growing on the {MARKER} cluster"
+
+
+@pytest.fixture
+def translator(settings: Any) -> Iterator[ChatServer]:
+    CACHE.clear()  # this process's memory: emptied so that the model is asked
+    with chat_server() as running:
+        settings.KB_CHAT_BASE_URL, settings.KB_LOCAL_MODEL_URL = "", running.url
+        running.reply = lambda body: (MODEL_TRANSLATION if asks_to_translate(body)
+                                      else careful_reply(body))
+        yield running
+    CACHE.clear()
+
+
+def translate_notes(body: dict[str, Any]) -> list[str]:
+    row = ToolInvocation.objects.get(tool_call_id=body["tool_call_id"])
+    return [s["note"] for s in row.details["retrievalDetails"]["stages"]
+            if s["stage"] == "translate"]
+
+
+def test_a_translated_question_leaves_no_text(acme: Imported, make_key: MakeKey,
+                                              logs: pytest.LogCaptureFixture,
+                                              translator: ChatServer) -> None:
+    _, secret = make_key("acme")
+    bodies = [call(secret, path, ZH_QUESTION) for path in PATHS]
+    assert sum(map(asks_to_translate, translator.requests)) >= 1
+    assert_nowhere([ZH_QUESTION, MODEL_TRANSLATION], logs.text)
+    [note] = translate_notes(bodies[0])  # its length and a keyed hash
+    assert re.fullmatch(r"zh→en by openai/local in \d+ ms: "
+                        f"{len(MODEL_TRANSLATION)} characters #[0-9a-f]{{8}}; searched together",
+                        note), note
+
+
+def test_with_raw_queries_on_the_translation_is_kept(
+        acme: Imported, make_key: MakeKey, settings: Any, translator: ChatServer) -> None:
+    settings.KB_AUDIT_STORE_RAW_QUERY = True
+    _, secret = make_key("acme")
+    body = call(secret, "/api/tools/lookup_knowledge", ZH_QUESTION)
+    [note] = translate_notes(body)
+    assert audited_text(MODEL_TRANSLATION) in note
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,9 +1,10 @@
 """The executor: runs a retrieval-only graph for one query within one deadline.
 
-transform → (attempt: retrieve per execution mode → aggregate → guard → rerank → gate →
-quality) × correction → neighbours → pack. A stage that fails or overruns falls back to the
-plain hybrid search when the graph allows it; a backend that is down (Milvus, the embedder, the
-database) is never hidden behind a fallback: the caller answers UNAVAILABLE.
+transform → translate → (attempt: retrieve per execution mode → aggregate → guard → rerank →
+gate → quality) × correction → neighbours → pack. A stage that fails or overruns falls back to
+the plain hybrid search when the graph allows it; a backend that is down (Milvus, the embedder,
+the database) is never hidden behind a fallback: the caller answers UNAVAILABLE. The
+translation never fails a lookup: without one, the question is searched alone.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from retrieval.lookup.graph.run import (
     StageUnavailable,
     await_runs,
 )
+from retrieval.lookup.graph.translate import bm25_with, direction_for, vector_with
 from retrieval.lookup.post_process import searchable_text
 from retrieval.lookup.transform import KnowledgeQueryTransformer
 from retrieval.types import (
@@ -65,8 +67,10 @@ class GraphExecutor:
             hints = KnowledgeQueryTransformer(self.parts.l0_index()).transform(query)
         clock.record("transform", note=f"domains={list(hints.domains)} "
                                        f"category={hints.category_filter}")
+        translation = self._translate(query, clock, deadline)
         try:
-            return self._run(self.graph, query, filters, hints, clock, run, deadline)
+            return self._run(self.graph, query, translation, filters, hints, clock, run,
+                             deadline)
         except BACKEND_ERRORS:
             raise
         except Exception as exc:  # a stage failed or overran: fall back, or UNAVAILABLE
@@ -78,19 +82,37 @@ class GraphExecutor:
             grace = Deadline(max(deadline.remaining_s() * 1000, min(FALLBACK_GRACE_MS,
                                                                     self.graph.timeout_ms)))
             try:
-                return self._run(fallback_graph(self.graph), query, filters, hints, clock, run,
-                                 grace)
+                return self._run(fallback_graph(self.graph), query, translation, filters,
+                                 hints, clock, run, grace)
             except BACKEND_ERRORS:
                 raise
             except Exception as again:  # the fallback overran too: UNAVAILABLE, never a 500
                 raise StageFailed(f"{reason}; the fallback failed too: "
                                   f"{type(again).__name__}: {again}") from again
 
+    def _translate(self, query: str, clock: Clock, deadline: Deadline) -> str:
+        """The question in the other language, or "" (none needed, or none to be had)."""
+        translator, budget = self.parts.translator, self.graph.translation_budget_ms
+        if translator is None or budget is None:
+            return ""
+        direction = direction_for(query, self.parts.languages)
+        if direction is None:  # every searched document is in the question's language
+            return ""
+        # At most half of what is left: the search keeps time for itself.
+        timeout_s = min(budget / 1000, deadline.remaining_s() / 2)
+        with clock.stage("translate"):
+            translation = translator.translate(query, direction, timeout_s=timeout_s)
+        clock.record("translate", note=translation.note())
+        self.log.translation = translation.as_dict()
+        return translation.text
+
     # --- one graph: attempts with correction, then neighbours and the pack ----------------
 
-    def _run(self, graph: RetrievalGraph, query: str, filters: SearchFilters,
-             hints: QueryHints, clock: Clock, run: GraphRun,
+    def _run(self, graph: RetrievalGraph, query: str, translation: str,
+             filters: SearchFilters, hints: QueryHints, clock: Clock, run: GraphRun,
              deadline: Deadline) -> GraphOutcome:
+        """`translation`: the question in the other language ("": none), searched with every
+        query of the question."""
         best: tuple[PostProcessed, SearchFilters, RetryDecision, Quality | None,
                     RetrievalGraph] | None = None
         plan = graph
@@ -104,8 +126,8 @@ class GraphExecutor:
                     # The judge's better query is searched; the question judged stays the same.
                     searched = quality.correction
                     change += "; the judge's better query"
-            result, used, retry = self._attempt(plan, searched, filters, hints, clock, deadline,
-                                                attempt)
+            result, used, retry = self._attempt(plan, searched, translation, filters, hints,
+                                                clock, deadline, attempt)
             quality = (self._assess(query, result.chunks, clock, deadline, attempt)
                        if plan.assess or graph.max_attempts > 1 else None)
             run.attempts.append({
@@ -147,13 +169,13 @@ class GraphExecutor:
         with clock.stage(f"quality[{attempt}]"):
             return judge.assess(query, chunks, timeout_s=max(deadline.remaining_s(), 0.001))
 
-    def _attempt(self, plan: RetrievalGraph, query: str, filters: SearchFilters,
-                 hints: QueryHints, clock: Clock, deadline: Deadline,
+    def _attempt(self, plan: RetrievalGraph, query: str, translation: str,
+                 filters: SearchFilters, hints: QueryHints, clock: Clock, deadline: Deadline,
                  attempt: int) -> tuple[PostProcessed, SearchFilters, RetryDecision]:
         suffix = f"[{attempt}]" if attempt else ""
         queries = self._queries(plan, query, hints, clock, deadline, suffix)
-        vectors = self._vectors(plan, queries, clock)
-        bm25 = self._bm25_terms(plan, queries, clock, suffix)
+        vectors = self._vectors(plan, queries, translation, clock)
+        bm25 = self._bm25_terms(plan, queries, translation, clock, suffix)
         if not (plan.category_filter and hints.category_filter):
             reason = "no category hint" if plan.category_filter else "category hint not used"
             return (self._round(plan, query, queries, vectors, bm25, filters, hints, clock,
@@ -194,21 +216,34 @@ class GraphExecutor:
                                  f"({len(transformed.queries)} queries)")
         return transformed.queries or (query,)
 
-    def _vectors(self, plan: RetrievalGraph, queries: Sequence[str],
+    def _vectors(self, plan: RetrievalGraph, queries: Sequence[str], translation: str,
                  clock: Clock) -> dict[str, list[float] | None]:
+        """Each query's dense vector; with a translation, between the query's and its."""
         needed = any(self.parts.registry.spec(r.name).needs_vector for r in plan.retrievers)
+        search = self.parts.search
         with clock.stage("embed"):
+            if not needed:
+                return dict.fromkeys(queries)
             # Embedded here, not in the retriever threads: the embedding cache may use the DB.
-            return {q: (self.parts.search.embed(q, "hybrid").vector if needed else None)
-                    for q in queries}
+            other = search.embed(translation, "hybrid").vector if translation else None
+            return {q: _with(search.embed(q, "hybrid").vector, other) for q in queries}
 
-    def _bm25_terms(self, plan: RetrievalGraph, queries: Sequence[str], clock: Clock,
-                    suffix: str) -> dict[str, tuple[str, ...]]:
+    def _bm25_terms(self, plan: RetrievalGraph, queries: Sequence[str], translation: str,
+                    clock: Clock, suffix: str) -> dict[str, tuple[str, ...]]:
         """What each query's BM25 search also looks for: the other terms of the tenant's
-        synonym groups it names, and its words in the other language."""
+        synonym groups it names, its words in the other language, and the question's
+        translation."""
         synonyms = self._synonyms(queries, clock, suffix)
+        words = self._bilingual(plan, queries, clock, suffix)
+        together = bm25_with(translation)
+        terms = {q: (*synonyms.get(q, ()), *words.get(q, ()), *together) for q in queries}
+        return {q: t for q, t in terms.items() if t}
+
+    def _bilingual(self, plan: RetrievalGraph, queries: Sequence[str], clock: Clock,
+                   suffix: str) -> dict[str, tuple[str, ...]]:
+        """Each query's words in the other language, from CC-CEDICT (bilingual_bm25)."""
         if not plan.bilingual:
-            return synonyms
+            return {}
         stage = "bilingual" + suffix
         with clock.stage(stage):
             translated = {q: other_language_terms(q) for q in queries}
@@ -216,8 +251,7 @@ class GraphExecutor:
         if added:  # how many, never which: they are the question's words
             clock.record(stage, note=f"BM25 also searched {added} term(s) in the other "
                                      "language (CC-CEDICT)")
-        return {q: (*synonyms.get(q, ()), *translated[q]) for q in queries
-                if synonyms.get(q) or translated[q]}
+        return translated
 
     def _synonyms(self, queries: Sequence[str], clock: Clock,
                   suffix: str) -> dict[str, tuple[str, ...]]:
@@ -403,6 +437,10 @@ class GraphExecutor:
             out.append(chunk)
             out += after.pop(chunk.evidence_key, [])
         return (*out, *(c for rest in after.values() for c in rest))
+
+
+def _with(vector: list[float] | None, translated: list[float] | None) -> list[float] | None:
+    return None if vector is None else vector_with(vector, translated)
 
 
 def _gate_mode(plan: RetrievalGraph) -> SearchMode:

@@ -28,6 +28,8 @@ class RetrievalGraph:
 
     transform: str | None  # a query transform strategy, or None
     bilingual: bool  # BM25 also searches the question's words in the other language
+    # translate_query: the most a translation of the question may take; None: off
+    translation_budget_ms: int | None
     execution: str  # SIMPLE | PARALLEL | SEQUENTIAL | HYBRID
     retrievers: tuple[RetrieverStep, ...]
     per_retriever: int  # max_results: what each retriever fetches
@@ -47,6 +49,7 @@ class RetrievalGraph:
     def describe(self) -> dict[str, object]:
         return {
             "transform": self.transform, "bilingual": self.bilingual,
+            "translation_budget_ms": self.translation_budget_ms,
             "execution": self.execution,
             "retrievers": [{"name": r.name, **dict(r.arguments)} for r in self.retrievers],
             "per_retriever": self.per_retriever, "min_score": self.min_score,
@@ -118,6 +121,8 @@ def build_graph(settings: RagSettings, registry: RetrieverRegistry) -> Retrieval
         transform=settings.query_transform_strategy if settings.enable_query_transform
         else None,
         bilingual=settings.bilingual_bm25,
+        translation_budget_ms=settings.translation_budget_ms if settings.translate_query
+        else None,
         execution=settings.retrieval_execution_mode,
         retrievers=steps,
         per_retriever=settings.max_results,

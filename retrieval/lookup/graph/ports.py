@@ -1,5 +1,5 @@
-"""The graph's ports to the stages behind them: query transform, rerank, quality judge,
-neighbours."""
+"""The graph's ports to the stages behind them: translation, query transform, rerank, quality
+judge, neighbours."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from retrieval.lookup.graph.quality import Quality
+from retrieval.lookup.graph.translate import Direction, Translation
 from retrieval.types import QueryHints, ScoredChunk, SearchFilters
 
 
@@ -16,6 +17,14 @@ class Transformed(Protocol):
 
     @property
     def note(self) -> str: ...
+
+
+class TranslatePort(Protocol):
+    """retrieval.lookup.graph.translate.QueryTranslator: the question in the other language;
+    never raises (a failure is a Translation that says why); `timeout_s` bounds a model."""
+
+    def translate(self, question: str, direction: Direction, *,
+                  timeout_s: float) -> Translation: ...
 
 
 class QueryTransformPort(Protocol):

@@ -22,6 +22,7 @@ from retrieval.lookup.graph.ports import (
     QualityJudgePort,
     QueryTransformPort,
     RerankPort,
+    TranslatePort,
 )
 from retrieval.lookup.graph.quality import Quality
 from retrieval.lookup.graph.query_transform import DeterministicQueryTransformer
@@ -101,6 +102,7 @@ class GraphRun:
     attempts: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     fallback: str = ""
+    translation: dict[str, Any] | None = None  # what the translation stage did (no text)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def listen(self, event: RetrieverEvent) -> None:  # a retriever listener
@@ -111,7 +113,7 @@ class GraphRun:
 
     def as_dict(self) -> dict[str, Any]:
         return {"plan": self.plan, "attempts": self.attempts, "retrievers": self.events,
-                "fallback": self.fallback or None}
+                "fallback": self.fallback or None, "translation": self.translation}
 
 
 class StageUnavailable(RuntimeError):
@@ -179,3 +181,7 @@ class GraphParts:
     neighbours: Callable[..., NeighbourPort] = NeighbourExpander
     # The tenant's synonym groups: their terms widen the BM25 query (lookup/synonyms.py).
     synonyms: Synonyms = NO_SYNONYMS
+    # The question in the other language (graph/translate.py), for documents written in
+    # `languages` (the searched datasets'); None: no translation stage.
+    translator: TranslatePort | None = None
+    languages: frozenset[str] = frozenset()

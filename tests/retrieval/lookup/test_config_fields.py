@@ -12,6 +12,7 @@ import pytest
 
 from audit.models import ToolInvocation
 from datasets.models import Dataset
+from retrieval.lookup.graph.translate import CACHE
 from retrieval.ragconfig.services import rag_config_update
 from retrieval.ragconfig.settings import SETTING_NAMES
 from tests.retrieval.chat_server import asks_to_judge, chat_server
@@ -27,6 +28,9 @@ from tests.retrieval.conftest import (
 from tests.retrieval.rerank_server import RerankServer, rerank_server
 
 KAFKA_LAG = "kafka consumer group lag keeps growing"
+# The consumers' backlog keeps growing: none of the English runbook's words, and the CC-CEDICT
+# glosses of its words (consume, backlog, rise) are not the runbook's (consumer, lag) either.
+KAFKA_ZH = "消费组的积压一直在涨，消息处理不过来"
 # No domain, title or keyword of any document in it: no category hint narrows the search, so
 # every chunk of the dataset is a candidate.
 PLAIN = "messages are read more slowly than they are written"
@@ -127,6 +131,27 @@ def test_bilingual_bm25_finds_an_english_runbook_by_a_chinese_questions_words(
     body, trace = tool.ask(question, bilingual_bm25=False)
     assert "kafka" not in tool.stems(body)
     assert not [s for s in trace["stages"] if s["stage"].startswith("bilingual")]
+
+
+@pytest.mark.django_db
+@proves("translate_query", "translation_budget_ms")
+def test_translate_query_searches_a_chinese_question_with_its_english_translation(
+        tool: Tool, settings: Any) -> None:
+    CACHE.clear()
+    with chat_server() as model:  # the deployment's local model; no chat model
+        settings.KB_CHAT_BASE_URL, settings.KB_LOCAL_MODEL_URL = "", model.url
+        body, trace = tool.ask(KAFKA_ZH, translate_query=True)
+        assert tool.stems(body)[:1] == ["kafka"] and len(model.requests) == 1
+        assert stage(trace, "translate")["note"].startswith("zh→en by openai/local in ")
+        body, trace = tool.ask(KAFKA_ZH, translate_query=False)
+        assert "kafka" not in tool.stems(body) and len(model.requests) == 1
+        assert not [s for s in trace["stages"] if s["stage"] == "translate"]
+        model.behaviour, model.delay_s = "slow", 3.0
+        started = time.monotonic()
+        body, trace = tool.ask("磁盘满了怎么办", translate_query=True, translation_budget_ms=200)
+        assert time.monotonic() - started < 2.0 and body["evidence_status"] != "UNAVAILABLE"
+        assert "did not answer within 0.20 s" in stage(trace, "translate")["note"]
+    CACHE.clear()
 
 
 @pytest.mark.django_db
