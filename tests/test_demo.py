@@ -123,8 +123,27 @@ def test_the_demo_prints_where_to_go_last_and_no_library_noise(demo: Demo) -> No
     assert f"admin:     {demo.url}/admin/   user: admin   password: {demo.password}" in text
     assert demo.tool_key in text and "ready in " in text
     assert "3/3 documents · " in text  # the import's progress bar, finished
+    # The local model is prepared beside the rest and never waited for: the banner says how
+    # far it is.
+    assert re.search(r"^  local model: (assembling|building|loading|ready) \(", text, re.M), text
     for noise in ("Traceback", "WARNING", "clustering", "Deprecat", "setuptools"):
         assert noise not in text, text
+
+
+def test_the_local_model_joins_when_ready_and_health_names_it(demo: Demo) -> None:
+    """One server for the web and the worker, its port chosen by the demo: /api/health follows
+    it from preparing to ready, and then crossed-language questions are bridged."""
+    def health() -> dict[str, Any]:
+        with urllib.request.urlopen(demo.url + "/api/health", timeout=30) as response:
+            assert response.status == 200  # whatever the model's state
+            return dict(json.loads(response.read()))
+
+    assert health()["local_model"]["state"] in ("assembling", "building", "loading", "ready")
+    wait_until(lambda: health()["local_model"]["state"] == "ready", timeout=300,
+               interval=2, what="the local model")
+    assert health()["crossed_languages"] == "local_model"
+    published = json.loads((demo.var / "local-model.json").read_text())
+    assert published["state"] == "ready" and published["url"].startswith("http://127.0.0.1:")
 
 
 def test_a_command_line_twin_reaches_the_demos_store(demo: Demo) -> None:
@@ -552,11 +571,14 @@ def test_the_quality_loop_closes_cited_rates_an_ab_test_and_a_gap(
 
 def test_ctrl_c_stops_every_process_of_the_demo(demo: Demo) -> None:
     port = int(demo.url.rsplit(":", 1)[1])
+    model_port = int(json.loads((demo.var / "local-model.json").read_text())["url"]
+                     .split(":")[2].split("/")[0])
     demo.process.send_signal(signal.SIGINT)
     demo.process.wait(timeout=120)
     assert demo.process.returncode == 0
-    assert not port_open("127.0.0.1", port)
+    assert not port_open("127.0.0.1", port) and not port_open("127.0.0.1", model_port)
     assert not (demo.var / "milvus.db.server.json").exists()
+    assert not (demo.var / "local-model.json").exists()
     time.sleep(1)
     assert demo.manage("shell", "-c", "from django.conf import settings; "
                                       "print(settings.MILVUS_URI)").stdout.strip().endswith(

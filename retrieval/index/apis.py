@@ -23,7 +23,13 @@ from datasets.selectors import db_id
 from datasets.serializers import JobOutput
 from kbplatform.errors import ApiError, ErrorCode, NotFound, ServiceUnavailable
 from kbplatform.openapi import errors
-from retrieval.index.health import health_checks
+from retrieval.index.health import (
+    CROSSED_LANGUAGES,
+    LOCAL_MODEL_STATES,
+    crossed_languages,
+    health_checks,
+    local_model_health,
+)
 from retrieval.index.models import IndexVersion
 from retrieval.index.operations import index_operation_start
 from retrieval.index.rebuild import CONFIRM_WORD, ROLLBACK_WORD
@@ -135,11 +141,22 @@ class IndexVersionListApi(APIView):
                                                               many=True).data})
 
 
+class LocalModelOutput(serializers.Serializer[dict[str, Any]]):
+    state = serializers.ChoiceField(choices=LOCAL_MODEL_STATES)
+    detail = serializers.CharField()
+
+
 @extend_schema_serializer(component_name="Health")
 class HealthOutput(serializers.Serializer[dict[str, Any]]):
     status = serializers.ChoiceField(choices=["ok"])
     checks = serializers.DictField(child=serializers.ChoiceField(choices=["ok"]),
                                    help_text="database, cache, milvus")
+    local_model = LocalModelOutput(
+        help_text="the local model that translates crossed-language questions: never a 503 "
+                  "(a lookup goes on without it)")
+    crossed_languages = serializers.ChoiceField(
+        choices=CROSSED_LANGUAGES, help_text="whether a question finds documents in the other "
+        "language: through the deployment's chat model, the local model, or not")
 
 
 class HealthApi(APIView):
@@ -151,11 +168,15 @@ class HealthApi(APIView):
     @extend_schema(operation_id="health", summary="Can this process serve lookups now?",
                    auth=[], responses={200: HealthOutput, **errors(
                        503, e503="A part does not answer: `extra.checks` says which "
-                                 "(ok / unavailable).")})
+                                 "(ok / unavailable); `extra.local_model` and "
+                                 "`extra.crossed_languages` as in a 200.")})
     def get(self, request: Request) -> Response:
         checks = {name: "ok" if ok else "unavailable" for name, ok in health_checks().items()}
+        local_model = local_model_health()
+        models = {"local_model": {"state": local_model.state, "detail": local_model.detail},
+                  "crossed_languages": crossed_languages(local_model)}
         down = sorted(name for name, state in checks.items() if state != "ok")
         if down:
             raise ServiceUnavailable(f"not answering: {', '.join(down)}",
-                                     extra={"checks": checks})
-        return Response({"status": "ok", "checks": checks})
+                                     extra={"checks": checks, **models})
+        return Response({"status": "ok", "checks": checks, **models})

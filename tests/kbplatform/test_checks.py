@@ -178,3 +178,45 @@ def test_W012_deploy_check_when_a_config_names_a_key_that_is_not_set(monkeypatch
     assert "acme/default (KB_CHAT_API_KEY_ACME)" in problems[0].msg
     monkeypatch.setenv("KB_CHAT_API_KEY_ACME", "k")
     assert check_chat_keys() == []
+
+
+def test_W016_deploy_check_when_nothing_bridges_crossed_language_questions(settings) -> None:
+    from kbplatform.checks import check_translation
+
+    settings.KB_CHAT_BASE_URL = settings.KB_LOCAL_MODEL_URL = ""
+    [problem] = check_translation()
+    assert problem.id == "kbplatform.W016"
+    assert "crossed-language questions are not bridged" in problem.msg
+    settings.KB_LOCAL_MODEL_URL = "http://127.0.0.1:8091/v1"
+    assert check_translation() == []
+    settings.KB_LOCAL_MODEL_URL, settings.KB_CHAT_BASE_URL = "", "https://llm.example.com/v1"
+    assert check_translation() == []
+
+
+def test_E017_deploy_check_when_the_operators_model_file_is_not_the_one_named(
+        settings, tmp_path) -> None:
+    import hashlib
+
+    from kbplatform.checks import check_translation
+
+    settings.KB_CHAT_BASE_URL = "https://llm.example.com/v1"
+    model = tmp_path / "mine.gguf"
+    model.write_bytes(b"GGUF weights")
+    settings.KB_LOCAL_MODEL_PATH = str(model)
+    settings.KB_LOCAL_MODEL_SHA256 = hashlib.sha256(b"GGUF weights").hexdigest()
+    assert check_translation() == []
+
+    model.write_bytes(b"GGUF other weights")
+    [problem] = check_translation()
+    assert problem.id == "kbplatform.E017" and "it is not loaded" in problem.msg
+    model.unlink()
+    [problem] = check_translation()
+    assert problem.id == "kbplatform.E017" and "does not exist" in problem.msg
+
+
+def test_E013_the_local_model_url_needs_its_host_allowed(valid) -> None:
+    valid.KB_LOCAL_MODEL_URL = "http://127.0.0.1:8091/v1"
+    problems = check_configuration()
+    assert _ids(problems) == ["kbplatform.E013"] and "KB_LOCAL_MODEL_URL" in problems[0].msg
+    valid.KB_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1:8091"]
+    assert check_configuration() == []

@@ -200,3 +200,65 @@ def test_long_tasks_are_not_delivered_twice(monkeypatch, tmp_path) -> None:
 def test_chunk_size_is_bounded(monkeypatch, tmp_path) -> None:
     with pytest.raises(ImproperlyConfigured, match="KB_CHUNK_SIZE=5000 must be at most 2000"):
         _settings(monkeypatch, tmp_path, KB_CHUNK_SIZE="5000")
+
+
+def test_the_local_model_runs_on_the_embedded_defaults_only_unless_told(monkeypatch,
+                                                                        tmp_path) -> None:
+    embedded = _settings(monkeypatch, tmp_path)
+    assert embedded["KB_LOCAL_MODEL"] is True
+    assert embedded["KB_LOCAL_MODEL_DIR"] == tmp_path / "models"
+    assert (embedded["KB_LOCAL_MODEL_URL"], embedded["KB_LOCAL_MODEL_THREADS"]) == ("", 1)
+    production = _settings(monkeypatch, tmp_path, DATABASE_URL="mysql://kb:pw@db/kb",
+                           DJANGO_SECRET_KEY="k" * 60)
+    assert production["KB_LOCAL_MODEL"] is False
+    assert _settings(monkeypatch, tmp_path, KB_LOCAL_MODEL="off")["KB_LOCAL_MODEL"] is False
+
+
+def test_an_operators_own_model_file_comes_with_its_sha256(monkeypatch, tmp_path) -> None:
+    values = _settings(monkeypatch, tmp_path, KB_LOCAL_MODEL_PATH="/models/mine.gguf",
+                       KB_LOCAL_MODEL_SHA256="AB" * 32)
+    assert values["KB_LOCAL_MODEL_SHA256"] == "ab" * 32
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"KB_LOCAL_MODEL": "maybe"}, "KB_LOCAL_MODEL='maybe' is not a boolean"),
+    ({"KB_LOCAL_MODEL_NAME": "gpt-5"}, "KB_LOCAL_MODEL_NAME='gpt-5' is not a known model: "
+                                       "qwen2.5-coder-0.5b-instruct, qwen2.5-coder-1.5b"),
+    ({"KB_LOCAL_MODEL_PATH": "/models/mine.gguf"}, "KB_LOCAL_MODEL_PATH and "
+                                                   "KB_LOCAL_MODEL_SHA256 go together"),
+    ({"KB_LOCAL_MODEL_SHA256": "ab" * 32}, "go together"),
+    ({"KB_LOCAL_MODEL_PATH": "mine.gguf", "KB_LOCAL_MODEL_SHA256": "ab" * 32},
+     "KB_LOCAL_MODEL_PATH='mine.gguf' must be an absolute path"),
+    ({"KB_LOCAL_MODEL_PATH": "/m.gguf", "KB_LOCAL_MODEL_SHA256": "md5:abc"},
+     "must be a sha256: 64 hexadecimal digits"),
+    ({"KB_LOCAL_MODEL_PATH": "/m.gguf", "KB_LOCAL_MODEL_SHA256": "ab" * 32,
+      "KB_LOCAL_MODEL_NAME": "qwen2.5-coder-0.5b-instruct"}, "name two models"),
+    ({"KB_LOCAL_MODEL_DIR": "models"}, "KB_LOCAL_MODEL_DIR='models' must be an absolute path"),
+    ({"KB_LOCAL_MODEL_THREADS": "0"}, "KB_LOCAL_MODEL_THREADS=0 must be at least 1"),
+    ({"KB_LOCAL_MODEL_URL": "127.0.0.1:8091"}, "KB_LOCAL_MODEL_URL='127.0.0.1:8091' must start"),
+    ({"KB_LOCAL_MODEL_TIMEOUT_SECONDS": "0"}, "KB_LOCAL_MODEL_TIMEOUT_SECONDS=0 must be at"),
+], ids=["switch", "name", "path-alone", "sha-alone", "relative-path", "not-a-sha256",
+        "two-models", "relative-dir", "threads", "url", "timeout"])
+def test_a_local_model_setting_that_makes_no_sense_stops_the_start(monkeypatch, tmp_path, env,
+                                                                   message) -> None:
+    with pytest.raises(ImproperlyConfigured, match=message.replace("(", r"\(")):
+        _settings(monkeypatch, tmp_path, **env)
+
+
+def test_a_command_in_another_shell_reaches_the_demos_local_model(monkeypatch, tmp_path) -> None:
+    """The demo gives its web and worker the server's URL, and publishes it beside the data for
+    the commands started elsewhere (as it does its Milvus Lite server's); a stale publication
+    (its demo gone) counts for nothing."""
+    from kbplatform.local_model import publish
+
+    publish(tmp_path, url="http://127.0.0.1:8091/v1", state="loading", detail="")
+    values = _settings(monkeypatch, tmp_path, KB_OUTBOUND_ALLOWED_HOSTS="llm.internal")
+    assert values["KB_LOCAL_MODEL_URL"] == "http://127.0.0.1:8091/v1"
+    assert values["KB_OUTBOUND_ALLOWED_HOSTS"] == ["llm.internal", "127.0.0.1:8091"]
+    assert _settings(monkeypatch, tmp_path, KB_LOCAL_MODEL="false")["KB_LOCAL_MODEL_URL"] == ""
+
+    (tmp_path / "local-model.json").write_text(
+        (tmp_path / "local-model.json").read_text().replace(f'"pid": {os.getpid()}',
+                                                             '"pid": 999999999'))
+    values = _settings(monkeypatch, tmp_path)
+    assert values["KB_LOCAL_MODEL_URL"] == "" and values["KB_OUTBOUND_ALLOWED_HOSTS"] == []
