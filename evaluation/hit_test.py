@@ -7,10 +7,12 @@ command (in process) and the tests (through the REST endpoint) measure the same 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from datasets.ingestion.language import text_language
+from datasets.models import Document
 from evaluation.question_sets import KINDS, Question
 from retrieval.lookup.project import RagResultProjector
 from retrieval.lookup.service import lookup_knowledge
@@ -25,12 +27,18 @@ class Outcome:
     status: str  # READY | EMPTY | UNAVAILABLE
     relevance_level: str
     sources: tuple[str, ...]  # evidence sources, best first
+    # On-topic: the question's language → its runbook's ("zh→en"); "" when either is unknown.
+    direction: str = ""
 
     @classmethod
-    def of(cls, question: Question, answer: dict[str, Any]) -> Outcome:
+    def of(cls, question: Question, answer: dict[str, Any],
+           languages: Mapping[str, str]) -> Outcome:
+        expected = languages.get(question.expect or "", "")
+        asked = text_language(question.query)
         return cls(question=question, status=str(answer["evidence_status"]),
                    relevance_level=str(answer["relevance_level"]),
-                   sources=tuple(str(item["source"]) for item in answer["evidence"]))
+                   sources=tuple(str(item["source"]) for item in answer["evidence"]),
+                   direction=f"{asked}→{expected}" if asked and expected else "")
 
     @property
     def first(self) -> bool:
@@ -93,6 +101,12 @@ class HitReport:
         return {kind: _tally([o for o in self.outcomes if o.question.kind == kind])
                 for kind in KINDS if any(o.question.kind == kind for o in self.outcomes)}
 
+    def by_direction(self) -> dict[str, Tally]:
+        """On-topic questions by their language and their runbook's: crossed ones (zh→en,
+        en→zh) apart from those asked in the runbook's own language."""
+        directions = sorted({o.direction for o in self.outcomes if o.direction})
+        return {d: _tally([o for o in self.outcomes if o.direction == d]) for d in directions}
+
     @property
     def misses(self) -> list[Outcome]:
         return [o for o in self.outcomes if not o.hit]
@@ -102,6 +116,7 @@ class HitReport:
             "on_topic": self.on_topic.as_json(),
             "off_topic": self.off_topic.as_json(),
             "by_kind": {kind: t.as_json() for kind, t in self.by_kind().items()},
+            "by_direction": {d: t.as_json() for d, t in self.by_direction().items()},
             "misses": [{"id": o.question.id, "kind": o.question.kind, "query": o.question.query,
                         "expected": o.question.expect, "got": o.got,
                         "anywhere": o.anywhere, "status": o.status,
@@ -118,6 +133,11 @@ class HitReport:
             lines.append(f"  {kind:<10} " + (
                 f"EMPTY {_rate(t.empty, t.questions)}" if kind == "off-topic" else
                 f"first {_rate(t.first, t.questions)}, anywhere {_rate(t.anywhere, t.questions)}"))
+        if self.by_direction():
+            lines.append("by direction (the question's language → its runbook's):")
+            for direction, t in self.by_direction().items():
+                lines.append(f"  {direction:<10} first {_rate(t.first, t.questions)}, "
+                             f"anywhere {_rate(t.anywhere, t.questions)}")
         lines.append(f"misses ({len(self.misses)}):")
         for o in self.misses:
             where = " (found lower)" if o.anywhere and not o.first else ""
@@ -130,9 +150,18 @@ class HitReport:
 Ask = Callable[[str], dict[str, Any]]
 
 
-def hit_test_run(*, questions: Iterable[Question], ask: Ask) -> HitReport:
-    """Ask every question (`ask` returns the agent-facing answer) and score the answers."""
-    return HitReport(tuple(Outcome.of(q, ask(q.query)) for q in questions))
+def hit_test_run(*, questions: Iterable[Question], ask: Ask,
+                 languages: Mapping[str, str] | None = None) -> HitReport:
+    """Ask every question (`ask` returns the agent-facing answer) and score the answers;
+    `languages` (a runbook's source → its language) splits them by direction."""
+    return HitReport(tuple(Outcome.of(q, ask(q.query), languages or {}) for q in questions))
+
+
+def runbook_languages(filters: SearchFilters) -> dict[str, str]:
+    """The language of each live document the lookups of `filters` search, by its source."""
+    return dict(Document.objects.filter(
+        dataset__tenant_id=filters.tenant_id, dataset_id__in=filters.dataset_ids,
+        deleted=False).values_list("source_path", "language"))
 
 
 def lookup_asker(filters: SearchFilters, *, mode: SearchMode | None = None,

@@ -18,7 +18,13 @@ from django.core.management import CommandError, call_command
 
 from datasets.importer import document_files
 from evaluation.hit_test import HitReport, hit_test_run
-from evaluation.question_sets import MAX_BYTES, MAX_QUESTIONS, QuestionSetError, questions_load
+from evaluation.question_sets import (
+    MAX_BYTES,
+    MAX_QUESTIONS,
+    Question,
+    QuestionSetError,
+    questions_load,
+)
 from tests.datasets.builders import api_client, lookup
 from tests.retrieval.conftest import Imported, MakeKey, import_runbooks
 
@@ -118,7 +124,7 @@ def test_the_command_reports_rates_per_kind_and_lists_the_misses(acme: Imported,
     as_json = json.loads(_hit_test("--questions", str(questions), "--tenant", "acme",
                                    "--dataset", "ops", "--split", "all", "--json"))
 
-    assert text[:9] == [
+    assert text[:11] == [
         "3 questions, split held-out, tenant acme",
         "right runbook first:    1/2 (50 %)",
         "right runbook anywhere: 1/2 (50 %)",
@@ -127,13 +133,17 @@ def test_the_command_reports_rates_per_kind_and_lists_the_misses(acme: Imported,
         "  near-miss  first 0/1 (0 %), anywhere 0/1 (0 %)",
         "  plain      first 1/1 (100 %), anywhere 1/1 (100 %)",
         "  off-topic  EMPTY 1/1 (100 %)",
+        "by direction (the question's language → its runbook's):",
+        "  en→en      first 1/2 (50 %), anywhere 1/2 (50 %)",
         "misses (1):",
     ]
-    assert text[9:] == ["  n1 [near-miss] 'Kafka consumer group lag keeps growing on every "
+    assert text[11:] == ["  n1 [near-miss] 'Kafka consumer group lag keeps growing on every "
                         "partition': expected zebra.md, got kafka.md, relevance PRECISE"]
     assert as_json["split"] == "all"
     assert as_json["on_topic"] == {"questions": 3, "first": 2, "anywhere": 2, "empty": 0}
     assert as_json["off_topic"] == {"questions": 1, "first": 0, "anywhere": 0, "empty": 1}
+    assert as_json["by_direction"] == {
+        "en→en": {"questions": 3, "first": 2, "anywhere": 2, "empty": 0}}
     assert [m["id"] for m in as_json["misses"]] == ["n1"]
 
     # --set and --mode ask with other settings than the stored config, validated like it.
@@ -192,3 +202,25 @@ def test_the_command_refuses_an_unknown_tenant_or_an_empty_split(tmp_path: Path)
         _hit_test("--questions", str(questions), "--tenant", "acme")
     with pytest.raises(CommandError, match="no tenant 'nobody'"):
         _hit_test("--questions", str(questions), "--tenant", "nobody", "--split", "fit")
+
+
+def test_the_report_splits_questions_by_their_language_and_their_runbooks() -> None:
+    """Crossed questions (zh→en, en→zh) apart from same-language ones (issue 37): the
+    runbook's language comes from its document, the question's from the same rule."""
+    questions = [Question(id=i, query=q, expect=e, kind="plain", split="held-out")
+                 for i, q, e in (("a", "redis 内存满了怎么办", "redis.md"),
+                                 ("b", "redis memory is full", "redis.md"),
+                                 ("c", "磁盘满了", "disk.md"),
+                                 ("d", "how to bake bread", None))]
+    answers = {"redis 内存满了怎么办": ["disk.md"], "redis memory is full": ["redis.md"],
+               "磁盘满了": ["disk.md"], "how to bake bread": []}
+
+    report = hit_test_run(
+        questions=questions,
+        ask=lambda q: {"evidence_status": "READY" if answers[q] else "EMPTY",
+                       "relevance_level": "PRECISE" if answers[q] else "NONE",
+                       "evidence": [{"source": s} for s in answers[q]]},
+        languages={"redis.md": "en", "disk.md": "zh"})
+
+    assert {d: (t.questions, t.first) for d, t in report.by_direction().items()} == {
+        "en→en": (1, 1), "zh→en": (1, 0), "zh→zh": (1, 1)}

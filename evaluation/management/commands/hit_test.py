@@ -5,7 +5,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 
-from evaluation.hit_test import hit_test_run, lookup_asker
+from evaluation.hit_test import hit_test_run, lookup_asker, runbook_languages
 from evaluation.management.overrides import add_override_arguments, parsed_overrides
 from evaluation.question_sets import QuestionSetError, questions_load, questions_of_split
 from retrieval.management.scope import command_filters
@@ -39,7 +39,8 @@ class Command(StoreCommand):
         filters = command_filters(tenant_slug=options["tenant"], dataset_names=options["dataset"])
         overrides = parsed_overrides(options["set"])
         report = hit_test_run(questions=questions, ask=lookup_asker(
-            filters, mode=options["mode"], overrides=overrides))
+            filters, mode=options["mode"], overrides=overrides),
+            languages=runbook_languages(filters))
         if options["json"]:
             self.stdout.write(json.dumps({"split": options["split"], **report.as_json()},
                                          ensure_ascii=False, indent=2))
