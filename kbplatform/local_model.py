@@ -80,8 +80,10 @@ MODELS = {model.name: model for model in (
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         licence="Apache-2.0", upstream="https://huggingface.co/Qwen/Qwen2.5-Coder-1.5B-Instruct"),
 )}
-# The model the embedded defaults run: choosing another known one is this line.
-DEFAULT_MODEL = "qwen2.5-coder-1.5b-instruct"
+# The model the embedded defaults run: choosing another known one is this line. The 0.5B
+# bridged as many crossed questions of the fit half as the 1.5B at half its time and a third
+# of its memory (docs/benchmarks.md, "Translation: the question and its translation").
+DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
 
 
 def _module(package: str) -> str:

@@ -75,14 +75,15 @@ class RagSettings:
     translate_query: bool = knob(
         True,
         help="When the searched datasets hold a language (Chinese, English) other than the "
-             "question's, translate the question into it with the chat model (else the "
-             "deployment's local model) and search both together: BM25 over both texts, "
-             "the vector between the two. A question in the language of every document "
+             "question's and the question's own search is not PRECISE, translate the "
+             "question into it with the chat model (else the deployment's local model) and "
+             "search both together: BM25 over both texts, the vector between the two; the "
+             "more relevant answer serves. A question in the language of every document "
              "asks no model. A translation that fails, is late or is not one is left out "
              "(the trace says why).")
-    # A small local model translates a question in 1.4 s (Qwen2.5-Coder-0.5B) to 2.2 s
-    # (1.5B) of one core at the median (issue 37, measured outside): 2500 ms lets the median
-    # translation in.
+    # The default local model (Qwen2.5-Coder-0.5B) translates a question in 1.0 s of one core
+    # at the median, 2.1 s at the 95th percentile (docs/benchmarks.md): 2500 ms lets nearly
+    # every translation in.
     translation_budget_ms: int = knob(
         2500, bounds=(100, 60_000),
         help="The longest a lookup waits for the translation, in milliseconds (at most "

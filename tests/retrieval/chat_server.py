@@ -33,6 +33,7 @@ TRANSLATIONS = {
     "消费组的积压一直在涨，消息处理不过来":
         "The consumer group's backlog keeps growing and the messages cannot be processed "
         "in time",
+    "缓存的内存满了，写入失败怎么办": "The cache's memory is full and writes fail: what to do",
 }
 
 

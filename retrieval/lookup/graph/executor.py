@@ -1,10 +1,11 @@
 """The executor: runs a retrieval-only graph for one query within one deadline.
 
-transform → translate → (attempt: retrieve per execution mode → aggregate → guard → rerank →
-gate → quality) × correction → neighbours → pack. A stage that fails or overruns falls back to
-the plain hybrid search when the graph allows it; a backend that is down (Milvus, the embedder,
-the database) is never hidden behind a fallback: the caller answers UNAVAILABLE. The
-translation never fails a lookup: without one, the question is searched alone.
+transform → (attempt: retrieve per execution mode → aggregate → guard → rerank → gate; below
+PRECISE, translate and retrieve again with the translation → quality) × correction →
+neighbours → pack. A stage that fails or overruns falls back to the plain hybrid search when
+the graph allows it; a backend that is down (Milvus, the embedder, the database) is never
+hidden behind a fallback: the caller answers UNAVAILABLE. The translation never fails a
+lookup: without one, the question is searched alone.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class GraphExecutor:
         self.parts = parts
         self.log = log
         self.assessor = QualityAssessor()
+        self._translation: str | None = None  # asked once, when a search first needs it
 
     def run(self, query: str, filters: SearchFilters, clock: Clock) -> GraphOutcome:
         run = self.log
@@ -67,10 +69,8 @@ class GraphExecutor:
             hints = KnowledgeQueryTransformer(self.parts.l0_index()).transform(query)
         clock.record("transform", note=f"domains={list(hints.domains)} "
                                        f"category={hints.category_filter}")
-        translation = self._translate(query, clock, deadline)
         try:
-            return self._run(self.graph, query, translation, filters, hints, clock, run,
-                             deadline)
+            return self._run(self.graph, query, filters, hints, clock, run, deadline)
         except BACKEND_ERRORS:
             raise
         except Exception as exc:  # a stage failed or overran: fall back, or UNAVAILABLE
@@ -82,8 +82,8 @@ class GraphExecutor:
             grace = Deadline(max(deadline.remaining_s() * 1000, min(FALLBACK_GRACE_MS,
                                                                     self.graph.timeout_ms)))
             try:
-                return self._run(fallback_graph(self.graph), query, translation, filters,
-                                 hints, clock, run, grace)
+                return self._run(fallback_graph(self.graph), query, filters, hints, clock,
+                                 run, grace)
             except BACKEND_ERRORS:
                 raise
             except Exception as again:  # the fallback overran too: UNAVAILABLE, never a 500
@@ -91,7 +91,11 @@ class GraphExecutor:
                                   f"{type(again).__name__}: {again}") from again
 
     def _translate(self, query: str, clock: Clock, deadline: Deadline) -> str:
-        """The question in the other language, or "" (none needed, or none to be had)."""
+        """The question in the other language, or "" (none needed, or none to be had); asked
+        of the model once per lookup."""
+        if self._translation is not None:
+            return self._translation
+        self._translation = ""
         translator, budget = self.parts.translator, self.graph.translation_budget_ms
         if translator is None or budget is None:
             return ""
@@ -104,15 +108,14 @@ class GraphExecutor:
             translation = translator.translate(query, direction, timeout_s=timeout_s)
         clock.record("translate", note=translation.note())
         self.log.translation = translation.as_dict()
+        self._translation = translation.text
         return translation.text
 
     # --- one graph: attempts with correction, then neighbours and the pack ----------------
 
-    def _run(self, graph: RetrievalGraph, query: str, translation: str,
-             filters: SearchFilters, hints: QueryHints, clock: Clock, run: GraphRun,
+    def _run(self, graph: RetrievalGraph, query: str, filters: SearchFilters,
+             hints: QueryHints, clock: Clock, run: GraphRun,
              deadline: Deadline) -> GraphOutcome:
-        """`translation`: the question in the other language ("": none), searched with every
-        query of the question."""
         best: tuple[PostProcessed, SearchFilters, RetryDecision, Quality | None,
                     RetrievalGraph] | None = None
         plan = graph
@@ -126,8 +129,8 @@ class GraphExecutor:
                     # The judge's better query is searched; the question judged stays the same.
                     searched = quality.correction
                     change += "; the judge's better query"
-            result, used, retry = self._attempt(plan, searched, translation, filters, hints,
-                                                clock, deadline, attempt)
+            result, used, retry = self._attempt(plan, query, searched, filters, hints, clock,
+                                                deadline, attempt)
             quality = (self._assess(query, result.chunks, clock, deadline, attempt)
                        if plan.assess or graph.max_attempts > 1 else None)
             run.attempts.append({
@@ -169,11 +172,35 @@ class GraphExecutor:
         with clock.stage(f"quality[{attempt}]"):
             return judge.assess(query, chunks, timeout_s=max(deadline.remaining_s(), 0.001))
 
-    def _attempt(self, plan: RetrievalGraph, query: str, translation: str,
+    def _attempt(self, plan: RetrievalGraph, question: str, query: str,
                  filters: SearchFilters, hints: QueryHints, clock: Clock, deadline: Deadline,
                  attempt: int) -> tuple[PostProcessed, SearchFilters, RetryDecision]:
+        """`query` searched (the question, or the judge's better query) alone, then, below
+        PRECISE, together with the question's translation (when the searched documents hold
+        the other language): the more relevant answer serves, the translated one at a tie.
+        Searched together always, a question in its runbook's own language lost (a
+        translation blurs a precise question); a PRECISE answer never waits for a model
+        (docs/benchmarks.md, "Translation: the question and its translation")."""
         suffix = f"[{attempt}]" if attempt else ""
         queries = self._queries(plan, query, hints, clock, deadline, suffix)
+        alone = self._rounds(plan, query, queries, "", filters, hints, clock, deadline, suffix)
+        if alone[0].relevance_level is RelevanceLevel.PRECISE:
+            return alone
+        translation = self._translate(question, clock, deadline)
+        if not translation:
+            return alone
+        together = self._rounds(plan, query, queries, translation, filters, hints, clock,
+                                deadline, suffix + "[translated]")
+        if LEVELS[together[0].relevance_level] < LEVELS[alone[0].relevance_level]:
+            return alone
+        return together
+
+    def _rounds(self, plan: RetrievalGraph, query: str, queries: Sequence[str],
+                translation: str, filters: SearchFilters, hints: QueryHints, clock: Clock,
+                deadline: Deadline, suffix: str
+                ) -> tuple[PostProcessed, SearchFilters, RetryDecision]:
+        """One search of `queries` (with `translation`, "" for none): narrowed to the L0
+        hint's category, and also without it below PRECISE."""
         vectors = self._vectors(plan, queries, translation, clock)
         bm25 = self._bm25_terms(plan, queries, translation, clock, suffix)
         if not (plan.category_filter and hints.category_filter):

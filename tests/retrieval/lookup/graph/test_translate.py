@@ -26,7 +26,7 @@ from retrieval.lookup.graph.translate import (
     vector_with,
 )
 from tests.retrieval.chat_server import TRANSLATIONS, ChatServer, asks_to_translate, chat_server
-from tests.retrieval.conftest import Imported, MakeKey
+from tests.retrieval.conftest import Imported, MakeKey, last_trace, lookup, ready
 from tests.retrieval.lookup.test_config_fields import KAFKA_ZH, Tool, stage
 
 ZH_EN = Direction("zh", "en")
@@ -282,3 +282,54 @@ def test_the_budget_and_the_deadline_bound_the_wait(tool: Tool, local_model: Cha
     assert time.monotonic() - started < 2.5 and trace["graph"]["fallback"] is None
     assert re.fullmatch(r"the chat model did not answer within 0\.(4\d|50) s",
                         translated(trace)["reason"])
+
+
+EN_RUNBOOK = b"""---
+title: Redis memory full
+category: cache
+---
+# Redis memory full
+
+## OOM command not allowed
+
+Writes fail with `OOM command not allowed when used memory > 'maxmemory'`: raise maxmemory or
+set an eviction policy such as allkeys-lru, then check which keys grew.
+"""
+ZH_RUNBOOK = """---
+title: 磁盘满了
+category: storage
+---
+# 磁盘满了
+
+## 清理空间
+
+磁盘满了以后写入会失败：先用 df -h 找到满的分区，再用 du 找到占用最大的目录。
+""".encode()
+
+
+@pytest.mark.django_db
+def test_a_question_its_own_search_answers_precisely_waits_for_no_model(
+        kb: Any, ingest: Any, local_model: ChatServer) -> None:
+    """In a corpus of both languages every question could be translated; a translation blurs
+    a precise question (same-language questions lost with it, docs/benchmarks.md), so only a
+    search below PRECISE asks the model, and the more relevant answer serves."""
+    redis = ingest(kb.dataset, "redis.md", EN_RUNBOOK)
+    ingest(kb.dataset, "disk.md", ZH_RUNBOOK)
+    sid = "precise-alone"
+    body = ready(lookup(kb.tool, "redis writes fail with OOM command not allowed",
+                        session_id=sid))
+    assert body["relevance_level"] == "PRECISE", body
+    assert body["evidence"][0]["document_id"].startswith(f"{redis.doc_id}#")
+    assert local_model.requests == []
+    trace = last_trace(kb.admin, sid)
+    assert trace["graph"]["translation"] is None
+
+    # Below PRECISE the same corpus is searched again with the question's translation.
+    sid = "below-precise"
+    lookup(kb.tool, "缓存的内存满了，写入失败怎么办", session_id=sid)
+    assert [asks_to_translate(r) for r in local_model.requests] == [True]
+    trace = last_trace(kb.admin, sid)
+    assert trace["graph"]["translation"]["direction"] == "zh→en"
+    assert trace["graph"]["translation"]["outcome"] == "translated"
+    assert any(s["stage"].startswith("retrieve") and s["stage"].endswith("[translated]")
+               for s in trace["stages"]), [s["stage"] for s in trace["stages"]]
