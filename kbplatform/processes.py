@@ -310,7 +310,7 @@ class LocalModelServer(Service):
     name = "local model"
 
     def __init__(self, model: Path, sha256: str, port: int, log: Path,
-                 env: Mapping[str, str] | None = None, *, threads: int = 1,
+                 env: Mapping[str, str] | None = None, *, threads: int,
                  context_tokens: int = 2048, own_session: bool = False,
                  die_with_supervisor: bool = False) -> None:
         super().__init__(log, env, own_session=own_session,

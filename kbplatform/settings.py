@@ -288,8 +288,9 @@ if KB_LOCAL_MODEL_PATH:
     if os.environ.get("KB_LOCAL_MODEL_NAME"):
         raise ImproperlyConfigured("KB_LOCAL_MODEL_NAME and KB_LOCAL_MODEL_PATH name two models: "
                                    "set one of them")
-# CPU threads of the server (one was faster than two on 2 cores).
-KB_LOCAL_MODEL_THREADS = env_int("KB_LOCAL_MODEL_THREADS", 1, minimum=1, maximum=64)
+# CPU threads of the server: on 2 cores, two translate in about 1.0 s where one takes 1.7 s
+# (a lookup that waits for its translation leaves the other core idle; docs/benchmarks.md).
+KB_LOCAL_MODEL_THREADS = env_int("KB_LOCAL_MODEL_THREADS", 2, minimum=1, maximum=64)
 # The running server's OpenAI-compatible base URL, set by whoever starts it (the demo does, for
 # its web and worker, and publishes it for the commands started in another shell). A loopback
 # URL needs its host:port in KB_OUTBOUND_ALLOWED_HOSTS, like KB_CHAT_BASE_URL.

@@ -24,7 +24,7 @@ def test_a_model_file_that_is_not_the_pinned_one_is_never_loaded(tmp_path: Path)
         tampered.seek(100)
         tampered.write(b"\xff")
     port = free_port()
-    server = LocalModelServer(model, pinned, port, tmp_path / "server.log")
+    server = LocalModelServer(model, pinned, port, tmp_path / "server.log", threads=1)
 
     with pytest.raises(UnverifiedModel, match=f"not the pinned {pinned}: it is not loaded"):
         server.start()
@@ -32,10 +32,11 @@ def test_a_model_file_that_is_not_the_pinned_one_is_never_loaded(tmp_path: Path)
     assert server.process is None and not (tmp_path / "server.log").exists()
     assert not port_open("127.0.0.1", port)
     with pytest.raises(UnverifiedModel, match="does not exist"):
-        LocalModelServer(tmp_path / "gone.gguf", pinned, port, tmp_path / "server.log").start()
+        LocalModelServer(tmp_path / "gone.gguf", pinned, port, tmp_path / "server.log",
+                         threads=1).start()
 
 
-@pytest.mark.integration  # once per run: it loads the real model (about 1 GB, 1 CPU thread)
+@pytest.mark.integration  # once per run: it loads the real model (0.5 GB, its CPU threads)
 @pytest.mark.timeout(300)
 def test_the_local_model_server_answers_a_chat_completion_through_the_outbound_policy(
         tmp_path: Path, settings: Any) -> None:
@@ -47,7 +48,8 @@ def test_the_local_model_server_answers_a_chat_completion_through_the_outbound_p
     if not model.is_file():
         pytest.fail(f"the local model is not in {model.parent}: bash scripts/local-model.sh "
                     "(and KB_LOCAL_MODEL_DIR as it had)")
-    server = LocalModelServer(model, sha256, free_port(), tmp_path / "server.log")
+    server = LocalModelServer(model, sha256, free_port(), tmp_path / "server.log",
+                              threads=settings.KB_LOCAL_MODEL_THREADS)
     began = time.monotonic()
     server.start()
     try:

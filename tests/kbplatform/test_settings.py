@@ -207,7 +207,7 @@ def test_the_local_model_runs_on_the_embedded_defaults_only_unless_told(monkeypa
     embedded = _settings(monkeypatch, tmp_path)
     assert embedded["KB_LOCAL_MODEL"] is True
     assert embedded["KB_LOCAL_MODEL_DIR"] == tmp_path / "models"
-    assert (embedded["KB_LOCAL_MODEL_URL"], embedded["KB_LOCAL_MODEL_THREADS"]) == ("", 1)
+    assert (embedded["KB_LOCAL_MODEL_URL"], embedded["KB_LOCAL_MODEL_THREADS"]) == ("", 2)
     production = _settings(monkeypatch, tmp_path, DATABASE_URL="mysql://kb:pw@db/kb",
                            DJANGO_SECRET_KEY="k" * 60)
     assert production["KB_LOCAL_MODEL"] is False
