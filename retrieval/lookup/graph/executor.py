@@ -183,26 +183,32 @@ class GraphExecutor:
         (docs/benchmarks.md, "Translation: the question and its translation")."""
         suffix = f"[{attempt}]" if attempt else ""
         queries = self._queries(plan, query, hints, clock, deadline, suffix)
-        alone = self._rounds(plan, query, queries, "", filters, hints, clock, deadline, suffix)
+        vectors = self._vectors(plan, queries, clock)
+        bm25 = self._bm25_terms(plan, queries, clock, suffix)
+        alone = self._rounds(plan, query, queries, vectors, bm25, filters, hints, clock,
+                             deadline, suffix)
         if alone[0].relevance_level is RelevanceLevel.PRECISE:
             return alone
         translation = self._translate(question, clock, deadline)
         if not translation:
             return alone
-        together = self._rounds(plan, query, queries, translation, filters, hints, clock,
-                                deadline, suffix + "[translated]")
+        # The queries' own vectors and terms, each with the translation's (translate.py).
+        other = self._vectors(plan, (translation,), clock)[translation]
+        together = self._rounds(
+            plan, query, queries,
+            {q: _with(v, other) for q, v in vectors.items()},
+            {q: (*bm25.get(q, ()), *bm25_with(translation)) for q in queries},
+            filters, hints, clock, deadline, suffix + "[translated]")
         if LEVELS[together[0].relevance_level] < LEVELS[alone[0].relevance_level]:
             return alone
         return together
 
     def _rounds(self, plan: RetrievalGraph, query: str, queries: Sequence[str],
-                translation: str, filters: SearchFilters, hints: QueryHints, clock: Clock,
-                deadline: Deadline, suffix: str
-                ) -> tuple[PostProcessed, SearchFilters, RetryDecision]:
-        """One search of `queries` (with `translation`, "" for none): narrowed to the L0
+                vectors: dict[str, list[float] | None], bm25: dict[str, tuple[str, ...]],
+                filters: SearchFilters, hints: QueryHints, clock: Clock, deadline: Deadline,
+                suffix: str) -> tuple[PostProcessed, SearchFilters, RetryDecision]:
+        """One search of `queries` (their `vectors` and BM25 terms): narrowed to the L0
         hint's category, and also without it below PRECISE."""
-        vectors = self._vectors(plan, queries, translation, clock)
-        bm25 = self._bm25_terms(plan, queries, translation, clock, suffix)
         if not (plan.category_filter and hints.category_filter):
             reason = "no category hint" if plan.category_filter else "category hint not used"
             return (self._round(plan, query, queries, vectors, bm25, filters, hints, clock,
@@ -243,27 +249,24 @@ class GraphExecutor:
                                  f"({len(transformed.queries)} queries)")
         return transformed.queries or (query,)
 
-    def _vectors(self, plan: RetrievalGraph, queries: Sequence[str], translation: str,
+    def _vectors(self, plan: RetrievalGraph, texts: Sequence[str],
                  clock: Clock) -> dict[str, list[float] | None]:
-        """Each query's dense vector; with a translation, between the query's and its."""
+        """Each text's dense vector (None when no retriever of the plan needs one)."""
         needed = any(self.parts.registry.spec(r.name).needs_vector for r in plan.retrievers)
         search = self.parts.search
         with clock.stage("embed"):
             if not needed:
-                return dict.fromkeys(queries)
+                return dict.fromkeys(texts)
             # Embedded here, not in the retriever threads: the embedding cache may use the DB.
-            other = search.embed(translation, "hybrid").vector if translation else None
-            return {q: _with(search.embed(q, "hybrid").vector, other) for q in queries}
+            return {t: search.embed(t, "hybrid").vector for t in texts}
 
-    def _bm25_terms(self, plan: RetrievalGraph, queries: Sequence[str], translation: str,
-                    clock: Clock, suffix: str) -> dict[str, tuple[str, ...]]:
+    def _bm25_terms(self, plan: RetrievalGraph, queries: Sequence[str], clock: Clock,
+                    suffix: str) -> dict[str, tuple[str, ...]]:
         """What each query's BM25 search also looks for: the other terms of the tenant's
-        synonym groups it names, its words in the other language, and the question's
-        translation."""
+        synonym groups it names, and its words in the other language."""
         synonyms = self._synonyms(queries, clock, suffix)
         words = self._bilingual(plan, queries, clock, suffix)
-        together = bm25_with(translation)
-        terms = {q: (*synonyms.get(q, ()), *words.get(q, ()), *together) for q in queries}
+        terms = {q: (*synonyms.get(q, ()), *words.get(q, ())) for q in queries}
         return {q: t for q, t in terms.items() if t}
 
     def _bilingual(self, plan: RetrievalGraph, queries: Sequence[str], clock: Clock,
