@@ -171,7 +171,7 @@ class Service:
         self.stop(signal.SIGKILL)
 
 
-class _MilvusServer(Service):
+class MilvusServer(Service):
     """A Milvus server process on (host, port) of `uri`, its data in `data_dir`."""
 
     def __init__(self, uri: str, data_dir: Path, log: Path,
@@ -191,7 +191,7 @@ class _MilvusServer(Service):
         return self.host, self.port
 
 
-class MilvusLiteServer(_MilvusServer):
+class MilvusLiteServer(MilvusServer):
     """`milvus-lite server` with one worker thread: the setting under which no row was lost."""
 
     name = "milvus-lite"
@@ -214,7 +214,7 @@ class MilvusLiteServer(_MilvusServer):
         super().stop(sig)
 
 
-class MilvusEngineServer(_MilvusServer):
+class MilvusEngineServer(MilvusServer):
     """Milvus 2.5's own C++ engine (segcore, knowhere): the `milvus` program inside the
     `milvus-lite==2.5.1` wheel, serving one data file over gRPC. Its Python package has the
     same import name as Milvus Lite 3.x, so it lives in a folder of its own (`engine_home`,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ import pytest
 from django.conf import settings
 from rest_framework.test import APIClient
 
-from kbplatform.processes import CeleryWorker, MilvusLiteServer
+from kbplatform.processes import CeleryWorker, MilvusEngineServer, MilvusLiteServer, MilvusServer
 from tests.datasets.builders import api_client
 from tests.worlds import WORLD, group, worlds
 
@@ -25,6 +26,14 @@ settings.KB_RECOVERY_IN_PROCESS = False
 settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def engine_home() -> Path:
+    """Where scripts/milvus-engine.sh unpacked Milvus 2.5's engine."""
+    home = Path(os.environ.get("KB_TEST_MILVUS_ENGINE", ROOT / ".milvus-engine"))
+    if not (home / "milvus_lite" / "lib" / "milvus").exists():
+        pytest.fail(f"Milvus 2.5's engine is not in {home}: bash scripts/milvus-engine.sh")
+    return home
 
 
 @pytest.fixture(scope="session")
@@ -82,7 +91,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 @pytest.fixture(scope="session")
 def shared_worlds(django_db_setup: Any, django_db_blocker: Any,
-                  milvus_server: MilvusLiteServer | None,
+                  milvus_server: MilvusServer | None,
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Where the shared worlds are made: the test database, and a Milvus of their own on the
     embedded runtime (the server on the services)."""
@@ -109,15 +118,31 @@ def _django_db_helper(_shared_world: None, _django_db_helper: None) -> None:
 
 
 @pytest.fixture(scope="session")
-def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusLiteServer | None]:
+def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusServer | None]:
+    """The services' Milvus: Milvus 2.5's own C++ engine (the `milvus` program of the
+    milvus-lite 2.5.1 wheel, scripts/milvus-engine.sh), a production server's semantics and
+    limits; `KB_TEST_MILVUS=lite` runs Milvus Lite 3.x's server instead. Embedded: none."""
     if not settings.MILVUS_URI.startswith("http"):
         yield None  # embedded: a Milvus Lite file opened in this process
         return
     folder = tmp_path_factory.mktemp("milvus")
-    server = MilvusLiteServer(settings.MILVUS_URI, folder / "data", folder / "server.log")
+    server: MilvusServer
+    if os.environ.get("KB_TEST_MILVUS", "engine") == "lite":
+        server = MilvusLiteServer(settings.MILVUS_URI, folder / "data", folder / "server.log")
+    else:
+        server = MilvusEngineServer(engine_home(), settings.MILVUS_URI, folder / "data",
+                                    folder / "server.log")
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def milvus_engine(milvus_server: MilvusServer | None) -> bool:
+    """Whether the tests' Milvus is Milvus 2.5's engine as the milvus-lite 2.5.1 wheel serves
+    it, which lacks what a Milvus server has: partitions, aliases, a collection's properties,
+    and the escapes \\n \\r of a filter's string literal."""
+    return isinstance(milvus_server, MilvusEngineServer)
 
 
 def _embedder_settings() -> dict[str, Any]:
@@ -133,7 +158,7 @@ _RUN_EMBEDDER_SETTINGS = _embedder_settings()
 
 
 @pytest.fixture
-def store(milvus_server: MilvusLiteServer | None, tmp_path: Path, settings: Any,
+def store(milvus_server: MilvusServer | None, tmp_path: Path, settings: Any,
           request: pytest.FixtureRequest) -> Iterator[Any]:
     """A clean Milvus for the test, and a probe to read it; collections are dropped after.
     In a shared world (tests/worlds.py): the world's Milvus, which the world empties."""
@@ -168,7 +193,7 @@ def store(milvus_server: MilvusLiteServer | None, tmp_path: Path, settings: Any,
 
 
 @pytest.fixture(scope="session")
-def celery_worker(milvus_server: MilvusLiteServer | None, django_db_setup: Any,
+def celery_worker(milvus_server: MilvusServer | None, django_db_setup: Any,
                   django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory,
                   ) -> Iterator[CeleryWorker]:
     """A worker process reading the test database; use with django_db(transaction=True)."""

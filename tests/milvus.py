@@ -29,6 +29,14 @@ class MilvusProbe:
     def alias_target(self) -> str | None:
         return milvus.collections().alias_target()
 
+    def serves(self, collection: str) -> bool:
+        """Whether `collection` serves: the index version names it, and the alias points at it
+        on a Milvus that has aliases (Milvus 2.5's engine as milvus-lite 2.5.1 serves it has
+        none)."""
+        target = self.alias_target()
+        return self.serving == collection and (target == collection
+                                               or not get_connection().aliases)
+
     def count(self, collection: str | None = None) -> int:
         return milvus.collections().count(collection or self.serving)
 

@@ -11,6 +11,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError
 
 from retrieval.index import milvus
+from retrieval.index.milvus.collections import has_partitions
 from retrieval.index.milvus.expressions import DATE_FIELD, TEXT_FIELDS
 from retrieval.index.versions import active_version, spec_difference
 
@@ -34,8 +35,12 @@ def check_services(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     difference = spec_difference(version)
     if difference:
         found.append(Warning(difference, id="kbplatform.W008"))
+    collections = milvus.collections()
     try:
-        layout = milvus.collections().layout(version.collection_name)
+        layout = collections.layout(version.collection_name)
+        # A server without partitions searches every collection whole: nothing to rebuild.
+        before_partitions = not layout.tenant_partitions and has_partitions(collections.connection,
+                                                                version.collection_name)
     except milvus.VectorStoreUnavailable as exc:
         return [*found, Error(f"cannot describe the serving collection: {exc}",
                               id="kbplatform.E007")]
@@ -46,7 +51,7 @@ def check_services(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             f"{', '.join(sorted(missing))}: lookups whose RagConfig.metadata_filters use them "
             "answer UNAVAILABLE until a rebuild", id="kbplatform.W011",
             hint="python manage.py rebuild_hybrid_knowledge --confirm REBUILD"))
-    if not layout.tenant_partitions:
+    if before_partitions:
         found.append(Warning(
             f"the serving index {version.collection_name} was built before tenants had "
             "partitions: every lookup filters every tenant's rows, so its cost grows with "

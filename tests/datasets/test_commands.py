@@ -108,7 +108,7 @@ def test_seed_script_refuses_without_confirm() -> None:
 @pytest.mark.django_db(transaction=True)
 def test_seed_script_rebuilds_the_test_database(store, kb, ingest) -> None:
     ingest(kb.dataset, "redis.md", runbook("redis"))
-    old = store.alias_target()
+    old = store.serving
     url = database_url()
     reset_connection()  # a Milvus Lite file serves one process at a time: the script's turn
 
@@ -116,8 +116,8 @@ def test_seed_script_rebuilds_the_test_database(store, kb, ingest) -> None:
                                                        "MILVUS_URI": settings.MILVUS_URI})
 
     assert result.returncode == 0, result.stderr
-    new = store.alias_target()
-    assert new != old
+    new = store.serving
+    assert new != old and store.serves(new)
     embedder = get_embedder()
     assert result.stdout.splitlines() == [
         "[1/1] redis.md", f"rebuilt: {new} now serves ({embedder.name}, {embedder.dimension}d)"]

@@ -32,6 +32,12 @@ MAX_CATEGORY = 100
 MAX_DOMAIN = 100
 MAX_BUSINESS_KEY = 200
 MAX_FILE_NAME = 255
+# Each VarChar's declared length in bytes (max_length counts bytes on a Milvus server: the
+# text fields leave room for 4-byte characters). The writer holds every row to them itself:
+# Milvus 2.5's engine as the milvus-lite 2.5.1 wheel serves it stores a longer value silently.
+VARCHAR_BYTES = {"id": 128, "category": MAX_CATEGORY, "domain": MAX_DOMAIN * 4,
+                 "business_key": MAX_BUSINESS_KEY * 4, "file_name": MAX_FILE_NAME * 4,
+                 "content": MAX_CONTENT * 4, "search_text": MAX_SEARCH_TEXT * 4}
 # At most Milvus's default limit of partitions a collection (1,024, `_default` included).
 TENANT_PARTITIONS = 1000
 _PARTITIONS_PROPERTY = "kbplatform.tenant_partitions"
@@ -41,6 +47,11 @@ logger = logging.getLogger(__name__)
 # of 128 missed true neighbours (XQuAD zh→en recall@100 0.93 against 0.97, docs/benchmarks.md);
 # a tenant's rows are searched in their own partition, so the full scan stays small.
 DENSE_LISTS = 128
+# BM25's terms: jieba's words. Milvus 2.5's engine also keeps each space and punctuation mark
+# as a term, which every chunk then matches (a question of unknown words found every chunk);
+# the filter keeps Chinese, letters and digits only. Milvus Lite 3.x drops spaces itself and
+# ignores the filter.
+ANALYZER: dict[str, Any] = {"tokenizer": "jieba", "filter": ["cnalphanumonly"]}
 DENSE_SEARCH: dict[str, Any] = {"metric_type": "L2", "params": {"nprobe": DENSE_LISTS}}
 BM25_SEARCH: dict[str, Any] = {"metric_type": "BM25"}
 
@@ -72,21 +83,18 @@ class MilvusCollections:
         self.connection.forget(name)
         client = self.connection.client()
         schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
-        schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=128)
+        schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=VARCHAR_BYTES["id"])
         schema.add_field("tenant_id", DataType.INT64)
         schema.add_field("dataset_id", DataType.INT64)
         schema.add_field("doc_id", DataType.INT64)
         schema.add_field("activated", DataType.BOOL)
-        schema.add_field("category", DataType.VARCHAR, max_length=MAX_CATEGORY)
-        # The document's fields that RagConfig.metadata_filters compare (expressions.py).
-        # max_length counts bytes on a Milvus server: room for 4-byte characters.
-        schema.add_field("domain", DataType.VARCHAR, max_length=MAX_DOMAIN * 4)
-        schema.add_field("business_key", DataType.VARCHAR, max_length=MAX_BUSINESS_KEY * 4)
-        schema.add_field("file_name", DataType.VARCHAR, max_length=MAX_FILE_NAME * 4)
+        # With the document's fields that RagConfig.metadata_filters compare (expressions.py).
+        for field in TEXT_FIELDS:
+            schema.add_field(field, DataType.VARCHAR, max_length=VARCHAR_BYTES[field])
         schema.add_field("updated_at", DataType.INT64)
-        schema.add_field("content", DataType.VARCHAR, max_length=MAX_CONTENT * 4)
-        schema.add_field("search_text", DataType.VARCHAR, max_length=MAX_SEARCH_TEXT * 4,
-                         enable_analyzer=True, analyzer_params={"tokenizer": "jieba"})
+        schema.add_field("content", DataType.VARCHAR, max_length=VARCHAR_BYTES["content"])
+        schema.add_field("search_text", DataType.VARCHAR, max_length=VARCHAR_BYTES["search_text"],
+                         enable_analyzer=True, analyzer_params=ANALYZER)
         schema.add_field("sparse_vector", DataType.SPARSE_FLOAT_VECTOR)
         schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dimension)
         schema.add_field("metadata", DataType.JSON)
@@ -199,6 +207,17 @@ def partition_exists(connection: MilvusConnection, collection: str, partition: s
                                                            timeout=connection.timeout),
             collection=collection))
     return partition in known
+
+
+def has_partitions(connection: MilvusConnection, collection: str) -> bool:
+    """Whether the server has partitions at all: Milvus 2.5's engine as the milvus-lite 2.5.1
+    wheel serves it has none (UNIMPLEMENTED), nor keeps a collection's properties, so every
+    collection there reads as built before tenants had partitions and is searched whole."""
+    try:
+        partition_exists(connection, collection, "_default", ask=True)
+    except VectorStoreLacks:
+        return False
+    return True
 
 
 def tenant_partitions(connection: MilvusConnection, collection: str,

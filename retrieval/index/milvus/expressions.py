@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from retrieval.types import MetadataFilter, SearchFilters
 
-# The Milvus Lite lexer (milvus_lite/search/filter/tokens.py) knows only the escapes
+# The Milvus Lite 3.x lexer (milvus_lite/search/filter/tokens.py) knows only the escapes
 # \\ \" \' \n \r \t and rejects a raw CR or LF inside a literal; every other character (C0
 # controls, NUL, DEL, CJK, emoji) is taken verbatim. JSON's \uXXXX is refused, so json.dumps
-# broke every filter on a value holding a control character.
-_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"})
+# broke every filter on a value holding a control character. Milvus 2.5's engine as the
+# milvus-lite 2.5.1 wheel serves it knows \\ and \" only: a tab goes in raw, which every
+# engine takes; CR and LF have no spelling there (such a value matches nothing on it).
+_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r"})
 
 
 def quote(value: str) -> str:

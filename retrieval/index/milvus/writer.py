@@ -16,10 +16,11 @@ from retrieval.analysis import bm25_text
 from retrieval.index.milvus.collections import (
     MAX_CONTENT,
     MAX_SEARCH_TEXT,
+    VARCHAR_BYTES,
     collection_layout,
     partition_exists,
 )
-from retrieval.index.milvus.connection import MilvusConnection
+from retrieval.index.milvus.connection import MilvusConnection, VectorStoreRejected
 from retrieval.index.milvus.expressions import ints
 from retrieval.index.writer_lock import milvus_writer
 
@@ -76,11 +77,24 @@ UPSERT_BATCH = 100  # rows per upsert call
 def _entities(rows: Sequence[ChunkRow], fields: frozenset[str]) -> list[dict[str, Any]]:
     """Rows as Milvus entities of a collection with `fields` (one built before a field was
     added does not get it); BM25 reads the analysed text (retrieval/analysis.py)."""
-    return [{k: v for k, v in row.__dict__.items() if k in fields}
-            | {"content": row.content[:MAX_CONTENT],
-               # Stemming and lower-casing may lengthen a text: cut what the field receives.
-               "search_text": bm25_text(row.search_text[:MAX_SEARCH_TEXT])[:MAX_SEARCH_TEXT]}
+    return [_within_declared({k: v for k, v in row.__dict__.items() if k in fields}
+                             | {"content": row.content[:MAX_CONTENT],
+                                # Stemming and lower-casing may lengthen a text: cut what the
+                                # field receives.
+                                "search_text": bm25_text(
+                                    row.search_text[:MAX_SEARCH_TEXT])[:MAX_SEARCH_TEXT]})
             for row in rows]
+
+
+def _within_declared(entity: dict[str, Any]) -> dict[str, Any]:
+    """The entity, refused as a Milvus server refuses it when a VarChar is longer than its
+    field declares (an engine that stores it silently must not decide what is kept)."""
+    for field, limit in VARCHAR_BYTES.items():
+        size = len(str(entity.get(field, "")).encode())
+        if size > limit:
+            raise VectorStoreRejected(f"Milvus refused upsert: the {field} of {entity['id'][:128]}"
+                                      f" is {size} bytes, over the {limit} its field declares")
+    return entity
 
 
 class MilvusWriter:
@@ -108,6 +122,8 @@ class MilvusWriter:
                                                         timeout=self.connection.timeout))
 
     def _ids_of(self, collection: str, doc_ids: Sequence[int]) -> set[str]:
+        if not doc_ids:  # `doc_id in []` fails an assertion of Milvus 2.5's engine
+            return set()
         rows = self.connection.call("query", lambda c: c.query(
             collection, filter=f"doc_id in {ints(doc_ids)}", output_fields=["id"],
             timeout=self.connection.timeout), collection=collection)

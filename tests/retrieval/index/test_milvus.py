@@ -24,11 +24,12 @@ from tests.milvus import collection_before_filter_fields
 
 DIM = 4
 INJECTION = 'ops" or tenant_id == 2 or category == "'
-# Every C0 control, quotes, backslashes, emoji and a Chinese category at the field's limit:
-# a category is whatever a document's frontmatter says.
+# Every C0 control, quotes, backslashes, emoji and a Chinese category at the field's limit
+# (100 bytes, as a Milvus server counts; ingestion holds categories to it): a category is
+# whatever a document's frontmatter says.
 CATEGORIES = [f"a{chr(c)}b" for c in range(1, 32)] + [
     "a \u0007 b", "a\x7fb", '"', "'", "\\", '\\"', "tail\\", "\\n", "🔥 fire", "👨‍👩‍👧",
-    "缓存", "缓" * 100, "mixed '引号' \"and\" \\ 🔥\t", INJECTION, "x' or category != 'y"]
+    "缓存", "缓" * 33 + "a", "mixed '引号' \"and\" \\ 🔥\t", INJECTION, "x' or category != 'y"]
 
 
 def _row(key: str, *, tenant: int = 1, dataset: int = 1, category: str = "ops",
@@ -81,6 +82,8 @@ def test_quote_escapes_only_what_the_milvus_lexer_knows() -> None:
     # hints picked a category with a control character.
     assert quote("a \u0007 b") == '"a \u0007 b"'
     assert quote('say "hi"\n\\') == '"say \\"hi\\"\\n\\\\"'
+    # Milvus 2.5's engine knows no \t: a tab goes in raw, which every engine takes.
+    assert quote("a\tb") == '"a\tb"'
 
 
 @pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
@@ -96,12 +99,14 @@ def test_a_search_sees_only_its_tenant_and_datasets_minus_the_excluded(serving, 
     assert _search(serving, mode, category=INJECTION) == []
 
 
-def test_every_category_value_matches_exactly_its_own_rows(store, db) -> None:
+def test_every_category_value_matches_exactly_its_own_rows(store, db, milvus_engine) -> None:
     milvus.collections().create("biz_c", DIM)
     rows = [_row(f"{100 + n}#chunk-0", category=value) for n, value in enumerate(CATEGORIES)]
     milvus.writer().replace_documents([], rows, collection="biz_c")
 
     for n, value in enumerate(CATEGORIES):
+        if milvus_engine and ("\n" in value or "\r" in value):
+            continue  # no spelling of CR or LF in that engine's literals (expressions.py)
         assert _search("biz_c", "dense", category=value) == [f"{100 + n}#chunk-0"], repr(value)
 
 
@@ -125,7 +130,10 @@ def test_delete_removes_one_document_only(serving, store) -> None:
     assert _search(serving, "dense") == ["10#chunk-0", "10#chunk-1"]
 
 
-def test_the_alias_switches_between_collections_and_is_never_dropped(serving, store) -> None:
+def test_the_alias_switches_between_collections_and_is_never_dropped(serving, store,
+                                                                    milvus_engine) -> None:
+    if milvus_engine:
+        pytest.skip("Milvus 2.5's engine as milvus-lite 2.5.1 serves it has no aliases")
     collections = milvus.collections()
     collections.point_alias(serving)
     collections.create("biz_t2", DIM)
@@ -243,7 +251,7 @@ def test_metadata_filters_are_quoted_clauses_on_the_entitys_fields() -> None:
 
 
 def test_a_collection_built_before_the_filter_fields_takes_writes_and_asks_for_a_rebuild(
-        store, db) -> None:  # type: ignore[no-untyped-def]
+        store, db, milvus_engine) -> None:  # type: ignore[no-untyped-def]
     from retrieval.index.milvus.arms import IndexOutdated
     from retrieval.types import MetadataFilter
 
@@ -257,7 +265,8 @@ def test_a_collection_built_before_the_filter_fields_takes_writes_and_asks_for_a
                                 metadata=MetadataFilter(domain=("cache",))))
     with pytest.raises(IndexOutdated, match="built before chunks carried domain: rebuild it"):
         milvus.searcher("biz_old").search(request)
-    assert _partitions("biz_old") == ["_default"]  # searched whole until a rebuild
+    if not milvus_engine:  # which has no partitions
+        assert _partitions("biz_old") == ["_default"]  # searched whole until a rebuild
 
 
 def _partitions(collection: str) -> list[str]:
@@ -272,10 +281,12 @@ def _in_partition(collection: str, partition: str) -> list[str]:
 
 @pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid", "milvus_hybrid"])
 def test_a_tenants_rows_live_in_its_partition_and_its_searches_read_only_that(
-        serving, mode) -> None:
+        serving, mode, milvus_engine) -> None:
     """Milvus Lite filters every row of the partitions it searches: naming the tenant's makes
     a lookup's cost follow its rows (docs/benchmarks.md). The filter stays, for tenants that
     share a partition past TENANT_PARTITIONS."""
+    if milvus_engine:
+        pytest.skip("Milvus 2.5's engine as milvus-lite 2.5.1 serves it has no partitions")
     from retrieval.index.milvus.collections import TENANT_PARTITIONS
 
     assert _partitions(serving) == ["_default", "tenants_1", "tenants_2"]
@@ -295,7 +306,9 @@ def test_a_tenants_rows_live_in_its_partition_and_its_searches_read_only_that(
                                           limit=5) == []
 
 
-def test_a_rewritten_document_stays_in_its_tenants_partition(serving) -> None:
+def test_a_rewritten_document_stays_in_its_tenants_partition(serving, milvus_engine) -> None:
+    if milvus_engine:
+        pytest.skip("Milvus 2.5's engine as milvus-lite 2.5.1 serves it has no partitions")
     milvus.writer().replace_documents([10], [_row("10#chunk-0", text="redis rewritten")],
                                       collection=serving)
     assert _in_partition(serving, "tenants_1") == ["10#chunk-0", "11#chunk-0", "12#chunk-0"]
@@ -305,8 +318,10 @@ def test_a_rewritten_document_stays_in_its_tenants_partition(serving) -> None:
     assert [hit.content for hit in hits] == ["10#chunk-0: redis rewritten"]
 
 
-def test_a_partition_another_process_made_is_searched(serving) -> None:
+def test_a_partition_another_process_made_is_searched(serving, milvus_engine) -> None:
     """This process knows tenant 5 had no partition; the worker then wrote its first rows."""
+    if milvus_engine:
+        pytest.skip("Milvus 2.5's engine as milvus-lite 2.5.1 serves it has no partitions")
     from dataclasses import asdict
 
     from retrieval.index.milvus.writer import _entities
@@ -336,6 +351,39 @@ def test_a_dense_search_finds_the_exact_nearest_chunks(store, db) -> None:
         found = [hit.chunk_id for hit in milvus.searcher("biz_exact").search(request)]
         nearest = np.argsort(((vectors - query) ** 2).sum(axis=1))[:10]
         assert found == [f"{n + 1}#chunk-0" for n in nearest]
+
+
+def test_a_filter_that_keeps_few_rows_still_returns_k_of_k(store, db) -> None:
+    """A filter that keeps under 1 % of the rows (one small dataset among many rows) returns
+    the k nearest of the rows it keeps, as numpy finds them, and BM25 every matching row up to
+    k: an IVF search probing a few lists over such a filter returned 7 of 10 (issue 38)."""
+    rng = np.random.default_rng(11)
+    vectors = rng.normal(size=(3_000, 16)).astype(np.float32)
+    small = set(range(0, 3_000, 120))  # 25 rows of dataset 2: 0.8 %
+    milvus.collections().create("biz_few", 16)
+    milvus.writer().replace_documents([], [
+        _row(f"{n}#chunk-0", dataset=2 if n in small else 1,
+             text="kafka consumer lag" if n % 60 == 0 else "redis eviction policy",
+             vector=tuple(float(x) for x in vector))
+        for n, vector in enumerate(vectors)], collection="biz_few")
+    kept = np.array(sorted(small))
+    filters = SearchFilters(tenant_id=1, dataset_ids=(2,))
+    for query in rng.normal(size=(10, 16)).astype(np.float32):
+        request = SearchRequest(query_text="", query_vector=[float(x) for x in query],
+                                mode="dense", limit=10, filters=filters)
+        found = [hit.chunk_id for hit in milvus.searcher("biz_few").search(request)]
+        nearest = kept[np.argsort(((vectors[kept] - query) ** 2).sum(axis=1))[:10]]
+        assert found == [f"{n}#chunk-0" for n in nearest]
+    # BM25: of the kept rows, those that hold the query's terms (every other one here).
+    request = SearchRequest(query_text="kafka consumer lag", query_vector=None, mode="bm25",
+                            limit=10, filters=filters)
+    found = {hit.chunk_id for hit in milvus.searcher("biz_few").search(request)}
+    matching = {f"{n}#chunk-0" for n in small if n % 60 == 0}
+    assert len(matching) > 10 and len(found) == 10 and found <= matching
+    request = SearchRequest(query_text="kafka consumer lag", query_vector=[1.0] * 16,
+                            mode="hybrid", limit=10, filters=filters)
+    hybrid = milvus.searcher("biz_few").search(request)
+    assert len(hybrid) == 10 and {h.chunk_id for h in hybrid} <= {f"{n}#chunk-0" for n in small}
 
 
 @pytest.mark.embedded

@@ -7,7 +7,6 @@ on Milvus Lite 3.x passed."""
 from __future__ import annotations
 
 import io
-import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,20 +19,15 @@ from kbplatform.processes import MilvusEngineServer, free_port
 from retrieval.index import milvus
 from retrieval.index.milvus import reset_connection
 from retrieval.index.milvus.collections import VARCHAR_MAX_BYTES
-from tests.conftest import ROOT, document_ingest
+from tests.conftest import document_ingest, engine_home
 from tests.datasets.builders import runbook
 
 # integration: a Milvus server process of its own (scripts/test.sh unpacks the engine).
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
-ENGINE_HOME = Path(os.environ.get("KB_TEST_MILVUS_ENGINE", ROOT / ".milvus-engine"))
-
-
 @pytest.fixture
 def engine(tmp_path: Path, settings: Any) -> Iterator[MilvusEngineServer]:
-    if not (ENGINE_HOME / "milvus_lite" / "lib" / "milvus").exists():
-        pytest.fail(f"Milvus 2.5's engine is not in {ENGINE_HOME}: bash scripts/milvus-engine.sh")
-    server = MilvusEngineServer(ENGINE_HOME, f"http://127.0.0.1:{free_port()}",
+    server = MilvusEngineServer(engine_home(), f"http://127.0.0.1:{free_port()}",
                                 tmp_path / "data", tmp_path / "engine.log")
     server.start()
     settings.MILVUS_URI = server.uri

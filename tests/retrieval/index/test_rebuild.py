@@ -91,7 +91,7 @@ def test_rebuild_on_the_worker_switches_the_index_while_lookups_keep_working(
     assert during_rebuild > 0, "no lookup overlapped the rebuild"
 
     new = store.serving
-    assert new != old and store.alias_target() == new
+    assert new != old and store.serves(new)
     assert sorted(store.collections()) == sorted([old, new])  # the old one, for a rollback
     assert store.count() == chunks
     assert IndexVersion.objects.get(collection_name=old).status == IndexVersion.Status.RETIRED
@@ -117,7 +117,7 @@ def test_a_failed_rebuild_leaves_the_old_index_serving(kb, store, ingest, eager_
     # The owner reads a general message; the exception is for operators (admin, logs).
     assert "DocumentParseError" not in job["error"]
     assert "DocumentParseError" in Job.objects.get(pk=job["id"]).error_detail
-    assert store.alias_target() == old == store.serving
+    assert store.serves(old)
     assert store.collections() == [old]  # the half-built collection is gone
     failed = IndexVersion.objects.exclude(collection_name=old).get()
     assert failed.status == IndexVersion.Status.DROPPED and "empty" in failed.error
