@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command for the whole suite: set up, lint, type-check, then the tests twice:
-#   1. integration: MariaDB, Redis, a Milvus Lite server and a real Celery worker;
+#   1. integration: MariaDB, Redis, Milvus 2.5's own engine as a server (KB_TEST_MILVUS=lite:
+#      a Milvus Lite 3.x server instead) and a real Celery worker;
 #   2. embedded defaults: SQLite, a Milvus Lite file and tasks in-process.
 # A test that uses neither the database, Milvus nor the worker (marked pure by
 # tests/conftest.py) is the same on both: only the second run runs it.
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/.."
 # mysqlclient builds against libmariadb; the browser tests drive Debian's chromium.
 bash scripts/system-packages.sh libmariadb-dev pkg-config gcc chromium fonts-wqy-zenhei tesseract-ocr tesseract-ocr-chi-sim tesseract-ocr-eng
 bash scripts/setup.sh "mysql,dev"
-# Milvus 2.5's own engine, for the tests that hold the platform to a Milvus server's limits.
+# Milvus 2.5's own engine, the integration run's Milvus: a Milvus server's engine and limits.
 bash scripts/milvus-engine.sh
 # The oldest openai release pyproject.toml admits, which a test runs the model clients with.
 bash scripts/lower-bounds.sh
@@ -39,7 +40,7 @@ run_pytest() {
   return "$code"
 }
 
-echo "== integration: MariaDB + Redis + Milvus Lite server + Celery worker"
+echo "== integration: MariaDB + Redis + Milvus 2.5's engine + Celery worker"
 # No KB_VAR_DIR: the tests' own is a temporary folder (tests/var_dir.py), never var/ here.
 DJANGO_SECRET_KEY="${DJANGO_SECRET_KEY:-test-only-$(python -c 'import secrets; print(secrets.token_urlsafe(40))')}" \
 DATABASE_URL="${TEST_DATABASE_URL:-mysql://root:@127.0.0.1:3306/test}" \

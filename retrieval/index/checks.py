@@ -39,8 +39,8 @@ def check_services(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     try:
         layout = collections.layout(version.collection_name)
         # A server without partitions searches every collection whole: nothing to rebuild.
-        before_partitions = not layout.tenant_partitions and has_partitions(collections.connection,
-                                                                version.collection_name)
+        before_partitions = not layout.tenant_partitions and has_partitions(
+            collections.connection, version.collection_name)
     except milvus.VectorStoreUnavailable as exc:
         return [*found, Error(f"cannot describe the serving collection: {exc}",
                               id="kbplatform.E007")]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,7 @@ from retrieval.index.milvus.imports import AnnSearchRequest, RRFRanker
 from retrieval.types import SearchFilters, SearchHit, SearchRequest
 
 _OUTPUT = ("id", "content", "metadata")
-# How Milvus 2.5's engine refuses a BM25 search of a collection without rows (arms._empty).
+# How Milvus 2.5's engine refuses a BM25 search of a collection without rows (_searched).
 _NO_BM25_STATISTICS = "NaN or Inf"
 
 
@@ -87,27 +87,26 @@ class MilvusSearch:
 
     def _search(self, where: _Where, request: SearchRequest, *, data: Any, field: str,
                 params: dict[str, Any], output: Sequence[str]) -> list[dict[str, Any]]:
-        try:
-            return list(self.connection.call("search", lambda c: c.search(
-                self.collection, data=[data], anns_field=field, filter=where.expr,
-                limit=request.limit, output_fields=list(output), search_params=params,
-                partition_names=where.partitions, timeout=self.connection.timeout),
-                collection=self.collection)[0])
-        except VectorStoreUnavailable as exc:
-            if self._empty(exc):
-                return []
-            raise
+        return list(self._searched("search", lambda c: c.search(
+            self.collection, data=[data], anns_field=field, filter=where.expr,
+            limit=request.limit, output_fields=list(output), search_params=params,
+            partition_names=where.partitions, timeout=self.connection.timeout))[0])
 
-    def _empty(self, exc: VectorStoreUnavailable) -> bool:
-        """Whether a BM25 search failed only because the collection holds no row yet: Milvus
-        2.5's engine then weighs the query's terms by an average length of 0 and refuses the
-        NaN it makes. Asked only then; any other failure stays one."""
-        if _NO_BM25_STATISTICS not in str(exc):
-            return False
-        rows = self.connection.call("count", lambda c: c.query(
-            self.collection, filter="", output_fields=["count(*)"],
-            timeout=self.connection.timeout), collection=self.collection)
-        return int(rows[0]["count(*)"]) == 0
+    def _searched(self, what: str, fn: Callable[[Any], Any]) -> Any:
+        """The search's hits per query; none when it failed only because the collection holds
+        no row yet (Milvus 2.5's engine then weighs BM25's terms by an average length of 0 and
+        refuses the NaN it makes). The rows are counted only then; any other failure stays one."""
+        try:
+            return self.connection.call(what, fn, collection=self.collection)
+        except VectorStoreUnavailable as exc:
+            if _NO_BM25_STATISTICS not in str(exc):
+                raise
+            rows = self.connection.call("count", lambda c: c.query(
+                self.collection, filter="", output_fields=["count(*)"],
+                timeout=self.connection.timeout), collection=self.collection)
+            if int(rows[0]["count(*)"]):
+                raise
+            return [[]]
 
     def _dense(self, where: _Where, request: SearchRequest) -> list[dict[str, Any]]:
         return self._search(where, request, data=request.query_vector, field="vector",
@@ -156,16 +155,10 @@ class MilvusSearch:
                                  request.limit, expr=where.expr),
                 AnnSearchRequest([_bm25_query(request)], "sparse_vector",
                                  BM25_SEARCH, request.limit, expr=where.expr)]
-        try:
-            found = self.connection.call("hybrid_search", lambda c: c.hybrid_search(
-                self.collection, arms, RRFRanker(request.rrf_k), limit=request.limit,
-                output_fields=_with_vector(request), partition_names=where.partitions,
-                timeout=self.connection.timeout),
-                collection=self.collection)[0]
-        except VectorStoreUnavailable as exc:
-            if self._empty(exc):
-                return []
-            raise
+        found = self._searched("hybrid_search", lambda c: c.hybrid_search(
+            self.collection, arms, RRFRanker(request.rrf_k), limit=request.limit,
+            output_fields=_with_vector(request), partition_names=where.partitions,
+            timeout=self.connection.timeout))[0]
         return [_hit(item, rank, float(item["distance"]), _l2(item, request.query_vector),
                      bm25_match=None)  # RRFRanker does not say which arm found a hit
                 for rank, item in enumerate(found, 1)]

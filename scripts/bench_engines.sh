@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Usage: bash scripts/bench_engines.sh [WORKDIR] [ROUNDS]
+# Milvus Lite 3.x against Milvus 2.5's own engine (scripts/milvus-engine.sh), side by side on
+# one machine: each engine served on 127.0.0.1 with a SQLite database of its own in WORKDIR
+# (default: a temporary folder), the same commands alternating between them, USE. Prints a
+# markdown table: CMRC (zh) and SciFact (en) nDCG@10 and p50 per retriever, and the REST lookup
+# over 10,000 chunks against its floor (`bench_lookup`). Run inside the virtualenv (. .venv/bin/activate).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work="${1:-$(mktemp -d)}"
+rounds="${2:-2}"
+bash scripts/milvus-engine.sh
+lib="$PWD/.milvus-engine/milvus_lite/lib"
+declare -A ports=([lite]=19601 [engine]=19602)
+mkdir -p "$work/lite" "$work/engine"
+milvus-lite server --data-dir "$work/lite/milvus" --host 127.0.0.1 --port "${ports[lite]}" \
+  --max-workers 1 > "$work/lite/server.log" 2>&1 &
+lite=$!
+env LD_LIBRARY_PATH="$lib" "$lib/milvus" "$work/engine/milvus.db" "127.0.0.1:${ports[engine]}" \
+  ERROR > "$work/engine/server.log" 2>&1 &
+engine=$!
+# SIGTERM: a background shell's children ignore SIGINT, Milvus Lite's clean stop.
+trap 'kill $lite $engine' EXIT
+
+on() {  # engine, then a manage.py command
+  local name="$1"; shift
+  DATABASE_URL="sqlite:///$work/$name/kb.sqlite3" KB_VAR_DIR="$work/$name" \
+    MILVUS_URI="http://127.0.0.1:${ports[$name]}" KB_EMBEDDER=use KB_LOCAL_MODEL=false \
+    python manage.py "$@"
+}
+for name in lite engine; do
+  for _ in $(seq 1 60); do on "$name" check >/dev/null 2>&1 && break; sleep 1; done
+  on "$name" migrate -v0 && on "$name" createcachetable
+done
+
+echo "| measure | Milvus Lite 3.x | Milvus 2.5's engine |"
+echo "|---|---|---|"
+for suite in cmrc2018 scifact; do
+  for mode in hybrid bm25 dense; do
+    cells=()
+    for name in lite engine; do
+      cells+=("$(on "$name" evaluate --suite "../shared/eval/$suite" --embedder use \
+        --mode "$mode" --queries 300 --json 2>/dev/null | python -c '
+import json, sys
+r = json.load(sys.stdin)
+print("%.4f, p50 %s ms" % (r["ndcg@10"], r["latency_p50_ms"]))')")
+    done
+    echo "| $suite $mode: nDCG@10, p50 | ${cells[0]} | ${cells[1]} |"
+  done
+done
+for round in $(seq 1 "$rounds"); do
+  cells=()
+  for name in lite engine; do
+    cells+=("$(on "$name" bench_lookup --sizes 10000 --queries 100 --json 2>/dev/null | python -c '
+import json, sys
+r = json.load(sys.stdin)["lookup"][0]
+print("%s ms (floor %s ms)" % (r["rest_p50_ms"], r["floor_p50_ms"]))')")
+  done
+  echo "| round $round, 10,000 chunks: REST lookup p50 (floor p50) | ${cells[0]} | ${cells[1]} |"
+done
