@@ -120,8 +120,9 @@ def _django_db_helper(_shared_world: None, _django_db_helper: None) -> None:
 @pytest.fixture(scope="session")
 def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusServer | None]:
     """The services' Milvus: Milvus 2.5's own C++ engine (the `milvus` program of the
-    milvus-lite 2.5.1 wheel, scripts/milvus-engine.sh), a production server's semantics and
-    limits; `KB_TEST_MILVUS=lite` runs Milvus Lite 3.x's server instead. Embedded: none."""
+    milvus-lite 2.5.1 wheel, scripts/milvus-engine.sh), the nearest to a production server's
+    engine and limits (what it lacks: `milvus_engine`); `KB_TEST_MILVUS=lite` runs Milvus Lite
+    3.x's server instead. Embedded: none."""
     if not settings.MILVUS_URI.startswith("http"):
         yield None  # embedded: a Milvus Lite file opened in this process
         return
