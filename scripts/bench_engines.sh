@@ -33,7 +33,7 @@ on() {  # engine, then a manage.py command
     python manage.py "$@"
 }
 for name in lite engine; do
-  for _ in $(seq 1 60); do on "$name" check >/dev/null 2>&1 && break; sleep 1; done
+  python -c "from kbplatform.processes import wait_for_port; wait_for_port('127.0.0.1', ${ports[$name]})"
   on "$name" migrate -v0 && on "$name" createcachetable
 done
 

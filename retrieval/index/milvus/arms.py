@@ -13,6 +13,7 @@ from retrieval.fusion import ADAPT_TOP_HITS, adaptive_dense_share, convex, weigh
 from retrieval.index.milvus.collections import (
     BM25_SEARCH,
     DENSE_SEARCH,
+    MilvusCollections,
     collection_layout,
     tenant_partitions,
 )
@@ -101,10 +102,7 @@ class MilvusSearch:
         except VectorStoreUnavailable as exc:
             if _NO_BM25_STATISTICS not in str(exc):
                 raise
-            rows = self.connection.call("count", lambda c: c.query(
-                self.collection, filter="", output_fields=["count(*)"],
-                timeout=self.connection.timeout), collection=self.collection)
-            if int(rows[0]["count(*)"]):
+            if MilvusCollections(self.connection).count(self.collection):
                 raise
             return [[]]
 

@@ -33,8 +33,9 @@ MAX_DOMAIN = 100
 MAX_BUSINESS_KEY = 200
 MAX_FILE_NAME = 255
 # Each VarChar's declared length in bytes (max_length counts bytes on a Milvus server: the
-# text fields leave room for 4-byte characters). The writer holds every row to them itself:
-# Milvus 2.5's engine as the milvus-lite 2.5.1 wheel serves it stores a longer value silently.
+# text fields leave room for 4-byte characters). The writer holds the fields it does not cut
+# to them itself: Milvus 2.5's engine as the milvus-lite 2.5.1 wheel serves it stores a longer
+# value silently.
 VARCHAR_BYTES = {"id": 128, "category": MAX_CATEGORY, "domain": MAX_DOMAIN * 4,
                  "business_key": MAX_BUSINESS_KEY * 4, "file_name": MAX_FILE_NAME * 4,
                  "content": MAX_CONTENT * 4, "search_text": MAX_SEARCH_TEXT * 4}
