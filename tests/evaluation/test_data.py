@@ -1,5 +1,5 @@
 """The evaluation data the repository ships: the paraphrased question set over knowledge_base/
-and the cross-lingual suite keep the shape docs/benchmarks.md describes."""
+and the cross-lingual suites keep the shape docs/benchmarks.md describes."""
 
 from __future__ import annotations
 
@@ -51,3 +51,19 @@ def test_the_cross_lingual_suite_asks_chinese_questions_of_english_paragraphs() 
     assert len(re.findall(r"[\u4e00-\u9fff]", corpus)) < len(corpus) / 1000  # a few names
     assert all(set(docs) <= set(suite.corpus) for docs in suite.qrels.values())
     assert "CC BY-SA 4.0" in (folder / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_other_cross_lingual_suite_asks_the_same_questions_in_english_of_chinese_paragraphs(
+        ) -> None:
+    """xquad-en-zh is xquad-zh-en the other way round: the same question ids and qrels, the
+    English originals asked of XQuAD's Chinese paragraphs, no English title to match."""
+    folder = ROOT / "evaluation" / "data" / "xquad-en-zh"
+    suite = load_suite(folder)
+    zh_en = load_suite(ROOT / "evaluation" / "data" / "xquad-zh-en")
+    assert set(suite.queries) == set(zh_en.queries)
+    assert not any(_chinese(text) for text in suite.queries.values())
+    assert all(_chinese(text) and not title for title, text in suite.corpus.values())
+    assert {query: {doc.replace("zh-", "en-", 1): grade for doc, grade in docs.items()}
+            for query, docs in suite.qrels.items()} == zh_en.qrels
+    assert "CC BY-SA 4.0" in (folder / "README.md").read_text(encoding="utf-8")
+    assert (folder / "LICENSE_CC-BY-SA-4.0.txt").is_file()

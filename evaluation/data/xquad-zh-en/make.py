@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Build the xquad-zh-en cross-lingual suite (Chinese questions -> English paragraphs).
+"""Build the two cross-lingual XQuAD suites: xquad-zh-en (Chinese questions -> English
+paragraphs) and xquad-en-zh (English questions -> Chinese paragraphs).
 
 Source: github.com/google-deepmind/xquad at commit 7d30520c717524000f0d9d2f9c10a069acd9d285,
 files xquad.en.json and xquad.zh.json (CC BY-SA 4.0, CC-BY-SA4.0.txt in that repository).
@@ -7,7 +8,9 @@ files xquad.en.json and xquad.zh.json (CC BY-SA 4.0, CC-BY-SA4.0.txt in that rep
 Usage:
   python3 make.py --repo /path/to/xquad/git-dir   # reads the files with `git show <commit>:<file>`
   python3 make.py --dir  /path/to/folder          # folder holding xquad.en.json and xquad.zh.json
-Writes corpus.jsonl, queries.jsonl, qrels/test.tsv next to this script (or into --out).
+  ... --direction en-zh                           # the other suite (default zh-en)
+Writes corpus.jsonl, queries.jsonl, qrels/test.tsv into the sibling folder xquad-<direction>
+(or into --out).
 
 Method (deterministic, no randomness):
   corpus  = all 240 English paragraphs of XQuAD (the whole English side; each is a SQuAD v1.1 dev
@@ -19,6 +22,10 @@ Method (deterministic, no randomness):
   qrels   = each question -> the English paragraph it was written on (score 1). Exactly one
             relevant paragraph per query; the other 239 paragraphs are the distractors
             (same 48 articles, so ~4 same-topic paragraphs per article are hard negatives).
+  en-zh   = the same 298 questions the other way round: text = the English original, corpus =
+            the 240 professional Chinese paragraphs of xquad.zh.json, _id "zh-<article#>-
+            <paragraph#>", with no title (XQuAD's titles are the English article names in both
+            files: the only English in this corpus is what the Chinese paragraphs hold).
 """
 import argparse, json, os, subprocess, hashlib
 from typing import Any
@@ -44,36 +51,43 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repo")
     ap.add_argument("--dir")
-    ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)))
+    ap.add_argument("--direction", choices=("zh-en", "en-zh"), default="zh-en")
+    ap.add_argument("--out")
     args = ap.parse_args()
     if not (args.repo or args.dir):
         ap.error("give --repo or --dir")
+    out = args.out or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                   f"xquad-{args.direction}")
     en, zh = load(args, "xquad.en.json"), load(args, "xquad.zh.json")
+    zh_to_en = args.direction == "zh-en"
     corpus, queries, qrels = [], [], []
     qi = 0
     for ai, (da, dz) in enumerate(zip(en["data"], zh["data"])):
         assert da["title"] == dz["title"]
         for pi, (pa, pz) in enumerate(zip(da["paragraphs"], dz["paragraphs"])):
-            did = f"en-{ai:02d}-{pi:02d}"
-            corpus.append({"_id": did, "title": da["title"].replace("_", " "), "text": pa["context"],
+            did = f"{'en' if zh_to_en else 'zh'}-{ai:02d}-{pi:02d}"
+            corpus.append({"_id": did, "title": da["title"].replace("_", " ") if zh_to_en else "",
+                           "text": (pa if zh_to_en else pz)["context"],
                            "metadata": {"article": da["title"]}})
             for qa, qz in zip(pa["qas"], pz["qas"]):
                 assert qa["id"] == qz["id"]
                 if qi % EVERY == 0:
-                    queries.append({"_id": qz["id"], "text": qz["question"].strip(),
-                                    "metadata": {"en_question": qa["question"].strip(),
+                    asked = (qz if zh_to_en else qa)["question"].strip()
+                    other = "en_question" if zh_to_en else "zh_question"
+                    queries.append({"_id": qz["id"], "text": asked,
+                                    "metadata": {other: (qa if zh_to_en else qz)["question"].strip(),
                                                  "answers_zh": sorted({a["text"] for a in qz["answers"]}),
                                                  "answers_en": sorted({a["text"] for a in qa["answers"]})}})
                     qrels.append((qz["id"], did, 1))
                 qi += 1
-    os.makedirs(os.path.join(args.out, "qrels"), exist_ok=True)
-    with open(os.path.join(args.out, "corpus.jsonl"), "w", encoding="utf-8") as f:
+    os.makedirs(os.path.join(out, "qrels"), exist_ok=True)
+    with open(os.path.join(out, "corpus.jsonl"), "w", encoding="utf-8") as f:
         for c in corpus:
             f.write(json.dumps(c, ensure_ascii=False) + "\n")
-    with open(os.path.join(args.out, "queries.jsonl"), "w", encoding="utf-8") as f:
+    with open(os.path.join(out, "queries.jsonl"), "w", encoding="utf-8") as f:
         for q in queries:
             f.write(json.dumps(q, ensure_ascii=False) + "\n")
-    with open(os.path.join(args.out, "qrels", "test.tsv"), "w", encoding="utf-8") as f:
+    with open(os.path.join(out, "qrels", "test.tsv"), "w", encoding="utf-8") as f:
         f.write("query-id\tcorpus-id\tscore\n")
         for q, d, s in qrels:
             f.write(f"{q}\t{d}\t{s}\n")
