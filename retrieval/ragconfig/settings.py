@@ -78,9 +78,11 @@ class RagSettings:
              "question's and the question's own search is not PRECISE, translate the "
              "question into it with the chat model (else the deployment's local model) and "
              "search both together: BM25 over both texts, the vector between the two; the "
-             "more relevant answer serves. A question in the language of every document "
-             "asks no model. A translation that fails, is late or is not one is left out "
-             "(the trace says why).")
+             "more relevant answer serves. Where no searched document is in the question's "
+             "language, the question is translated first and searched once, with its "
+             "translation. A question in the language of every document asks no model. A "
+             "translation that fails, is late or is not one is left out (the trace says "
+             "why).")
     # The default local model (Qwen2.5-Coder-0.5B) translates a question in 1.0 s of one core
     # at the median, 2.1 s at the 95th percentile (docs/benchmarks.md): 2500 ms lets nearly
     # every translation in.

@@ -35,7 +35,12 @@ from retrieval.lookup.graph.run import (
     StageUnavailable,
     await_runs,
 )
-from retrieval.lookup.graph.translate import bm25_with, direction_for, vector_with
+from retrieval.lookup.graph.translate import (
+    bm25_with,
+    direction_for,
+    searched_together_first,
+    vector_with,
+)
 from retrieval.lookup.post_process import searchable_text
 from retrieval.lookup.transform import KnowledgeQueryTransformer
 from retrieval.types import (
@@ -179,27 +184,35 @@ class GraphExecutor:
         PRECISE, together with the question's translation (when the searched documents hold
         the other language): the more relevant answer serves, the translated one at a tie.
         Searched together always, a question in its runbook's own language lost (a
-        translation blurs a precise question); a PRECISE answer never waits for a model
-        (docs/benchmarks.md, "Translation: the question and its translation")."""
+        translation blurs a precise question); a PRECISE answer never waits for a model.
+        Where no searched document is in the question's language there is no runbook of its
+        own for a translation to draw it away from: it is searched together from the start,
+        once (docs/benchmarks.md, "Translation: the question and its translation")."""
         suffix = f"[{attempt}]" if attempt else ""
         queries = self._queries(plan, query, hints, clock, deadline, suffix)
         vectors = self._vectors(plan, queries, clock)
         bm25 = self._bm25_terms(plan, queries, clock, suffix)
-        alone = self._rounds(plan, query, queries, vectors, bm25, filters, hints, clock,
-                             deadline, suffix)
-        if alone[0].relevance_level is RelevanceLevel.PRECISE:
-            return alone
+
+        def search(vectors: dict[str, list[float] | None], bm25: dict[str, tuple[str, ...]],
+                   name: str) -> tuple[PostProcessed, SearchFilters, RetryDecision]:
+            return self._rounds(plan, query, queries, vectors, bm25, filters, hints, clock,
+                                deadline, name)
+
+        alone = None
+        if not searched_together_first(question, self.parts.languages):
+            alone = search(vectors, bm25, suffix)
+            if alone[0].relevance_level is RelevanceLevel.PRECISE:
+                return alone
         translation = self._translate(question, clock, deadline)
         if not translation:
-            return alone
+            return alone if alone is not None else search(vectors, bm25, suffix)
         # The queries' own vectors and terms, each with the translation's (translate.py).
         other = self._vectors(plan, (translation,), clock)[translation]
-        together = self._rounds(
-            plan, query, queries,
-            {q: _with(v, other) for q, v in vectors.items()},
-            {q: (*bm25.get(q, ()), *bm25_with(translation)) for q in queries},
-            filters, hints, clock, deadline, suffix + "[translated]")
-        if LEVELS[together[0].relevance_level] < LEVELS[alone[0].relevance_level]:
+        together = search({q: _with(v, other) for q, v in vectors.items()},
+                          {q: (*bm25.get(q, ()), *bm25_with(translation)) for q in queries},
+                          suffix + "[translated]")
+        if alone is not None and \
+                LEVELS[together[0].relevance_level] < LEVELS[alone[0].relevance_level]:
             return alone
         return together
 

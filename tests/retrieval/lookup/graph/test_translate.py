@@ -23,6 +23,7 @@ from retrieval.lookup.graph.translate import (
     TranslationCache,
     checked,
     direction_for,
+    searched_together_first,
     vector_with,
 )
 from tests.retrieval.chat_server import TRANSLATIONS, ChatServer, asks_to_translate, chat_server
@@ -58,6 +59,15 @@ def test_a_question_is_translated_only_towards_a_language_the_documents_hold() -
         Direction("en", "zh")
     assert direction_for("why does kafka lag grow", frozenset({"en"})) is None
     assert direction_for(KAFKA_ZH, frozenset({"zh"})) is None
+
+
+def test_only_a_corpus_without_the_questions_language_is_searched_with_the_translation_first(
+        ) -> None:
+    assert searched_together_first(KAFKA_ZH, frozenset({"en"}))
+    assert searched_together_first("why does kafka lag grow", frozenset({"zh", ""}))
+    assert not searched_together_first(KAFKA_ZH, frozenset({"en", "zh"}))
+    assert not searched_together_first(KAFKA_ZH, frozenset({"zh"}))
+    assert not searched_together_first("ERROR 1040", frozenset({"zh"}))  # identifiers only
     assert direction_for("502 ?", frozenset({"zh", "en"})) is None  # no letter: no language
     assert direction_for("ERROR 1040", frozenset({"en", "zh"})) is None  # the same in both
     assert direction_for(KAFKA_ZH, frozenset()) is None  # documents without text yet
@@ -333,3 +343,34 @@ def test_a_question_its_own_search_answers_precisely_waits_for_no_model(
     assert trace["graph"]["translation"]["outcome"] == "translated"
     assert any(s["stage"].startswith("retrieve") and s["stage"].endswith("[translated]")
                for s in trace["stages"]), [s["stage"] for s in trace["stages"]]
+
+
+@pytest.mark.django_db
+def test_where_no_document_is_in_the_questions_language_it_is_searched_once_with_its_translation(
+        kb: Any, ingest: Any, local_model: ChatServer) -> None:
+    """An English-only corpus holds no runbook a Chinese question's translation could draw it
+    away from: the question is translated first and searched once, together with it, however
+    precisely it would have been answered alone; a question in the corpus's language asks no
+    model."""
+    ingest(kb.dataset, "redis.md", EN_RUNBOOK)
+    sid = "crossed-only"
+    lookup(kb.tool, "缓存的内存满了，写入失败怎么办", session_id=sid)
+    assert [asks_to_translate(r) for r in local_model.requests] == [True]
+    trace = last_trace(kb.admin, sid)
+    assert trace["graph"]["translation"]["outcome"] == "translated"
+    searches = [s["stage"] for s in trace["stages"] if s["stage"].startswith("retrieve")]
+    assert searches and all(name.endswith("[translated]") for name in searches), searches
+
+    # The model down: the question is still searched, alone, and the trace says why.
+    local_model.behaviour = "500"
+    sid = "crossed-only-no-model"
+    lookup(kb.tool, "缓存的内存满了，写不进去了", session_id=sid)
+    trace = last_trace(kb.admin, sid)
+    assert trace["graph"]["translation"]["outcome"] == "failed"
+    searches = [s["stage"] for s in trace["stages"] if s["stage"].startswith("retrieve")]
+    assert searches and not any(name.endswith("[translated]") for name in searches), searches
+
+    sid = "same-language"
+    ready(lookup(kb.tool, "redis writes fail with OOM command not allowed", session_id=sid))
+    assert len(local_model.requests) == 2
+    assert last_trace(kb.admin, sid)["graph"]["translation"] is None
