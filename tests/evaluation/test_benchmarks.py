@@ -158,6 +158,9 @@ def test_bench_peer_runs_the_peer_and_the_platform_in_rounds(store: Any, suite: 
         assert row["platform_ndcg@10"] > 0.9
         assert row["engine_p50_ms"] > 0
         assert row["engine_vs_peer_p50"] == round(row["engine_p50_ms"] / 10.0, 2)
+        # The same lookup with one Milvus request (HYBRID execution), side by side.
+        assert row["milvus_hybrid_p50_ms"] > 0 and row["milvus_hybrid_ndcg@10"] > 0.9
+        assert row["milvus_hybrid_vs_peer_p50"] == round(row["milvus_hybrid_p50_ms"] / 10.0, 2)
     assert set(report["median_ratio_p50"]) == {"10", "20"}
     with pytest.raises(CommandError, match="does not exist"):
         call_command("bench_peer", "--suite", str(suite), "--lang", "en", "--peer-python",
