@@ -14,6 +14,7 @@ import json
 import math
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,13 +199,17 @@ class EvalReport:
     config: dict[str, object] = field(default_factory=dict)
     latency_ms: dict[str, float] = field(default_factory=dict)
     index: dict[str, object] = field(default_factory=dict)
+    # Queries whose lookup wanted the question's translation, by its outcome ("translated",
+    # "failed", "no model", …: retrieval/lookup/graph/translate.py Outcome); the others
+    # wanted none.
+    translations: dict[str, int] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, object]:
         return {"suite": self.suite, "mode": self.mode, "embedder": self.embedder,
                 "queries": self.queries, **self.metrics,
                 "latency_p50_ms": self.latency_ms.get("p50"),
                 "latency_p95_ms": self.latency_ms.get("p95"), "config": self.config,
-                "index": self.index}
+                "index": self.index, "translations": self.translations}
 
 
 def ranked_documents(result: LookupResult, source_of_doc: dict[str, str]) -> list[str]:
@@ -271,10 +276,14 @@ def evaluate(*, suite: Suite, index: EvalIndex, embedder: Embedder, mode: Search
     judged = judged_queries(suite, max_queries)
     sums = {"ndcg@10": 0.0, "recall@10": 0.0, "recall@100": 0.0, "mrr@10": 0.0}
     latencies: list[float] = []
+    translations: Counter[str] = Counter()
     scored = suite_scores(suite=suite, index=index, embedder=embedder, queries=judged,
                           overrides=overrides, mode=mode)
     for number, score in enumerate(scored, 1):
         latencies.append(score.latency_ms)
+        translation = score.result.graph.get("translation")
+        if translation:
+            translations[translation["outcome"]] += 1
         for name in sums:
             sums[name] += score.scores[name]
         if number % 50 == 0 or number == len(judged):
@@ -288,7 +297,8 @@ def evaluate(*, suite: Suite, index: EvalIndex, embedder: Embedder, mode: Search
         latency_ms={"p50": timing.p50, "p95": timing.p95},
         config={key: value for key, value in overrides.items()},
         index={"collection": index.collection, "documents": len(suite.corpus),
-               "indexed_now": index.indexed_documents, "load_seconds": round(index.seconds, 1)})
+               "indexed_now": index.indexed_documents, "load_seconds": round(index.seconds, 1)},
+        translations=dict(sorted(translations.items())))
 
 
 def embedder_for(name: str | None) -> Embedder:

@@ -194,3 +194,35 @@ def test_bench_ingest_measures_the_platform_against_the_embedder(store: Any,
     row = json.loads(out.getvalue())["ingest"]
     assert row["chunks"] >= 4 and row["platform_chunks_per_s"] > 0
     assert row["embedder_chunks_per_s"] > 0 and row["eager"] is True
+
+
+@pytest.mark.django_db
+def test_evaluate_counts_the_queries_that_asked_a_model_for_a_translation(
+        store: Any, tmp_path: Path, settings: Any) -> None:
+    """A suite's figure moved by translation, or not, says how many of its questions were
+    translated: here the one Chinese question of an English-only corpus, not the English."""
+    from retrieval.lookup.graph.translate import CACHE
+
+    folder = tmp_path / "english"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("\n".join(
+        json.dumps({"_id": i, "title": t, "text": x}) for i, t, x in CORPUS if i != "d4"),
+        encoding="utf-8")
+    asked = [("q1", "redis maxmemory eviction policy", "d1"),
+             ("q2", "缓存的内存满了，写入失败怎么办", "d1")]
+    (folder / "queries.jsonl").write_text("\n".join(
+        json.dumps({"_id": q, "text": t}, ensure_ascii=False) for q, t, _ in asked),
+        encoding="utf-8")
+    (folder / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t1\n" for q, _, d in asked))
+    CACHE.clear()
+    with chat_server() as server:
+        settings.KB_CHAT_BASE_URL, settings.KB_LOCAL_MODEL_URL = "", server.url
+        out = StringIO()
+        call_command("evaluate", "--suite", str(folder), "--json", "--depth", "10", stdout=out)
+        text = StringIO()
+        call_command("evaluate", "--suite", str(folder), "--depth", "10", stdout=text)
+    CACHE.clear()
+    assert json.loads(out.getvalue())["translations"] == {"translated": 1}
+    assert [asks_to_translate(r) for r in server.requests] == [True]  # then from the cache
+    assert "translation 1 translated" in text.getvalue()
