@@ -36,6 +36,7 @@ from retrieval.lookup.graph.run import (
     await_runs,
 )
 from retrieval.lookup.graph.translate import (
+    Direction,
     bm25_with,
     direction_for,
     searched_together_first,
@@ -66,6 +67,7 @@ class GraphExecutor:
         self.log = log
         self.assessor = QualityAssessor()
         self._translation: str | None = None  # asked once, when a search first needs it
+        self._direction: Direction | None = None  # which way, once per lookup (run)
 
     def run(self, query: str, filters: SearchFilters, clock: Clock) -> GraphOutcome:
         run = self.log
@@ -74,6 +76,7 @@ class GraphExecutor:
             hints = KnowledgeQueryTransformer(self.parts.l0_index()).transform(query)
         clock.record("transform", note=f"domains={list(hints.domains)} "
                                        f"category={hints.category_filter}")
+        self._direction = direction_for(query, self.parts.languages)
         try:
             return self._run(self.graph, query, filters, hints, clock, run, deadline)
         except BACKEND_ERRORS:
@@ -102,10 +105,8 @@ class GraphExecutor:
             return self._translation
         self._translation = ""
         translator, budget = self.parts.translator, self.graph.translation_budget_ms
-        if translator is None or budget is None:
-            return ""
-        direction = direction_for(query, self.parts.languages)
-        if direction is None:  # every searched document is in the question's language
+        direction = self._direction  # None: every searched document is in its language
+        if translator is None or budget is None or direction is None:
             return ""
         # At most half of what is left: the search keeps time for itself.
         timeout_s = min(budget / 1000, deadline.remaining_s() / 2)
@@ -199,7 +200,7 @@ class GraphExecutor:
                                 deadline, name)
 
         alone = None
-        if not searched_together_first(question, self.parts.languages):
+        if not searched_together_first(self._direction, self.parts.languages):
             alone = search(vectors, bm25, suffix)
             if alone[0].relevance_level is RelevanceLevel.PRECISE:
                 return alone
