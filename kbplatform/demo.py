@@ -1,8 +1,10 @@
 """The demo: the whole platform on one machine with the embedded defaults, run the way a
 deployment runs it. `bash scripts/demo.sh` creates the virtualenv and runs this module:
 
-- a Milvus Lite server on var/milvus.db, published so that every `manage.py` command started in
-  another shell connects to it too (a Milvus Lite file can be opened by one process only);
+- Milvus 2.5's engine (the milvus-lite wheel's `milvus` program) serving var/milvus.db,
+  published so that every `manage.py` command started in another shell connects to it too (a
+  Milvus Lite file can be opened by one process only); a var/milvus.db left by Milvus Lite 3.x
+  (a folder) is moved aside and the index rebuilt from the database's text;
 - a Celery worker with a folder as its broker (no Redis needed): uploads, imports and rebuilds
   run in the background, and their jobs say truly where they are;
 - gunicorn, static files included (WhiteNoise), answering before the import starts;
@@ -10,7 +12,7 @@ deployment runs it. `bash scripts/demo.sh` creates the virtualenv and runs this 
   joining when ready, one server shared by the web and the worker (LocalModel below);
 - knowledge_base/ imported with one progress bar; the addresses and credentials printed last.
 
-Ctrl-C stops the web, the worker, the Milvus Lite server and the local model, in that order.
+Ctrl-C stops the web, the worker, Milvus and the local model, in that order.
 Each runs in a session of its own and logs to var/log/.
 """
 
@@ -42,7 +44,7 @@ from kbplatform.processes import (
     CeleryWorker,
     GunicornServer,
     LocalModelServer,
-    MilvusLiteServer,
+    MilvusEngineServer,
     Service,
     ServiceError,
     UnverifiedModel,
@@ -105,6 +107,7 @@ class Demo:
         self.logs.mkdir(parents=True, exist_ok=True)
         password = _admin_password(self.var / "demo.env")
         self._check_free()
+        lite3 = self._move_lite3_folder()
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "kbplatform.settings")
         from django.conf import settings
 
@@ -117,6 +120,12 @@ class Demo:
         self._manage("prepare_demo", "--tenant", TENANT, "--admin-password-env",
                      "KB_DEMO_ADMIN_PASSWORD", "--key-file", str(self.var / "demo-tool-key.txt"),
                      env={"KB_DEMO_ADMIN_PASSWORD": password})
+        if lite3 is not None:
+            print(f"{self.var / 'milvus.db'} was Milvus Lite 3.x's folder, which Milvus 2.5's "
+                  f"engine cannot open (kept as {lite3}): rebuilding the index from the "
+                  "database's text", flush=True)
+            self._timed("rebuild", lambda: self._manage(
+                "rebuild_hybrid_knowledge", "--confirm", "REBUILD", show=True))
         print(f"the web answers at http://{HOST}:{self.port}/ — importing {self.knowledge} "
               "meanwhile (the worker indexes it):", flush=True)
         self._timed("import", lambda: self._manage(
@@ -128,11 +137,20 @@ class Demo:
     def _check_free(self) -> None:
         served = served_uri(self.var / "milvus.db")
         if served:
-            raise DemoError(f"a demo is running already (its Milvus Lite server answers at "
+            raise DemoError(f"a demo is running already (its Milvus answers at "
                             f"{served}); stop it with Ctrl-C in its terminal first")
         if port_open(HOST, self.port):
             raise DemoError(f"port {self.port} is taken: stop what runs there, or run "
                             f"`bash scripts/demo.sh --port {self.port + 1}`")
+
+    def _move_lite3_folder(self) -> Path | None:
+        """Milvus Lite 3.x kept var/milvus.db as a folder; the engine keeps one file there."""
+        data = self.var / "milvus.db"
+        if not data.is_dir():
+            return None
+        kept = data.with_name(f"milvus-lite3-{time.strftime('%Y%m%d-%H%M%S')}")
+        data.rename(kept)
+        return kept
 
     def _set_up(self) -> None:
         self._manage("migrate", "--no-input")
@@ -143,9 +161,9 @@ class Demo:
         # Ctrl-C reaches the demo only, which stops its services in order; if the demo dies
         # (kill -9), the kernel stops them.
         port = MILVUS_PORT if not port_open(HOST, MILVUS_PORT) else free_port()
-        milvus = MilvusLiteServer(f"http://{HOST}:{port}", self.var / "milvus.db",
-                                  self.logs / "milvus.log", own_session=True,
-                                  die_with_supervisor=True)
+        milvus = MilvusEngineServer(f"http://{HOST}:{port}", self.var / "milvus.db",
+                                    self.logs / "milvus.log", own_session=True,
+                                    die_with_supervisor=True)
         self._start(milvus)
         milvus.publish()
         env = {"MILVUS_URI": milvus.uri, "CELERY_BROKER_URL": "filesystem://",
@@ -200,7 +218,7 @@ kbplatform runs at {site}/   (ready in {time.time() - self.started:.0f} s: {took
   try:       curl -s -X POST {site}/api/tools/lookup_knowledge \\
                -H "Authorization: Bearer $(cat {self.var / 'demo-tool-key.txt'})" \\
                -H 'Content-Type: application/json' -d '{{"query": "Redis 内存满了怎么办"}}'
-  or, in another shell of this checkout (it reaches the same Milvus Lite server):
+  or, in another shell of this checkout (it reaches the same Milvus):
              .venv/bin/python manage.py lookup --tenant {TENANT} --trace "Redis 内存满了怎么办"
   {self._local_model_line()}
   logs:      {self.logs}/

@@ -7,6 +7,8 @@ suite's fixtures.
 
 from __future__ import annotations
 
+import fcntl
+import importlib.util
 import json
 import os
 import shutil
@@ -19,6 +21,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import IO
 from urllib.parse import urlparse
 
 from kbplatform.local_model import MODEL_ALIAS, LocalModelError, verify
@@ -172,16 +175,17 @@ class Service:
 
 
 class MilvusServer(Service):
-    """A Milvus server process on (host, port) of `uri`, its data in `data_dir`."""
+    """A Milvus server process on (host, port) of `uri`, its data in `data` (a file or a
+    folder, as the engine keeps it)."""
 
-    def __init__(self, uri: str, data_dir: Path, log: Path,
+    def __init__(self, uri: str, data: Path, log: Path,
                  env: Mapping[str, str] | None = None, *, own_session: bool = False,
                  die_with_supervisor: bool = False) -> None:
         super().__init__(log, env, own_session=own_session,
                          die_with_supervisor=die_with_supervisor)
         parsed = urlparse(uri)
         self.host, self.port = parsed.hostname or HOST, parsed.port or 19530
-        self.data_dir = data_dir
+        self.data = data
 
     @property
     def uri(self) -> str:
@@ -190,58 +194,77 @@ class MilvusServer(Service):
     def listens(self) -> tuple[str, int]:
         return self.host, self.port
 
-
-class MilvusLiteServer(MilvusServer):
-    """`milvus-lite server` with one worker thread: the setting under which no row was lost."""
-
-    name = "milvus-lite"
-    # The server's only clean shutdown (SIGTERM ends it like SIGKILL).
-    stop_signal = signal.SIGINT
-
-    def argv(self) -> list[str]:
-        return [str(Path(sys.executable).parent / "milvus-lite"), "server", "--data-dir",
-                str(self.data_dir), "--host", self.host, "--port", str(self.port),
-                "--max-workers", "1"]
-
     def publish(self) -> None:
-        """Tell every process that would open the data directory itself to connect to this
-        server instead (a Milvus Lite file can be opened by one process only)."""
-        _served_file(self.data_dir).write_text(json.dumps(
+        """Tell every process that would open the data file itself to connect to this server
+        instead (a Milvus Lite file can be opened by one process only)."""
+        _served_file(self.data).write_text(json.dumps(
             {"uri": self.uri, "pid": self.process.pid if self.process else None}))
 
     def stop(self, sig: int | None = None) -> None:
-        _served_file(self.data_dir).unlink(missing_ok=True)
+        _served_file(self.data).unlink(missing_ok=True)
         super().stop(sig)
 
 
+def engine_lib() -> Path:
+    """The folder of the `milvus` program and its libraries in the installed milvus-lite
+    wheel (found, not imported: its package needs pkg_resources)."""
+    spec = importlib.util.find_spec("milvus_lite")
+    if spec is None or spec.origin is None:
+        raise ServiceError("milvus-lite is not installed: bash scripts/setup.sh")
+    return Path(spec.origin).parent / "lib"
+
+
 class MilvusEngineServer(MilvusServer):
-    """Milvus 2.5's own C++ engine (segcore, knowhere): the `milvus` program inside the
-    `milvus-lite==2.5.1` wheel, serving one data file over gRPC. Its Python package has the
-    same import name as Milvus Lite 3.x, so it lives in a folder of its own (`engine_home`,
-    made by `scripts/milvus-engine.sh`) and is run directly; it holds a production Milvus
-    server's limits (a VarChar of at most 65,535 bytes) that Milvus Lite 3.x does not check."""
+    """Milvus 2.5's own C++ engine (segcore, knowhere): the `milvus` program of the
+    `milvus-lite==2.5.1` wheel serving one data file over gRPC, as the embedded default opens
+    it in-process (pymilvus starts the same program on a local socket). While it serves, it
+    holds the file's lock, the one an in-process open takes: no second engine opens it."""
 
-    name = "milvus 2.5 engine"
-
-    def __init__(self, engine_home: Path, uri: str, data_dir: Path, log: Path) -> None:
-        super().__init__(uri, data_dir, log)
-        self.lib = engine_home / "milvus_lite" / "lib"
+    name = "milvus"
+    _lock: IO[str] | None = None
 
     def argv(self) -> list[str]:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.data.parent.mkdir(parents=True, exist_ok=True)
+        lib = engine_lib()
         # Its own libraries for it alone (the launcher's Python must not load the wheel's libm).
-        return ["env", f"LD_LIBRARY_PATH={self.lib}", str(self.lib / "milvus"),
-                str(self.data_dir / "milvus.db"), f"{self.host}:{self.port}", "ERROR"]
+        return ["env", f"LD_LIBRARY_PATH={lib}", str(lib / "milvus"), str(self.data),
+                f"{self.host}:{self.port}", "ERROR"]
+
+    def start(self, timeout: float = 120.0, *,
+              cancelled: Callable[[], bool] | None = None) -> None:
+        self.data.parent.mkdir(parents=True, exist_ok=True)
+        lock = (self.data.parent / f".{self.data.name}.lock").open("a")
+        try:
+            fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            lock.close()
+            raise ServiceError(f"{self.name}: {self.data} is open in another process "
+                               "(a Milvus Lite file opens in one process at a time)") from exc
+        self._lock = lock
+        try:
+            super().start(timeout, cancelled=cancelled)
+        except BaseException:
+            self._unlock()
+            raise
+
+    def stop(self, sig: int | None = None) -> None:
+        super().stop(sig)
+        self._unlock()
+
+    def _unlock(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.close()  # closing the file releases its lock
 
 
-def _served_file(data_dir: Path) -> Path:
-    return data_dir.with_name(data_dir.name + ".server.json")
+def _served_file(data: Path) -> Path:
+    return data.with_name(data.name + ".server.json")
 
 
-def served_uri(data_dir: Path) -> str | None:
-    """The URI of the running `milvus-lite server` that published `data_dir`, if any."""
+def served_uri(data: Path) -> str | None:
+    """The URI of the running Milvus server that published `data`, if any."""
     try:
-        served = json.loads(_served_file(data_dir).read_text())
+        served = json.loads(_served_file(data).read_text())
         os.kill(int(served["pid"]), 0)  # still running (a crash leaves the file behind)
         uri = urlparse(str(served["uri"]))
     except (OSError, ValueError, KeyError, TypeError):

@@ -216,10 +216,10 @@ KB_EVALUATION_STALE_SECONDS = env_int("KB_EVALUATION_STALE_SECONDS", 900, minimu
 KB_MILVUS_SINGLE_WRITER = env_bool("KB_MILVUS_SINGLE_WRITER", True)
 KB_WRITER_LOCK_TIMEOUT_SECONDS = env_int("KB_WRITER_LOCK_TIMEOUT_SECONDS", 600, minimum=1)
 
-# Milvus: a local path is Milvus Lite in-process; http(s):// is a server (Lite server,
-# Standalone, Distributed, Zilliz Cloud).
-# The embedded default is the file var/milvus.db, unless the demo's Milvus Lite server serves
-# it (kbplatform/demo.py): then every process, the command-line twins too, connects to that.
+# Milvus: a local path is a Milvus Lite file (Milvus 2.5's engine, started by the process that
+# opens it); http(s):// is a server (the demo's, Standalone, Distributed, Zilliz Cloud).
+# The embedded default is the file var/milvus.db, unless the demo's Milvus serves it
+# (kbplatform/demo.py): then every process, the command-line twins too, connects to that.
 MILVUS_URI = (env_str("MILVUS_URI") or served_uri(VAR_DIR / "milvus.db")
               or str(VAR_DIR / "milvus.db"))
 MILVUS_TOKEN = env_str("MILVUS_TOKEN")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command for a newcomer: set up, then run the platform on one machine with the embedded
-# defaults (SQLite, a Milvus Lite server on var/milvus.db, a worker with a folder as its
+# defaults (SQLite, Milvus 2.5's engine serving var/milvus.db, a worker with a folder as its
 # broker, gunicorn) at http://127.0.0.1:8000 and import knowledge_base/ (kbplatform/demo.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."

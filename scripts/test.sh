@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One command for the whole suite: set up, lint, type-check, then the tests twice:
-#   1. integration: MariaDB, Redis, Milvus 2.5's own engine as a server (KB_TEST_MILVUS=lite:
-#      a Milvus Lite 3.x server instead) and a real Celery worker;
-#   2. embedded defaults: SQLite, a Milvus Lite file and tasks in-process.
+#   1. integration: MariaDB, Redis, Milvus 2.5's own engine as a server and a real Celery
+#      worker (the tests marked lite3 on a Milvus Lite 3.x server: aliases, partitions);
+#   2. embedded defaults: SQLite, a Milvus Lite file (the same engine) and tasks in-process.
 # A test that uses neither the database, Milvus nor the worker (marked pure by
 # tests/conftest.py) is the same on both: only the second run runs it.
 # Needs MariaDB on 127.0.0.1:3306 (root, no password) and Redis on 127.0.0.1:6379; installs
@@ -12,8 +12,8 @@ cd "$(dirname "$0")/.."
 # mysqlclient builds against libmariadb; the browser tests drive Debian's chromium.
 bash scripts/system-packages.sh libmariadb-dev pkg-config gcc chromium fonts-wqy-zenhei tesseract-ocr tesseract-ocr-chi-sim tesseract-ocr-eng
 bash scripts/setup.sh "mysql,dev"
-# Milvus 2.5's own engine, the integration run's Milvus: a Milvus server's engine and limits.
-bash scripts/milvus-engine.sh
+# Milvus Lite 3.x, apart from the platform's milvus-lite 2.5.1, for the tests marked lite3.
+bash scripts/milvus-lite3.sh
 # The oldest openai release pyproject.toml admits, which a test runs the model clients with.
 bash scripts/lower-bounds.sh
 . .venv/bin/activate

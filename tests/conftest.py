@@ -1,8 +1,8 @@
-"""Fixtures: real Milvus Lite (server or file), a real Celery worker, builders for models."""
+"""Fixtures: real Milvus (Milvus 2.5's engine, as a server or a Milvus Lite file), a real
+Celery worker, builders for models."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 from rest_framework.test import APIClient
 
-from kbplatform.processes import CeleryWorker, MilvusEngineServer, MilvusLiteServer, MilvusServer
+from kbplatform.processes import CeleryWorker, MilvusEngineServer, MilvusServer, free_port
 from tests.datasets.builders import api_client
 from tests.worlds import WORLD, group, worlds
 
@@ -26,14 +26,6 @@ settings.KB_RECOVERY_IN_PROCESS = False
 settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def engine_home() -> Path:
-    """Where scripts/milvus-engine.sh unpacked Milvus 2.5's engine."""
-    home = Path(os.environ.get("KB_TEST_MILVUS_ENGINE", ROOT / ".milvus-engine"))
-    if not (home / "milvus_lite" / "lib" / "milvus").exists():
-        pytest.fail(f"Milvus 2.5's engine is not in {home}: bash scripts/milvus-engine.sh")
-    return home
 
 
 @pytest.fixture(scope="session")
@@ -68,6 +60,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     embedded = not settings.MILVUS_URI.startswith("http")
     skip = pytest.mark.skip(reason="needs a production-only service (see the integration marker)")
     for item in items:
+        if item.get_closest_marker("lite3"):
+            item.add_marker(pytest.mark.integration)
         if embedded and "integration" in item.keywords:
             item.add_marker(skip)
         if is_pure(item):
@@ -120,30 +114,31 @@ def _django_db_helper(_shared_world: None, _django_db_helper: None) -> None:
 @pytest.fixture(scope="session")
 def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusServer | None]:
     """The services' Milvus: Milvus 2.5's own C++ engine (the `milvus` program of the
-    milvus-lite 2.5.1 wheel, scripts/milvus-engine.sh), the nearest to a production server's
-    engine and limits (what it lacks: `milvus_engine`); `KB_TEST_MILVUS=lite` runs Milvus Lite
-    3.x's server instead. Embedded: none."""
+    milvus-lite 2.5.1 wheel) as a server, the nearest to a production server's engine and
+    limits. Embedded: none (a Milvus Lite file, which this process opens: the same engine)."""
     if not settings.MILVUS_URI.startswith("http"):
-        yield None  # embedded: a Milvus Lite file opened in this process
+        yield None
         return
     folder = tmp_path_factory.mktemp("milvus")
-    server: MilvusServer
-    if os.environ.get("KB_TEST_MILVUS", "engine") == "lite":
-        server = MilvusLiteServer(settings.MILVUS_URI, folder / "data", folder / "server.log")
-    else:
-        server = MilvusEngineServer(engine_home(), settings.MILVUS_URI, folder / "data",
-                                    folder / "server.log")
+    server = MilvusEngineServer(settings.MILVUS_URI, folder / "milvus.db", folder / "server.log")
     server.start()
     yield server
     server.stop()
 
 
-@pytest.fixture
-def milvus_engine(milvus_server: MilvusServer | None) -> bool:
-    """Whether the tests' Milvus is Milvus 2.5's engine as the milvus-lite 2.5.1 wheel serves
-    it, which lacks what a Milvus server has: partitions, aliases, a collection's properties,
-    and the escapes \\n \\r of a filter's string literal."""
-    return isinstance(milvus_server, MilvusEngineServer)
+@pytest.fixture(scope="session")
+def lite3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusServer]:
+    """A Milvus Lite 3.x server (scripts/milvus-lite3.sh), for the tests marked lite3: what
+    a Milvus server has and Milvus 2.5's engine as milvus-lite 2.5.1 serves it lacks (aliases,
+    partitions, a collection's properties), which Milvus Lite 3.x has."""
+    from tests.milvus import Lite3Server
+
+    folder = tmp_path_factory.mktemp("milvus-lite3")
+    server = Lite3Server(f"http://127.0.0.1:{free_port()}", folder / "data",
+                         folder / "server.log")
+    server.start()
+    yield server
+    server.stop()
 
 
 def _embedder_settings() -> dict[str, Any]:
@@ -176,7 +171,9 @@ def store(milvus_server: MilvusServer | None, tmp_path: Path, settings: Any,
         if changed or _embedder_settings() != _RUN_EMBEDDER_SETTINGS:
             reset_embedders()
         return
-    if milvus_server is None:
+    if request.node.get_closest_marker("lite3"):
+        settings.MILVUS_URI = request.getfixturevalue("lite3_server").uri
+    elif milvus_server is None:
         settings.MILVUS_URI = str(tmp_path / "milvus.db")
     reset_connection()
     yield MilvusProbe()

@@ -1,11 +1,17 @@
-"""What the tests read from Milvus directly: the serving collection's rows, counts, the alias."""
+"""What the tests read from Milvus directly: the serving collection's rows, counts, the alias;
+and the Milvus Lite 3.x server of the tests marked lite3."""
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
+from kbplatform.processes import ROOT, MilvusServer, ServiceError
 from retrieval.index import milvus
 from retrieval.index.milvus.connection import get_connection
 from retrieval.index.versions import active_version
@@ -79,3 +85,21 @@ def collection_before_filter_fields(name: str, dimension: int) -> None:
     index.add_index("vector", index_type="IVF_FLAT", metric_type="L2")
     index.add_index("sparse_vector", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
     client.create_collection(name, schema=schema, index_params=index)
+
+
+class Lite3Server(MilvusServer):
+    """`milvus-lite server` of Milvus Lite 3.x (written in Python), with one worker thread,
+    from the folder scripts/milvus-lite3.sh installs it into (KB_TEST_MILVUS_LITE3): its
+    package has the import name of the platform's milvus-lite 2.5.1, so it is kept apart."""
+
+    name = "milvus-lite 3.x"
+    stop_signal = signal.SIGINT  # its only clean stop
+
+    def argv(self) -> list[str]:
+        home = Path(os.environ.get("KB_TEST_MILVUS_LITE3", ROOT / ".milvus-lite3"))
+        if not (home / "milvus_lite").is_dir():
+            raise ServiceError(f"Milvus Lite 3.x is not in {home}: bash scripts/milvus-lite3.sh")
+        self.env["PYTHONPATH"] = str(home)
+        return [sys.executable, "-c", "from milvus_lite.cmdline import main; main()", "server",
+                "--data-dir", str(self.data), "--host", self.host, "--port", str(self.port),
+                "--max-workers", "1"]

@@ -18,7 +18,7 @@ from evaluation.loadtest import LoadTestError
 from kbplatform.processes import (
     CeleryWorker,
     GunicornServer,
-    MilvusLiteServer,
+    MilvusEngineServer,
     RedisServer,
     Service,
     ServiceError,
@@ -64,12 +64,12 @@ def serve_active_version(uri: str) -> None:
 @contextmanager
 def deployment(workdir: Path, progress: Progress) -> Iterator[int]:
     """Broker, Milvus, worker and web on free ports of 127.0.0.1; the web port. Stopped in
-    reverse order when the block ends, however it ends (Milvus last, with SIGINT)."""
+    reverse order when the block ends, however it ends (Milvus last)."""
     broker_port, milvus_port, web_port = free_port(), free_port(), free_port()
     # Sessions of their own: a Ctrl-C reaches this command only, which stops them in order.
     redis = RedisServer(broker_port, workdir, workdir / "redis.log", own_session=True)
-    milvus = MilvusLiteServer(f"http://127.0.0.1:{milvus_port}", workdir / "milvus",
-                              workdir / "milvus.log", own_session=True)
+    milvus = MilvusEngineServer(f"http://127.0.0.1:{milvus_port}", workdir / "milvus.db",
+                                workdir / "milvus.log", own_session=True)
     # A broker of its own: a worker already on the shared broker's `indexing` queue (the test
     # suite's, a deployment's) would take these tasks and write them into its own Milvus.
     env = {"DATABASE_URL": database_url(), "MILVUS_URI": milvus.uri, "MILVUS_TOKEN": "",
@@ -89,7 +89,7 @@ def deployment(workdir: Path, progress: Progress) -> Iterator[int]:
             except ServiceError as exc:
                 raise LoadTestError(str(exc)) from exc
 
-        progress(f"starting redis (broker) :{broker_port}, milvus-lite :{milvus_port}, "
+        progress(f"starting redis (broker) :{broker_port}, milvus :{milvus_port}, "
                  f"celery worker, gunicorn :{web_port} — logs in {workdir}")
         start(redis)
         start(milvus)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -82,7 +83,23 @@ def test_E005_milvus_lite_file_with_separate_workers(valid, tmp_path) -> None:
     valid.CELERY_TASK_ALWAYS_EAGER = False
     problems = check_configuration()
     assert _ids(problems) == ["kbplatform.E005"]
-    assert "milvus-lite server" in (problems[0].hint or "")
+    assert "scripts/demo.sh" in (problems[0].hint or "")
+
+
+@pytest.mark.parametrize("name", ["milvus db.db", "kb:milvus.db", "m" * 34 + ".db"])
+def test_E018_a_milvus_lite_file_name_milvus_lite_refuses(valid, tmp_path, name) -> None:
+    valid.CELERY_TASK_ALWAYS_EAGER = True
+    valid.MILVUS_URI = str(tmp_path / name)
+    assert _ids(check_configuration()) == ["kbplatform.E018"]
+
+
+def test_E019_a_milvus_lite_3_folder_where_the_file_should_be(valid, tmp_path) -> None:
+    valid.CELERY_TASK_ALWAYS_EAGER = True
+    (tmp_path / "milvus.db" / "collections").mkdir(parents=True)
+    valid.MILVUS_URI = str(tmp_path / "milvus.db")
+    problems = check_configuration()
+    assert _ids(problems) == ["kbplatform.E019"]
+    assert "rebuild_hybrid_knowledge --confirm REBUILD" in problems[0].msg
 
 
 @pytest.mark.parametrize(("size", "overlap", "ids"), [
@@ -134,9 +151,7 @@ def test_W008_deploy_check_when_the_index_was_built_differently(store, settings)
     assert "rebuild_hybrid_knowledge --confirm REBUILD" in problems[0].msg
 
 
-@pytest.mark.django_db
-def test_W011_deploy_check_when_the_serving_index_predates_the_filter_fields(
-        store, milvus_engine) -> None:
+def _serving_before_filter_fields() -> list[Any]:
     from retrieval.index.embedders import get_embedder
     from retrieval.index.versions import wanted_spec
     from retrieval.models import IndexVersion
@@ -148,9 +163,20 @@ def test_W011_deploy_check_when_the_serving_index_predates_the_filter_fields(
                                 **wanted_spec(embedder))
     problems = check_services()
     assert "business_key, domain, file_name, updated_at" in problems[0].msg
-    if milvus_engine:  # no partitions there: no rebuild would add them
-        assert _ids(problems) == ["kbplatform.W011"]
-        return
+    return problems
+
+
+@pytest.mark.django_db
+def test_W011_deploy_check_when_the_serving_index_predates_the_filter_fields(store) -> None:
+    # Milvus 2.5's engine has no partitions: W015 asks for no rebuild that could not add them.
+    assert _ids(_serving_before_filter_fields()) == ["kbplatform.W011"]
+
+
+@pytest.mark.lite3
+@pytest.mark.django_db
+def test_W015_deploy_check_on_a_milvus_with_partitions_when_the_index_predates_them(
+        store) -> None:
+    problems = _serving_before_filter_fields()
     # Built before the filter fields and before tenants had partitions: a rebuild adds both.
     assert _ids(problems) == ["kbplatform.W011", "kbplatform.W015"]
     assert "every lookup filters every tenant's rows" in problems[1].msg

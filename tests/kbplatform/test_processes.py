@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kbplatform.processes import ROOT, MilvusLiteServer, ServiceError, free_port
+from kbplatform.processes import ROOT, MilvusEngineServer, ServiceError, free_port
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.embedded  # processes only, no service
@@ -68,14 +68,14 @@ def test_a_server_is_not_started_where_another_process_answers(tmp_path: Path) -
     """A Milvus Lite server left by an interrupted run held the port: the new one failed to
     bind, the port answered, so it counted as started, and everything talked to the old one
     (with other data): a test that stopped "its" server found lookups still READY."""
-    first = MilvusLiteServer(f"http://127.0.0.1:{free_port()}", tmp_path / "a",
-                             tmp_path / "a.log")
+    first = MilvusEngineServer(f"http://127.0.0.1:{free_port()}", tmp_path / "a" / "milvus.db",
+                               tmp_path / "a.log")
     first.start()
     try:
-        second = MilvusLiteServer(first.uri, tmp_path / "b", tmp_path / "b.log")
+        second = MilvusEngineServer(first.uri, tmp_path / "b" / "milvus.db", tmp_path / "b.log")
         with pytest.raises(ServiceError, match=r"answers already: another process"):
             second.start()
-        assert second.process is None and not (tmp_path / "b").exists()
+        assert second.process is None and not (tmp_path / "b" / "milvus.db").exists()
     finally:
         first.stop()
     second.start()  # free again: it starts

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kbplatform.processes import ROOT, MilvusLiteServer, free_port
+from kbplatform.processes import ROOT, MilvusEngineServer, free_port
 from tests.conftest import database_url
 
 pytestmark = pytest.mark.embedded
@@ -35,9 +35,9 @@ def milvus_uri(var: Path) -> str:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[MilvusLiteServer]:
-    served = MilvusLiteServer(f"http://127.0.0.1:{free_port()}", tmp_path / "milvus.db",
-                              tmp_path / "milvus.log")
+def server(tmp_path: Path) -> Iterator[MilvusEngineServer]:
+    served = MilvusEngineServer(f"http://127.0.0.1:{free_port()}", tmp_path / "milvus.db",
+                                tmp_path / "milvus.log")
     served.start()
     yield served
     served.stop()
@@ -45,7 +45,7 @@ def server(tmp_path: Path) -> Iterator[MilvusLiteServer]:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_published_server_is_what_every_command_reaches(tmp_path: Path,
-                                                          server: MilvusLiteServer) -> None:
+                                                          server: MilvusEngineServer) -> None:
     assert milvus_uri(tmp_path) == str(tmp_path / "milvus.db")  # not published yet
 
     server.publish()
@@ -71,11 +71,11 @@ def test_a_publication_left_by_a_dead_server_is_ignored(tmp_path: Path) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_file_held_by_another_process_is_a_message_saying_what_to_do(
-        tmp_path: Path, server: MilvusLiteServer) -> None:
+        tmp_path: Path, server: MilvusEngineServer) -> None:
     done = manage(tmp_path, "rebuild_hybrid_knowledge", "--confirm", "REBUILD",
                   MILVUS_URI=str(tmp_path / "milvus.db"))  # the server holds it, unpublished
 
     assert done.returncode == 1
     assert "is open in another process" in done.stderr
-    assert "milvus-lite server --data-dir" in done.stderr and "MILVUS_URI=http://" in done.stderr
+    assert "scripts/demo.sh" in done.stderr and "MILVUS_URI to a Milvus server" in done.stderr
     assert "Traceback" not in done.stderr

@@ -1,7 +1,8 @@
 """One Milvus client per process, and the one place where Milvus errors get their meaning.
 
-A local path is Milvus Lite in this process; http(s):// is a server (a Milvus Lite server,
-Standalone, Distributed, Zilliz Cloud). Every call has a timeout; a failure is
+A local path is a Milvus Lite file, which pymilvus opens by starting the milvus-lite wheel's
+`milvus` program (Milvus 2.5's own engine) for this process; http(s):// is a server (the
+demo's, Standalone, Distributed, Zilliz Cloud). Every call has a timeout; a failure is
 VectorStoreUnavailable (a lookup answers UNAVAILABLE, a task retries) unless Milvus refused
 the request itself (VectorStoreRejected: retrying cannot help).
 """
@@ -116,6 +117,8 @@ class MilvusConnection:
                     self._client = MilvusClient(uri=self.uri, token=self._token,
                                                 timeout=self.timeout, grpc_options=_GRPC)
                 except Exception as exc:  # pymilvus raises several unrelated types here
+                    if self.is_local and os.path.isdir(self.uri):
+                        raise VectorStoreUnavailable(lite3_folder(self.uri)) from exc
                     if self.is_local and "Open local milvus failed" in str(exc):
                         raise VectorStoreUnavailable(_file_in_use(self.uri)) from exc
                     raise VectorStoreUnavailable(
@@ -145,9 +148,9 @@ class MilvusConnection:
             self.loaded.clear()
             path = os.path.abspath(self.uri)
             if self.is_local and _lite_servers.get(path) == os.getpid():
-                # Closing the client leaves Milvus Lite's in-process server running until the
+                # Closing the client leaves the file's `milvus` program running until this
                 # process exits: the file stays locked against every other process, with its
-                # threads and loaded collections. Stop it: the file is free.
+                # loaded collections. Stop it: the file is free.
                 from milvus_lite.server_manager import server_manager_instance
 
                 server_manager_instance.release_server(path)
@@ -203,9 +206,15 @@ class MilvusConnection:
 
 def _file_in_use(path: str) -> str:
     return (f"the Milvus Lite file {path} is open in another process (a file opens in one "
-            f"process at a time): stop that process, or serve the file to every process with "
-            f"`milvus-lite server --data-dir {path} --port 19530` and "
-            f"MILVUS_URI=http://127.0.0.1:19530 (scripts/demo.sh does this for var/milvus.db)")
+            f"process at a time): stop that process, or serve the file to every process (the "
+            f"demo, scripts/demo.sh, serves var/milvus.db), or set MILVUS_URI to a Milvus "
+            f"server's http://HOST:PORT")
+
+
+def lite3_folder(path: str) -> str:
+    return (f"{path} is a folder of Milvus Lite 3.x, which Milvus 2.5's engine cannot open: "
+            f"move it aside and rebuild the index from the database's text (`python manage.py "
+            f"rebuild_hybrid_knowledge --confirm REBUILD`); scripts/demo.sh does both")
 
 
 _connections: dict[int, MilvusConnection] = {}

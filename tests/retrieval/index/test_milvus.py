@@ -99,14 +99,14 @@ def test_a_search_sees_only_its_tenant_and_datasets_minus_the_excluded(serving, 
     assert _search(serving, mode, category=INJECTION) == []
 
 
-def test_every_category_value_matches_exactly_its_own_rows(store, db, milvus_engine) -> None:
+def test_every_category_value_matches_exactly_its_own_rows(store, db) -> None:
     milvus.collections().create("biz_c", DIM)
     rows = [_row(f"{100 + n}#chunk-0", category=value) for n, value in enumerate(CATEGORIES)]
     milvus.writer().replace_documents([], rows, collection="biz_c")
 
     for n, value in enumerate(CATEGORIES):
-        if milvus_engine and ("\n" in value or "\r" in value):
-            continue  # no spelling of CR or LF in that engine's literals (expressions.py)
+        if "\n" in value or "\r" in value:
+            continue  # no spelling of CR or LF in Milvus 2.5's literals (expressions.py)
         assert _search("biz_c", "dense", category=value) == [f"{100 + n}#chunk-0"], repr(value)
 
 
@@ -130,10 +130,8 @@ def test_delete_removes_one_document_only(serving, store) -> None:
     assert _search(serving, "dense") == ["10#chunk-0", "10#chunk-1"]
 
 
-def test_the_alias_switches_between_collections_and_is_never_dropped(serving, store,
-                                                                    milvus_engine) -> None:
-    if milvus_engine:
-        pytest.skip("Milvus 2.5's engine as milvus-lite 2.5.1 serves it has no aliases")
+@pytest.mark.lite3
+def test_the_alias_switches_between_collections_and_is_never_dropped(serving, store) -> None:
     collections = milvus.collections()
     collections.point_alias(serving)
     collections.create("biz_t2", DIM)
@@ -251,7 +249,7 @@ def test_metadata_filters_are_quoted_clauses_on_the_entitys_fields() -> None:
 
 
 def test_a_collection_built_before_the_filter_fields_takes_writes_and_asks_for_a_rebuild(
-        store, db, milvus_engine) -> None:  # type: ignore[no-untyped-def]
+        store, db) -> None:  # type: ignore[no-untyped-def]
     from retrieval.index.milvus.arms import IndexOutdated
     from retrieval.types import MetadataFilter
 
@@ -265,8 +263,6 @@ def test_a_collection_built_before_the_filter_fields_takes_writes_and_asks_for_a
                                 metadata=MetadataFilter(domain=("cache",))))
     with pytest.raises(IndexOutdated, match="built before chunks carried domain: rebuild it"):
         milvus.searcher("biz_old").search(request)
-    if not milvus_engine:  # which has no partitions
-        assert _partitions("biz_old") == ["_default"]  # searched whole until a rebuild
 
 
 def _partitions(collection: str) -> list[str]:
@@ -279,14 +275,13 @@ def _in_partition(collection: str, partition: str) -> list[str]:
     return sorted(str(row["id"]) for row in rows)
 
 
+@pytest.mark.lite3
 @pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid", "milvus_hybrid"])
 def test_a_tenants_rows_live_in_its_partition_and_its_searches_read_only_that(
-        serving, mode, milvus_engine) -> None:
+        serving, mode) -> None:
     """Milvus Lite filters every row of the partitions it searches: naming the tenant's makes
     a lookup's cost follow its rows (docs/benchmarks.md). The filter stays, for tenants that
     share a partition past TENANT_PARTITIONS."""
-    if milvus_engine:
-        pytest.skip("Milvus 2.5's engine as milvus-lite 2.5.1 serves it has no partitions")
     from retrieval.index.milvus.collections import TENANT_PARTITIONS
 
     assert _partitions(serving) == ["_default", "tenants_1", "tenants_2"]
@@ -306,9 +301,8 @@ def test_a_tenants_rows_live_in_its_partition_and_its_searches_read_only_that(
                                           limit=5) == []
 
 
-def test_a_rewritten_document_stays_in_its_tenants_partition(serving, milvus_engine) -> None:
-    if milvus_engine:
-        pytest.skip("Milvus 2.5's engine as milvus-lite 2.5.1 serves it has no partitions")
+@pytest.mark.lite3
+def test_a_rewritten_document_stays_in_its_tenants_partition(serving) -> None:
     milvus.writer().replace_documents([10], [_row("10#chunk-0", text="redis rewritten")],
                                       collection=serving)
     assert _in_partition(serving, "tenants_1") == ["10#chunk-0", "11#chunk-0", "12#chunk-0"]
@@ -318,10 +312,9 @@ def test_a_rewritten_document_stays_in_its_tenants_partition(serving, milvus_eng
     assert [hit.content for hit in hits] == ["10#chunk-0: redis rewritten"]
 
 
-def test_a_partition_another_process_made_is_searched(serving, milvus_engine) -> None:
+@pytest.mark.lite3
+def test_a_partition_another_process_made_is_searched(serving) -> None:
     """This process knows tenant 5 had no partition; the worker then wrote its first rows."""
-    if milvus_engine:
-        pytest.skip("Milvus 2.5's engine as milvus-lite 2.5.1 serves it has no partitions")
     from dataclasses import asdict
 
     from retrieval.index.milvus.writer import _entities
@@ -387,24 +380,13 @@ def test_a_filter_that_keeps_few_rows_still_returns_k_of_k(store, db) -> None:
 
 
 @pytest.mark.embedded
-def test_milvus_lite_opens_each_collection_once_for_calls_at_once(store, db,
-                                                                   monkeypatch) -> None:
-    """Milvus Lite opens a collection on its first call, without a lock: calls at once opened
-    one each, and all but one were forgotten with what was loaded or written into them (a
-    lookup answered UNAVAILABLE as the web process's recovery wrote beside it)."""
-    from milvus_lite.engine.collection import Collection
-
+def test_calls_at_once_on_a_milvus_lite_file_all_succeed(store, db) -> None:
+    """Milvus Lite 3.x opened a collection on its first call, without a lock: calls at once
+    opened one each, and all but one were forgotten with what was loaded or written into them
+    (a lookup answered UNAVAILABLE as the web process's recovery wrote beside it)."""
     milvus.collections().create("biz_e3", DIM)
     milvus.writer().replace_documents([], [_row("10#chunk-0"), _row("11#chunk-0")],
                                       collection="biz_e3")
-    opened: list[str] = []
-    open_collection = Collection.__init__
-
-    def counted(self, name, *args, **kwargs):  # type: ignore[no-untyped-def]
-        opened.append(name)
-        open_collection(self, name, *args, **kwargs)
-
-    monkeypatch.setattr(Collection, "__init__", counted)
     failures: list[BaseException] = []
     calls = [lambda: _search("biz_e3", "hybrid")] * 4 + [
         lambda: milvus.writer().replace_documents([11], [_row("11#chunk-0")],
@@ -420,14 +402,14 @@ def test_milvus_lite_opens_each_collection_once_for_calls_at_once(store, db,
             failures.append(exc)
 
     for _ in range(3):
-        reset_connection()  # the file opens again, with none of its collections
-        opened.clear()
+        reset_connection()  # the file opens again, with none of its collections loaded
         threads = [threading.Thread(target=at_once, args=(call,)) for call in calls]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(timeout=60)
-        assert opened.count("biz_e3") == 1 and failures == []
+        assert failures == []
+    assert store.chunk_ids(11, collection="biz_e3") == ["11#chunk-0"]
     reset_connection()
     assert _search("biz_e3", "dense") == ["10#chunk-0", "11#chunk-0"]
 

@@ -14,7 +14,7 @@ import pytest
 from django.conf import settings
 
 from datasets.services import document_store
-from kbplatform.processes import MilvusLiteServer, free_port
+from kbplatform.processes import MilvusEngineServer, free_port
 from retrieval.index.milvus import reset_connection
 from retrieval.index.sync import document_sync
 from tests.datasets.builders import runbook
@@ -26,10 +26,10 @@ OUTAGE_SECONDS = 30  # gRPC's backoff reaches ~10 s by then: long enough to show
 
 
 @pytest.fixture
-def private_milvus(tmp_path: Path, settings: Any) -> Iterator[MilvusLiteServer]:
+def private_milvus(tmp_path: Path, settings: Any) -> Iterator[MilvusEngineServer]:
     """A server of our own, on a port that stays the same across its restart."""
-    server = MilvusLiteServer(f"http://127.0.0.1:{free_port()}", tmp_path / "data",
-                              tmp_path / "server.log")
+    server = MilvusEngineServer(f"http://127.0.0.1:{free_port()}", tmp_path / "milvus.db",
+                                tmp_path / "server.log")
     server.start()
     settings.MILVUS_URI = server.uri
     reset_connection()

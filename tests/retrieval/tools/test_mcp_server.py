@@ -16,7 +16,7 @@ import pytest
 from django.conf import settings
 
 from audit.models import ToolInvocation
-from kbplatform.processes import MilvusLiteServer, free_port
+from kbplatform.processes import MilvusEngineServer, free_port
 from retrieval.tools.registry import TOOLS
 from tests.conftest import database_url
 from tests.mcp_clients import over_stdio
@@ -32,16 +32,16 @@ def audited(tool_call_id: str) -> ToolInvocation:
 
 
 @pytest.fixture(scope="module")
-def milvus_server(milvus_server: MilvusLiteServer | None,
-                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusLiteServer]:
+def milvus_server(milvus_server: MilvusEngineServer | None,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusEngineServer]:
     """A Milvus the stdio server's process reaches too (the embedded run opens a file)."""
     if milvus_server is not None:
         yield milvus_server
         return
     folder = tmp_path_factory.mktemp("mcp-milvus")
     before = settings.MILVUS_URI
-    server = MilvusLiteServer(f"http://127.0.0.1:{free_port()}", folder / "data",
-                              folder / "server.log")
+    server = MilvusEngineServer(f"http://127.0.0.1:{free_port()}", folder / "milvus.db",
+                                folder / "server.log")
     server.start()
     settings.MILVUS_URI = server.uri
     yield server
