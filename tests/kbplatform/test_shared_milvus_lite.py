@@ -1,11 +1,13 @@
 """The command-line twins beside the demo: a Milvus Lite file opens in one process only, so
-the demo serves var/milvus.db with a Milvus Lite server and publishes it; every command of
-the checkout connects to that server. A file held by anything else is a clear message."""
+the demo (or `manage.py serve_milvus`) serves var/milvus.db with Milvus 2.5's engine and
+publishes it; every command of the checkout connects to that server. A file held by anything
+else is a clear message."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kbplatform.processes import ROOT, MilvusEngineServer, free_port
-from tests.conftest import database_url
+from tests.conftest import database_url, wait_until
 
 pytestmark = pytest.mark.embedded
 
@@ -79,3 +81,25 @@ def test_a_file_held_by_another_process_is_a_message_saying_what_to_do(
     assert "is open in another process" in done.stderr
     assert "scripts/demo.sh" in done.stderr and "MILVUS_URI to a Milvus server" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_serve_milvus_serves_the_file_to_every_command_until_interrupted(tmp_path: Path) -> None:
+    port = free_port()
+    clean = {k: v for k, v in os.environ.items() if k != "MILVUS_URI"}
+    served = subprocess.Popen([sys.executable, "manage.py", "serve_milvus", "--port", str(port)],
+                              cwd=ROOT, env={**clean, "KB_VAR_DIR": str(tmp_path)},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        published = tmp_path / "milvus.db.server.json"
+        wait_until(lambda: published.exists() or served.poll() is not None, timeout=60,
+                   what="the publication")
+        assert milvus_uri(tmp_path) == f"http://127.0.0.1:{port}"
+        again = manage(tmp_path, "serve_milvus", "--port", str(free_port()))
+        assert again.returncode == 1 and "served already" in again.stderr
+    finally:
+        served.send_signal(signal.SIGINT)
+        output = served.communicate(timeout=60)[0]
+    assert served.returncode == 0, output
+    assert f"at http://127.0.0.1:{port}" in output
+    assert not (tmp_path / "milvus.db.server.json").exists()
+    assert milvus_uri(tmp_path) == str(tmp_path / "milvus.db")

@@ -9,7 +9,7 @@ from evaluation.loadtest.run import load_test
 
 
 class Command(BaseCommand):
-    help = ("A bounded load test on 127.0.0.1: starts a Milvus Lite server, one indexing worker "
+    help = ("A bounded load test on 127.0.0.1: starts Milvus (2.5's engine), one indexing worker "
             "and gunicorn on free ports (on this DATABASE_URL and REDIS_URL), runs N agents "
             "looking up while documents are uploaded, toggled and deleted, and checks every "
             "answer. Fails on any out-of-scope or switched-off evidence and any 5xx.")

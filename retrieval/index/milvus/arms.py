@@ -118,10 +118,10 @@ class MilvusSearch:
     def _hybrid(self, where: _Where, request: SearchRequest) -> list[SearchHit]:
         """Dense ANN and BM25 as two searches, fused here (weighted RRF or CONVEX).
 
-        Two plain searches cost what one `hybrid_search` does on Milvus Lite, and the fusion
+        Two plain searches cost what one `hybrid_search` does on Milvus Lite 3.x, and the fusion
         can then weight a weak embedder down (RRFRanker has no weights). The BM25 arm returns
         its vectors only when the lookup reads the dense distance of a hit found by BM25
-        alone (reading vectors is a fifth of a search's cost on Milvus Lite).
+        alone (reading vectors is a fifth of a search's cost on Milvus Lite 3.x).
         """
         dense = self._dense(where, request)
         sparse = self._bm25(where, request, output=_with_vector(request))

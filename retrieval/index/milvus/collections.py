@@ -1,12 +1,14 @@
 """Collections and the alias: the schema (seed 000 §5), create, load, point, drop, count.
 
 One collection per index version (`biz_v3`). Filter fields are scalars with INVERTED indexes
-(a JSON-path filter is ~50x slower on Milvus Lite).
+(a JSON-path filter was ~50x slower on Milvus Lite 3.x).
 
 A tenant's rows live in one partition (`tenants_{tenant_id % TENANT_PARTITIONS}`, made when its
-first row is written) and every search names it: Milvus Lite evaluates a filter on every row in
-the searched partitions, so a lookup's cost follows the caller's rows, not every tenant's. A
-partition key does not do that on Milvus Lite (it hashes rows into buckets no search prunes).
+first row is written) and every search names it: Milvus Lite 3.x evaluated a filter on every
+row in the searched partitions, so a lookup's cost follows the caller's rows, not every
+tenant's; a partition key did not (it hashes rows into buckets no search prunes). Milvus 2.5's
+engine as milvus-lite 2.5.1 serves it (the embedded default) has no partitions: every row is
+in one and the tenant filter, an INVERTED index, does the pruning.
 The count is bounded by Milvus's limit on partitions (1,024 by default): past it, tenants
 share a partition and the tenant filter still separates them. A collection records the count
 it was built with; one built before has none, keeps every row in `_default` and is searched
@@ -43,7 +45,7 @@ VARCHAR_BYTES = {"id": 128, "category": MAX_CATEGORY, "domain": MAX_DOMAIN * 4,
 TENANT_PARTITIONS = 1000
 _PARTITIONS_PROPERTY = "kbplatform.tenant_partitions"
 logger = logging.getLogger(__name__)
-# The dense index's lists (Milvus Lite ignores the build parameter and uses its own default
+# The dense index's lists (Milvus Lite 3.x ignored the build parameter and used its default
 # of 128), and what a search asks of it: every list, i.e. the exact nearest chunks. Probing 16
 # of 128 missed true neighbours (XQuAD zh→en recall@100 0.93 against 0.97, docs/benchmarks.md);
 # a tenant's rows are searched in their own partition, so the full scan stays small.

@@ -9,15 +9,17 @@ the request itself (VectorStoreRejected: retrying cannot help).
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import grpc
 from django.conf import settings
 
+from kbplatform.processes import lite3_folder
 from retrieval.index.milvus.imports import LoadState, MilvusClient, MilvusException
 
 if TYPE_CHECKING:
@@ -29,6 +31,10 @@ RELEASED = 101  # "collection not loaded"
 # Milvus's "illegal argument" / "invalid parameter" codes (Lite, then Milvus 2.4+): the
 # request itself is wrong (e.g. a value over a VARCHAR's max_length).
 REJECTED = frozenset({6, 1100})
+# Milvus 2.5's engine fails a BM25 search that meets a write changing the collection's BM25
+# statistics (0.3 % of searches while one document was rewritten in a loop); the same search
+# at once after it succeeded every time: it is tried once more.
+RACED_A_WRITE = "Invalid sparse row: negative value"
 # pymilvus pings idle channels every 10 s; the Milvus Lite server keeps gRPC's default policy
 # (no ping without a call more often than every 5 min) and answers with GOAWAY "too many
 # pings". pymilvus then finds its shared channel broken and the next connect fails.
@@ -74,9 +80,17 @@ class _UnimplementedIsAnAnswer(logging.Filter):
 logging.getLogger("pymilvus.decorators").addFilter(_UnimplementedIsAnAnswer())
 
 
-# Milvus Lite files whose in-process server this process started: {absolute path: pid}. A
-# forked child inherits the parent's server (it reaches it on its port) and must never stop it.
+# Milvus Lite files whose engine this process started: {absolute path: pid}. A forked child
+# inherits the parent's engine (it reaches it on its socket) and must never stop it.
 _lite_servers: dict[str, int] = {}
+# ... and the lock this process took on each of those files ({absolute path: the lock file}).
+_lite_locks: dict[str, IO[str]] = {}
+
+
+def _unlock_file(path: str) -> None:
+    held = _lite_locks.pop(path, None)
+    if held is not None:
+        held.close()  # closing releases the lock
 
 
 def is_local(uri: str) -> bool:
@@ -112,23 +126,22 @@ class MilvusConnection:
         with self._lock:
             if self._client is None:
                 if self.is_local:
-                    os.makedirs(os.path.dirname(os.path.abspath(self.uri)), exist_ok=True)
+                    self._lock_file()
                 try:
                     self._client = MilvusClient(uri=self.uri, token=self._token,
                                                 timeout=self.timeout, grpc_options=_GRPC)
                 except Exception as exc:  # pymilvus raises several unrelated types here
-                    if self.is_local and os.path.isdir(self.uri):
-                        raise VectorStoreUnavailable(lite3_folder(self.uri)) from exc
+                    if os.path.abspath(self.uri) not in _lite_servers:
+                        _unlock_file(os.path.abspath(self.uri))
                     if self.is_local and "Open local milvus failed" in str(exc):
                         raise VectorStoreUnavailable(_file_in_use(self.uri)) from exc
                     raise VectorStoreUnavailable(
                         f"cannot connect to Milvus: {type(exc).__name__}") from exc
                 if self.is_local:
                     _lite_servers.setdefault(os.path.abspath(self.uri), os.getpid())
-                # Milvus Lite opens a collection on its first call, without a lock: calls at
-                # once opened one each, and all but the last were forgotten with what was
-                # loaded or written into them. Listing opens every collection, one after the
-                # other, before this process makes any other call.
+                # The connection is tried before any call (and Milvus Lite 3.x opened a
+                # collection on its first call, without a lock: calls at once each opened one,
+                # and all but the last were forgotten; listing opened them one at a time).
                 try:
                     self._client.list_collections(timeout=self.timeout)
                 except Exception as exc:
@@ -136,6 +149,26 @@ class MilvusConnection:
                     raise VectorStoreUnavailable(
                         f"cannot list Milvus's collections: {type(exc).__name__}") from exc
             return self._client
+
+    def _lock_file(self) -> None:
+        """Take the local file's lock before pymilvus does (it runs in this process, so its
+        own lock then succeeds beside ours): refused the lock itself, milvus-lite deletes the
+        lock file on its way out, and the next open started a second engine on a file another
+        process serves. Held until the engine stops (`_close`)."""
+        path = os.path.abspath(self.uri)
+        if os.path.isdir(path):
+            raise VectorStoreUnavailable(lite3_folder(path))
+        if path in _lite_servers:  # this process runs its engine and holds its lock already
+            return
+        real = os.path.realpath(path)
+        os.makedirs(os.path.dirname(real), exist_ok=True)
+        held = open(os.path.join(os.path.dirname(real), f".{os.path.basename(real)}.lock"), "a")
+        try:
+            fcntl.lockf(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            held.close()
+            raise VectorStoreUnavailable(_file_in_use(path)) from None
+        _lite_locks[path] = held
 
     def close(self) -> None:
         with self._lock:
@@ -155,6 +188,7 @@ class MilvusConnection:
 
                 server_manager_instance.release_server(path)
                 del _lite_servers[path]
+                _unlock_file(path)
 
     def call(self, what: str, fn: Callable[[MilvusClient], T], *,
              collection: str | None = None) -> T:
@@ -175,6 +209,8 @@ class MilvusConnection:
             try:
                 return fn(client)
             except MilvusException as exc:
+                if RACED_A_WRITE in str(exc.message):
+                    return fn(client)
                 if exc.code != RELEASED or collection is None:
                     raise
                 client.load_collection(collection, timeout=self.timeout)
@@ -209,12 +245,6 @@ def _file_in_use(path: str) -> str:
             f"process at a time): stop that process, or serve the file to every process (the "
             f"demo, scripts/demo.sh, serves var/milvus.db), or set MILVUS_URI to a Milvus "
             f"server's http://HOST:PORT")
-
-
-def lite3_folder(path: str) -> str:
-    return (f"{path} is a folder of Milvus Lite 3.x, which Milvus 2.5's engine cannot open: "
-            f"move it aside and rebuild the index from the database's text (`python manage.py "
-            f"rebuild_hybrid_knowledge --confirm REBUILD`); scripts/demo.sh does both")
 
 
 _connections: dict[int, MilvusConnection] = {}

@@ -29,7 +29,7 @@ def ints(values: object) -> str:
 def filter_expression(filters: SearchFilters) -> str:
     """Tenant, datasets and activation on every search, from the caller's key (seed 003 §7).
 
-    Activation is a filter on doc_id, not the rows' `activated` field: on Milvus Lite any
+    Activation is a filter on doc_id, not the rows' `activated` field: on Milvus Lite 3.x any
     write of a row (a flip included) moves it into a new segment whose BM25 statistics are its
     own, and the document dropped out of BM25 results until a rebuild. Flipping a document
     therefore writes nothing to Milvus.

@@ -3,7 +3,7 @@
 Every method takes the cross-process writer lock itself (retrieval/index/writer_lock.py), so no
 caller can write without it; callers that must read the database and write as one step take
 the same lock around both (it is reentrant). Every write ends with a flush: unflushed rows are
-searched 50-200x slower on Milvus Lite, and a flush makes them durable.
+searched 50-200x slower on Milvus Lite 3.x, and a flush makes them durable.
 """
 
 from __future__ import annotations

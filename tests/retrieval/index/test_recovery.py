@@ -27,9 +27,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 # Opens the Milvus Lite file and keeps it (a file opens in one process at a time) until its
 # stdin closes, then exits cleanly, which stops its Milvus Lite server and frees the file.
-HOLD_FILE = ("import sys\nfrom retrieval.index.milvus.imports import MilvusClient\n"
-             "client = MilvusClient(uri=sys.argv[1])\nclient.list_collections()\n"
-             "print('held', flush=True)\nsys.stdin.read()\nclient.close()\n")
+HOLD_FILE = ("import sys\nfrom retrieval.index.milvus.connection import MilvusConnection\n"
+             "connection = MilvusConnection(uri=sys.argv[1])\nconnection.client()\n"
+             "print('held', flush=True)\nsys.stdin.read()\nconnection.close()\n")
 
 
 @pytest.fixture
