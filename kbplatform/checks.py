@@ -51,9 +51,10 @@ def check_configuration(app_configs: Any = None, **kwargs: Any) -> list[Error | 
             if not settings.CELERY_TASK_ALWAYS_EAGER:
                 problems.append(Error(
                     "a Milvus Lite file can be opened by one process only, but tasks run in "
-                    "separate workers", hint="run the demo (scripts/demo.sh), which serves "
-                    "var/milvus.db to every process, or set MILVUS_URI to a Milvus server's "
-                    "http://HOST:PORT, or set CELERY_TASK_ALWAYS_EAGER=true",
+                    "separate workers", hint="serve the file to every process (`python "
+                    "manage.py serve_milvus`; the demo, scripts/demo.sh, serves var/milvus.db "
+                    "itself), or set MILVUS_URI to a Milvus server's http://HOST:PORT, or set "
+                    "CELERY_TASK_ALWAYS_EAGER=true",
                     id="kbplatform.E005"))
     if settings.KB_CHUNK_OVERLAP >= settings.KB_CHUNK_SIZE // 2:
         problems.append(Error("KB_CHUNK_OVERLAP must be less than half of KB_CHUNK_SIZE",

@@ -232,15 +232,10 @@ class MilvusEngineServer(MilvusServer):
 
     def start(self, timeout: float = 120.0, *,
               cancelled: Callable[[], bool] | None = None) -> None:
-        self.data.parent.mkdir(parents=True, exist_ok=True)
-        lock = (self.data.parent / f".{self.data.name}.lock").open("a")
-        try:
-            fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            lock.close()
+        self._lock = lite_file_lock(self.data)
+        if self._lock is None:
             raise ServiceError(f"{self.name}: {self.data} is open in another process "
-                               "(a Milvus Lite file opens in one process at a time)") from exc
-        self._lock = lock
+                               "(a Milvus Lite file opens in one process at a time)")
         try:
             super().start(timeout, cancelled=cancelled)
         except BaseException:
@@ -255,6 +250,19 @@ class MilvusEngineServer(MilvusServer):
         lock, self._lock = self._lock, None
         if lock is not None:
             lock.close()  # closing the file releases its lock
+
+
+def lite_file_lock(data: Path) -> IO[str] | None:
+    """The lock milvus-lite takes on a data file (`.NAME.lock` beside it), held until the
+    returned file is closed; None while another process holds it."""
+    data.parent.mkdir(parents=True, exist_ok=True)
+    held = (data.parent / f".{data.name}.lock").open("a")
+    try:
+        fcntl.lockf(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        held.close()
+        return None
+    return held
 
 
 def lite3_folder(path: str) -> str:

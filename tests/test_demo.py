@@ -93,6 +93,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
         (knowledge / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / "knowledge_base" / name, knowledge / name)
     var, output, port = root / "var", root / "demo.out", free_port()
+    # A var/ from before Milvus 2.5's engine: Milvus Lite 3.x's folder where the file goes.
+    (var / "milvus.db" / "collections").mkdir(parents=True)
     with output.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "kbplatform.demo", "--port", str(port), "--knowledge",
@@ -123,6 +125,9 @@ def test_the_demo_prints_where_to_go_last_and_no_library_noise(demo: Demo) -> No
     assert f"admin:     {demo.url}/admin/   user: admin   password: {demo.password}" in text
     assert demo.tool_key in text and "ready in " in text
     assert "3/3 documents · " in text  # the import's progress bar, finished
+    assert "was Milvus Lite 3.x's folder" in text and "rebuilt: " in text
+    assert [kept.name.startswith("milvus-lite3-") for kept in demo.var.glob("milvus-lite3-*")] \
+        == [True] and (demo.var / "milvus.db").is_file()
     # The local model is prepared beside the rest and never waited for: the banner says how
     # far it is.
     assert re.search(r"^  local model: (assembling|building|loading|ready) \(", text, re.M), text

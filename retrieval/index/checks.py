@@ -10,12 +10,17 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError
 
+from kbplatform.processes import served_uri
 from retrieval.index import milvus
 from retrieval.index.milvus.collections import has_partitions
+from retrieval.index.milvus.connection import is_local
 from retrieval.index.milvus.expressions import DATE_FIELD, TEXT_FIELDS
 from retrieval.index.versions import active_version, spec_difference
 
 FILTER_FIELDS = frozenset((*TEXT_FIELDS, DATE_FIELD))
+# How many chunks the embedded default (a Milvus Lite file on one machine) was measured usable
+# at (docs/operations.md, "How far the embedded default goes"); past it W020 says to move up.
+EMBEDDED_CHUNKS = 1_000_000
 
 
 @register(Tags.database, deploy=True)
@@ -51,6 +56,16 @@ def check_services(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             f"{', '.join(sorted(missing))}: lookups whose RagConfig.metadata_filters use them "
             "answer UNAVAILABLE until a rebuild", id="kbplatform.W011",
             hint="python manage.py rebuild_hybrid_knowledge --confirm REBUILD"))
+    if _embedded():
+        chunks = collections.count(version.collection_name)
+        if chunks > EMBEDDED_CHUNKS:
+            found.append(Warning(
+                f"the serving index holds {chunks:,} chunks in the embedded default's Milvus "
+                f"Lite file, past the {EMBEDDED_CHUNKS:,} it was measured usable at "
+                "(docs/operations.md, \"How far the embedded default goes\")",
+                id="kbplatform.W020",
+                hint="move to a Milvus server: set MILVUS_URI to it (and MILVUS_TOKEN), then "
+                     "python manage.py rebuild_hybrid_knowledge --confirm REBUILD"))
     if before_partitions:
         found.append(Warning(
             f"the serving index {version.collection_name} was built before tenants had "
@@ -59,6 +74,13 @@ def check_services(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             id="kbplatform.W015",
             hint="python manage.py rebuild_hybrid_knowledge --confirm REBUILD"))
     return found
+
+
+def _embedded() -> bool:
+    """Whether Milvus is the embedded default's file: opened here, or served by the demo or
+    `serve_milvus` (which publish it)."""
+    uri = settings.MILVUS_URI
+    return is_local(uri) or uri == served_uri(settings.VAR_DIR / "milvus.db")
 
 
 @register(Tags.database, deploy=True)

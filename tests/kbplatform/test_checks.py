@@ -151,6 +151,30 @@ def test_W008_deploy_check_when_the_index_was_built_differently(store, settings)
     assert "rebuild_hybrid_knowledge --confirm REBUILD" in problems[0].msg
 
 
+@pytest.mark.django_db
+def test_W020_deploy_check_when_the_embedded_default_holds_more_than_it_was_measured_at(
+        store, monkeypatch) -> None:
+    from retrieval.index import checks, milvus
+    from retrieval.index.milvus.writer import ChunkRow
+    from retrieval.index.versions import serving_index
+
+    version = serving_index(collections=milvus.collections()).version
+    rows = [ChunkRow(id=f"{n}#chunk-0", tenant_id=1, dataset_id=1, doc_id=n, activated=True,
+                     category="", content="redis", search_text="redis",
+                     vector=[0.1] * version.dimension, metadata={}) for n in range(1, 4)]
+    milvus.writer().replace_documents([], rows, collection=version.collection_name)
+    monkeypatch.setattr(checks, "EMBEDDED_CHUNKS", 3)
+    assert check_services() == []
+
+    monkeypatch.setattr(checks, "EMBEDDED_CHUNKS", 2)
+    problems = check_services()
+    if not milvus.collections().connection.is_local:  # a Milvus server: not the embedded one
+        assert problems == []
+        return
+    assert _ids(problems) == ["kbplatform.W020"]
+    assert "3 chunks" in problems[0].msg and "MILVUS_URI" in (problems[0].hint or "")
+
+
 def _serving_before_filter_fields() -> list[Any]:
     from retrieval.index.embedders import get_embedder
     from retrieval.index.versions import wanted_spec

@@ -9,17 +9,17 @@ the request itself (VectorStoreRejected: retrying cannot help).
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import grpc
 from django.conf import settings
 
-from kbplatform.processes import lite3_folder
+from kbplatform.processes import lite3_folder, lite_file_lock
 from retrieval.index.milvus.imports import LoadState, MilvusClient, MilvusException
 
 if TYPE_CHECKING:
@@ -160,14 +160,9 @@ class MilvusConnection:
             raise VectorStoreUnavailable(lite3_folder(path))
         if path in _lite_servers:  # this process runs its engine and holds its lock already
             return
-        real = os.path.realpath(path)
-        os.makedirs(os.path.dirname(real), exist_ok=True)
-        held = open(os.path.join(os.path.dirname(real), f".{os.path.basename(real)}.lock"), "a")
-        try:
-            fcntl.lockf(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            held.close()
-            raise VectorStoreUnavailable(_file_in_use(path)) from None
+        held = lite_file_lock(Path(path).resolve())
+        if held is None:
+            raise VectorStoreUnavailable(_file_in_use(path))
         _lite_locks[path] = held
 
     def close(self) -> None:
@@ -242,9 +237,9 @@ class MilvusConnection:
 
 def _file_in_use(path: str) -> str:
     return (f"the Milvus Lite file {path} is open in another process (a file opens in one "
-            f"process at a time): stop that process, or serve the file to every process (the "
-            f"demo, scripts/demo.sh, serves var/milvus.db), or set MILVUS_URI to a Milvus "
-            f"server's http://HOST:PORT")
+            f"process at a time): stop that process, or serve the file to every process "
+            f"(`python manage.py serve_milvus`; the demo, scripts/demo.sh, serves var/milvus.db "
+            f"itself), or set MILVUS_URI to a Milvus server's http://HOST:PORT")
 
 
 _connections: dict[int, MilvusConnection] = {}
