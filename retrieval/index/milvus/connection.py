@@ -80,17 +80,10 @@ class _UnimplementedIsAnAnswer(logging.Filter):
 logging.getLogger("pymilvus.decorators").addFilter(_UnimplementedIsAnAnswer())
 
 
-# Milvus Lite files whose engine this process started: {absolute path: pid}. A forked child
-# inherits the parent's engine (it reaches it on its socket) and must never stop it.
-_lite_servers: dict[str, int] = {}
-# ... and the lock this process took on each of those files ({absolute path: the lock file}).
-_lite_locks: dict[str, IO[str]] = {}
-
-
-def _unlock_file(path: str) -> None:
-    held = _lite_locks.pop(path, None)
-    if held is not None:
-        held.close()  # closing releases the lock
+# Milvus Lite files whose engine this process started: {absolute path: (pid, the file's lock,
+# held)}. A forked child inherits the parent's engine (it reaches it on its socket) and must
+# never stop it.
+_lite_servers: dict[str, tuple[int, IO[str]]] = {}
 
 
 def is_local(uri: str) -> bool:
@@ -125,20 +118,19 @@ class MilvusConnection:
     def client(self) -> MilvusClient:
         with self._lock:
             if self._client is None:
-                if self.is_local:
-                    self._lock_file()
+                held = self._file_lock() if self.is_local else None
                 try:
                     self._client = MilvusClient(uri=self.uri, token=self._token,
                                                 timeout=self.timeout, grpc_options=_GRPC)
                 except Exception as exc:  # pymilvus raises several unrelated types here
-                    if os.path.abspath(self.uri) not in _lite_servers:
-                        _unlock_file(os.path.abspath(self.uri))
+                    if held is not None:
+                        held.close()  # closing releases the lock
                     if self.is_local and "Open local milvus failed" in str(exc):
                         raise VectorStoreUnavailable(_file_in_use(self.uri)) from exc
                     raise VectorStoreUnavailable(
                         f"cannot connect to Milvus: {type(exc).__name__}") from exc
-                if self.is_local:
-                    _lite_servers.setdefault(os.path.abspath(self.uri), os.getpid())
+                if held is not None:
+                    _lite_servers[os.path.abspath(self.uri)] = (os.getpid(), held)
                 # The connection is tried before any call (and Milvus Lite 3.x opened a
                 # collection on its first call, without a lock: calls at once each opened one,
                 # and all but the last were forgotten; listing opened them one at a time).
@@ -150,20 +142,21 @@ class MilvusConnection:
                         f"cannot list Milvus's collections: {type(exc).__name__}") from exc
             return self._client
 
-    def _lock_file(self) -> None:
-        """Take the local file's lock before pymilvus does (it runs in this process, so its
-        own lock then succeeds beside ours): refused the lock itself, milvus-lite deletes the
-        lock file on its way out, and the next open started a second engine on a file another
-        process serves. Held until the engine stops (`_close`)."""
+    def _file_lock(self) -> IO[str] | None:
+        """The local file's lock, taken before pymilvus takes it (in this process, so its own
+        then succeeds beside ours): refused the lock itself, milvus-lite deletes the lock file
+        on its way out, and the next open started a second engine on a file another process
+        serves. Held until the engine stops (`_close`); None where this process runs the
+        file's engine already."""
         path = os.path.abspath(self.uri)
         if os.path.isdir(path):
             raise VectorStoreUnavailable(lite3_folder(path))
-        if path in _lite_servers:  # this process runs its engine and holds its lock already
-            return
+        if path in _lite_servers:
+            return None
         held = lite_file_lock(Path(path).resolve())
         if held is None:
             raise VectorStoreUnavailable(_file_in_use(path))
-        _lite_locks[path] = held
+        return held
 
     def close(self) -> None:
         with self._lock:
@@ -175,7 +168,8 @@ class MilvusConnection:
             self._client = None
             self.loaded.clear()
             path = os.path.abspath(self.uri)
-            if self.is_local and _lite_servers.get(path) == os.getpid():
+            started = _lite_servers.get(path) if self.is_local else None
+            if started is not None and started[0] == os.getpid():
                 # Closing the client leaves the file's `milvus` program running until this
                 # process exits: the file stays locked against every other process, with its
                 # loaded collections. Stop it: the file is free.
@@ -183,7 +177,7 @@ class MilvusConnection:
 
                 server_manager_instance.release_server(path)
                 del _lite_servers[path]
-                _unlock_file(path)
+                started[1].close()
 
     def call(self, what: str, fn: Callable[[MilvusClient], T], *,
              collection: str | None = None) -> T:

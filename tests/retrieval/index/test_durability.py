@@ -31,11 +31,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 DIM = 8
 
 
-@pytest.fixture
-def private_milvus(tmp_path: Path) -> Iterator[MilvusEngineServer]:
+def _private(server: MilvusServer) -> Iterator[MilvusServer]:
     """A server of our own: killing the session's server would break other tests."""
-    server = MilvusEngineServer(f"http://127.0.0.1:{free_port()}", tmp_path / "milvus.db",
-                                tmp_path / "server.log")
     server.start()
     yield server
     server.stop(signal.SIGKILL)
@@ -43,15 +40,17 @@ def private_milvus(tmp_path: Path) -> Iterator[MilvusEngineServer]:
 
 
 @pytest.fixture
-def private_lite3(tmp_path: Path) -> Iterator[Lite3Server]:
+def private_milvus(tmp_path: Path) -> Iterator[MilvusServer]:
+    yield from _private(MilvusEngineServer(f"http://127.0.0.1:{free_port()}",
+                                           tmp_path / "milvus.db", tmp_path / "server.log"))
+
+
+@pytest.fixture
+def private_lite3(tmp_path: Path) -> Iterator[MilvusServer]:
     """Milvus Lite 3.x, which keeps index files of its own (Milvus 2.5's engine keeps one
     data file)."""
-    server = Lite3Server(f"http://127.0.0.1:{free_port()}", tmp_path / "data",
-                         tmp_path / "server.log")
-    server.start()
-    yield server
-    server.stop(signal.SIGKILL)
-    reset_connection()
+    yield from _private(Lite3Server(f"http://127.0.0.1:{free_port()}", tmp_path / "data",
+                                    tmp_path / "server.log"))
 
 
 def _restart(server: MilvusServer, sig: int) -> None:

@@ -25,8 +25,9 @@ from tests.datasets.builders import found_doc_ids, runbook
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-# Opens the Milvus Lite file and keeps it (a file opens in one process at a time) until its
-# stdin closes, then exits cleanly, which stops its Milvus Lite server and frees the file.
+# Opens the Milvus Lite file through the platform's connection (which takes the file's lock
+# first) and keeps it (a file opens in one process at a time) until its stdin closes, then
+# closes it, which stops its engine and frees the file.
 HOLD_FILE = ("import sys\nfrom retrieval.index.milvus.connection import MilvusConnection\n"
              "connection = MilvusConnection(uri=sys.argv[1])\nconnection.client()\n"
              "print('held', flush=True)\nsys.stdin.read()\nconnection.close()\n")
