@@ -8,6 +8,7 @@ rollback until an operator drops it.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 from django.db import transaction
@@ -123,6 +124,38 @@ def serving_index(*, collections: MilvusCollections | None = None) -> ServingInd
     if version is None:
         raise IndexNotReady("nothing has been indexed yet")
     return ServingIndex(version)
+
+
+@dataclass(frozen=True)
+class ActiveIndex:
+    """The active version as a lookup's one read of its revisions names it
+    (lookup/revisions.py)."""
+
+    pk: int
+    collection: str
+
+
+# The last version a lookup served from, in this process. What a ServingIndex reads of it
+# (collection, embedder, chunking) never changes once the version exists, but for the
+# collection's name, which is part of the key.
+_serving: tuple[ActiveIndex, ServingIndex] | None = None
+_serving_lock = threading.Lock()
+
+
+def serving_index_of(active: ActiveIndex) -> ServingIndex:
+    """The serving index `active` names, its row read once per process."""
+    global _serving
+    with _serving_lock:
+        if _serving is not None and _serving[0] == active:
+            return _serving[1]
+    version = IndexVersion.objects.filter(pk=active.pk,
+                                          collection_name=active.collection).first()
+    if version is None:  # retired and dropped since the revisions were read
+        raise IndexNotReady(f"index version {active.collection} no longer serves")
+    serving = ServingIndex(version)
+    with _serving_lock:
+        _serving = (active, serving)
+    return serving
 
 
 def index_versions() -> QuerySet[IndexVersion]:

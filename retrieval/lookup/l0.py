@@ -3,9 +3,9 @@ database in every web and worker process: the L0 index, the deactivated and the 
 the languages they are written in.
 
 Each process caches one view per (tenant, datasets) with the datasets' document revisions
-(bumped by datasets/services.py with every change lookups must see). A lookup reads them (one
-query over the datasets' rows, whatever their number of documents) and rebuilds the view when
-another process changed a document: no invalidation messages to lose.
+(bumped by datasets/services.py with every change lookups must see). A lookup reads them with
+its other revisions (revisions.py: one statement, whatever the number of documents) and
+rebuilds the view when another process changed a document: no invalidation messages to lose.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from django.db.models import F, Q, QuerySet
 
 from datasets.ingestion.language import UNKNOWN
 from datasets.models import Dataset, Document
+from retrieval.lookup.revisions import Revisions
 from retrieval.lookup.transform import L0Document, L0Index
 
 # Deactivated documents excluded in the Milvus filter itself, so that they do not take places
@@ -51,10 +52,15 @@ def _documents(tenant_id: int, dataset_ids: Sequence[int]) -> QuerySet[Document]
     return Document.objects.filter(dataset__tenant_id=tenant_id, dataset_id__in=dataset_ids)
 
 
-def documents_view(*, tenant_id: int, dataset_ids: Sequence[int]) -> DocumentsView:
+def documents_view(*, tenant_id: int, dataset_ids: Sequence[int],
+                   revisions: Revisions | None = None) -> DocumentsView:
+    """The view; `revisions`, when the lookup read them, spare this the read."""
     key = (tenant_id, tuple(sorted(dataset_ids)))
-    fingerprint = tuple(Dataset.objects.filter(pk__in=key[1]).order_by("pk").values_list(
-        "pk", "created_at", "documents_revision"))
+    if revisions is not None:  # read for the key's datasets, which the config may narrow
+        fingerprint = tuple(r for r in revisions.datasets if r[0] in key[1])
+    else:
+        fingerprint = tuple(Dataset.objects.filter(pk__in=key[1]).order_by("pk").values_list(
+            "pk", "created_at", "documents_revision"))
     with _lock:
         cached = _cache.get(key)
         if cached and cached[0] == fingerprint:

@@ -20,10 +20,11 @@ from retrieval.chat import chat_model_for, translation_model_for
 from retrieval.index import milvus
 from retrieval.index.embedders import EmbeddingError
 from retrieval.index.search import VectorSearchService
-from retrieval.index.versions import IndexNotReady, serving_index
+from retrieval.index.versions import IndexNotReady, serving_index_of
 from retrieval.lookup.l0 import DocumentsView, documents_view
 from retrieval.lookup.project import invocation_of
 from retrieval.lookup.rerank import configured_reranker
+from retrieval.lookup.revisions import lookup_revisions
 from retrieval.lookup.synonyms import NO_SYNONYMS, Synonyms, tenant_synonyms
 from retrieval.lookup.tool import LookupKnowledgeTool, LookupRequest, as_unavailable
 from retrieval.lookup.transform import L0Index
@@ -74,9 +75,10 @@ class _Unavailable(Exception):
 
 def _setup(filters: SearchFilters, overrides: dict[str, Any] | None, mode: SearchMode | None,
            search: VectorSearchService | None, routing_key: str) -> _Setup:
+    revisions = lookup_revisions(tenant_id=filters.tenant_id, dataset_ids=filters.dataset_ids)
     try:
         serving = rag_config_for(tenant_id=filters.tenant_id, dataset_ids=filters.dataset_ids,
-                                 routing_key=routing_key)
+                                 routing_key=routing_key, revisions=revisions.configs)
     except RagConfigError as exc:
         # A stored config that no longer validates (a hand edit, a tightened rule) is a broken
         # backend like a down Milvus: UNAVAILABLE (503) with the reason for the audit; never
@@ -89,19 +91,20 @@ def _setup(filters: SearchFilters, overrides: dict[str, Any] | None, mode: Searc
         overrides = {**MODE_OVERRIDES[mode], **(overrides or {})}
     if overrides:
         settings = _overridden(settings, overrides, filters.tenant_id)
-    if search is None:
+    if search is None and revisions.index is not None:
         try:
             # The serving version's own embedder and collection: never a query vector of
             # one model against the vectors of another.
-            index = serving_index()
+            index = serving_index_of(revisions.index)
             search = VectorSearchService(port=milvus.searcher(index.collection),
                                          embedder=index.embedder)
         except IndexNotReady:
             search = None
     filters = configured_filters(filters, settings)
-    view = (documents_view(tenant_id=filters.tenant_id, dataset_ids=filters.dataset_ids)
-            if filters.dataset_ids else None)
-    synonyms = tenant_synonyms(tenant_id=filters.tenant_id) if view is not None else NO_SYNONYMS
+    view = (documents_view(tenant_id=filters.tenant_id, dataset_ids=filters.dataset_ids,
+                           revisions=revisions) if filters.dataset_ids else None)
+    synonyms = (tenant_synonyms(tenant_id=filters.tenant_id, revisions=revisions)
+                if view is not None else NO_SYNONYMS)
     return _Setup(settings, serving.version, filters, search, view, serving.experiment,
                   synonyms, serving.config_id)
 

@@ -4,7 +4,7 @@ shown).
 
 Each process caches the groups per tenant with the tenant's synonym revision (bumped by
 ragconfig/synonyms.py with every write), as l0.py caches the documents: a lookup reads the
-revision (one query by primary key) and reads the groups again only when it changed.
+revision with its other revisions (revisions.py) and the groups again only when it changed.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from retrieval.analysis import contains_term, normalize_text
+from retrieval.lookup.revisions import Revisions
 from retrieval.ragconfig.models import SYNONYM_SEPARATOR, SynonymGroup, SynonymRevision
 
 # Every added term is one more term of the BM25 query: bounded, like the query transform's.
@@ -61,9 +62,11 @@ _cache: dict[int, tuple[str, Synonyms]] = {}
 _lock = threading.Lock()
 
 
-def tenant_synonyms(*, tenant_id: int) -> Synonyms:
-    revision = (SynonymRevision.objects.filter(tenant_id=tenant_id)
-                .values_list("revision", flat=True).first())
+def tenant_synonyms(*, tenant_id: int, revisions: Revisions | None = None) -> Synonyms:
+    """The tenant's groups; `revisions`, when the lookup read them, spare this the read."""
+    revision = revisions.synonyms if revisions is not None else (
+        SynonymRevision.objects.filter(tenant_id=tenant_id)
+        .values_list("revision", flat=True).first())
     if revision is None:  # the tenant never had a group
         return NO_SYNONYMS
     with _lock:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Q
@@ -35,8 +37,37 @@ def ab_arm(experiment: ConfigExperiment, routing_key: str) -> str:
     return ConfigExperiment.Arm.CANDIDATE if candidate else ConfigExperiment.Arm.CONTROL
 
 
-def rag_config_for(*, tenant_id: int, dataset_ids: Sequence[int],
-                   routing_key: str = "") -> ServingConfig:
+@dataclass(frozen=True)
+class ConfigRevision:
+    """What says whether a RagConfig row changed: every save moves `updated_at`, an A/B test
+    starts and ends by an update of `experiment_id` alone."""
+
+    pk: int
+    dataset_id: int | None
+    version: int
+    updated_at: datetime | str  # as the database returns it: only ever compared
+    experiment_id: int | None
+
+
+# RagConfig row → (the revision it was read at, the row, its settings), in this process.
+_rows: dict[int, tuple[ConfigRevision, RagConfig, RagSettings]] = {}
+_rows_lock = threading.Lock()
+
+
+def config_revisions(*, tenant_id: int, dataset_ids: Sequence[int]) -> tuple[ConfigRevision, ...]:
+    """The revisions of the rows that may serve a lookup over `dataset_ids` (a lookup reads
+    them with its other revisions: lookup/revisions.py)."""
+    distinct = set(dataset_ids)
+    scope = Q(dataset__isnull=True)
+    if len(distinct) == 1:
+        scope |= Q(dataset_id=next(iter(distinct)))
+    return tuple(ConfigRevision(*row) for row in RagConfig.objects.filter(
+        scope, tenant_id=tenant_id).order_by().values_list(
+        "pk", "dataset_id", "version", "updated_at", "experiment_id"))
+
+
+def rag_config_for(*, tenant_id: int, dataset_ids: Sequence[int], routing_key: str = "",
+                   revisions: Sequence[ConfigRevision] | None = None) -> ServingConfig:
     """The settings of one lookup and the version of the row they came from.
 
     A dataset override applies only when exactly one dataset is searched: a search over
@@ -44,22 +75,24 @@ def rag_config_for(*, tenant_id: int, dataset_ids: Sequence[int],
     tenant default, else the built-in defaults (version None). A stored row that no longer
     validates raises RagConfigError rather than being used half-right. While the row runs an
     A/B test, a call with a `routing_key` (its session, else its call id) is routed to an arm;
-    one without (a hit test, an evaluation) gets the config as it serves.
+    one without (a hit test, an evaluation) gets the config as it serves. `revisions`, when
+    the caller read them (config_revisions), spare this the read; the row and its settings
+    are read again only when its revision changed.
     """
-    distinct = set(dataset_ids)
-    scope = Q(dataset__isnull=True)
-    if len(distinct) == 1:
-        scope |= Q(dataset_id=next(iter(distinct)))
-    # On every lookup: the rows alone, unordered (sorted here). The A/B test and the tenant
-    # are read only when they matter, which is rare: joining them cost every lookup half a
-    # millisecond of query building (docs/benchmarks.md).
-    rows = list(RagConfig.objects.filter(scope, tenant_id=tenant_id).order_by())
-    # The override, when present, sorts before the default.
-    rows.sort(key=lambda row: row.dataset_id is None)
-    if not rows:
+    given = revisions is not None
+    if revisions is None:
+        revisions = config_revisions(tenant_id=tenant_id, dataset_ids=dataset_ids)
+    if not revisions:
         return ServingConfig(RagSettings(), None)
-    row = rows[0]
-    serving = ServingConfig(row.to_settings(), row.version, config_id=row.pk)
+    # The override, when present, sorts before the default.
+    kept = _row(min(revisions, key=lambda r: r.dataset_id is None))
+    if kept is None:  # deleted since its revision was read: read them again
+        return (rag_config_for(tenant_id=tenant_id, dataset_ids=dataset_ids,
+                               routing_key=routing_key) if given
+                else ServingConfig(RagSettings(), None))
+    row, settings = kept
+    serving = ServingConfig(settings, row.version, config_id=row.pk)
+    # The A/B test is read only when it matters, which is rare.
     experiment = (ConfigExperiment.objects.select_related("candidate")
                   .filter(pk=row.experiment_id).first()
                   if row.experiment_id is not None and routing_key else None)
@@ -70,10 +103,27 @@ def rag_config_for(*, tenant_id: int, dataset_ids: Sequence[int],
             serving = replace(serving, settings=RagConfigConverter.to_settings(
                 experiment.candidate.settings()), version=experiment.candidate.version)
     if serving.settings.chat_api_key_env:
-        errors = chat_key_env_error(row.tenant, serving.settings.chat_api_key_env)
+        # The tenant as it is now (its slug names its key variable), not the kept row's.
+        errors = chat_key_env_error(Tenant.objects.get(pk=tenant_id),
+                                    serving.settings.chat_api_key_env)
         if errors:
             raise RagConfigError(errors)
     return serving
+
+
+def _row(revision: ConfigRevision) -> tuple[RagConfig, RagSettings] | None:
+    """The row and its settings as of `revision`; None when the row is gone."""
+    with _rows_lock:
+        kept = _rows.get(revision.pk)
+    if kept is not None and kept[0] == revision:
+        return kept[1], kept[2]
+    row = RagConfig.objects.filter(pk=revision.pk).first()
+    if row is None:
+        return None
+    settings = row.to_settings()  # raises RagConfigError: nothing is kept
+    with _rows_lock:
+        _rows[revision.pk] = (revision, row, settings)
+    return row, settings
 
 
 def draft_settings(*, tenant: Tenant, dataset_ids: Sequence[int],

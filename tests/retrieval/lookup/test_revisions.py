@@ -1,0 +1,93 @@
+"""A lookup's set-up is one statement once its process has built it, and every change the
+set-up depends on is seen by the next lookup: a config saved, an A/B test started by an update
+of its row alone, a save rolled back, a document switched off, a synonym group, another index
+version serving."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from datasets.models import Document
+from datasets.services import document_set_activation
+from retrieval.index.models import IndexVersion
+from retrieval.lookup.revisions import lookup_revisions
+from retrieval.lookup.service import lookup_knowledge
+from retrieval.ragconfig.drafts import experiment_start
+from retrieval.ragconfig.models import RagConfigChange
+from retrieval.ragconfig.services import rag_config_update
+from retrieval.ragconfig.synonyms import synonym_group_save
+from retrieval.types import LookupResult, SearchFilters
+from tests.retrieval.conftest import Imported
+
+KAFKA_LAG = "kafka consumer group lag keeps growing"
+
+
+def run(data: Imported, query: str = KAFKA_LAG, **kwargs: Any) -> LookupResult:
+    return lookup_knowledge(filters=SearchFilters(tenant_id=data.tenant.pk,
+                                                  dataset_ids=(data.dataset.pk,)),
+                            query=query, **kwargs)
+
+
+@pytest.mark.django_db
+def test_a_lookup_reads_its_set_up_in_one_statement(acme: Imported) -> None:
+    rag_config_update(config=None, tenant=acme.tenant, values={"return_n": 2},
+                      changed_by="test")
+    synonym_group_save(tenant=acme.tenant, terms="lag = backlog", changed_by="test")
+    run(acme)  # builds what this process keeps
+    with CaptureQueriesContext(connection) as queries:
+        result = run(acme)
+    assert result.evidence_status == "READY"
+    # Beside the question's vector in the cache (a table of the embedded default, Redis on
+    # a server): one statement.
+    statements = [q["sql"] for q in queries.captured_queries if "kb:qvec:" not in q["sql"]]
+    assert len(statements) == 1, statements
+
+    revisions = lookup_revisions(tenant_id=acme.tenant.pk, dataset_ids=[acme.dataset.pk])
+    assert [r[0] for r in revisions.datasets] == [acme.dataset.pk]
+    assert [r.dataset_id for r in revisions.configs] == [None]
+    assert revisions.synonyms and revisions.index is not None
+    active = IndexVersion.objects.get(status=IndexVersion.Status.ACTIVE)
+    assert (revisions.index.pk, revisions.index.collection) == (active.pk,
+                                                                 active.collection_name)
+
+
+@pytest.mark.django_db
+def test_the_next_lookup_sees_every_change_its_set_up_depends_on(acme: Imported) -> None:
+    config = rag_config_update(config=None, tenant=acme.tenant, values={"return_n": 1},
+                               changed_by="test")
+    assert len(run(acme).pack.items) == 1
+    config = rag_config_update(config=config, tenant=acme.tenant, values={"return_n": 2},
+                               changed_by="test")
+    assert len(run(acme).pack.items) == 2
+
+    # A save rolled back leaves nothing behind: the next lookup runs with the row as it is.
+    with pytest.raises(RuntimeError), transaction.atomic():
+        rag_config_update(config=config, tenant=acme.tenant, values={"return_n": 1},
+                          changed_by="test")
+        assert len(run(acme).pack.items) == 1
+        raise RuntimeError("rolled back")
+    assert len(run(acme).pack.items) == 2
+
+    # An A/B test starts by an update of the row's experiment alone (drafts.py).
+    experiment = experiment_start(
+        change=RagConfigChange.objects.get(config=config, version=config.version - 1),
+        share=50, started_by="test")
+    assert run(acme, session_id="s1").experiment is not None
+    assert run(acme, session_id="s1").experiment[0] == experiment.pk
+
+    # A document switched off is not served by the next lookup.
+    kafka = Document.objects.get(dataset=acme.dataset, file_name="kafka.md")
+    served = {item.chunk.evidence_key.split("#")[0] for item in run(acme).pack.items}
+    assert str(kafka.doc_id) in served
+    document_set_activation(document=kafka, activated=False)
+    served = {item.chunk.evidence_key.split("#")[0] for item in run(acme).pack.items}
+    assert str(kafka.doc_id) not in served
+
+    # Another version serving: the next lookup searches its collection.
+    IndexVersion.objects.filter(status=IndexVersion.Status.ACTIVE).update(
+        status=IndexVersion.Status.RETIRED)
+    assert run(acme).evidence_status == "EMPTY"
