@@ -158,6 +158,8 @@ class Demo:
         self._manage("collectstatic", "--no-input")
 
     def _start_services(self) -> dict[str, str]:
+        from django.conf import settings  # configured by run()
+
         # Ctrl-C reaches the demo only, which stops its services in order; if the demo dies
         # (kill -9), the kernel stops them.
         port = MILVUS_PORT if not port_open(HOST, MILVUS_PORT) else free_port()
@@ -175,7 +177,9 @@ class Demo:
             env["KB_OUTBOUND_ALLOWED_HOSTS"] = ",".join(filter(None, allowed))
         self._start(CeleryWorker(env, self.logs / "worker.log", hostname="demo@%h",
                                  own_session=True, die_with_supervisor=True))
-        self._start(GunicornServer(self.port, self.logs / "web.log", env, own_session=True,
+        self._start(GunicornServer(self.port, self.logs / "web.log", env,
+                                   workers=settings.KB_WEB_WORKERS,
+                                   threads=settings.KB_WEB_THREADS, own_session=True,
                                    die_with_supervisor=True))
         return env
 

@@ -318,22 +318,23 @@ class CeleryWorker(Service):
 
 
 class GunicornServer(Service):
-    """The web application: one gunicorn worker with threads."""
+    """The web application: gunicorn, `workers` processes of `threads` threads (the settings'
+    KB_WEB_WORKERS and KB_WEB_THREADS, for the demo and the load test)."""
 
     name = "gunicorn"
 
     def __init__(self, port: int, log: Path, env: Mapping[str, str] | None = None, *,
-                 threads: int = 8, own_session: bool = False,
+                 workers: int, threads: int, own_session: bool = False,
                  die_with_supervisor: bool = False) -> None:
         super().__init__(log, env, own_session=own_session,
                          die_with_supervisor=die_with_supervisor)
         self.port = port
-        self.threads = threads
+        self.workers, self.threads = workers, threads
 
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "gunicorn", "kbplatform.wsgi:application", "--bind",
-                f"{HOST}:{self.port}", "--workers", "1", "--threads", str(self.threads),
-                "--timeout", "120", "--graceful-timeout", "10"]
+                f"{HOST}:{self.port}", "--workers", str(self.workers), "--threads",
+                str(self.threads), "--timeout", "120", "--graceful-timeout", "10"]
 
     def listens(self) -> tuple[str, int]:
         return HOST, self.port

@@ -169,6 +169,12 @@ else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.db.DatabaseCache",
                           "LOCATION": "kb_cache"}}
 
+# The web server the demo and the load test start (gunicorn; a deployment that starts its own
+# gives it its own flags): processes, and threads in each (docs/operations.md, "What one
+# machine holds").
+KB_WEB_WORKERS = env_int("KB_WEB_WORKERS", 1, minimum=1, maximum=64)
+KB_WEB_THREADS = env_int("KB_WEB_THREADS", 8, minimum=1, maximum=256)
+
 # Celery: Redis broker in production; in-process ("eager") for the demo.
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL or "memory://")
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND", "") or None

@@ -9,7 +9,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-LOOKUP = "/api/tools/lookup_knowledge"
+from retrieval.tools.registry import TOOLS
+
+# What the agents call (retrieval/tools/registry.py): a lookup, the answer built on one
+# (extractive unless a chat model is configured), and the guard of the ids they cite.
+LOOKUP, ANSWER, GUARD = (next(t.path for t in TOOLS if t.name == name)
+                         for name in ("lookup_knowledge", "rag_answer", "evidence_guard"))
+TOOL_OF = {LOOKUP: "lookup_knowledge", ANSWER: "rag_answer", GUARD: "evidence_guard"}
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Which processes the load test runs and how they are wired: a broker, Milvus, a worker and
-the web server of its own, on this process's database and cache."""
+the web server of its own, on this process's database and cache — the demo's stack on SQLite,
+production's on MariaDB."""
 
 from __future__ import annotations
 
@@ -28,21 +29,29 @@ from retrieval.index.milvus.collections import MilvusCollections
 from retrieval.index.milvus.connection import MilvusConnection
 from retrieval.index.versions import active_version
 
-WEB_THREADS = 8
-
 Progress = Callable[[str], None]
 
 
 def database_url() -> str:
     """This process's database (in the test suite: the test database) as a DATABASE_URL."""
-    if connection.vendor != "mysql":
-        raise LoadTestError("the load test needs DATABASE_URL=mysql://...: its web server and "
-                            "worker are separate processes, which SQLite serialises")
     db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{Path(str(db['NAME'])).resolve()}"
+    if connection.vendor != "mysql":
+        raise LoadTestError(f"the load test runs on SQLite (the embedded default) or "
+                            f"MariaDB/MySQL, not {connection.vendor}")
     user, password = quote(str(db["USER"] or ""), safe=""), quote(str(db["PASSWORD"] or ""),
                                                                     safe="")
     return (f"mysql://{user}:{password}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 3306}/"
             f"{db['NAME']}")
+
+
+def described_stack() -> str:
+    """Which deployment this process's database makes: the demo's or production's."""
+    web = f"gunicorn {settings.KB_WEB_WORKERS} x {settings.KB_WEB_THREADS} threads"
+    if connection.vendor == "sqlite":
+        return f"demo stack: SQLite, Milvus 2.5's engine, a worker on a filesystem broker, {web}"
+    return f"production stack: MariaDB, Redis, Milvus 2.5's engine, a worker, {web}"
 
 
 def serve_active_version(uri: str) -> None:
@@ -64,22 +73,28 @@ def serve_active_version(uri: str) -> None:
 @contextmanager
 def deployment(workdir: Path, progress: Progress) -> Iterator[int]:
     """Broker, Milvus, worker and web on free ports of 127.0.0.1; the web port. Stopped in
-    reverse order when the block ends, however it ends (Milvus last)."""
-    broker_port, milvus_port, web_port = free_port(), free_port(), free_port()
+    reverse order when the block ends, however it ends (Milvus last). On SQLite the demo's
+    stack: no Redis, the broker a folder of the load test's own (as the demo's is of var/)."""
+    milvus_port, web_port = free_port(), free_port()
     # Sessions of their own: a Ctrl-C reaches this command only, which stops them in order.
-    redis = RedisServer(broker_port, workdir, workdir / "redis.log", own_session=True)
     milvus = MilvusEngineServer(f"http://127.0.0.1:{milvus_port}", workdir / "milvus.db",
                                 workdir / "milvus.log", own_session=True)
+    env = {"DATABASE_URL": database_url(), "MILVUS_URI": milvus.uri, "MILVUS_TOKEN": "",
+           "CELERY_TASK_ALWAYS_EAGER": "false", "DJANGO_ALLOWED_HOSTS": "127.0.0.1"}
     # A broker of its own: a worker already on the shared broker's `indexing` queue (the test
     # suite's, a deployment's) would take these tasks and write them into its own Milvus.
-    env = {"DATABASE_URL": database_url(), "MILVUS_URI": milvus.uri, "MILVUS_TOKEN": "",
-           "CELERY_BROKER_URL": f"{redis.url}/0", "CELERY_TASK_ALWAYS_EAGER": "false",
-           "REDIS_URL": settings.REDIS_URL or f"{redis.url}/1",
-           "DJANGO_ALLOWED_HOSTS": "127.0.0.1"}
+    redis = None
+    if connection.vendor == "sqlite":
+        # The broker's folders (and the documents' files) under the load test's folder.
+        env.update(CELERY_BROKER_URL="filesystem://", KB_VAR_DIR=str(workdir), REDIS_URL="")
+    else:
+        redis = RedisServer(free_port(), workdir, workdir / "redis.log", own_session=True)
+        env.update(CELERY_BROKER_URL=f"{redis.url}/0",
+                   REDIS_URL=settings.REDIS_URL or f"{redis.url}/1")
     worker = CeleryWorker(env, workdir / "worker.log", hostname=f"loadtest-{os.getpid()}@%h",
                           own_session=True)
-    web = GunicornServer(web_port, workdir / "web.log", env, threads=WEB_THREADS,
-                         own_session=True)
+    web = GunicornServer(web_port, workdir / "web.log", env, workers=settings.KB_WEB_WORKERS,
+                         threads=settings.KB_WEB_THREADS, own_session=True)
     with ExitStack() as stack:
 
         def start(service: Service) -> None:
@@ -89,9 +104,11 @@ def deployment(workdir: Path, progress: Progress) -> Iterator[int]:
             except ServiceError as exc:
                 raise LoadTestError(str(exc)) from exc
 
-        progress(f"starting redis (broker) :{broker_port}, milvus :{milvus_port}, "
-                 f"celery worker, gunicorn :{web_port} — logs in {workdir}")
-        start(redis)
+        broker = f"redis (broker) :{redis.port}" if redis else "a filesystem broker"
+        progress(f"starting {broker}, milvus :{milvus_port}, celery worker, gunicorn "
+                 f":{web_port} — logs in {workdir}")
+        if redis is not None:
+            start(redis)
         start(milvus)
         serve_active_version(milvus.uri)
         start(worker)

@@ -88,10 +88,12 @@ class Observation:
     probe: bool  # asked for a dataset outside the key's scope: must be refused (400)
     status: int
     evidence_status: str
-    doc_ids: tuple[str, ...]
+    doc_ids: tuple[str, ...]  # the evidence served (a guard call serves none)
     sent: float
     received: float
     asked: tuple[str, ...] = ()  # the documents whose marker words the query carried
+    tool: str = "lookup_knowledge"
+    phase: int = 0  # which of the run's agent counts it was made under
 
 
 @dataclass

@@ -8,7 +8,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +17,19 @@ from django.conf import settings
 from datasets.evidence import EvidenceKey
 from datasets.models import Job
 from evaluation.benchmarks import synthetic_text
-from evaluation.loadtest.client import LOOKUP, Answer, Http
-from evaluation.loadtest.deployment import WEB_THREADS, Progress, deployment
+from evaluation.loadtest.client import ANSWER, GUARD, LOOKUP, TOOL_OF, Answer, Http
+from evaluation.loadtest.deployment import Progress, deployment, described_stack
 from evaluation.loadtest.fleet import Fleet, drain, purge, setup, upload, warm_up
 from evaluation.loadtest.ledger import Ledger, Observation, ToolKey, check
-from evaluation.loadtest.report import LoadReport
+from evaluation.loadtest.report import CpuClock, LoadReport, Phase
 
 
-def observe(key: ToolKey, requested: tuple[int, ...], probe: bool, answer: Answer,
-            asked: tuple[str, ...] = ()) -> Observation:
+def observe(key: ToolKey, requested: tuple[int, ...], probe: bool, answer: Answer, path: str,
+            phase: int, asked: tuple[str, ...] = ()) -> Observation:
     body = answer.body if isinstance(answer.body, dict) else {}
     evidence = body.get("evidence") or []
     return Observation(key=key, requested=requested, probe=probe, status=answer.status,
-                       asked=asked,
+                       asked=asked, tool=TOOL_OF[path], phase=phase,
                        evidence_status=str(body.get("evidence_status", "")),
                        doc_ids=tuple(_doc_of(str(item["document_id"])) for item in evidence),
                        sent=answer.sent, received=answer.received)
@@ -41,11 +41,13 @@ def _doc_of(document_id: str) -> str:
     return key.doc_id if key else document_id
 
 
-def agent(number: int, http: Http, fleet: Fleet, ledger: Ledger, stop: threading.Event,
-          out: list[Observation]) -> None:
-    """Lookups back to back with one key: queries in the shared vocabulary with the marker
+def agent(number: int, phase: int, http: Http, fleet: Fleet, ledger: Ledger,
+          stop: threading.Event, out: list[Observation]) -> None:
+    """Calls back to back with one key, as an agent makes them: a lookup (or, one time in
+    five, an answer built on one) whose query carries the shared vocabulary and the marker
     words of documents of every tenant and dataset, sometimes narrowed, sometimes probing a
-    dataset outside the key's scope."""
+    dataset outside the key's scope; half the calls with evidence are followed by the
+    guard's check of the ids the agent would cite."""
     rng = random.Random(f"{number}-{time.time_ns()}")
     key = fleet.tool_keys[number % len(fleet.tool_keys)]
     foreign = [o.dataset for o in fleet.datasets if o.dataset not in key.datasets]
@@ -61,8 +63,16 @@ def agent(number: int, http: Http, fleet: Fleet, ledger: Ledger, stop: threading
         body: dict[str, Any] = {"query": query, "session_id": f"load-agent-{number}"}
         if requested:
             body["dataset_ids"] = list(requested)
-        answer = http.call("POST", LOOKUP, key.secret, body=body)
-        out.append(observe(key, requested, probe, answer, tuple(d for d, _ in picked)))
+        path = ANSWER if not probe and rng.random() < 0.2 else LOOKUP
+        answer = http.call("POST", path, key.secret, body=body)
+        out.append(observe(key, requested, probe, answer, path, phase,
+                           tuple(d for d, _ in picked)))
+        served = answer.body.get("evidence") if isinstance(answer.body, dict) else None
+        if served and not stop.is_set() and rng.random() < 0.5:
+            cited = {"tool_call_id": answer.body["tool_call_id"],
+                     "document_ids": [item["document_id"] for item in served]}
+            out.append(observe(key, (), False, http.call("POST", GUARD, key.secret,
+                                                         body=cited), GUARD, phase))
 
 
 def mutator(http: Http, fleet: Fleet, ledger: Ledger, stop: threading.Event, documents: int,
@@ -115,9 +125,10 @@ def mutator(http: Http, fleet: Fleet, ledger: Ledger, stop: threading.Event, doc
         stop.wait(0.2)
 
 
-def load_test(*, agents: int, seconds: float, documents: int,
+def load_test(*, agents: Sequence[int], seconds: float, documents: int,
               progress: Progress = lambda _: None) -> LoadReport:
-    """Start the platform, set up, run, check, stop everything and remove the data."""
+    """Start the platform, set up, run each agent count for `seconds` in turn (one mutator
+    throughout), check, stop everything and remove the data."""
     workdir = Path(tempfile.mkdtemp(prefix="kb-loadtest-"))
     purge()
     keep_logs = True
@@ -127,14 +138,15 @@ def load_test(*, agents: int, seconds: float, documents: int,
             ledger = Ledger()
             started = time.monotonic()
             fleet = setup(http, documents, random.Random(time.time_ns()), ledger)
-            warm_up(http, fleet, max(agents, WEB_THREADS))
+            web_threads = settings.KB_WEB_WORKERS * settings.KB_WEB_THREADS
+            warm_up(http, fleet, max(*agents, web_threads))
             setup_seconds = time.monotonic() - started
-            progress(f"setup done in {setup_seconds:.1f} s; {agents} agents for {seconds:g} s")
-            stop = threading.Event()
-            observations: list[list[Observation]] = [[] for _ in range(agents)]
+            observations: list[Observation] = []
+            phases: list[Phase] = []
             mutations: Counter[str] = Counter()
             jobs: list[int] = []
             crashes: list[str] = []
+            finished = threading.Event()
 
             def guarded(target: Callable[..., None], *args: Any) -> threading.Thread:
                 def run() -> None:
@@ -145,29 +157,24 @@ def load_test(*, agents: int, seconds: float, documents: int,
 
                 return threading.Thread(target=run, daemon=True)
 
-            threads = [guarded(agent, n, http, fleet, ledger, stop, observations[n])
-                       for n in range(agents)]
-            threads.append(guarded(mutator, http, fleet, ledger, stop, documents, mutations,
-                                   jobs))
-            began = time.monotonic()
+            changes = guarded(mutator, http, fleet, ledger, finished, documents, mutations,
+                              jobs)
+            changes.start()
             try:
-                for thread in threads:
-                    thread.start()
-                stop.wait(seconds)
+                for phase, count in enumerate(agents):
+                    progress(f"{count} agent(s) for {seconds:g} s")
+                    phases.append(run_phase(phase, count, seconds, http, fleet, ledger,
+                                            observations, guarded))
             finally:
-                stop.set()
-                deadline = time.monotonic() + 90  # a request in flight ends within its timeout
-                for thread in threads:
-                    thread.join(timeout=max(0.0, deadline - time.monotonic()))
-            elapsed = time.monotonic() - began
+                finished.set()
+                changes.join(timeout=90)  # a request in flight ends within its timeout
             pending = drain(timeout=300)
             job_states = Counter(Job.objects.filter(pk__in=jobs).values_list("status", flat=True))
             progress("checking the answers, stopping the services")
-        everything = [o for per_agent in observations for o in per_agent]
-        report = LoadReport(agents=agents, seconds=seconds, documents=documents,
+        report = LoadReport(stack=described_stack(), documents=documents,
                             embedder=settings.KB_EMBEDDER, setup_seconds=setup_seconds,
-                            elapsed=elapsed, observations=everything,
-                            findings=check(everything, ledger), mutations=mutations,
+                            phases=phases, observations=observations,
+                            findings=check(observations, ledger), mutations=mutations,
                             jobs=job_states, pending_after_drain=pending, crashes=crashes)
         keep_logs = bool(report.failures())
         if keep_logs:
@@ -178,3 +185,29 @@ def load_test(*, agents: int, seconds: float, documents: int,
         shutil.rmtree(workdir / "milvus", ignore_errors=True)
         if not keep_logs:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_phase(phase: int, agents: int, seconds: float, http: Http, fleet: Fleet,
+              ledger: Ledger, observations: list[Observation],
+              guarded: Callable[..., threading.Thread]) -> Phase:
+    """`agents` agents for `seconds`; the machine's CPU while they ran."""
+    stop = threading.Event()
+    per_agent: list[list[Observation]] = [[] for _ in range(agents)]
+    threads = [guarded(agent, n, phase, http, fleet, ledger, stop, per_agent[n])
+               for n in range(agents)]
+    cpu = CpuClock()
+    began = time.monotonic()
+    try:
+        for thread in threads:
+            thread.start()
+        stop.wait(seconds)
+    finally:
+        stop.set()
+        deadline = time.monotonic() + 90  # a request in flight ends within its timeout
+        for thread in threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    elapsed = time.monotonic() - began
+    busy = cpu.busy_percent()
+    for made in per_agent:
+        observations.extend(made)
+    return Phase(agents=agents, elapsed=elapsed, cpu_busy_percent=busy)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -69,13 +70,11 @@ def test_a_document_off_for_the_whole_request_is_a_leak_one_switched_during_it_i
     assert found.out_of_scope == []
 
 
-@pytest.mark.integration  # MariaDB; starts a Milvus server, a worker, gunicorn and a Redis
-@pytest.mark.django_db(transaction=True)
-def test_lookups_under_load_serve_nothing_out_of_scope_or_switched_off() -> None:
+def run_load_test(agents: str) -> dict[str, Any]:
     out = io.StringIO()
     # Raises CommandError on any leak, 5xx, failed mutation or failed indexing job.
-    call_command("load_test", agents=4, seconds=10, documents=6, json=True, stdout=out)
-    report = json.loads(out.getvalue())
+    call_command("load_test", agents=agents, seconds=10, documents=6, json=True, stdout=out)
+    report: dict[str, Any] = json.loads(out.getvalue())
 
     assert report["leaks"] == {"out_of_scope": 0, "deactivated": 0, "deleted": 0}
     assert report["errors"]["http_5xx"] == 0 and report["errors"]["transport"] == 0
@@ -87,3 +86,23 @@ def test_lookups_under_load_serve_nothing_out_of_scope_or_switched_off() -> None
     assert report["mutations"].get("deactivate", 0) + report["mutations"].get("delete", 0) > 0
     assert report["probes"] > 0 and report["errors"]["probe_not_refused"] == 0
     assert not Tenant.objects.filter(slug__in=TENANTS).exists()
+    # Every agent count in turn, each tool's figures apart, the machine's CPU.
+    assert [phase["agents"] for phase in report["phases"]] == [int(n) for n in agents.split(",")]
+    for phase in report["phases"]:
+        assert set(phase["tools"]) == {"lookup_knowledge", "rag_answer", "evidence_guard"}
+        assert all(t["calls"] > 0 and 0 < t["p50"] <= t["p95"] <= t["p99"] <= t["max"]
+                   for t in phase["tools"].values()), phase
+        assert 0 < phase["cpu_busy_percent"] <= 100
+    return report
+
+
+@pytest.mark.integration  # MariaDB; starts a Milvus server, a worker, gunicorn and a Redis
+@pytest.mark.django_db(transaction=True)
+def test_lookups_under_load_serve_nothing_out_of_scope_or_switched_off() -> None:
+    assert run_load_test("4")["stack"].startswith("production stack")
+
+
+@pytest.mark.embedded  # SQLite: the demo's stack, a filesystem broker, no Redis
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_stack_under_load_serves_nothing_out_of_scope_or_switched_off() -> None:
+    assert run_load_test("1,4")["stack"].startswith("demo stack")

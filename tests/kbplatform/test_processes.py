@@ -1,4 +1,5 @@
-"""The supervisor of kbplatform/processes.py: what it starts does not outlive it."""
+"""The supervisor of kbplatform/processes.py: what it starts does not outlive it, and runs
+as it is told."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from kbplatform.processes import ROOT, MilvusEngineServer, ServiceError, free_port
+from kbplatform.processes import (
+    ROOT,
+    GunicornServer,
+    MilvusEngineServer,
+    ServiceError,
+    free_port,
+)
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.embedded  # processes only, no service
@@ -80,3 +87,27 @@ def test_a_server_is_not_started_where_another_process_answers(tmp_path: Path) -
         first.stop()
     second.start()  # free again: it starts
     second.stop()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_the_web_server_runs_the_workers_and_threads_it_is_given(tmp_path: Path) -> None:
+    web = GunicornServer(free_port(), tmp_path / "web.log",
+                         {"DJANGO_ALLOWED_HOSTS": "127.0.0.1"}, workers=2, threads=3)
+    web.start()
+    try:
+        assert web.process is not None
+        wait_until(lambda: len(_children(web.process.pid)) == 2, timeout=60)
+        assert "Using worker: gthread" in web.log.read_text()
+    finally:
+        web.stop()

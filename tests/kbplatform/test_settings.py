@@ -202,6 +202,15 @@ def test_chunk_size_is_bounded(monkeypatch, tmp_path) -> None:
         _settings(monkeypatch, tmp_path, KB_CHUNK_SIZE="5000")
 
 
+def test_the_web_server_the_demo_starts_is_sized_by_two_settings(monkeypatch, tmp_path) -> None:
+    values = _settings(monkeypatch, tmp_path)
+    assert (values["KB_WEB_WORKERS"], values["KB_WEB_THREADS"]) == (1, 8)
+    sized = _settings(monkeypatch, tmp_path, KB_WEB_WORKERS="2", KB_WEB_THREADS="4")
+    assert (sized["KB_WEB_WORKERS"], sized["KB_WEB_THREADS"]) == (2, 4)
+    with pytest.raises(ImproperlyConfigured, match="KB_WEB_WORKERS=0 must be at least 1"):
+        _settings(monkeypatch, tmp_path, KB_WEB_WORKERS="0")
+
+
 def test_the_local_model_runs_on_the_embedded_defaults_only_unless_told(monkeypatch,
                                                                         tmp_path) -> None:
     embedded = _settings(monkeypatch, tmp_path)

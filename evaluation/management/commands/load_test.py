@@ -7,25 +7,38 @@ from evaluation.loadtest import LoadTestError
 from evaluation.loadtest.deployment import sigterm_as_interrupt
 from evaluation.loadtest.run import load_test
 
+# Each agent is a thread of this process making calls back to back.
+MAX_AGENTS = 256
+
 
 class Command(BaseCommand):
     help = ("A bounded load test on 127.0.0.1: starts Milvus (2.5's engine), one indexing worker "
-            "and gunicorn on free ports (on this DATABASE_URL and REDIS_URL), runs N agents "
-            "looking up while documents are uploaded, toggled and deleted, and checks every "
-            "answer. Fails on any out-of-scope or switched-off evidence and any 5xx.")
+            "and gunicorn on free ports (on this DATABASE_URL: SQLite runs the demo's stack, "
+            "MariaDB production's), runs N agents looking up, answering and checking what "
+            "they cite while documents are uploaded, toggled and deleted, for each N in turn, "
+            "and checks every answer. Fails on any out-of-scope or switched-off evidence and "
+            "any 5xx.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--agents", type=int, default=16, help="concurrent agents (16)")
-        parser.add_argument("--seconds", type=float, default=120, help="run length (120)")
+        parser.add_argument("--agents", default="16",
+                            help="concurrent agents, or counts run in turn: 1,4,16,64 (16)")
+        parser.add_argument("--seconds", type=float, default=120,
+                            help="run length of each agent count (120)")
         parser.add_argument("--documents", type=int, default=40,
                             help="documents indexed before the run, kept around during it (40)")
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        agents, seconds, documents = options["agents"], options["seconds"], options["documents"]
-        if agents < 1 or seconds < 1 or documents < 4:
-            raise CommandError("--agents and --seconds must be at least 1, --documents at "
-                               "least 4 (one per dataset)")
+        seconds, documents = options["seconds"], options["documents"]
+        try:
+            agents = [int(n) for n in str(options["agents"]).split(",")]
+        except ValueError:
+            agents = []
+        if not agents or min(agents) < 1 or max(agents) > MAX_AGENTS or seconds < 1 \
+                or documents < 4:
+            raise CommandError(f"--agents takes counts from 1 to {MAX_AGENTS} (16, or "
+                               "1,4,16,64), --seconds at least 1, --documents at least 4 (one "
+                               "per dataset)")
         try:
             with sigterm_as_interrupt():
                 report = load_test(agents=agents, seconds=seconds, documents=documents,
@@ -46,21 +59,26 @@ class Command(BaseCommand):
                                                        if row["logs"] else ""))
 
     def write_text(self, row: dict[str, Any]) -> None:
-        latency, errors, leaks = row["latency_ms"], row["errors"], row["leaks"]
+        errors, leaks = row["errors"], row["leaks"]
         answers = "  ".join(f"{k} {v}" for k, v in row["answers"].items())
-        self.stdout.write(f"{row['agents']} agents x {row['seconds']:g} s, {row['documents']} "
-                          f"documents, {row['web']}, {row['embedder']} embedder "
-                          f"(setup {row['setup_s']} s)")
-        self.stdout.write(f"  lookups    {row['lookups']} ({row['throughput_per_s']}/s)  "
-                          f"{answers}  evidence checked {row['evidence_checked']}")
-        self.stdout.write(f"  latency    p50 {latency['p50']} ms  p95 {latency['p95']} ms  "
-                          f"max {latency['max']} ms")
+        self.stdout.write(f"{row['stack']}; {row['documents']} documents, {row['embedder']} "
+                          f"embedder, {row['cores']} cores (setup {row['setup_s']} s)")
+        self.stdout.write(f"{'agents':>6} {'tool':<17} {'calls':>6} {'per s':>6} "
+                          f"{'p50 ms':>7} {'p95':>7} {'p99':>7} {'max':>7} {'CPU %':>6}")
+        for phase in row["phases"]:
+            for number, (tool, t) in enumerate(phase["tools"].items()):
+                cpu = phase["cpu_busy_percent"] if number == 0 else ""
+                self.stdout.write(
+                    f"{phase['agents'] if number == 0 else '':>6} {tool:<17} {t['calls']:>6} "
+                    f"{t['per_s']:>6} {t['p50']:>7} {t['p95']:>7} {t['p99']:>7} "
+                    f"{t['max']:>7} {cpu if cpu is not None else '-':>6}")
+        self.stdout.write(f"  answers    {answers}  evidence checked {row['evidence_checked']}")
         self.stdout.write(f"  errors     5xx {errors['http_5xx']} (UNAVAILABLE "
                           f"{errors['unavailable']})  4xx {errors['http_4xx']}  transport "
                           f"{errors['transport']}  probes {row['probes']} (not refused "
                           f"{errors['probe_not_refused']})")
         self.stdout.write(f"  leaks      out of scope {leaks['out_of_scope']}  deactivated "
-                          f"{leaks['deactivated']}  deleted {leaks['deleted']}  (lookups that "
+                          f"{leaks['deactivated']}  deleted {leaks['deleted']}  (calls that "
                           f"asked for a switched-off document: {row['asked_for_off']})")
         for example in row["leak_examples"]:
             self.stdout.write(f"             {example}")
