@@ -85,8 +85,10 @@ def deployment(workdir: Path, progress: Progress) -> Iterator[int]:
     # suite's, a deployment's) would take these tasks and write them into its own Milvus.
     redis = None
     if connection.vendor == "sqlite":
-        # The broker's folders (and the documents' files) under the load test's folder.
-        env.update(CELERY_BROKER_URL="filesystem://", KB_VAR_DIR=str(workdir), REDIS_URL="")
+        # The broker's folders (and the documents' files) under the load test's folder; this
+        # process's secret key, not one generated there.
+        env.update(CELERY_BROKER_URL="filesystem://", KB_VAR_DIR=str(workdir), REDIS_URL="",
+                   DJANGO_SECRET_KEY=settings.SECRET_KEY)
     else:
         redis = RedisServer(free_port(), workdir, workdir / "redis.log", own_session=True)
         env.update(CELERY_BROKER_URL=f"{redis.url}/0",

@@ -88,7 +88,7 @@ class Observation:
     probe: bool  # asked for a dataset outside the key's scope: must be refused (400)
     status: int
     evidence_status: str
-    doc_ids: tuple[str, ...]  # the evidence served (a guard call serves none)
+    doc_ids: tuple[str, ...]  # the evidence served, or the ids a guard call confirmed
     sent: float
     received: float
     asked: tuple[str, ...] = ()  # the documents whose marker words the query carried

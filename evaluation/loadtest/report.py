@@ -28,8 +28,10 @@ class CpuClock:
             first = PROC_STAT.read_text().splitlines()[0].split()
         except (OSError, IndexError):
             return None
-        ticks = [int(value) for value in first[1:]]
-        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+        # user nice system idle iowait irq softirq steal (guest time is inside user and
+        # nice): idle, waiting for a disk and taken by a hypervisor count as not busy.
+        ticks = [int(value) for value in first[1:9]]
+        idle = ticks[3] + sum(ticks[4:5]) + sum(ticks[7:8])
         return sum(ticks), idle
 
     def busy_percent(self) -> float | None:

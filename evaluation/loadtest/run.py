@@ -27,11 +27,13 @@ from evaluation.loadtest.report import CpuClock, LoadReport, Phase
 def observe(key: ToolKey, requested: tuple[int, ...], probe: bool, answer: Answer, path: str,
             phase: int, asked: tuple[str, ...] = ()) -> Observation:
     body = answer.body if isinstance(answer.body, dict) else {}
-    evidence = body.get("evidence") or []
+    # What the answer vouches for: the evidence served, or the ids the guard confirmed.
+    served = [str(item["document_id"]) for item in body.get("evidence") or []] \
+        + [str(key) for key in body.get("ready") or []]
     return Observation(key=key, requested=requested, probe=probe, status=answer.status,
                        asked=asked, tool=TOOL_OF[path], phase=phase,
                        evidence_status=str(body.get("evidence_status", "")),
-                       doc_ids=tuple(_doc_of(str(item["document_id"])) for item in evidence),
+                       doc_ids=tuple(_doc_of(document_id) for document_id in served),
                        sent=answer.sent, received=answer.received)
 
 

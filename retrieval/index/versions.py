@@ -150,7 +150,7 @@ def serving_index_of(active: ActiveIndex) -> ServingIndex:
             return _serving[1]
     version = IndexVersion.objects.filter(pk=active.pk,
                                           collection_name=active.collection).first()
-    if version is None:  # retired and dropped since the revisions were read
+    if version is None:  # its row deleted since the revisions were read (bench_lookup's)
         raise IndexNotReady(f"index version {active.collection} no longer serves")
     serving = ServingIndex(version)
     with _serving_lock:

@@ -18,7 +18,7 @@ from typing import Any
 from django.db.models import F, Q, QuerySet
 
 from datasets.ingestion.language import UNKNOWN
-from datasets.models import Dataset, Document
+from datasets.models import Document
 from retrieval.lookup.revisions import Revisions
 from retrieval.lookup.transform import L0Document, L0Index
 
@@ -53,14 +53,11 @@ def _documents(tenant_id: int, dataset_ids: Sequence[int]) -> QuerySet[Document]
 
 
 def documents_view(*, tenant_id: int, dataset_ids: Sequence[int],
-                   revisions: Revisions | None = None) -> DocumentsView:
-    """The view; `revisions`, when the lookup read them, spare this the read."""
+                   revisions: Revisions) -> DocumentsView:
+    """The view of `dataset_ids`, current as of `revisions` (read for the key's datasets,
+    which the config may have narrowed to these)."""
     key = (tenant_id, tuple(sorted(dataset_ids)))
-    if revisions is not None:  # read for the key's datasets, which the config may narrow
-        fingerprint = tuple(r for r in revisions.datasets if r[0] in key[1])
-    else:
-        fingerprint = tuple(Dataset.objects.filter(pk__in=key[1]).order_by("pk").values_list(
-            "pk", "created_at", "documents_revision"))
+    fingerprint = tuple(r for r in revisions.datasets if r[0] in key[1])
     with _lock:
         cached = _cache.get(key)
         if cached and cached[0] == fingerprint:

@@ -21,14 +21,17 @@ from datasets.models import Dataset
 from retrieval.index.models import IndexVersion
 from retrieval.index.versions import ActiveIndex
 from retrieval.ragconfig.models import RagConfig, SynonymRevision
-from retrieval.ragconfig.selectors import ConfigRevision
+from retrieval.ragconfig.selectors import ConfigRevision, override_dataset
 
 _DATASET, _SYNONYMS, _CONFIG, _INDEX = "dataset", "synonyms", "config", "index"
 
 
 @dataclass(frozen=True)
 class Revisions:
-    # The searched datasets' (pk, created_at, documents_revision), by pk.
+    """The rows a lookup's set-up is built from, as the database holds them now."""
+
+    # The searched datasets' (pk, created_at, documents_revision), by pk: as this statement
+    # returns them, compared only with what it returned before.
     datasets: tuple[tuple[Any, ...], ...]
     synonyms: str | None  # the tenant's synonym revision; None: it never had a group
     configs: tuple[ConfigRevision, ...]  # the tenant's default and the dataset's override
@@ -36,33 +39,33 @@ class Revisions:
 
 
 def lookup_revisions(*, tenant_id: int, dataset_ids: Sequence[int]) -> Revisions:
-    """The revisions of one lookup over `dataset_ids` of `tenant_id` (a dataset's config
-    override counts only when exactly one dataset is searched, as in rag_config_for)."""
+    """The revisions of one lookup over `dataset_ids` of `tenant_id`."""
     datasets = sorted(set(dataset_ids))
-    one = datasets[0] if len(datasets) == 1 else None
+    override = override_dataset(datasets)
     with connection.cursor() as cursor:
-        cursor.execute(_statement(len(datasets), one is not None),
-                       [*datasets, tenant_id, tenant_id, *([one] if one is not None else []),
+        cursor.execute(_statement(len(datasets), override is not None),
+                       [*datasets, tenant_id, tenant_id,
+                        *([override] if override is not None else []),
                         IndexVersion.Status.ACTIVE])
         rows = cursor.fetchall()
-    synonyms = [text for kind, _, _, text, *_ in rows if kind == _SYNONYMS]
-    actives = sorted(((at, pk, text) for kind, pk, _, text, at, *_ in rows if kind == _INDEX),
-                     reverse=True)
+    synonyms = [revision for kind, _, _, revision, *_ in rows if kind == _SYNONYMS]
+    actives = sorted(((at, pk, name) for kind, pk, _, _, name, at, *_ in rows
+                      if kind == _INDEX), reverse=True)
     return Revisions(
-        datasets=tuple(sorted((pk, at, number) for kind, pk, number, _, at, *_ in rows
+        datasets=tuple(sorted((pk, at, number) for kind, pk, number, _, _, at, *_ in rows
                               if kind == _DATASET)),
         synonyms=synonyms[0] if synonyms else None,
-        configs=tuple(ConfigRevision(pk=pk, dataset_id=dataset, version=number, updated_at=at,
-                                     experiment_id=experiment)
-                      for kind, pk, number, _, at, dataset, experiment in rows
+        configs=tuple(ConfigRevision.of(pk, dataset, number, at, experiment)
+                      for kind, pk, number, _, _, at, dataset, experiment in rows
                       if kind == _CONFIG),
         # The newest active version, as active_version() reads it.
         index=ActiveIndex(pk=actives[0][1], collection=actives[0][2]) if actives else None)
 
 
 @cache
-def _statement(datasets: int, one_dataset: bool) -> str:
-    """Every row as (kind, pk, number, text, at, ref, ref2)."""
+def _statement(datasets: int, override: bool) -> str:
+    """Every row as (kind, pk, number, revision, name, at, ref, ref2): a column per kind of
+    value, so that no column mixes two tables' collations."""
 
     def table(model: type[models.Model]) -> str:
         return connection.ops.quote_name(model._meta.db_table)
@@ -78,19 +81,22 @@ def _statement(datasets: int, one_dataset: bool) -> str:
         return f"SELECT '{kind}', {values} FROM {table(model)} WHERE {where}"
 
     config_scope = f"{column(RagConfig, 'dataset')} IS NULL"
-    if one_dataset:
+    if override:
         config_scope = f"({config_scope} OR {column(RagConfig, 'dataset')} = %s)"
     parts = [
-        part(_SYNONYMS, SynonymRevision, ("tenant", None, "revision", None, None, None),
+        part(_SYNONYMS, SynonymRevision,
+             ("tenant", None, "revision", None, None, None, None),
              f"{column(SynonymRevision, 'tenant')} = %s"),
-        part(_CONFIG, RagConfig, ("id", "version", None, "updated_at", "dataset", "experiment"),
+        part(_CONFIG, RagConfig,
+             ("id", "version", None, None, "updated_at", "dataset", "experiment"),
              f"{column(RagConfig, 'tenant')} = %s AND {config_scope}"),
-        part(_INDEX, IndexVersion, ("id", None, "collection_name", "created_at", None, None),
+        part(_INDEX, IndexVersion,
+             ("id", None, None, "collection_name", "created_at", None, None),
              f"{column(IndexVersion, 'status')} = %s"),
     ]
     if datasets:
         placeholders = ", ".join(["%s"] * datasets)
         parts.insert(0, part(_DATASET, Dataset,
-                             ("id", "documents_revision", None, "created_at", None, None),
+                             ("id", "documents_revision", None, None, "created_at", None, None),
                              f"{column(Dataset, 'id')} IN ({placeholders})"))
     return " UNION ALL ".join(parts)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from retrieval.analysis import contains_term, normalize_text
 from retrieval.lookup.revisions import Revisions
-from retrieval.ragconfig.models import SYNONYM_SEPARATOR, SynonymGroup, SynonymRevision
+from retrieval.ragconfig.models import SYNONYM_SEPARATOR, SynonymGroup
 
 # Every added term is one more term of the BM25 query: bounded, like the query transform's.
 MAX_ADDED_TERMS = 32
@@ -62,11 +62,9 @@ _cache: dict[int, tuple[str, Synonyms]] = {}
 _lock = threading.Lock()
 
 
-def tenant_synonyms(*, tenant_id: int, revisions: Revisions | None = None) -> Synonyms:
-    """The tenant's groups; `revisions`, when the lookup read them, spare this the read."""
-    revision = revisions.synonyms if revisions is not None else (
-        SynonymRevision.objects.filter(tenant_id=tenant_id)
-        .values_list("revision", flat=True).first())
+def tenant_synonyms(*, tenant_id: int, revisions: Revisions) -> Synonyms:
+    """The tenant's groups, current as of `revisions`."""
+    revision = revisions.synonyms
     if revision is None:  # the tenant never had a group
         return NO_SYNONYMS
     with _lock:

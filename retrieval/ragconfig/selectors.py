@@ -5,9 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import Q
@@ -37,6 +38,14 @@ def ab_arm(experiment: ConfigExperiment, routing_key: str) -> str:
     return ConfigExperiment.Arm.CANDIDATE if candidate else ConfigExperiment.Arm.CONTROL
 
 
+def override_dataset(dataset_ids: Sequence[int]) -> int | None:
+    """The dataset whose override may serve a lookup over `dataset_ids`: only a search of
+    exactly one dataset has one (a search over several has one result list, so it cannot
+    honour several configs)."""
+    distinct = set(dataset_ids)
+    return next(iter(distinct)) if len(distinct) == 1 else None
+
+
 @dataclass(frozen=True)
 class ConfigRevision:
     """What says whether a RagConfig row changed: every save moves `updated_at`, an A/B test
@@ -45,23 +54,36 @@ class ConfigRevision:
     pk: int
     dataset_id: int | None
     version: int
-    updated_at: datetime | str  # as the database returns it: only ever compared
+    updated_at: datetime  # naive UTC, however the database or the ORM returned it
     experiment_id: int | None
 
+    @classmethod
+    def of(cls, pk: int, dataset_id: int | None, version: int, updated_at: datetime | str,
+           experiment_id: int | None) -> ConfigRevision:
+        at = updated_at if isinstance(updated_at, datetime) else \
+            datetime.fromisoformat(updated_at)  # SQLite's text in a raw statement
+        if at.tzinfo is not None:
+            at = at.astimezone(UTC)
+        return cls(pk, dataset_id, version, at.replace(tzinfo=None), experiment_id)
 
-# RagConfig row → (the revision it was read at, the row, its settings), in this process.
-_rows: dict[int, tuple[ConfigRevision, RagConfig, RagSettings]] = {}
+
+# RagConfig row → (the revision it was read at, when, the row, its settings), in this process.
+# A row is read again after ROW_MAX_AGE_SECONDS even when its revision did not move: a change
+# made in the database by hand, without `updated_at`, is seen within that time (a change made
+# through the platform, by the next lookup).
+ROW_MAX_AGE_SECONDS = 30
+_rows: dict[int, tuple[ConfigRevision, float, RagConfig, RagSettings]] = {}
 _rows_lock = threading.Lock()
 
 
 def config_revisions(*, tenant_id: int, dataset_ids: Sequence[int]) -> tuple[ConfigRevision, ...]:
     """The revisions of the rows that may serve a lookup over `dataset_ids` (a lookup reads
     them with its other revisions: lookup/revisions.py)."""
-    distinct = set(dataset_ids)
     scope = Q(dataset__isnull=True)
-    if len(distinct) == 1:
-        scope |= Q(dataset_id=next(iter(distinct)))
-    return tuple(ConfigRevision(*row) for row in RagConfig.objects.filter(
+    dataset = override_dataset(dataset_ids)
+    if dataset is not None:
+        scope |= Q(dataset_id=dataset)
+    return tuple(ConfigRevision.of(*row) for row in RagConfig.objects.filter(
         scope, tenant_id=tenant_id).order_by().values_list(
         "pk", "dataset_id", "version", "updated_at", "experiment_id"))
 
@@ -70,14 +92,13 @@ def rag_config_for(*, tenant_id: int, dataset_ids: Sequence[int], routing_key: s
                    revisions: Sequence[ConfigRevision] | None = None) -> ServingConfig:
     """The settings of one lookup and the version of the row they came from.
 
-    A dataset override applies only when exactly one dataset is searched: a search over
-    several datasets has one result list, so it cannot honour several configs. Otherwise the
-    tenant default, else the built-in defaults (version None). A stored row that no longer
-    validates raises RagConfigError rather than being used half-right. While the row runs an
-    A/B test, a call with a `routing_key` (its session, else its call id) is routed to an arm;
-    one without (a hit test, an evaluation) gets the config as it serves. `revisions`, when
-    the caller read them (config_revisions), spare this the read; the row and its settings
-    are read again only when its revision changed.
+    A dataset override applies only when exactly one dataset is searched (override_dataset).
+    Otherwise the tenant default, else the built-in defaults (version None). A stored row
+    that no longer validates raises RagConfigError rather than being used half-right. While
+    the row runs an A/B test, a call with a `routing_key` (its session, else its call id) is
+    routed to an arm; one without (a hit test, an evaluation) gets the config as it serves.
+    `revisions`, when the caller read them (config_revisions), spare this the read; the row
+    and its settings are read again when its revision changed (ROW_MAX_AGE_SECONDS at most).
     """
     given = revisions is not None
     if revisions is None:
@@ -104,8 +125,9 @@ def rag_config_for(*, tenant_id: int, dataset_ids: Sequence[int], routing_key: s
                 experiment.candidate.settings()), version=experiment.candidate.version)
     if serving.settings.chat_api_key_env:
         # The tenant as it is now (its slug names its key variable), not the kept row's.
-        errors = chat_key_env_error(Tenant.objects.get(pk=tenant_id),
-                                    serving.settings.chat_api_key_env)
+        tenant = Tenant.objects.filter(pk=tenant_id).first()
+        errors = (chat_key_env_error(tenant, serving.settings.chat_api_key_env) if tenant
+                  else {"tenant": "the tenant no longer exists"})
         if errors:
             raise RagConfigError(errors)
     return serving
@@ -113,16 +135,17 @@ def rag_config_for(*, tenant_id: int, dataset_ids: Sequence[int], routing_key: s
 
 def _row(revision: ConfigRevision) -> tuple[RagConfig, RagSettings] | None:
     """The row and its settings as of `revision`; None when the row is gone."""
+    now = time.monotonic()
     with _rows_lock:
         kept = _rows.get(revision.pk)
-    if kept is not None and kept[0] == revision:
-        return kept[1], kept[2]
+    if kept is not None and kept[0] == revision and now - kept[1] < ROW_MAX_AGE_SECONDS:
+        return kept[2], kept[3]
     row = RagConfig.objects.filter(pk=revision.pk).first()
     if row is None:
         return None
     settings = row.to_settings()  # raises RagConfigError: nothing is kept
     with _rows_lock:
-        _rows[revision.pk] = (revision, row, settings)
+        _rows[revision.pk] = (revision, now, row, settings)
     return row, settings
 
 

@@ -16,6 +16,7 @@ from datasets.ingestion.language import text_language
 from datasets.models import Document
 from datasets.services import document_store
 from retrieval.lookup.l0 import documents_view
+from retrieval.lookup.revisions import lookup_revisions
 from tests.datasets.builders import markdown
 
 ZH_RUNBOOK = """# Kafka 消费者积压排查
@@ -67,7 +68,9 @@ def test_a_stored_document_has_its_language_and_the_lookup_view_sees_it(kb: Any)
                               max_bytes=settings.KB_MAX_UPLOAD_BYTES).document
 
     def languages() -> frozenset[str]:
-        return documents_view(tenant_id=kb.tenant.pk, dataset_ids=[kb.dataset.pk]).languages
+        return documents_view(tenant_id=kb.tenant.pk, dataset_ids=[kb.dataset.pk],
+                              revisions=lookup_revisions(tenant_id=kb.tenant.pk,
+                                                         dataset_ids=[kb.dataset.pk])).languages
 
     assert store("nginx.md", EN_RUNBOOK.encode()).language == "en"
     assert languages() == {"en"}

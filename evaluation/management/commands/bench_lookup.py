@@ -18,6 +18,7 @@ from evaluation.benchmarks import (
     timed_ms,
     unit_vectors,
 )
+from evaluation.loadtest.deployment import sigterm_as_interrupt
 from retrieval.index import milvus
 from retrieval.index.embedders import CachedEmbedder, get_embedder
 from retrieval.index.milvus.collections import TENANT_PARTITIONS
@@ -30,6 +31,7 @@ from retrieval.types import SearchFilters
 
 OTHER_TENANT = 10**12  # rows of "other tenants" that every filter must skip
 BENCH_DOC_BASE = 2**60  # doc ids of the bench rows, far from the random ones of uploads
+SERVED_BEFORE = "served_before"  # on the bench's version row: the versions to serve again
 
 
 class Command(BaseCommand):
@@ -53,7 +55,8 @@ class Command(BaseCommand):
             raise CommandError("--sizes takes integers, e.g. 10000,100000") from exc
         if not sizes or min(sizes) < 100 or options["queries"] < 5:
             raise CommandError("sizes must be at least 100 and --queries at least 5")
-        rows = [self.bench(size, options["queries"], options["share"]) for size in sizes]
+        with sigterm_as_interrupt():  # a SIGTERM ends the run as Ctrl-C does: restored
+            rows = [self.bench(size, options["queries"], options["share"]) for size in sizes]
         if len(rows) > 1:
             rows[-1]["p50_growth_vs_first"] = round(rows[-1]["rest_p50_ms"] /
                                                     rows[0]["rest_p50_ms"], 2)
@@ -101,16 +104,21 @@ class Command(BaseCommand):
                               vector=raw_embedder.embed_query(texts[i]), text=texts[i], k=k)
 
         # Each REST call commits its audit and its canonical invocation, as a real one does;
-        # so the bench collection serves, committed, for the run: the versions that served
-        # before serve again afterwards, whatever ends it.
-        previous = list(IndexVersion.objects.filter(status=IndexVersion.Status.ACTIVE)
-                        .values_list("pk", flat=True))
-        IndexVersion.objects.filter(collection_name=collection).delete()  # an interrupted run's
+        # so the bench collection serves, committed, for the run. The versions that served
+        # before are written on its row and serve again afterwards: at its end, or at the
+        # start of the next run when this one was killed.
         with transaction.atomic():
+            leftover = IndexVersion.objects.filter(collection_name=collection).first()
+            previous = list(IndexVersion.objects.filter(status=IndexVersion.Status.ACTIVE)
+                            .exclude(collection_name=collection).values_list("pk", flat=True))
+            if leftover is not None:
+                previous += leftover.progress.get(SERVED_BEFORE, [])
+                leftover.delete()
             IndexVersion.objects.filter(pk__in=previous).update(
                 status=IndexVersion.Status.RETIRED)
             bench = IndexVersion.objects.create(collection_name=collection,
                                                 status=IndexVersion.Status.ACTIVE,
+                                                progress={SERVED_BEFORE: previous},
                                                 **wanted_spec(embedder))
         try:
             for i in range(3):  # warm-up: models, connections, caches

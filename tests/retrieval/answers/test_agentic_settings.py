@@ -14,6 +14,7 @@ import pytest
 from django.conf import settings as django_settings
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import timezone
 
 from audit.models import ToolInvocation
 from audit.privacy import audited_text
@@ -80,7 +81,7 @@ def test_the_agentic_graph_reads_its_own_threshold_and_retries_not_the_lookups(
     # And the other way round: the lookup's strict settings do not make it correct.
     RagConfig.objects.filter(pk=config.pk).update(
         quality_threshold=1.0, max_retry_count=5, agentic_quality_threshold=0.0,
-        agentic_max_retry_count=2)
+        agentic_max_retry_count=2, updated_at=timezone.now())  # as a save moves it
     body = agentic(secret, "why does kafka consumer lag grow")
     assert routes(body) == ["synthesize"]
     # Its lookups run the lookup's graph with the lookup's settings, untouched by the agentic

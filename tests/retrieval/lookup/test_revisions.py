@@ -1,7 +1,8 @@
 """A lookup's set-up is one statement once its process has built it, and every change the
-set-up depends on is seen by the next lookup: a config saved, an A/B test started by an update
-of its row alone, a save rolled back, a document switched off, a synonym group, another index
-version serving."""
+set-up depends on is seen by the next lookup: a config saved, a save rolled back, an A/B test
+started by an update of its row alone, a document switched off, the serving version retired
+(a synonym group written: test_synonyms.py); a config changed in the database by hand, within
+ROW_MAX_AGE_SECONDS."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from datasets.services import document_set_activation
 from retrieval.index.models import IndexVersion
 from retrieval.lookup.revisions import lookup_revisions
 from retrieval.lookup.service import lookup_knowledge
+from retrieval.ragconfig import selectors
 from retrieval.ragconfig.drafts import experiment_start
-from retrieval.ragconfig.models import RagConfigChange
+from retrieval.ragconfig.models import RagConfig, RagConfigChange
 from retrieval.ragconfig.services import rag_config_update
 from retrieval.ragconfig.synonyms import synonym_group_save
 from retrieval.types import LookupResult, SearchFilters
@@ -56,7 +58,8 @@ def test_a_lookup_reads_its_set_up_in_one_statement(acme: Imported) -> None:
 
 
 @pytest.mark.django_db
-def test_the_next_lookup_sees_every_change_its_set_up_depends_on(acme: Imported) -> None:
+def test_the_next_lookup_sees_every_change_its_set_up_depends_on(
+        acme: Imported, monkeypatch: pytest.MonkeyPatch) -> None:
     config = rag_config_update(config=None, tenant=acme.tenant, values={"return_n": 1},
                                changed_by="test")
     assert len(run(acme).pack.items) == 1
@@ -79,6 +82,13 @@ def test_the_next_lookup_sees_every_change_its_set_up_depends_on(acme: Imported)
     assert run(acme, session_id="s1").experiment is not None
     assert run(acme, session_id="s1").experiment[0] == experiment.pk
 
+    # A change made in the database by hand, without `updated_at`: seen once the kept row
+    # is older than ROW_MAX_AGE_SECONDS.
+    RagConfig.objects.filter(pk=config.pk).update(return_n=1)
+    assert len(run(acme).pack.items) == 2
+    monkeypatch.setattr(selectors, "ROW_MAX_AGE_SECONDS", 0)
+    assert len(run(acme).pack.items) == 1
+
     # A document switched off is not served by the next lookup.
     kafka = Document.objects.get(dataset=acme.dataset, file_name="kafka.md")
     served = {item.chunk.evidence_key.split("#")[0] for item in run(acme).pack.items}
@@ -87,7 +97,7 @@ def test_the_next_lookup_sees_every_change_its_set_up_depends_on(acme: Imported)
     served = {item.chunk.evidence_key.split("#")[0] for item in run(acme).pack.items}
     assert str(kafka.doc_id) not in served
 
-    # Another version serving: the next lookup searches its collection.
+    # The serving version retired: nothing serves.
     IndexVersion.objects.filter(status=IndexVersion.Status.ACTIVE).update(
         status=IndexVersion.Status.RETIRED)
     assert run(acme).evidence_status == "EMPTY"
