@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import math
 import random
+import signal
 import statistics
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,3 +106,21 @@ def in_process_client() -> Client:
     ALLOWED_HOSTS names (the client's `testserver` is only a test run's)."""
     host = next((h for h in settings.ALLOWED_HOSTS if h and h[0] not in ".*"), "localhost")
     return Client(SERVER_NAME=host)
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a CI timeout, `kill`) ends a benchmark like Ctrl-C: what it started is
+    stopped and what it changed restored, instead of orphaned."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

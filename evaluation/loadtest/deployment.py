@@ -5,8 +5,6 @@ production's on MariaDB."""
 from __future__ import annotations
 
 import os
-import signal
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -116,21 +114,3 @@ def deployment(workdir: Path, progress: Progress) -> Iterator[int]:
         start(worker)
         start(web)
         yield web_port
-
-
-@contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a CI timeout, `kill`) stops the services like Ctrl-C instead of orphaning
-    them."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

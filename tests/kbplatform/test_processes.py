@@ -48,7 +48,12 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     # A zombie (dead, not reaped by its new parent yet) counts as gone.
-    return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    return _stat(Path(f"/proc/{pid}/stat"))[0] != "Z"
+
+
+def _stat(stat: Path) -> list[str]:
+    """A process's /proc stat fields after its name: state, parent pid, …"""
+    return stat.read_text().rsplit(") ", 1)[1].split()
 
 
 @pytest.mark.parametrize("dies_with_it", [True, False], ids=["dies-with-it", "outlives-it"])
@@ -93,10 +98,10 @@ def _children(pid: int) -> list[int]:
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(") ", 1)[1].split()
-        except (OSError, IndexError):
+            parent = int(_stat(stat)[1])
+        except OSError:  # gone meanwhile
             continue
-        if int(fields[1]) == pid:
+        if parent == pid:
             found.append(int(stat.parent.name))
     return found
 

@@ -14,11 +14,11 @@ from evaluation.benchmarks import (
     Timing,
     in_process_client,
     raw_hybrid_search,
+    sigterm_as_interrupt,
     synthetic_text,
     timed_ms,
     unit_vectors,
 )
-from evaluation.loadtest.deployment import sigterm_as_interrupt
 from retrieval.index import milvus
 from retrieval.index.embedders import CachedEmbedder, get_embedder
 from retrieval.index.milvus.collections import TENANT_PARTITIONS

@@ -3,8 +3,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from evaluation.benchmarks import sigterm_as_interrupt
 from evaluation.loadtest import LoadTestError
-from evaluation.loadtest.deployment import sigterm_as_interrupt
 from evaluation.loadtest.run import load_test
 
 # Each agent is a thread of this process making calls back to back.

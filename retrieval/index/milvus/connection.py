@@ -80,8 +80,8 @@ class _UnimplementedIsAnAnswer(logging.Filter):
 logging.getLogger("pymilvus.decorators").addFilter(_UnimplementedIsAnAnswer())
 
 
-# Milvus Lite files whose engine this process started: {absolute path: (pid, the file's lock,
-# held)}. A forked child inherits the parent's engine (it reaches it on its socket) and must
+# Milvus Lite files whose engine this process started: {absolute path: (pid, the file's lock
+# it holds)}. A forked child inherits the parent's engine (it reaches it on its socket) and must
 # never stop it.
 _lite_servers: dict[str, tuple[int, IO[str]]] = {}
 
