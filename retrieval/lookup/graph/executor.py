@@ -290,7 +290,7 @@ class GraphExecutor:
             return {}
         stage = "bilingual" + suffix
         with clock.stage(stage):
-            translated = {q: other_language_terms(q) for q in queries}
+            translated = {q: other_language_terms(q, self.parts.languages) for q in queries}
         added = sum(len(terms) for terms in translated.values())
         if added:  # how many, never which: they are the question's words
             clock.record(stage, note=f"BM25 also searched {added} term(s) in the other "

@@ -12,6 +12,7 @@ import pytest
 
 from audit.models import ToolInvocation
 from datasets.models import Dataset
+from datasets.services import document_set_activation
 from retrieval.lookup.graph.translate import CACHE
 from retrieval.ragconfig.services import rag_config_update
 from retrieval.ragconfig.settings import SETTING_NAMES
@@ -130,6 +131,12 @@ def test_bilingual_bm25_finds_an_english_runbook_by_a_chinese_questions_words(
     assert note.startswith("BM25 also searched") and "consumer" not in note  # a count only
     body, trace = tool.ask(question, bilingual_bm25=False)
     assert "kafka" not in tool.stems(body)
+    assert not [s for s in trace["stages"] if s["stage"].startswith("bilingual")]
+    # English terms only where an English document may be found: none is live.
+    for document in tool.imported.documents.values():
+        if document.language == "en":
+            document_set_activation(document=document, activated=False)
+    _, trace = tool.ask(question, bilingual_bm25=True)
     assert not [s for s in trace["stages"] if s["stage"].startswith("bilingual")]
 
 
