@@ -67,3 +67,27 @@ def test_the_other_cross_lingual_suite_asks_the_same_questions_in_english_of_chi
             for query, docs in suite.qrels.items()} == zh_en.qrels
     assert "CC BY-SA 4.0" in (folder / "README.md").read_text(encoding="utf-8")
     assert (folder / "LICENSE_CC-BY-SA-4.0.txt").is_file()
+
+
+def test_the_chinese_xquad_suite_asks_the_chinese_questions_of_the_chinese_paragraphs() -> None:
+    """xquad-zh-zh: xquad-zh-en's questions, xquad-en-zh's corpus and qrels."""
+    data = ROOT / "evaluation" / "data"
+    suite = load_suite(data / "xquad-zh-zh")
+    zh_en, en_zh = load_suite(data / "xquad-zh-en"), load_suite(data / "xquad-en-zh")
+    assert (suite.queries, suite.corpus, suite.qrels) == (zh_en.queries, en_zh.corpus,
+                                                          en_zh.qrels)
+    assert "CC BY-SA 4.0" in (data / "xquad-zh-zh" / "README.md").read_text(encoding="utf-8")
+    assert (data / "xquad-zh-zh" / "LICENSE_CC-BY-SA-4.0.txt").is_file()
+
+
+def test_the_confusable_set_holds_sixty_near_misses_and_sixty_off_topic_questions_split_in_halves(
+        ) -> None:
+    questions = questions_load(KNOWLEDGE / "eval" / "confusable.jsonl")
+    assert len({q.id for q in questions}) == len(questions)
+    for kind in ("near-miss", "off-topic"):
+        mine = [q for q in questions if q.kind == kind]
+        assert len(mine) >= 60 and sum(q.split == "fit" for q in mine) == len(mine) // 2
+        assert sum(_chinese(q.query) for q in mine) >= 24
+        assert sum(not _chinese(q.query) for q in mine) >= 24
+    assert all((q.expect is None) == (q.kind == "off-topic") for q in questions)
+    assert all((KNOWLEDGE / q.expect).is_file() for q in questions if q.expect)
