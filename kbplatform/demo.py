@@ -153,8 +153,7 @@ class Demo:
         return kept
 
     def _set_up(self) -> None:
-        self._manage("migrate", "--no-input")
-        self._manage("createcachetable")
+        self._manage("migrate", "--no-input")  # the cache table too (kbplatform/migrations)
         self._manage("collectstatic", "--no-input")
 
     def _start_services(self) -> dict[str, str]:

@@ -35,7 +35,7 @@ on() {  # engine, then a manage.py command
 }
 for name in lite engine; do
   python -c "from kbplatform.processes import wait_for_port; wait_for_port('127.0.0.1', ${ports[$name]})"
-  on "$name" migrate -v0 && on "$name" createcachetable
+  on "$name" migrate -v0
 done
 
 echo "| measure | Milvus Lite 3.x | Milvus 2.5's engine |"

@@ -28,15 +28,6 @@ settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="session")
-def django_db_setup(django_db_setup: Any, django_db_blocker: Any) -> None:
-    """The test database, plus the cache table of the embedded (no Redis) configuration."""
-    from django.core.management import call_command
-
-    with django_db_blocker.unblock():
-        call_command("createcachetable", verbosity=0)
-
-
 # The fixtures through which a test reaches what differs between the two runtimes: the
 # database (and the cache table in it), Milvus, the worker, a runtime asked by name.
 RUNTIME_FIXTURES = frozenset({
