@@ -100,6 +100,8 @@ def other_language_terms(query: str, languages: frozenset[str]) -> tuple[str, ..
     """The question's words in the other language, for BM25 only: English glosses of its
     Chinese words when `languages` (the searched documents') holds English, Chinese words for
     its English ones when it holds Chinese; none the question already has."""
+    if not languages & {Language.EN, Language.ZH}:
+        return ()  # no document the other language's words could find
     text = normalize_text(query)
     found: list[str] = []
     words = lexicon()

@@ -28,8 +28,7 @@ Method (deterministic, no randomness):
             <paragraph#>", with no title (XQuAD's titles are the English article names in both
             files: the only English in this corpus is what the Chinese paragraphs hold).
   zh-zh   = the same 298 questions in Chinese (as zh-en) of the Chinese paragraphs (as en-zh): a
-            same-language Chinese QA suite whose questions were translated apart from their
-            paragraphs, so they share fewer words with them than questions written on them do.
+            second same-language Chinese QA suite beside CMRC 2018 (the same qrels as en-zh).
 """
 import argparse, json, os, subprocess, hashlib
 from typing import Any
