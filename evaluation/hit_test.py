@@ -7,6 +7,7 @@ command (in process) and the tests (through the REST endpoint) measure the same 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -165,13 +166,18 @@ def runbook_languages(filters: SearchFilters) -> dict[str, str]:
 
 
 def lookup_asker(filters: SearchFilters, *, mode: SearchMode | None = None,
-                 overrides: dict[str, Any] | None = None) -> Ask:
+                 overrides: dict[str, Any] | None = None,
+                 translations: Counter[str] | None = None) -> Ask:
     """The in-process tool call: the tenant's serving config and index (with `mode` and
-    `overrides` over the config, when given), the REST projection."""
+    `overrides` over the config, when given), the REST projection. `translations` counts the
+    questions that asked a model for their translation, by outcome."""
     projector = RagResultProjector()
 
     def ask(query: str) -> dict[str, Any]:
-        return projector.project(lookup_knowledge(filters=filters, query=query, mode=mode,
-                                                  overrides=overrides))
+        result = lookup_knowledge(filters=filters, query=query, mode=mode, overrides=overrides)
+        translation = result.graph.get("translation")
+        if translations is not None and translation:
+            translations[translation["outcome"]] += 1
+        return projector.project(result)
 
     return ask

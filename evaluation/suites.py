@@ -15,7 +15,7 @@ import math
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -210,6 +210,13 @@ class EvalReport:
                 "latency_p50_ms": self.latency_ms.get("p50"),
                 "latency_p95_ms": self.latency_ms.get("p95"), "config": self.config,
                 "index": self.index, "translations": self.translations}
+
+
+def translations_line(outcomes: Mapping[str, int]) -> str:
+    """How many questions asked a model for their translation, by outcome ("2 translated,
+    1 no model"): a figure measured without the model it assumed says so."""
+    return ", ".join(f"{count} {outcome}" for outcome, count in sorted(outcomes.items())) or (
+        "no question asked a model")
 
 
 def ranked_documents(result: LookupResult, source_of_doc: dict[str, str]) -> list[str]:

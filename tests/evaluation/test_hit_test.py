@@ -25,7 +25,9 @@ from evaluation.question_sets import (
     QuestionSetError,
     questions_load,
 )
+from retrieval.lookup.graph.translate import CACHE
 from tests.datasets.builders import api_client, lookup
+from tests.retrieval.chat_server import asks_to_translate, chat_server
 from tests.retrieval.conftest import Imported, MakeKey, import_runbooks
 
 QUESTIONS = settings.KB_KNOWLEDGE_DIR / "eval" / "questions.jsonl"
@@ -124,8 +126,9 @@ def test_the_command_reports_rates_per_kind_and_lists_the_misses(acme: Imported,
     as_json = json.loads(_hit_test("--questions", str(questions), "--tenant", "acme",
                                    "--dataset", "ops", "--split", "all", "--json"))
 
-    assert text[:11] == [
+    assert text[:12] == [
         "3 questions, split held-out, tenant acme",
+        "translation: no question asked a model",  # an English corpus asked in English
         "right runbook first:    1/2 (50 %)",
         "right runbook anywhere: 1/2 (50 %)",
         "off-topic EMPTY:        1/1 (100 %)",
@@ -137,7 +140,7 @@ def test_the_command_reports_rates_per_kind_and_lists_the_misses(acme: Imported,
         "  en→en      first 1/2 (50 %), anywhere 1/2 (50 %)",
         "misses (1):",
     ]
-    assert text[11:] == ["  n1 [near-miss] 'Kafka consumer group lag keeps growing on every "
+    assert text[12:] == ["  n1 [near-miss] 'Kafka consumer group lag keeps growing on every "
                         "partition': expected zebra.md, got kafka.md, relevance PRECISE"]
     assert as_json["split"] == "all"
     assert as_json["on_topic"] == {"questions": 3, "first": 2, "anywhere": 2, "empty": 0}
@@ -145,6 +148,7 @@ def test_the_command_reports_rates_per_kind_and_lists_the_misses(acme: Imported,
     assert as_json["by_direction"] == {
         "en→en": {"questions": 3, "first": 2, "anywhere": 2, "empty": 0}}
     assert [m["id"] for m in as_json["misses"]] == ["n1"]
+    assert as_json["translations"] == {}
 
     # --set and --mode ask with other settings than the stored config, validated like it.
     strict = json.loads(_hit_test("--questions", str(questions), "--tenant", "acme", "--json",
@@ -154,6 +158,28 @@ def test_the_command_reports_rates_per_kind_and_lists_the_misses(acme: Imported,
     with pytest.raises(CommandError, match="reference_threshold"):
         _hit_test("--questions", str(questions), "--tenant", "acme",
                   "--set", "reference_threshold=2")
+
+
+@pytest.mark.embedded
+def test_the_command_says_how_many_questions_asked_a_model_for_their_translation(
+        acme: Imported, tmp_path: Path, settings: Any) -> None:
+    """A figure measured without the translation model it assumed says so: the Chinese
+    question of an English corpus asks the model (here a real local server, then none)."""
+    questions = _write(tmp_path / "q.jsonl", [
+        _q("z1", "消费组的积压一直在涨，消息处理不过来", "kafka.md"),  # the translator knows it
+        _q("e1", "nginx 502 bad gateway connection refused while connecting to upstream",
+           "nginx.md")])
+    CACHE.clear()
+    with chat_server() as server:
+        settings.KB_CHAT_BASE_URL, settings.KB_LOCAL_MODEL_URL = "", server.url
+        served = json.loads(_hit_test("--questions", str(questions), "--tenant", "acme",
+                                      "--json"))
+    CACHE.clear()
+    settings.KB_LOCAL_MODEL_URL = ""
+    text = _hit_test("--questions", str(questions), "--tenant", "acme").splitlines()
+    assert served["translations"] == {"translated": 1}
+    assert [asks_to_translate(r) for r in server.requests] == [True]
+    assert text[1] == "translation: 1 no model"
 
 
 @pytest.mark.parametrize(("content", "message"), [

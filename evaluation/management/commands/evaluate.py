@@ -14,6 +14,7 @@ from evaluation.suites import (
     eval_index_load,
     evaluate,
     evaluation_overrides,
+    translations_line,
 )
 from retrieval.chat import configured_chat_model
 from retrieval.index.embedders import Embedder
@@ -61,8 +62,7 @@ class Command(StoreCommand):
             self.stdout.write(f"  {name:<11} {value:.4f}")
         self.stdout.write(f"  latency     p50 {report.latency_ms['p50']} ms, "
                           f"p95 {report.latency_ms['p95']} ms")
-        asked = ", ".join(f"{count} {outcome}" for outcome, count in report.translations.items())
-        self.stdout.write(f"  translation {asked or 'no query asked a model'}")
+        self.stdout.write(f"  translation {translations_line(report.translations)}")
 
     def _answers(self, suite: Suite, index: EvalIndex, embedder: Embedder,
                  options: dict[str, Any], progress: Progress) -> None:

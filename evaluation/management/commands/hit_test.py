@@ -1,4 +1,5 @@
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -8,6 +9,7 @@ from django.core.management.base import CommandError, CommandParser
 from evaluation.hit_test import hit_test_run, lookup_asker, runbook_languages
 from evaluation.management.overrides import add_override_arguments, parsed_overrides
 from evaluation.question_sets import QuestionSetError, questions_load, questions_of_split
+from evaluation.suites import translations_line
 from retrieval.management.scope import command_filters
 from retrieval.management.store import StoreCommand
 
@@ -38,15 +40,18 @@ class Command(StoreCommand):
             raise CommandError(f"no question in split {options['split']}")
         filters = command_filters(tenant_slug=options["tenant"], dataset_names=options["dataset"])
         overrides = parsed_overrides(options["set"])
+        translations: Counter[str] = Counter()
         report = hit_test_run(questions=questions, ask=lookup_asker(
-            filters, mode=options["mode"], overrides=overrides),
+            filters, mode=options["mode"], overrides=overrides, translations=translations),
             languages=runbook_languages(filters))
         if options["json"]:
-            self.stdout.write(json.dumps({"split": options["split"], **report.as_json()},
+            self.stdout.write(json.dumps({"split": options["split"], **report.as_json(),
+                                          "translations": dict(sorted(translations.items()))},
                                          ensure_ascii=False, indent=2))
         else:
             self.stdout.write(f"{len(questions)} questions, split {options['split']}, "
                               f"tenant {options['tenant']}")
+            self.stdout.write(f"translation: {translations_line(translations)}")
             self.stdout.write("\n".join(report.lines()))
         unavailable = sum(o.status == "UNAVAILABLE" for o in report.outcomes)
         if unavailable:
