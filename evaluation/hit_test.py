@@ -15,6 +15,7 @@ from typing import Any
 from datasets.ingestion.language import text_language
 from datasets.models import Document
 from evaluation.question_sets import KINDS, Question
+from evaluation.suites import translation_outcome
 from retrieval.lookup.project import RagResultProjector
 from retrieval.lookup.service import lookup_knowledge
 from retrieval.types import SearchFilters, SearchMode
@@ -175,9 +176,9 @@ def lookup_asker(filters: SearchFilters, *, mode: SearchMode | None = None,
 
     def ask(query: str) -> dict[str, Any]:
         result = lookup_knowledge(filters=filters, query=query, mode=mode, overrides=overrides)
-        translation = result.graph.get("translation")
-        if translations is not None and translation:
-            translations[translation["outcome"]] += 1
+        outcome = translation_outcome(result)
+        if translations is not None and outcome:
+            translations[outcome] += 1
         return projector.project(result)
 
     return ask

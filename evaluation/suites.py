@@ -212,6 +212,13 @@ class EvalReport:
                 "index": self.index, "translations": self.translations}
 
 
+def translation_outcome(result: LookupResult) -> str | None:
+    """How asking a model for the question's translation ended ("translated", "no model",
+    …: retrieval/lookup/graph/translate.py Outcome); None when no model was asked."""
+    translation = result.graph.get("translation")
+    return str(translation["outcome"]) if translation else None
+
+
 def translations_line(outcomes: Mapping[str, int]) -> str:
     """How many questions asked a model for their translation, by outcome ("2 translated,
     1 no model"): a figure measured without the model it assumed says so."""
@@ -288,9 +295,9 @@ def evaluate(*, suite: Suite, index: EvalIndex, embedder: Embedder, mode: Search
                           overrides=overrides, mode=mode)
     for number, score in enumerate(scored, 1):
         latencies.append(score.latency_ms)
-        translation = score.result.graph.get("translation")
-        if translation:
-            translations[translation["outcome"]] += 1
+        outcome = translation_outcome(score.result)
+        if outcome:
+            translations[outcome] += 1
         for name in sums:
             sums[name] += score.scores[name]
         if number % 50 == 0 or number == len(judged):

@@ -454,7 +454,6 @@ def test_bm25_ranks_the_same_text_alike_whichever_embedder_built_the_index(store
         assert len(small) == 20 and [s for _, s in small] == [s for _, s in large]
         assert {c: s for c, s in small if s > small[-1][1]} == {
             c: s for c, s in large if s > large[-1][1]}
-        assert all(score == dict(large)[chunk] for chunk, score in small if chunk in dict(large))
 
 
 @pytest.mark.embedded
