@@ -20,6 +20,7 @@ from retrieval.chat import ChatModel
 from retrieval.index import milvus
 from retrieval.index.embedders import Embedder
 from retrieval.index.search import VectorSearchService
+from retrieval.lookup.project import LookupViews
 from retrieval.lookup.service import lookup_knowledge
 
 _SPACE = re.compile(r"\s+")
@@ -64,14 +65,14 @@ def evaluate_answers(*, suite: Suite, index: EvalIndex, embedder: Embedder,
         started = time.perf_counter()
         result = lookup_knowledge(filters=index.filters, query=suite.queries[query_id],
                                   search=search)
-        answered = answer_from(result, model=model, started=started)
+        answered = answer_from(LookupViews.of(result), model=model, started=started)
         latencies.append((time.perf_counter() - started) * 1000)
         if result.error:
             raise RuntimeError(f"query {query_id} failed: {result.error}")
         statuses[answered.status] += 1
         if answered.status is AnswerStatus.ANSWERED and answered.draft is not None:
             correct += contains_gold(answered.draft.answer, gold)
-            excerpts = {e["document_id"]: e["excerpt"] for e in answered.body["evidence"]}
+            excerpts = {e.document_id: e.excerpt for e in answered.lookup.view.evidence}
             cited += len(answered.citations)
             cited_with_gold += sum(contains_gold(excerpts.get(c, ""), gold)
                                    for c in answered.citations)

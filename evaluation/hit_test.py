@@ -1,7 +1,7 @@
 """Hit test of a question set: does a question find its runbook, and does an off-topic one
 find nothing?
 
-The scoring works on the agent-facing answer (`RagResultProjector`'s dict), so the management
+The scoring works on the agent-facing answer (`RagToolResult`'s dict), so the management
 command (in process) and the tests (through the REST endpoint) measure the same thing.
 """
 
@@ -16,7 +16,7 @@ from datasets.ingestion.language import text_language
 from datasets.models import Document
 from evaluation.question_sets import KINDS, Question
 from evaluation.suites import translation_outcome
-from retrieval.lookup.project import RagResultProjector
+from retrieval.lookup.project import RagToolResult
 from retrieval.lookup.service import lookup_knowledge
 from retrieval.types import SearchFilters, SearchMode
 
@@ -172,13 +172,11 @@ def lookup_asker(filters: SearchFilters, *, mode: SearchMode | None = None,
     """The in-process tool call: the tenant's serving config and index (with `mode` and
     `overrides` over the config, when given), the REST projection. `translations` counts the
     questions that asked a model for their translation, by outcome."""
-    projector = RagResultProjector()
-
     def ask(query: str) -> dict[str, Any]:
         result = lookup_knowledge(filters=filters, query=query, mode=mode, overrides=overrides)
         outcome = translation_outcome(result)
         if translations is not None and outcome:
             translations[outcome] += 1
-        return projector.project(result)
+        return RagToolResult.of(result).as_dict()
 
     return ask

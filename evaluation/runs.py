@@ -180,7 +180,7 @@ def _ranking(result: LookupResult, expected: Sequence[str]) -> list[str]:
     """The documents handed out, best first, each named as the set names it: by its source
     path, or by its document id when that is what the set expects."""
     ranking: list[str] = []
-    # As the agent sees it (RagResultProjector): only READY hands out evidence.
+    # As the agent sees it (RagToolResult): only READY hands out evidence.
     handed_out = result.pack.items if result.evidence_status is EvidenceStatus.READY else ()
     for item in handed_out:
         name = item.chunk.doc_id if item.chunk.doc_id in expected else item.chunk.source

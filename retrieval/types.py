@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -178,6 +179,12 @@ class ContextPack:
     items: tuple[PackedEvidence, ...]
     total_chars: int
     truncated: bool
+
+
+def call_id(given: str = "") -> str:
+    """The agent's id for its call when it sent one, else a new `call_...`: the key of the
+    call's canonical record and what routes it to an A/B arm. The one place ids are minted."""
+    return given or f"call_{uuid.uuid4().hex}"
 
 
 @dataclass(frozen=True)

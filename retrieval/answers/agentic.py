@@ -44,12 +44,18 @@ from retrieval.lexical import query_terms
 from retrieval.lookup.graph.model_judge import ModelQualityJudge
 from retrieval.lookup.graph.quality import QualityAssessor
 from retrieval.lookup.graph.query_transform import rewrite
-from retrieval.lookup.project import RagResultProjector, invocation_of, trace_details
+from retrieval.lookup.project import LookupViews
 from retrieval.lookup.service import confirmed_evidence, served_lookup
 from retrieval.ragconfig.config import RagConfigConverter, RagConfigError
 from retrieval.ragconfig.selectors import rag_config_for
 from retrieval.ragconfig.settings import RagSettings
-from retrieval.types import EvidenceStatus, LookupResult, RelevanceLevel, SearchFilters
+from retrieval.types import (
+    EvidenceStatus,
+    LookupResult,
+    RelevanceLevel,
+    SearchFilters,
+    call_id,
+)
 
 MAX_SOURCES = 8  # what the answer is built from, over every sub-question
 MIN_LOOKUP_MS = 100  # the shortest deadline a lookup takes (RagConfig's own minimum)
@@ -87,11 +93,11 @@ class AgenticOutcome:
     status: AnswerStatus
     tool_call_id: str
     session_id: str
-    lookups: tuple[LookupResult, ...]  # every iteration's, in order
+    lookups: tuple[LookupViews, ...]  # every iteration's, in order
     error: str = ""
 
     @property
-    def last(self) -> LookupResult | None:
+    def last(self) -> LookupViews | None:
         return self.lookups[-1] if self.lookups else None
 
     @property
@@ -113,7 +119,7 @@ class AgenticOutcome:
         """The audit row of the call: its last lookup's details with every iteration's, the
         whole run's answer."""
         if self.last is not None:
-            record = invocation_of(self.last)
+            record = self.last.record
             record = replace(record, details={**record.details,
                                               "iterations": self.iteration_details()})
         else:  # no lookup ran (no retrieval needed, or the config did not validate)
@@ -126,7 +132,7 @@ class AgenticOutcome:
             record = replace(record, evidence_status=EvidenceStatus.READY.value)
         # What the run handed out is its candidates, from any of its lookups, in their order.
         datasets = {item.chunk.evidence_key: item.chunk.dataset_id
-                    for lookup in self.lookups for item in lookup.pack.items}
+                    for lookup in self.lookups for item in lookup.result.pack.items}
         ready = tuple(ReadyEvidence(key, dataset) for key in self.state.candidates
                       if (dataset := datasets.get(key)) is not None)
         # The question asked (its hash, its text only when kept), not the last sub-question.
@@ -140,8 +146,8 @@ class AgenticOutcome:
         """Each iteration's retrievalDetails (the first MAX_TRACED_ITERATIONS), each stage's
         candidates cut to the best MAX_TRACED_CANDIDATES."""
         kept = []
-        for number, result in enumerate(self.lookups[:MAX_TRACED_ITERATIONS], 1):
-            details = trace_details(result)
+        for number, lookup in enumerate(self.lookups[:MAX_TRACED_ITERATIONS], 1):
+            details = dict(lookup.record.details)
             details["stages"] = [{**stage, "candidates": stage["candidates"][
                 :MAX_TRACED_CANDIDATES]} for stage in details["stages"]]
             kept.append({"iteration": number, **details})
@@ -179,7 +185,7 @@ def agentic_answer(*, filters: SearchFilters, query: str, tool_call_id: str = ""
     """`overrides`: a delegated agent's settings (RagAgent) over the tenant's RagConfig, for
     the graph, its model and each of its lookups."""
     started = time.perf_counter()
-    call = tool_call_id or f"call_{uuid.uuid4().hex}"
+    call = call_id(tool_call_id)
     session = session_id or f"agentic_{uuid.uuid4().hex}"
     state = AgenticState(query=query)
     try:
@@ -206,7 +212,7 @@ class _Run:
     session: str
     started: float
     overrides: dict[str, Any]  # the delegated agent's, for each lookup too
-    lookups: list[LookupResult] = field(default_factory=list)
+    lookups: list[LookupViews] = field(default_factory=list)
 
     @property
     def full(self) -> bool:
@@ -241,19 +247,20 @@ class _Run:
         best: tuple[float, list[dict[str, Any]]] = (-1.0, [])
         while True:
             state.iteration += 1
-            result = served_lookup(
+            served = served_lookup(
                 filters=self.filters, query=current, session_id=self.session,
                 tool_call_id=f"{self.call[:_IDENT_ROOM]}-{state.iteration}",
                 overrides={**self.overrides,
                            "timeout_millis": max(int(self.left_s() * 1000), MIN_LOOKUP_MS)})
-            self.lookups.append(result)
+            self.lookups.append(served)
+            result = served.result
             if result.evidence_status is EvidenceStatus.UNAVAILABLE:
                 return self.outcome(AnswerStatus.UNAVAILABLE, result.error)
             try:  # the sub-question is judged, whatever query found the evidence
                 quality, correction, judging = self.evaluate(state.plan[step], result)
             except ChatModelError as exc:
                 return self.outcome(AnswerStatus.UNAVAILABLE, str(exc))
-            evidence = RagResultProjector().project(result)["evidence"]
+            evidence = served.view.as_dict()["evidence"]
             if quality > best[0]:
                 best = (quality, evidence)
             weak = not evidence or quality < self.settings.agentic_quality_threshold

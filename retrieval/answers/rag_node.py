@@ -31,7 +31,7 @@ from audit.types import InvocationRecord
 from retrieval.answers.agentic import AgenticOutcome, Route, agentic_answer
 from retrieval.answers.answer import AnswerStatus
 from retrieval.ragconfig.selectors import rag_agent_named
-from retrieval.types import EvidenceStatus, RelevanceLevel, SearchFilters
+from retrieval.types import EvidenceStatus, RelevanceLevel, SearchFilters, call_id
 from retrieval.untrusted import LABEL, sources_block
 
 TOOL_NAME = "rag_node"
@@ -152,7 +152,7 @@ def rag_sub_agent(names: Sequence[str]) -> str:
 
 
 def rag_node(*, tenant_id: int, readable: Sequence[DatasetRef], node: NodeInput) -> NodeResult:
-    call = node.tool_call_id or f"call_{uuid.uuid4().hex}"
+    call = call_id(node.tool_call_id)
     session = node.session_id or f"agentic_{uuid.uuid4().hex}"
     query, source = node_query(node)
     if not query:

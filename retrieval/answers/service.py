@@ -21,9 +21,9 @@ from retrieval.answers.answer import (
     Source,
 )
 from retrieval.chat import ChatModel, ChatModelError, chat_model_for
-from retrieval.lookup.project import RagResultProjector
+from retrieval.lookup.project import LookupViews
 from retrieval.lookup.service import confirmed_evidence, served_lookup
-from retrieval.types import EvidenceStatus, LookupResult, SearchFilters
+from retrieval.types import EvidenceStatus, SearchFilters
 
 _NO_DRAFT = {EvidenceStatus.EMPTY: AnswerStatus.EMPTY,
              EvidenceStatus.UNAVAILABLE: AnswerStatus.UNAVAILABLE}
@@ -32,8 +32,7 @@ _DEFAULT_TIMEOUT_MS = 30_000
 
 @dataclass(frozen=True)
 class RagAnswer:
-    result: LookupResult
-    body: dict[str, Any]  # the tool's agent-facing result
+    lookup: LookupViews  # the tool's lookup: what the agent saw of it, what the audit keeps
     status: AnswerStatus
     draft: Draft | None  # None when there was nothing to answer from
     error: str = ""
@@ -59,34 +58,33 @@ def rag_answer(*, filters: SearchFilters, query: str, tool_call_id: str = "",
     """The generator is the chat model of the lookup's config (RagConfig chat_*, else
     KB_CHAT_*), else extractive."""
     started = time.perf_counter()
-    result = served_lookup(filters=filters, query=query, tool_call_id=tool_call_id,
+    lookup = served_lookup(filters=filters, query=query, tool_call_id=tool_call_id,
                            session_id=session_id)
-    answered = answer_from(result, model=chat_model_for(result.config), started=started)
+    answered = answer_from(lookup, model=chat_model_for(lookup.result.config), started=started)
     if answered.draft is None or not answered.draft.citations:
         return answered
     confirmed = confirmed_evidence(tenant_id=filters.tenant_id, readable=filters.dataset_ids,
                                    document_ids=answered.draft.citations,
-                                   tool_call_id=result.tool_call_id)
+                                   tool_call_id=lookup.view.tool_call_id)
     draft = answered.draft.confined_to(frozenset(confirmed))
     return replace(answered, status=draft.status, draft=draft)
 
 
-def answer_from(result: LookupResult, *, model: ChatModel | None, started: float) -> RagAnswer:
+def answer_from(lookup: LookupViews, *, model: ChatModel | None, started: float) -> RagAnswer:
     """The generation node over a lookup's agent-facing evidence; `started` (perf_counter)
     is when the call began, for the config's deadline."""
-    body = RagResultProjector().project(result)
+    result, view = lookup.result, lookup.view
     if result.evidence_status in _NO_DRAFT:
-        return RagAnswer(result, body, _NO_DRAFT[result.evidence_status], None, result.error)
-    sources = [Source(item["document_id"], item["title"], item["excerpt"])
-               for item in body["evidence"]]
+        return RagAnswer(lookup, _NO_DRAFT[result.evidence_status], None, result.error)
+    sources = [Source(item.document_id, item.title, item.excerpt) for item in view.evidence]
     deadline_s = result.config.get("timeout_millis", _DEFAULT_TIMEOUT_MS) / 1000
     left_s = max(deadline_s - (time.perf_counter() - started), 0.001)
     try:
         draft = generate(result.query, sources, model=model, timeout_s=left_s,
                           fallback=result.config.get("enable_fallback", True))
     except ChatModelError as exc:
-        return RagAnswer(result, body, AnswerStatus.UNAVAILABLE, None, str(exc))
-    return RagAnswer(result, body, draft.status, draft)
+        return RagAnswer(lookup, AnswerStatus.UNAVAILABLE, None, str(exc))
+    return RagAnswer(lookup, draft.status, draft)
 
 
 def generate(query: str, sources: list[Source], *, model: ChatModel | None, timeout_s: float,

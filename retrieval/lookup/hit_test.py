@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from retrieval.lookup.project import RagResultProjector, trace_details
+from retrieval.lookup.project import RagToolResult, trace_details
 from retrieval.lookup.service import lookup_knowledge
 from retrieval.types import SearchFilters
 
@@ -29,7 +29,7 @@ def hit_test_question(*, tenant_id: int, dataset_ids: Sequence[int], query: str,
                               query=query, overrides=overrides)
     if overrides is not None:
         result = replace(result, config_version=version)
-    return HitTest(RagResultProjector().project(result), trace_details(result))
+    return HitTest(RagToolResult.of(result).as_dict(), trace_details(result))
 
 
 def compared(*sides: tuple[str, HitTest]) -> list[dict[str, Any]]:

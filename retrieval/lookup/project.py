@@ -8,6 +8,7 @@ not the raw query or excerpt bodies (seed 000 §9.1), which the canonical invoca
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from audit.types import InvocationRecord, ReadyEvidence
@@ -20,34 +21,57 @@ def _number(value: float) -> float | None:
     return round(value, 6) if math.isfinite(value) else None
 
 
-class RagResultProjector:
-    """LookupResult → the agent-facing RagToolResult dict."""
+@dataclass(frozen=True)
+class Evidence:
+    """One piece of evidence as the agent sees it (the `Evidence` component)."""
 
-    def project(self, result: LookupResult) -> dict[str, Any]:
+    document_id: str  # the evidence key `<docId>#chunk-<n>`
+    source: str
+    title: str
+    breadcrumb: str
+    location: dict[str, Any] | None  # the page, slide or sheet it begins on
+    commit: str
+    excerpt: str
+
+
+@dataclass(frozen=True)
+class RagToolResult:
+    """What the agent sees of a lookup (the `RagToolResult` contract): built once per call."""
+
+    evidence_status: EvidenceStatus
+    tool_call_id: str
+    query: str
+    evidence: tuple[Evidence, ...]
+    relevance_level: RelevanceLevel
+    truncated: bool
+
+    @classmethod
+    def of(cls, result: LookupResult) -> RagToolResult:
         ready = result.evidence_status is EvidenceStatus.READY
         # EMPTY and UNAVAILABLE never carry evidence, whatever a stage left in the pack.
         items = result.pack.items if ready else ()
-        evidence = [
-            {
-                "document_id": item.chunk.evidence_key,
-                "source": item.chunk.source,
-                "title": item.chunk.title,
-                "breadcrumb": item.chunk.breadcrumb,
-                "location": item.chunk.location.as_dict() if item.chunk.location else None,
-                "commit": item.chunk.commit,
-                "excerpt": item.excerpt,
-            }
-            for item in items
-        ]
-        return {
-            "evidence_status": result.evidence_status.value,
-            "tool_call_id": result.tool_call_id,
-            "query": result.query,
-            "evidence": evidence,
-            "relevance_level": (result.relevance_level if ready else RelevanceLevel.NONE).value,
-            "truncated": result.pack.truncated if ready else False,
-            "returned_count": len(evidence),
-        }
+        return cls(
+            evidence_status=result.evidence_status, tool_call_id=result.tool_call_id,
+            query=result.query,
+            evidence=tuple(Evidence(
+                document_id=item.chunk.evidence_key, source=item.chunk.source,
+                title=item.chunk.title, breadcrumb=item.chunk.breadcrumb,
+                location=item.chunk.location.as_dict() if item.chunk.location else None,
+                commit=item.chunk.commit, excerpt=item.excerpt) for item in items),
+            relevance_level=result.relevance_level if ready else RelevanceLevel.NONE,
+            truncated=result.pack.truncated if ready else False)
+
+    @property
+    def returned_count(self) -> int:
+        return len(self.evidence)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON body of REST and MCP."""
+        return {"evidence_status": self.evidence_status.value,
+                "tool_call_id": self.tool_call_id, "query": self.query,
+                "evidence": [asdict(e) for e in self.evidence],
+                "relevance_level": self.relevance_level.value, "truncated": self.truncated,
+                "returned_count": self.returned_count}
 
 
 def trace_details(result: LookupResult) -> dict[str, Any]:
@@ -98,9 +122,11 @@ def trace_details(result: LookupResult) -> dict[str, Any]:
     }
 
 
-def invocation_of(result: LookupResult) -> InvocationRecord:
-    """What the audit keeps of one answered call: what the agent saw and how it was made."""
-    seen = RagResultProjector().project(result)
+def invocation_of(result: LookupResult, view: RagToolResult | None = None
+                  ) -> InvocationRecord:
+    """What the audit keeps of one answered call: what the agent saw (`view`, when the
+    caller built it already) and how it was made."""
+    seen = view or RagToolResult.of(result)
     ready = tuple(ReadyEvidence(item.chunk.evidence_key, item.chunk.dataset_id)
                   for item in result.pack.items
                   if result.evidence_status is EvidenceStatus.READY
@@ -108,9 +134,23 @@ def invocation_of(result: LookupResult) -> InvocationRecord:
     return InvocationRecord(
         tenant_id=result.filters.tenant_id, tool_call_id=result.tool_call_id,
         session_id=result.session_id, query=result.query,
-        evidence_status=result.evidence_status.value, relevance_level=seen["relevance_level"],
-        returned_count=seen["returned_count"], config_version=result.config_version,
-        error=result.error, details=trace_details(result),
-        dataset_ids=result.filters.dataset_ids, ready=ready,
+        evidence_status=result.evidence_status.value,
+        relevance_level=seen.relevance_level.value, returned_count=seen.returned_count,
+        config_version=result.config_version, error=result.error,
+        details=trace_details(result), dataset_ids=result.filters.dataset_ids, ready=ready,
         experiment=result.experiment, topic_terms=result.topic_terms,
         config_id=result.config_id)
+
+
+@dataclass(frozen=True)
+class LookupViews:
+    """One lookup and its two views, each built once: the agent's and the audit's."""
+
+    result: LookupResult
+    view: RagToolResult
+    record: InvocationRecord
+
+    @classmethod
+    def of(cls, result: LookupResult) -> LookupViews:
+        view = RagToolResult.of(result)
+        return cls(result, view, invocation_of(result, view))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -22,7 +21,7 @@ from retrieval.index.embedders import EmbeddingError
 from retrieval.index.search import VectorSearchService
 from retrieval.index.versions import IndexNotReady, serving_index_of
 from retrieval.lookup.l0 import DocumentsView, documents_view
-from retrieval.lookup.project import invocation_of
+from retrieval.lookup.project import LookupViews
 from retrieval.lookup.rerank import configured_reranker
 from retrieval.lookup.revisions import lookup_revisions
 from retrieval.lookup.synonyms import NO_SYNONYMS, Synonyms, tenant_synonyms
@@ -36,7 +35,7 @@ from retrieval.ragconfig.config import (
 )
 from retrieval.ragconfig.selectors import checked_settings, rag_config_for
 from retrieval.ragconfig.settings import RagSettings
-from retrieval.types import LookupResult, SearchFilters, SearchMode
+from retrieval.types import LookupResult, SearchFilters, SearchMode, call_id
 
 logger = logging.getLogger(__name__)
 
@@ -144,9 +143,10 @@ def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = 
     """Run one lookup. `overrides` and `search` (evaluation only) replace the config values
     and the serving index for this call. Its session (else its call id) routes it to an arm of
     the config's A/B test, when one runs."""
-    request = LookupRequest(query=query, filters=filters, tool_call_id=tool_call_id,
+    request = LookupRequest(query=query, filters=filters, tool_call_id=call_id(tool_call_id),
                             session_id=session_id)
     try:
+        # Routed by the ids the caller gave: a lookup without any serves the config itself.
         setup = _setup(filters, overrides, mode, search, session_id or tool_call_id)
     except (_Unavailable, EmbeddingError, DatabaseError) as exc:
         broken = str(exc) if isinstance(exc, _Unavailable) else f"{type(exc).__name__}: {exc}"
@@ -168,18 +168,19 @@ def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = 
 
 def served_lookup(*, filters: SearchFilters, query: str, tool_call_id: str = "",
                   session_id: str = "", overrides: dict[str, Any] | None = None
-                  ) -> LookupResult:
+                  ) -> LookupViews:
     """A lookup whose READY evidence the guard can confirm later: the call is stored as its
     canonical invocation first, and evidence that could not be stored is not handed out.
     An agent's call without an id gets one here, so that an A/B test can route it too."""
-    tool_call_id = tool_call_id or f"call_{uuid.uuid4().hex}"
-    result = lookup_knowledge(filters=filters, query=query, tool_call_id=tool_call_id,
+    result = lookup_knowledge(filters=filters, query=query, tool_call_id=call_id(tool_call_id),
                               session_id=session_id, overrides=overrides)
+    served = LookupViews.of(result)
     try:
-        canonical_store(invocation_of(result))
+        canonical_store(served.record)
     except ServiceUnavailable:
-        result = as_unavailable(result, error="the canonical invocation store is unavailable")
-    return result
+        served = LookupViews.of(as_unavailable(
+            result, error="the canonical invocation store is unavailable"))
+    return served
 
 
 def confirmed_evidence(*, tenant_id: int, readable: Sequence[int], document_ids: Sequence[str],

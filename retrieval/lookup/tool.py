@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -52,7 +51,7 @@ TOPIC_TERM_CHARS = 64
 class LookupRequest:
     query: str
     filters: SearchFilters  # tenant and datasets: from the caller's key, never the body
-    tool_call_id: str = ""
+    tool_call_id: str = ""  # the canonical record's key (types.call_id)
     session_id: str = ""
 
 
@@ -140,8 +139,7 @@ class LookupKnowledgeTool:
                   filters: SearchFilters, retry: RetryDecision, clock: Clock,
                   log: GraphRun | None, error: str = "") -> LookupResult:
         return LookupResult(
-            # The agent's id when it sent one, else ours: the canonical record's key.
-            tool_call_id=request.tool_call_id or f"call_{uuid.uuid4().hex}",
+            tool_call_id=request.tool_call_id,
             session_id=request.session_id, query=request.query,
             evidence_status=status, relevance_level=level, pack=pack, hints=hints,
             filters=filters, mode=self.graph.label(), retry=retry,

@@ -22,7 +22,6 @@ from retrieval.answers.agentic import agentic_answer
 from retrieval.answers.answer import AnswerStatus
 from retrieval.answers.rag_node import DatasetRef, NodeInput, NodeStatus, rag_node
 from retrieval.answers.service import rag_answer
-from retrieval.lookup.project import RagResultProjector, invocation_of
 from retrieval.lookup.service import confirmed_evidence, lookup_scope, served_lookup
 from retrieval.types import EvidenceStatus, SearchFilters
 
@@ -44,16 +43,16 @@ def _ids(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def lookup_call(who: Caller, values: Mapping[str, Any]) -> ToolCall:
-    result = served_lookup(filters=_scope(who, values), query=values["query"], **_ids(values))
-    return ToolCall(RagResultProjector().project(result), invocation_of(result),
-                    result.evidence_status is EvidenceStatus.UNAVAILABLE)
+    served = served_lookup(filters=_scope(who, values), query=values["query"], **_ids(values))
+    return ToolCall(served.view.as_dict(), served.record,
+                    served.view.evidence_status is EvidenceStatus.UNAVAILABLE)
 
 
 def rag_answer_call(who: Caller, values: Mapping[str, Any]) -> ToolCall:
     outcome = rag_answer(filters=_scope(who, values), query=values["query"], **_ids(values))
     body = {"answer": outcome.answer, "citations": list(outcome.citations),
-            "answer_status": outcome.status.value, **outcome.body}
-    record = replace(invocation_of(outcome.result), tool_name="rag_answer",
+            "answer_status": outcome.status.value, **outcome.lookup.view.as_dict()}
+    record = replace(outcome.lookup.record, tool_name="rag_answer",
                      answer=outcome.trace(), cited=outcome.citations)
     return ToolCall(body, record, outcome.status is AnswerStatus.UNAVAILABLE)
 

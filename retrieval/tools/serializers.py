@@ -20,7 +20,7 @@ from retrieval.types import EvidenceStatus, RelevanceLevel
 IDENT = r"^[A-Za-z0-9_.:\-]{1,128}$"
 
 
-# --- the agent contract (DESIGN.md "Agent-facing result"), as RagResultProjector builds it ----
+# --- the agent contract (DESIGN.md "Agent-facing result"), as RagToolResult declares it -----
 
 @extend_schema_serializer(component_name="Evidence")
 class EvidenceOutput(serializers.Serializer[dict[str, Any]]):

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from retrieval.lookup.project import RagResultProjector
+from retrieval.lookup.project import RagToolResult
 from retrieval.lookup.service import lookup_knowledge
 from retrieval.management.scope import command_filters
 from retrieval.ragconfig.config import MODE_OVERRIDES
@@ -27,7 +27,7 @@ class Command(BaseCommand):
                                   dataset_names=options["dataset"])
         result = lookup_knowledge(filters=filters, query=options["query"].strip(),
                                   mode=options["mode"])
-        body = asdict(result) if options["trace"] else RagResultProjector().project(result)
+        body = asdict(result) if options["trace"] else RagToolResult.of(result).as_dict()
         self.stdout.write(json.dumps(body, ensure_ascii=False, indent=2, default=str))
         if result.error:
             raise CommandError(result.error)

@@ -20,6 +20,7 @@ from audit.models import ToolInvocation
 from audit.privacy import audited_text
 from retrieval.answers.agentic import MAX_TRACED_CANDIDATES, MAX_TRACED_ITERATIONS, agentic_answer
 from retrieval.answers.agentic_plan import SYSTEM_PROMPT as PLAN_PROMPT
+from retrieval.lookup.project import LookupViews
 from retrieval.models import RagConfig
 from retrieval.ragconfig.config import RagConfigConverter, RagConfigError
 from retrieval.ragconfig.settings import RagSettings
@@ -136,10 +137,8 @@ def test_at_the_default_the_rules_do_not_search_again_after_finding_the_runbook(
     assert old >= len(found_first) / 4  # what the lookup's threshold did
 
 
-def _evidence(result: Any) -> list[dict[str, Any]]:
-    from retrieval.lookup.project import RagResultProjector
-
-    return list(RagResultProjector().project(result)["evidence"])
+def _evidence(lookup: LookupViews) -> list[dict[str, Any]]:
+    return list(lookup.view.as_dict()["evidence"])
 
 
 def test_with_a_model_the_analysis_and_the_plan_are_the_models(

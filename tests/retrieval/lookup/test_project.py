@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from typing import Any
 
-from retrieval.lookup.project import RagResultProjector, trace_details
+from retrieval.lookup.project import Evidence, RagToolResult, trace_details
+from retrieval.tools.serializers import EvidenceOutput, RagToolResultOutput
 from retrieval.types import EvidenceStatus, RelevanceLevel
 from tests.retrieval.builders import lookup_result
 
@@ -26,7 +28,7 @@ def all_keys(value: Any) -> list[str]:
 
 
 def test_projection_is_exactly_the_contract() -> None:
-    out = RagResultProjector().project(lookup_result())
+    out = RagToolResult.of(lookup_result()).as_dict()
     assert set(out) == CONTRACT_KEYS
     assert out["evidence_status"] == "READY" and out["relevance_level"] == "PRECISE"
     assert (out["tool_call_id"], out["query"]) == ("call-1", "how to set a redis ttl")
@@ -39,8 +41,17 @@ def test_projection_is_exactly_the_contract() -> None:
     json.dumps(out)
 
 
+def test_the_typed_result_is_the_documented_contract_field_for_field() -> None:
+    """The REST schema, the tool schemas and MCP's output schema read the serializers; the
+    body is the dataclasses': the two declare the same fields in the same order."""
+    assert [f.name for f in fields(Evidence)] == list(EvidenceOutput().fields)
+    assert [*(f.name for f in fields(RagToolResult)), "returned_count"] == list(
+        RagToolResultOutput().fields)
+    assert list(RagToolResult.of(lookup_result()).as_dict()) == list(RagToolResultOutput().fields)
+
+
 def test_no_score_or_trace_key_anywhere() -> None:
-    out = RagResultProjector().project(lookup_result())
+    out = RagToolResult.of(lookup_result()).as_dict()
     for key in all_keys(out):
         assert not any(word in key.lower() for word in FORBIDDEN), key
     # nor values of internal fields leaking through
@@ -49,18 +60,18 @@ def test_no_score_or_trace_key_anywhere() -> None:
 
 
 def test_document_id_is_the_chunk_level_evidence_key() -> None:
-    out = RagResultProjector().project(lookup_result())
+    out = RagToolResult.of(lookup_result()).as_dict()
     assert [e["document_id"] for e in out["evidence"]] == ["42#chunk-0", "42#chunk-1"]
 
 
 def test_truncated_comes_from_the_pack() -> None:
-    assert RagResultProjector().project(lookup_result(truncated=True))["truncated"] is True
+    assert RagToolResult.of(lookup_result(truncated=True)).as_dict()["truncated"] is True
 
 
 def test_empty_and_unavailable_carry_no_evidence_and_stay_distinct() -> None:
-    empty = RagResultProjector().project(
-        lookup_result(EvidenceStatus.EMPTY, relevance=RelevanceLevel.NONE, items=()))
-    failed = RagResultProjector().project(lookup_result(EvidenceStatus.UNAVAILABLE))
+    empty = RagToolResult.of(
+        lookup_result(EvidenceStatus.EMPTY, relevance=RelevanceLevel.NONE, items=())).as_dict()
+    failed = RagToolResult.of(lookup_result(EvidenceStatus.UNAVAILABLE)).as_dict()
     assert (empty["evidence_status"], failed["evidence_status"]) == ("EMPTY", "UNAVAILABLE")
     for out in (empty, failed):
         assert set(out) == CONTRACT_KEYS

@@ -14,6 +14,7 @@ from django.core.cache import cache
 from audit.canonical import canonical_get
 from audit.models import Outcome, ToolInvocation
 from datasets.models import ApiKey
+from retrieval.lookup import project
 from tests.conftest import BOTH_RUNTIMES
 from tests.retrieval.conftest import (
     CONTRACT_KEYS,
@@ -88,6 +89,36 @@ def test_the_answer_is_the_agent_contract_with_no_score_or_trace(
     assert "connect() failed (111: Connection refused)" in excerpts
     # No scores, traces, internals or store fields anywhere in what the agent sees.
     assert not all_keys(body) & FORBIDDEN_KEYS, all_keys(body) & FORBIDDEN_KEYS
+
+
+@pytest.mark.django_db
+def test_one_call_mints_one_id_and_builds_its_views_once(
+        acme: Imported, make_key: MakeKey, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent's view and the audit's details are built once per call and shared by the
+    body, the audit row and the canonical record, under one id minted for a call without."""
+    built: list[str] = []
+    view_of, details_of = project.RagToolResult.of.__func__, project.trace_details
+
+    def counted_view(cls: type[project.RagToolResult], result: Any) -> project.RagToolResult:
+        built.append("view")
+        return view_of(cls, result)
+
+    def counted_details(result: Any) -> dict[str, Any]:
+        built.append("details")
+        return details_of(result)
+
+    monkeypatch.setattr(project.RagToolResult, "of", classmethod(counted_view))
+    monkeypatch.setattr(project, "trace_details", counted_details)
+    _, secret = make_key("acme")
+    body = ready(lookup(client_for(secret), "kafka consumer group lag keeps growing"))
+
+    assert sorted(built) == ["details", "view"]
+    call = body["tool_call_id"]
+    assert call.startswith("call_")
+    row = ToolInvocation.objects.get(tool_call_id=call)
+    assert row.returned_count == body["returned_count"]
+    record = canonical_get(tenant_id=acme.tenant.pk, tool_call_id=call)
+    assert record is not None and [doc for doc, _ in record["ready"]] == evidence_ids(body)
 
 
 @pytest.mark.integration  # reads Redis itself (the table of the embedded defaults: test_canonical)
