@@ -45,6 +45,18 @@ class LookupResult(TypedDict):
     returned_count: int
 
 
+class LookupFilters(TypedDict, total=False):
+    """What a call narrows its search to; every key given must match."""
+
+    document_ids: list[str]  # a docId, or an evidence id naming its document
+    category: list[str]
+    domain: list[str]
+    business_key: list[str]
+    file_name: list[str]
+    updated_after: str  # ISO 8601 date or date-time
+    updated_before: str
+
+
 class GuardResult(TypedDict):
     ready: list[str]
     not_ready: list[str]
@@ -104,9 +116,10 @@ class KbClient:
     # --- the tools ---------------------------------------------------------------------------
 
     def lookup(self, query: str, *, dataset_ids: Sequence[int] = (), tool_call_id: str = "",
-               session_id: str = "") -> LookupResult:
+               session_id: str = "", filters: LookupFilters | None = None) -> LookupResult:
+        """`filters` narrow the search (docs/api.md, "Narrowing a call")."""
         return cast(LookupResult, self._tool("/api/tools/lookup_knowledge", _lookup_body(
-            query, dataset_ids, tool_call_id, session_id)))
+            query, dataset_ids, tool_call_id, session_id, filters)))
 
     def evidence_guard(self, document_ids: Sequence[str], *, tool_call_id: str = "",
                        session_id: str = "") -> GuardResult:
@@ -124,14 +137,15 @@ class KbClient:
             "rating": rating}))
 
     def rag_answer(self, query: str, *, dataset_ids: Sequence[int] = (), tool_call_id: str = "",
-                   session_id: str = "") -> AnswerResult:
+                   session_id: str = "", filters: LookupFilters | None = None) -> AnswerResult:
         return cast(AnswerResult, self._tool("/api/rag/answer", _lookup_body(
-            query, dataset_ids, tool_call_id, session_id)))
+            query, dataset_ids, tool_call_id, session_id, filters)))
 
     def rag_agentic(self, query: str, *, dataset_ids: Sequence[int] = (),
-                    tool_call_id: str = "", session_id: str = "") -> dict[str, Any]:
+                    tool_call_id: str = "", session_id: str = "",
+                    filters: LookupFilters | None = None) -> dict[str, Any]:
         return self._tool("/api/rag/agentic", _lookup_body(query, dataset_ids, tool_call_id,
-                                                           session_id))
+                                                           session_id, filters))
 
     def rag_node(self, **task: Any) -> dict[str, Any]:
         """`task`: query, rag_keywords, user_input, target_dataset_ids, target_dataset_name,
@@ -236,10 +250,12 @@ class KbClient:
 
 
 def _lookup_body(query: str, dataset_ids: Sequence[int], tool_call_id: str,
-                 session_id: str) -> dict[str, Any]:
+                 session_id: str, filters: LookupFilters | None) -> dict[str, Any]:
     body: dict[str, Any] = {"query": query}
     if dataset_ids:
         body["dataset_ids"] = list(dataset_ids)
+    if filters:
+        body["filters"] = dict(filters)
     body.update({k: v for k, v in (("tool_call_id", tool_call_id), ("session_id", session_id))
                  if v})
     return body

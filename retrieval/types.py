@@ -41,6 +41,26 @@ class MetadataFilter:
         return any((self.category, self.domain, self.business_key, self.file_name,
                     self.updated_after is not None, self.updated_before is not None))
 
+    def field_names(self) -> list[str]:
+        """The keys it compares (what the audit says of a call's filters: never the values)."""
+        return [name for name in ("category", "domain", "business_key", "file_name",
+                                  "updated_after", "updated_before")
+                if getattr(self, name) not in ((), None)]
+
+
+@dataclass(frozen=True)
+class CallFilters:
+    """What one call asked to narrow its search to (`filters` of lookup_knowledge and the
+    answering tools): ANDed inside the Milvus query with the key's scope and the config's
+    filters, so it can only narrow. `documents` None: any document; (): none the key may
+    name (every id given was malformed), which searches nothing."""
+
+    metadata: MetadataFilter = MetadataFilter()
+    documents: tuple[int, ...] | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.metadata) or self.documents is not None
+
 
 @dataclass(frozen=True)
 class SearchFilters:
@@ -52,7 +72,8 @@ class SearchFilters:
     category: str | None = None  # the L0 category hint
     # Documents no lookup may serve (deactivated, or deleted and not yet removed from Milvus).
     excluded_doc_ids: tuple[int, ...] = ()
-    metadata: MetadataFilter = MetadataFilter()
+    metadata: MetadataFilter = MetadataFilter()  # the config's metadata_filters
+    call: CallFilters = CallFilters()  # what the call itself narrowed to
 
 
 # The default fusion: RagSettings' defaults (its knobs are declared in ragconfig, which this base

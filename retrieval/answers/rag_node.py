@@ -31,7 +31,13 @@ from audit.types import InvocationRecord
 from retrieval.answers.agentic import AgenticOutcome, Route, agentic_answer
 from retrieval.answers.answer import AnswerStatus
 from retrieval.ragconfig.selectors import rag_agent_named
-from retrieval.types import EvidenceStatus, RelevanceLevel, SearchFilters, call_id
+from retrieval.types import (
+    CallFilters,
+    EvidenceStatus,
+    RelevanceLevel,
+    SearchFilters,
+    call_id,
+)
 from retrieval.untrusted import LABEL, sources_block
 
 TOOL_NAME = "rag_node"
@@ -62,6 +68,7 @@ class NodeInput:
     sub_agents: tuple[str, ...] = ()  # the loop agent's sub-agents
     tool_call_id: str = ""
     session_id: str = ""
+    filters: CallFilters = CallFilters()  # what the node narrows its lookups to
 
 
 @dataclass(frozen=True)
@@ -168,7 +175,8 @@ def rag_node(*, tenant_id: int, readable: Sequence[DatasetRef], node: NodeInput)
     agent = rag_agent_named(tenant_id=tenant_id, names=names)
     delegated = agent.name if agent else rag_sub_agent(names)
     outcome = agentic_answer(
-        filters=SearchFilters(tenant_id=tenant_id, dataset_ids=tuple(d.id for d in targets)),
+        filters=SearchFilters(tenant_id=tenant_id, dataset_ids=tuple(d.id for d in targets),
+                              call=node.filters),
         query=query, tool_call_id=call, session_id=session,
         overrides=agent.overrides() if agent else None)
     by = "rag_agent" if agent else "rag_word" if delegated else ""

@@ -35,13 +35,15 @@ from retrieval.ragconfig.config import (
 )
 from retrieval.ragconfig.selectors import checked_settings, rag_config_for
 from retrieval.ragconfig.settings import RagSettings
-from retrieval.types import LookupResult, SearchFilters, SearchMode, call_id
+from retrieval.types import CallFilters, LookupResult, SearchFilters, SearchMode, call_id
 
 logger = logging.getLogger(__name__)
 
 
-def lookup_scope(*, caller: Caller, requested: Sequence[int] | None) -> SearchFilters:
-    """Tenant and datasets come from the key; `requested` may only narrow them.
+def lookup_scope(*, caller: Caller, requested: Sequence[int] | None,
+                 narrowed: CallFilters) -> SearchFilters:
+    """Tenant and datasets come from the key; `requested` and the call's filters (`narrowed`,
+    compared inside the Milvus query) may only narrow them.
 
     A dataset the key may not read (another tenant's, out of its scope, deactivated) is
     refused in exactly the words of one that does not exist: the answer reveals nothing.
@@ -53,7 +55,7 @@ def lookup_scope(*, caller: Caller, requested: Sequence[int] | None) -> SearchFi
         if unknown:
             raise ApiError(f"unknown dataset ids: {unknown}", code=ErrorCode.UNKNOWN_DATASET)
         allowed = wanted
-    return SearchFilters(tenant_id=caller.tenant.pk, dataset_ids=tuple(allowed))
+    return SearchFilters(tenant_id=caller.tenant.pk, dataset_ids=tuple(allowed), call=narrowed)
 
 
 @dataclass(frozen=True)
@@ -154,16 +156,27 @@ def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = 
         return replace(tool.unavailable_result(request, error=broken), config={})
     request = replace(request, filters=setup.filters)
     if setup.view is not None:
-        request = replace(request, filters=replace(setup.filters,
-                                                   excluded_doc_ids=setup.view.excluded))
+        request = replace(request, filters=_narrowed(setup.filters, setup.view))
     tool = _tool(setup.settings, setup.config_version, setup.search, setup.view,
                  setup.synonyms)
     if setup.view is None or setup.search is None:
         # Nothing to search: EMPTY, without a search that would need a dataset or an index.
-        result = tool.empty_result(request)
+        result = tool.empty_result(request, reason="no readable dataset")
+    elif request.filters.call.documents == ():
+        result = tool.empty_result(request, reason="the call's document_ids name no document "
+                                                   "that may be served here")
     else:
         result = tool.run(request)
     return replace(result, experiment=setup.experiment, config_id=setup.config_id)
+
+
+def _narrowed(filters: SearchFilters, view: DocumentsView) -> SearchFilters:
+    """The documents no lookup may serve left out, and the call's `document_ids` cut to those
+    a lookup may serve in these datasets (another tenant's id is dropped like an unknown one)."""
+    call = filters.call
+    if call.documents is not None:
+        call = replace(call, documents=tuple(d for d in call.documents if d in view.live))
+    return replace(filters, excluded_doc_ids=view.excluded, call=call)
 
 
 def served_lookup(*, filters: SearchFilters, query: str, tool_call_id: str = "",

@@ -121,11 +121,11 @@ class LookupKnowledgeTool:
             return DeterministicQueryTransformer
         return partial(ModelQueryTransformer, model=self.chat)
 
-    def empty_result(self, request: LookupRequest) -> LookupResult:
+    def empty_result(self, request: LookupRequest, *, reason: str) -> LookupResult:
+        """EMPTY without a search: `reason` says why there was nothing to search."""
         return self._assemble(request, EvidenceStatus.EMPTY, RelevanceLevel.NONE, EMPTY_PACK,
                               QueryHints(), request.filters,
-                              RetryDecision(ran=False, reason="no readable dataset"), Clock(),
-                              None)
+                              RetryDecision(ran=False, reason=reason), Clock(), None)
 
     def unavailable_result(self, request: LookupRequest, *, error: str) -> LookupResult:
         """UNAVAILABLE before any stage ran: what was needed to search is broken."""

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, CommandParser
 
 from datasets.models import Dataset, Tenant
-from retrieval.types import SearchFilters
+from retrieval.ragconfig.config import call_filters
+from retrieval.types import CallFilters, SearchFilters
 
 
-def command_filters(*, tenant_slug: str, dataset_names: Sequence[str]) -> SearchFilters:
-    """The tenant's active datasets, or only the named ones (each must exist and be active)."""
+def add_filters_argument(parser: CommandParser) -> None:
+    parser.add_argument("--filters", default="", metavar="JSON",
+                        help="narrow every lookup as a call's `filters` do (docs/api.md), e.g. "
+                             "'{\"domain\": [\"database\"]}'")
+
+
+def command_filters(*, tenant_slug: str, dataset_names: Sequence[str],
+                    narrowed: str = "") -> SearchFilters:
+    """The tenant's active datasets, or only the named ones (each must exist and be active),
+    narrowed by `narrowed`: a call's `filters` as JSON ("" for none)."""
     tenant = Tenant.objects.filter(slug=tenant_slug).first()
     if tenant is None:
         raise CommandError(f"no tenant {tenant_slug!r}")
@@ -22,4 +32,17 @@ def command_filters(*, tenant_slug: str, dataset_names: Sequence[str]) -> Search
         if missing:
             raise CommandError(f"tenant {tenant.slug} has no active dataset {sorted(missing)}")
     return SearchFilters(tenant_id=tenant.pk,
-                         dataset_ids=tuple(datasets.values_list("pk", flat=True)))
+                         dataset_ids=tuple(datasets.values_list("pk", flat=True)),
+                         call=_call_filters(narrowed))
+
+
+def _call_filters(text: str) -> CallFilters:
+    if not text:
+        return CallFilters()
+    try:
+        raw = json.loads(text)
+        if not isinstance(raw, dict):
+            raise ValueError("must be a JSON object")
+        return call_filters(raw)
+    except ValueError as exc:
+        raise CommandError(f"--filters: {exc}") from exc

@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
+from datasets.evidence import EvidenceKey
+from datasets.selectors import db_id
 from kbplatform.outbound import url_refusal
 from retrieval.ragconfig.settings import (
     _TYPES,
@@ -28,7 +30,7 @@ from retrieval.ragconfig.settings import (
     FilterValue,
     RagSettings,
 )
-from retrieval.types import MetadataFilter
+from retrieval.types import CallFilters, MetadataFilter
 
 
 class RagConfigError(ValueError):
@@ -173,6 +175,28 @@ def metadata_filter(filters: Mapping[str, FilterValue]) -> MetadataFilter:
                           business_key=texts("business_key"), file_name=texts("file_name"),
                           updated_after=epoch("updated_after"),
                           updated_before=epoch("updated_before"))
+
+
+def call_filters(raw: Mapping[str, object]) -> CallFilters:
+    """A call's `filters`: the keys of metadata_filters under their own rules (one whitelist),
+    and `document_ids`, each a document's id or one of its evidence ids. An id that could name
+    no document is dropped (so a call of malformed ids only searches nothing); one of another
+    tenant's documents matches nothing in the query: the two look alike. ValueError on
+    anything else."""
+    values = dict(raw)
+    named = values.pop("document_ids", None)
+    metadata = metadata_filter(_parse_filters(values)) if values else MetadataFilter()
+    if named is None:
+        return CallFilters(metadata)
+    if not isinstance(named, list | tuple):
+        raise ValueError("document_ids must be a list")
+    documents = []
+    for item in named:
+        key = EvidenceKey.parse(str(item))
+        document = db_id(key.doc_id if key else str(item))
+        if document is not None and document not in documents:
+            documents.append(document)
+    return CallFilters(metadata, tuple(documents))
 
 
 def _parse_kb_scope(raw: object) -> str:

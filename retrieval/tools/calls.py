@@ -8,7 +8,6 @@ key.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,7 +22,7 @@ from retrieval.answers.answer import AnswerStatus
 from retrieval.answers.rag_node import DatasetRef, NodeInput, NodeStatus, rag_node
 from retrieval.answers.service import rag_answer
 from retrieval.lookup.service import confirmed_evidence, lookup_scope, served_lookup
-from retrieval.types import EvidenceStatus, SearchFilters
+from retrieval.types import CallFilters, EvidenceStatus, SearchFilters
 
 
 @dataclass(frozen=True)
@@ -33,23 +32,52 @@ class ToolCall:
     unavailable: bool = False  # a backend failed: HTTP 503, an MCP tool error
 
 
-def _scope(who: Caller, values: Mapping[str, Any]) -> SearchFilters:
-    return lookup_scope(caller=who, requested=values.get("dataset_ids"))
+# The tools' validated inputs, typed: each is built by its contract's field names
+# (registry.Tool.valid), so a field one declares and the other lacks fails at once.
+
+@dataclass(frozen=True)
+class LookupArgs:
+    """lookup_knowledge's, rag_answer's and rag_agentic's input (`LookupInput`)."""
+
+    query: str
+    tool_call_id: str = ""
+    session_id: str = ""
+    dataset_ids: tuple[int, ...] = ()
+    filters: CallFilters = CallFilters()
 
 
-def _ids(values: Mapping[str, Any]) -> dict[str, Any]:
-    return {"tool_call_id": values.get("tool_call_id", ""),
-            "session_id": values.get("session_id", "")}
+@dataclass(frozen=True)
+class GuardArgs:
+    """evidence_guard's input (`EvidenceGuardInput`): exactly one of the two ids."""
+
+    document_ids: tuple[str, ...]
+    tool_call_id: str = ""
+    session_id: str = ""
 
 
-def lookup_call(who: Caller, values: Mapping[str, Any]) -> ToolCall:
-    served = served_lookup(filters=_scope(who, values), query=values["query"], **_ids(values))
+@dataclass(frozen=True)
+class RateArgs:
+    """rate_evidence's input (`RateEvidenceInput`)."""
+
+    tool_call_id: str
+    document_ids: tuple[str, ...]
+    rating: str
+
+
+def _scope(who: Caller, args: LookupArgs) -> SearchFilters:
+    return lookup_scope(caller=who, requested=args.dataset_ids, narrowed=args.filters)
+
+
+def lookup_call(who: Caller, args: LookupArgs) -> ToolCall:
+    served = served_lookup(filters=_scope(who, args), query=args.query,
+                           tool_call_id=args.tool_call_id, session_id=args.session_id)
     return ToolCall(served.view.as_dict(), served.record,
                     served.view.evidence_status is EvidenceStatus.UNAVAILABLE)
 
 
-def rag_answer_call(who: Caller, values: Mapping[str, Any]) -> ToolCall:
-    outcome = rag_answer(filters=_scope(who, values), query=values["query"], **_ids(values))
+def rag_answer_call(who: Caller, args: LookupArgs) -> ToolCall:
+    outcome = rag_answer(filters=_scope(who, args), query=args.query,
+                         tool_call_id=args.tool_call_id, session_id=args.session_id)
     body = {"answer": outcome.answer, "citations": list(outcome.citations),
             "answer_status": outcome.status.value, **outcome.lookup.view.as_dict()}
     record = replace(outcome.lookup.record, tool_name="rag_answer",
@@ -57,9 +85,10 @@ def rag_answer_call(who: Caller, values: Mapping[str, Any]) -> ToolCall:
     return ToolCall(body, record, outcome.status is AnswerStatus.UNAVAILABLE)
 
 
-def rag_agentic_call(who: Caller, values: Mapping[str, Any]) -> ToolCall:
-    filters = _scope(who, values)
-    outcome = agentic_answer(filters=filters, query=values["query"], **_ids(values))
+def rag_agentic_call(who: Caller, args: LookupArgs) -> ToolCall:
+    filters = _scope(who, args)
+    outcome = agentic_answer(filters=filters, query=args.query,
+                             tool_call_id=args.tool_call_id, session_id=args.session_id)
     state = outcome.state
     body = {"answer": outcome.answer, "citations": list(outcome.citations),
             "answer_status": outcome.status.value, "confidence": outcome.confidence,
@@ -71,15 +100,8 @@ def rag_agentic_call(who: Caller, values: Mapping[str, Any]) -> ToolCall:
                     outcome.status is AnswerStatus.UNAVAILABLE)
 
 
-def rag_node_call(who: Caller, values: Mapping[str, Any]) -> ToolCall:
+def rag_node_call(who: Caller, node: NodeInput) -> ToolCall:
     readable = [DatasetRef(pk, name) for pk, name in readable_datasets(caller=who)]
-    node = NodeInput(
-        query=values.get("query", ""), rag_keywords=tuple(values.get("rag_keywords", ())),
-        user_input=values.get("user_input", ""),
-        target_dataset_ids=tuple(values.get("target_dataset_ids", ())),
-        target_dataset_name=values.get("target_dataset_name", ""),
-        agent=values.get("agent", ""), sub_agents=tuple(values.get("sub_agents", ())),
-        **_ids(values))
     done = rag_node(tenant_id=who.tenant.pk, readable=readable, node=node)
     outcome = done.outcome
     body = {"status": done.status.value, "result": done.text,
@@ -96,37 +118,38 @@ def rag_node_call(who: Caller, values: Mapping[str, Any]) -> ToolCall:
     return ToolCall(body, done.invocation(filters), done.status is NodeStatus.UNAVAILABLE)
 
 
-def list_datasets_call(who: Caller, values: Mapping[str, Any]) -> ToolCall:
+def list_datasets_call(who: Caller, args: None) -> ToolCall:
     """The datasets the key's lookups may search (GET /api/datasets' shape)."""
     readable = dataset_list(caller=who).filter(activated=True)
     return ToolCall({"datasets": DatasetOutput(readable, many=True).data})
 
 
-def evidence_guard_call(who: Caller, values: Mapping[str, Any]) -> ToolCall:
+def evidence_guard_call(who: Caller, args: GuardArgs) -> ToolCall:
     """Confirmed: READY evidence of the call (or session), from a dataset this key may read,
     of a document that may still be served."""
-    asked = list(dict.fromkeys(values["document_ids"]))
+    asked = list(dict.fromkeys(args.document_ids))
     readable = who.readable_dataset_ids()
     ready = confirmed_evidence(tenant_id=who.tenant.pk, readable=readable,
-                               document_ids=asked, **_ids(values))
+                               document_ids=asked, tool_call_id=args.tool_call_id,
+                               session_id=args.session_id)
     # What the caller confirmed counts as cited, for the cited rates (audit/cited.py).
     evidence_cite(tenant_id=who.tenant.pk, dataset_ids=readable, evidence_keys=ready,
-                  **_ids(values))
+                  tool_call_id=args.tool_call_id, session_id=args.session_id)
     return ToolCall({"ready": ready, "not_ready": [key for key in asked if key not in ready]})
 
 
-def rate_evidence_call(who: Caller, values: Mapping[str, Any]) -> ToolCall:
+def rate_evidence_call(who: Caller, args: RateArgs) -> ToolCall:
     """Helpful or not: evidence served to a call of this key, from a dataset it may read
     (audit.services.evidence_rate refuses anything else, rating nothing)."""
-    rating = Rating(values["rating"])
+    rating = Rating(args.rating)
     rated = evidence_rate(tenant_id=who.tenant.pk, api_key_id=who.api_key.pk,
                           dataset_ids=who.readable_dataset_ids(),
-                          tool_call_id=values["tool_call_id"],
-                          evidence_keys=values["document_ids"], rating=rating)
+                          tool_call_id=args.tool_call_id,
+                          evidence_keys=args.document_ids, rating=rating)
     record = InvocationRecord(
-        tenant_id=who.tenant.pk, tool_call_id=values["tool_call_id"], session_id="", query="",
+        tenant_id=who.tenant.pk, tool_call_id=args.tool_call_id, session_id="", query="",
         evidence_status=EvidenceStatus.READY.value, relevance_level="NONE",
         returned_count=len(rated), config_version=None, error="",
         details={"rating": rating.value, "document_ids": rated}, tool_name="rate_evidence")
-    return ToolCall({"tool_call_id": values["tool_call_id"], "rating": rating.value,
+    return ToolCall({"tool_call_id": args.tool_call_id, "rating": rating.value,
                      "rated": rated}, record)

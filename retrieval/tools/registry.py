@@ -11,7 +11,11 @@ from typing import Any
 from rest_framework import serializers
 
 from datasets.auth import Caller
+from retrieval.answers.rag_node import NodeInput
 from retrieval.tools.calls import (
+    GuardArgs,
+    LookupArgs,
+    RateArgs,
     ToolCall,
     evidence_guard_call,
     list_datasets_call,
@@ -61,21 +65,24 @@ class Tool:
     name: str
     description: str  # for the agent: when to use it, how to cite
     path: str  # its REST operation: the tool schemas read its contracts there
-    call: Callable[[Caller, Mapping[str, Any]], ToolCall]
+    call: Callable[[Caller, Any], ToolCall]  # given the caller and the typed input
     render: Callable[[Mapping[str, Any]], str]  # the text a model reads of a result (MCP)
     contract: Contract | None = None  # the input; None: it takes none
+    arguments: type[Any] | None = None  # the input typed, by the contract's field names
     # Exactly one audit row per call, a refused one included (audit_once.py).
     audited: bool = False
     method: str = "post"
     operation: Operation | None = None  # served by views.py; None: by another app's view
 
-    def valid(self, arguments: Any) -> dict[str, Any]:
-        """The validated input; raises a ValidationError (400) on anything else."""
-        if self.contract is None:
-            return {}
+    def valid(self, arguments: Any) -> Any:
+        """The validated input, typed (None for a tool that takes none); raises a
+        ValidationError (400) on anything else."""
+        if self.contract is None or self.arguments is None:
+            return None
         data = self.contract(data=arguments)
         data.is_valid(raise_exception=True)
-        return dict(data.validated_data)
+        return self.arguments(**{name: tuple(value) if isinstance(value, list) else value
+                                 for name, value in data.validated_data.items()})
 
 
 TOOLS = (
@@ -85,7 +92,8 @@ TOOLS = (
          "from memory about the team's systems. evidence_status READY: evidence found; "
          "EMPTY: nothing relevant (say so, do not guess); UNAVAILABLE: the knowledge "
          "base failed, retry later. " + CITE,
-         "/api/tools/lookup_knowledge", lookup_call, evidence_text, LookupInput, audited=True,
+         "/api/tools/lookup_knowledge", lookup_call, evidence_text, LookupInput, LookupArgs,
+         audited=True,
          operation=Operation(
              "The lookup_knowledge tool",
              "Tenant and datasets come from the API key; `dataset_ids` can only narrow "
@@ -96,6 +104,7 @@ TOOLS = (
          "Check document_ids before citing them: which were READY evidence of your "
          "lookup (tool_call_id) or session (session_id). Cite only those in `ready`.",
          "/api/tools/evidence_guard", evidence_guard_call, json_text, EvidenceGuardInput,
+         GuardArgs,
          operation=Operation(
              "Which document ids were READY evidence of a call or session",
              "Give exactly one of `tool_call_id` and `session_id` (both or neither: 400). "
@@ -106,7 +115,7 @@ TOOLS = (
          "Say whether evidence a call of yours served was helpful or not (rating "
          "`helpful` or `not_helpful`), by the call's tool_call_id and the document_ids. "
          "Rate only what that call returned; a new rating replaces the last.",
-         "/api/tools/rate_evidence", rate_evidence_call, json_text, RateEvidenceInput,
+         "/api/tools/rate_evidence", rate_evidence_call, json_text, RateEvidenceInput, RateArgs,
          audited=True,
          operation=Operation(
              "Rate evidence served to a call as helpful or not",
@@ -125,7 +134,7 @@ TOOLS = (
          "answer built only from its evidence. answer_status ANSWERED, NO_ANSWER "
          "(evidence found but it does not answer), EMPTY (nothing relevant), "
          "UNAVAILABLE. " + CITE,
-         "/api/rag/answer", rag_answer_call, evidence_text, LookupInput, audited=True,
+         "/api/rag/answer", rag_answer_call, evidence_text, LookupInput, LookupArgs, audited=True,
          operation=Operation(
              "An answer with citations (standard RAG)",
              "Runs the lookup_knowledge tool (same scope, config and audit), then answers "
@@ -136,7 +145,8 @@ TOOLS = (
          "Answer a multi-part or hard question: plans sub-questions, searches each, "
          "grades the evidence and corrects weak searches, then answers with citations; "
          "slower than rag_answer. " + CITE,
-         "/api/rag/agentic", rag_agentic_call, evidence_text, LookupInput, audited=True,
+         "/api/rag/agentic", rag_agentic_call, evidence_text, LookupInput, LookupArgs,
+         audited=True,
          operation=Operation(
              "An answer with citations (agentic RAG)",
              "Plans sub-questions, runs the tool's lookup for each, grades the evidence "
@@ -150,7 +160,7 @@ TOOLS = (
          "`result` to hand on (the answer, else the evidence snippets), a structured "
          "block {confidence, iterations, target_datasets}, and NO_KNOWLEDGE_BASE or "
          "NEEDS_INPUT when there is nothing to search or ask. " + CITE,
-         "/api/rag/node", rag_node_call, node_text, RagNodeInput, audited=True,
+         "/api/rag/node", rag_node_call, node_text, RagNodeInput, NodeInput, audited=True,
          operation=Operation(
              "The RAG node of an agent loop",
              "Builds the query from the task (query, else rag_keywords, else user_input), "

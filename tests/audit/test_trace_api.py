@@ -55,7 +55,8 @@ def test_trace_replays_the_session_in_order(acme_session: ApiKey, make_key: Make
     assert stages[0]["candidates"][0] == {"evidence_key": "42#chunk-0", "score": 0.0328}
     assert ready["retrievalDetails"]["filters"] == {"tenant": 7, "datasets": [1, 2],
                                                     "category": "ops", "excluded_documents": 0,
-                                                    "metadata": ""}
+                                                    "metadata": "", "call": {
+                                                        "fields": [], "documents": None}}
     assert (empty["evidence_status"], empty["outcome"]) == ("EMPTY", "empty")
     # The trace is for replay, not a second copy of the answer.
     assert QUERY not in response.content.decode()

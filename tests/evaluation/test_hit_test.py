@@ -159,6 +159,16 @@ def test_the_command_reports_rates_per_kind_and_lists_the_misses(acme: Imported,
         _hit_test("--questions", str(questions), "--tenant", "acme",
                   "--set", "reference_threshold=2")
 
+    # --filters narrows every question as a call's `filters` do: nginx's question finds
+    # nothing among the other documents.
+    others = [d.doc_key for stem, d in acme.documents.items() if stem != "nginx"]
+    narrowed = json.loads(_hit_test("--questions", str(questions), "--tenant", "acme", "--json",
+                                    "--filters", json.dumps({"document_ids": others})))
+    assert (narrowed["on_topic"]["first"], narrowed["on_topic"]["questions"]) == (0, 2)
+    for bad in ('{"service": ["x"]}', "[1]", "{"):
+        with pytest.raises(CommandError, match="--filters"):
+            _hit_test("--questions", str(questions), "--tenant", "acme", "--filters", bad)
+
 
 @pytest.mark.embedded
 def test_the_command_says_how_many_questions_asked_a_model_for_their_translation(

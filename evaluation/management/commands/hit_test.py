@@ -10,7 +10,7 @@ from evaluation.hit_test import hit_test_run, lookup_asker, runbook_languages
 from evaluation.management.overrides import add_override_arguments, parsed_overrides
 from evaluation.question_sets import QuestionSetError, questions_load, questions_of_split
 from evaluation.suites import translations_line
-from retrieval.management.scope import command_filters
+from retrieval.management.scope import add_filters_argument, command_filters
 from retrieval.management.store import StoreCommand
 
 
@@ -26,6 +26,7 @@ class Command(StoreCommand):
         parser.add_argument("--dataset", action="append", default=[])
         parser.add_argument("--split", choices=["held-out", "fit", "all"], default="held-out")
         parser.add_argument("--json", action="store_true", help="print one JSON object")
+        add_filters_argument(parser)
         add_override_arguments(parser, mode_default=None,
                                mode_help="the retrievers and how they run (default: the "
                                          "tenant's RagConfig)")
@@ -38,7 +39,8 @@ class Command(StoreCommand):
         questions = questions_of_split(questions, options["split"])
         if not questions:
             raise CommandError(f"no question in split {options['split']}")
-        filters = command_filters(tenant_slug=options["tenant"], dataset_names=options["dataset"])
+        filters = command_filters(tenant_slug=options["tenant"], dataset_names=options["dataset"],
+                                  narrowed=options["filters"])
         overrides = parsed_overrides(options["set"])
         translations: Counter[str] = Counter()
         report = hit_test_run(questions=questions, ask=lookup_asker(

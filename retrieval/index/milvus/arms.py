@@ -42,7 +42,8 @@ class MilvusSearch:
         self.collection = collection
 
     def _expression(self, filters: SearchFilters) -> str:
-        missing = fields_used(filters.metadata) - collection_layout(
+        missing = fields_used(filters.metadata) | fields_used(filters.call.metadata)
+        missing -= collection_layout(
             self.connection, self.collection).fields
         if missing:
             raise IndexOutdated(

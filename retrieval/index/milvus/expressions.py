@@ -41,7 +41,9 @@ def filter_expression(filters: SearchFilters) -> str:
         expr += f" and doc_id not in {ints(filters.excluded_doc_ids)}"
     if filters.category:
         expr += f" and category == {quote(filters.category)}"
-    return expr + metadata_clauses(filters.metadata)
+    if filters.call.documents is not None:
+        expr += f" and doc_id in {ints(filters.call.documents)}"
+    return expr + metadata_clauses(filters.metadata) + metadata_clauses(filters.call.metadata)
 
 
 # The entity fields behind RagConfig.metadata_filters (collections.py indexes them).

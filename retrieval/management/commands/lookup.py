@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from retrieval.lookup.project import RagToolResult
 from retrieval.lookup.service import lookup_knowledge
-from retrieval.management.scope import command_filters
+from retrieval.management.scope import add_filters_argument, command_filters
 from retrieval.ragconfig.config import MODE_OVERRIDES
 
 
@@ -21,10 +21,11 @@ class Command(BaseCommand):
                             help="the retrievers and how they run (default: the RagConfig's)")
         parser.add_argument("--trace", action="store_true",
                             help="print the internal LookupResult (scores, traces) instead")
+        add_filters_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         filters = command_filters(tenant_slug=options["tenant"],
-                                  dataset_names=options["dataset"])
+                                  dataset_names=options["dataset"], narrowed=options["filters"])
         result = lookup_knowledge(filters=filters, query=options["query"].strip(),
                                   mode=options["mode"])
         body = asdict(result) if options["trace"] else RagToolResult.of(result).as_dict()

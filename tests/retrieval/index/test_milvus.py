@@ -294,6 +294,18 @@ def test_metadata_filters_are_quoted_clauses_on_the_entitys_fields() -> None:
                     'file_name in ["a.md", "b.md"] and updated_at >= 10 and updated_at < 20')
 
 
+def test_a_calls_filters_are_clauses_anded_after_the_keys_scope_and_the_configs() -> None:
+    from retrieval.types import CallFilters, MetadataFilter
+
+    call = CallFilters(MetadataFilter(domain=(INJECTION,), updated_before=20), documents=(7, 9))
+    expr = filter_expression(SearchFilters(tenant_id=1, dataset_ids=(2,), call=call,
+                                           metadata=MetadataFilter(domain=("cache",))))
+    assert expr == ('tenant_id == 1 and dataset_id in [2] and doc_id in [7, 9] and '
+                    'domain in ["cache"] and '
+                    'domain in ["ops\\" or tenant_id == 2 or category == \\""] and '
+                    'updated_at < 20')
+
+
 def test_a_collection_built_before_the_filter_fields_takes_writes_and_asks_for_a_rebuild(
         store, db) -> None:  # type: ignore[no-untyped-def]
     from retrieval.index.milvus.arms import IndexOutdated

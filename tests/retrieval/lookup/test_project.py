@@ -83,7 +83,8 @@ def test_trace_details_shape() -> None:
     details = trace_details(lookup_result())
     assert details["mode"] == "hybrid"
     assert details["filters"] == {"tenant": 7, "datasets": [1, 2], "category": "ops",
-                                  "excluded_documents": 0, "metadata": ""}
+                                  "excluded_documents": 0, "metadata": "",
+                                  "call": {"fields": [], "documents": None}}
     assert details["retry"] == {"ran": True, "reason": "filtered search below reference"}
     assert [s["stage"] for s in details["stages"]] == ["search", "post_process"]
     assert details["stages"][0]["candidates"][0] == {"evidence_key": "42#chunk-0",

@@ -4,6 +4,7 @@ audit wrapper writes one row per call of an audited tool on either channel."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 import anyio
@@ -51,6 +52,16 @@ def test_the_mcp_tools_are_the_registrys() -> None:
             return [tool.name for tool in (await client.list_tools()).tools]
 
     assert anyio.run(listed) == NAMES
+
+
+@pytest.mark.parametrize("tool", TOOLS, ids=NAMES)
+def test_each_tools_typed_input_declares_its_contracts_fields(tool: Any) -> None:
+    """A call receives its input typed, built by the contract's field names: the two declare
+    the same fields, so nothing validated is dropped and nothing typed goes unvalidated."""
+    if tool.contract is None:
+        assert tool.arguments is None and tool.valid({"anything": 1}) is None
+        return
+    assert {f.name for f in fields(tool.arguments)} == set(tool.contract().fields)
 
 
 @pytest.mark.parametrize("fmt", ["openai", "anthropic", "mcp"])

@@ -16,7 +16,7 @@ import pytest
 from django.conf import settings
 
 from audit.models import ToolInvocation
-from kbplatform_client import Dataset, Job, KbClient, KbError
+from kbplatform_client import Dataset, Job, KbClient, KbError, LookupFilters
 from retrieval.tools.registry import TOOLS
 from retrieval.tools.schemas import tool_definitions
 from tests.mcp_clients import over_http
@@ -270,10 +270,12 @@ def test_the_client_is_checked_against_the_openapi_schema() -> None:
                     p.kind is p.POSITIONAL_OR_KEYWORD} - {"self"}
         if method_name != "rag_node":  # rag_node takes the body's fields as **task
             assert keywords <= properties, (method_name, keywords - properties)
-    # What the client says a dataset and a job hold is what the API answers with.
-    for typed in (Dataset, Job):
-        assert set(typed.__annotations__) == set(components[typed.__name__]["properties"]), \
-            typed.__name__
+    # What the client says a dataset and a job hold is what the API answers with, and its
+    # lookup filters are the ones the API takes.
+    for typed, component in ((Dataset, "Dataset"), (Job, "Job"),
+                             (LookupFilters, "LookupFiltersRequest")):
+        assert set(typed.__annotations__) == set(components[component]["properties"]), \
+            component
 
 
 @pytest.mark.django_db(transaction=True)
@@ -292,6 +294,13 @@ def test_the_client_uploads_follows_the_job_and_looks_up(acme: Imported, make_ke
     found = kb.lookup("zookeeper SESSION_EXPIRED")
     assert found["evidence_status"] == "READY"
     assert found["evidence"][0]["document_id"].startswith(uploaded["document"]["document_id"])
+    # The call's filters: its own document by an evidence id, or the others by their ids.
+    mine = uploaded["document"]["document_id"]
+    assert kb.lookup("zookeeper SESSION_EXPIRED", filters={"document_ids": [
+        found["evidence"][0]["document_id"]]})["evidence_status"] == "READY"
+    elsewhere = kb.lookup("zookeeper SESSION_EXPIRED", filters={
+        "document_ids": [d.doc_key for d in acme.documents.values()]})
+    assert not any(e["document_id"].startswith(f"{mine}#") for e in elsewhere["evidence"])
     with pytest.raises(KbError) as refused:
         KbClient(web, api_key="kb_wrong").lookup("q")
     assert (refused.value.status, refused.value.code) == (401, "authentication_failed")
