@@ -182,6 +182,8 @@ def test_bench_lookup_compares_the_rest_call_with_the_floor(store: Any) -> None:
     for row in rows:
         assert row["rest_p50_ms"] > 0 and row["floor_p50_ms"] > 0
         assert row["ratio_p50"] == round(row["rest_p50_ms"] / row["floor_p50_ms"], 2)
+        assert row["filtered_p50_ms"] > 0 and row["filtered_vs_rest_p50"] == round(
+            row["filtered_p50_ms"] / row["rest_p50_ms"], 2)
     assert "p50_growth_vs_first" in rows[-1]
 
 

@@ -32,12 +32,15 @@ from retrieval.types import SearchFilters
 OTHER_TENANT = 10**12  # rows of "other tenants" that every filter must skip
 BENCH_DOC_BASE = 2**60  # doc ids of the bench rows, far from the random ones of uploads
 SERVED_BEFORE = "served_before"  # on the bench's version row: the versions to serve again
+# Each row's domain is one of these: a call's `filters` naming one keeps a tenth of the rows.
+DOMAINS = 10
 
 
 class Command(BaseCommand):
     help = ("Lookup latency of the full REST call (its audit committed) against the floor "
             "measured in the same run: query embedding + one raw pymilvus hybrid_search with "
-            "the same filters. Its collection serves while it runs: run it where no one else "
+            "the same filters; and of the same call narrowed by its `filters` to one domain "
+            f"of {DOMAINS}. Its collection serves while it runs: run it where no one else "
             "looks up.")
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -64,11 +67,12 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps({"lookup": rows}))
             return
         self.stdout.write(f"{'chunks':>8} {'REST p50':>9} {'p95':>8} {'floor p50':>10} "
-                          f"{'p95':>8} {'ratio p50':>10}")
+                          f"{'p95':>8} {'ratio p50':>10} {'filtered p50':>13} {'p95':>8}")
         for row in rows:
             self.stdout.write(
                 f"{row['chunks']:>8} {row['rest_p50_ms']:>9} {row['rest_p95_ms']:>8} "
-                f"{row['floor_p50_ms']:>10} {row['floor_p95_ms']:>8} {row['ratio_p50']:>10}")
+                f"{row['floor_p50_ms']:>10} {row['floor_p95_ms']:>8} {row['ratio_p50']:>10} "
+                f"{row['filtered_p50_ms']:>13} {row['filtered_p95_ms']:>8}")
         if len(rows) > 1:
             self.stdout.write(f"REST p50 growth {sizes[0]} → {sizes[-1]}: "
                               f"{rows[-1]['p50_growth_vs_first']}x")
@@ -81,7 +85,7 @@ class Command(BaseCommand):
         embedder = get_embedder()
         raw_embedder = embedder.inner if isinstance(embedder, CachedEmbedder) else embedder
         # One data collection per size and dimension: reused by the next run.
-        collection = f"bench_{size}_data_{embedder.dimension}d"
+        collection = f"bench_{size}_domains_{embedder.dimension}d"
         self.fill(collection, size, share, tenant.pk, dataset, embedder.dimension)
         _, secret = api_key_create(tenant=tenant, name="bench", datasets=[dataset])
         rng = random.Random(size)
@@ -91,13 +95,16 @@ class Command(BaseCommand):
         client = in_process_client()
         connection = milvus.collections().connection
 
-        def rest(i: int) -> None:
-            answer = client.post("/api/tools/lookup_knowledge", {"query": texts[i]},
+        def rest(i: int, **narrowed: Any) -> None:
+            answer = client.post("/api/tools/lookup_knowledge", {"query": texts[i], **narrowed},
                                  content_type="application/json",
                                  HTTP_AUTHORIZATION=f"Bearer {secret}")
             if answer.status_code != 200:
                 raise CommandError(f"lookup failed: {answer.status_code} "
                                    f"{answer.content[:300]!r}")
+
+        def filtered(i: int) -> None:
+            rest(i, filters={"domain": [f"d{i % DOMAINS}"]})
 
         def floor(i: int) -> None:
             raw_hybrid_search(connection, collection, filters=filters,
@@ -124,19 +131,23 @@ class Command(BaseCommand):
             for i in range(3):  # warm-up: models, connections, caches
                 rest(i)
                 floor(i)
-            rest_ms, floor_ms = [], []
-            for i in range(queries):  # interleaved, so both see the same machine state
+                filtered(i)
+            rest_ms, floor_ms, filtered_ms = [], [], []
+            for i in range(queries):  # interleaved, so all see the same machine state
                 floor_ms.append(timed_ms(floor, i))
                 rest_ms.append(timed_ms(rest, i))
+                filtered_ms.append(timed_ms(filtered, i))
         finally:
             with transaction.atomic():
                 bench.delete()
                 IndexVersion.objects.filter(pk__in=previous).update(
                     status=IndexVersion.Status.ACTIVE)
-        r, f = Timing.of(rest_ms), Timing.of(floor_ms)
+        r, f, n = Timing.of(rest_ms), Timing.of(floor_ms), Timing.of(filtered_ms)
         return {"chunks": size, "rest_p50_ms": r.p50, "rest_p95_ms": r.p95,
                 "floor_p50_ms": f.p50, "floor_p95_ms": f.p95,
-                "ratio_p50": round(r.p50 / f.p50, 2), "queries": queries,
+                "ratio_p50": round(r.p50 / f.p50, 2),
+                "filtered_p50_ms": n.p50, "filtered_p95_ms": n.p95,
+                "filtered_vs_rest_p50": round(n.p50 / r.p50, 2), "queries": queries,
                 "embedder": embedder.name}
 
     def fill(self, collection: str, size: int, share: float, tenant_id: int, dataset: Dataset,
@@ -170,7 +181,7 @@ class Command(BaseCommand):
                 id=str(EvidenceKey(str(base + n), 0)),
                 tenant_id=tenant_id if n in owned else OTHER_TENANT,
                 dataset_id=dataset.pk if n in owned else OTHER_TENANT,
-                doc_id=base + n, activated=True, category="",
+                doc_id=base + n, activated=True, category="", domain=f"d{n % DOMAINS}",
                 content=synthetic_text(rng), search_text=synthetic_text(rng),
                 vector=vectors[offset].tolist(),
                 metadata={"docId": str(base + n), "chunkIndex": 0,
