@@ -21,11 +21,13 @@ from django.http import HttpRequest
 from audit.admin_display import trace_tables
 from retrieval.admin.forms import ConfigVersionForm
 from retrieval.lookup.hit_test import HitTest, compared, hit_test_question
-from retrieval.ragconfig.config import RagConfigConverter, RagConfigError
+from retrieval.ragconfig.config import RagConfigConverter, RagConfigError, call_filters
 from retrieval.ragconfig.models import RagConfig, RagConfigChange
 from retrieval.ragconfig.selectors import draft_settings
+from retrieval.types import CallFilters
 
 MAX_DRAFT_CHARS = 20_000
+MAX_FILTERS_CHARS = 8_000
 
 
 class HitTestForm(ConfigVersionForm):
@@ -40,6 +42,11 @@ class HitTestForm(ConfigVersionForm):
                   "and under that version, side by side.")
     question = forms.CharField(max_length=django_settings.KB_MAX_QUERY_CHARS,
                                widget=forms.TextInput(attrs={"size": 80}))
+    filters = forms.CharField(
+        required=False, max_length=MAX_FILTERS_CHARS, label="Call filters",
+        widget=forms.TextInput(attrs={"size": 80}),
+        help_text='What an agent\'s call narrows to, as its `filters` (docs/api.md), e.g. '
+                  '{"domain": ["database"], "updated_after": "2026-01-01"}. Empty: none.')
 
     def __init__(self, data: Any = None, files: Any = None, *, request: HttpRequest) -> None:
         super().__init__(data, files, request=request)
@@ -49,7 +56,20 @@ class HitTestForm(ConfigVersionForm):
         compare.help_text = ("Another version: the same question under both, side by side, "
                              "the differences marked. Empty: no comparison.")
         self.fields["compare"] = compare
-        self.order_fields(["tenant", "datasets", "version", "compare", "draft", "question"])
+        self.order_fields(["tenant", "datasets", "version", "compare", "draft", "question",
+                           "filters"])
+
+    def clean_filters(self) -> CallFilters:
+        text = self.cleaned_data.get("filters", "").strip()
+        if not text:
+            return CallFilters()
+        try:
+            raw = json.loads(text)
+            if not isinstance(raw, dict):
+                raise ValueError("must be a JSON object")
+            return call_filters(raw)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from exc
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
@@ -90,7 +110,8 @@ def hit_test_page(request: HttpRequest, *, may_draft: bool,
 
     def run(overrides: dict[str, Any] | None, version: int | None = None) -> HitTest:
         return hit_test_question(tenant_id=tenant.pk, dataset_ids=data["dataset_ids"],
-                                 query=data["question"], overrides=overrides, version=version)
+                                 query=data["question"], overrides=overrides, version=version,
+                                 narrowed=data["filters"])
 
     change = data["change"]
     base = run(change.settings() if change else None, change.version if change else None)

@@ -9,7 +9,7 @@ from typing import Any
 
 from retrieval.lookup.project import RagToolResult, trace_details
 from retrieval.lookup.service import lookup_knowledge
-from retrieval.types import SearchFilters
+from retrieval.types import CallFilters, SearchFilters
 
 
 @dataclass(frozen=True)
@@ -19,13 +19,14 @@ class HitTest:
 
 
 def hit_test_question(*, tenant_id: int, dataset_ids: Sequence[int], query: str,
-                      overrides: dict[str, Any] | None = None, version: int | None = None
-                      ) -> HitTest:
+                      overrides: dict[str, Any] | None = None, version: int | None = None,
+                      narrowed: CallFilters | None = None) -> HitTest:
     """One lookup as the tool runs it, with the serving config, or with every setting of
-    `overrides` (an earlier `version`'s, or a draft's: version None); nothing is audited or
-    stored."""
+    `overrides` (an earlier `version`'s, or a draft's: version None), narrowed as a call's
+    `filters` narrow it; nothing is audited or stored."""
     result = lookup_knowledge(filters=SearchFilters(tenant_id=tenant_id,
-                                                    dataset_ids=tuple(dataset_ids)),
+                                                    dataset_ids=tuple(dataset_ids),
+                                                    call=narrowed or CallFilters()),
                               query=query, overrides=overrides)
     if overrides is not None:
         result = replace(result, config_version=version)

@@ -68,6 +68,23 @@ def test_an_earlier_version_runs_as_it_was(admin_client: Client, acme: Imported)
     assert "Select a valid choice" in missing and 'id="hit-answer"' not in missing
 
 
+def test_the_question_runs_narrowed_by_a_calls_filters(admin_client: Client,
+                                                        acme: Imported) -> None:
+    others = [d.doc_key for stem, d in acme.documents.items() if stem != "nginx"]
+    _, html = hit_test(admin_client, tenant=acme.tenant.pk, question=QUESTION,
+                       filters=json.dumps({"document_ids": others}))
+    assert "nginx" not in {acme.stem_of(e["document_id"])
+                           for e in answer_of(html)["evidence"]}
+    _, web = hit_test(admin_client, tenant=acme.tenant.pk, question=QUESTION,
+                      filters='{"domain": ["web"]}')
+    assert {acme.stem_of(e["document_id"]) for e in answer_of(web)["evidence"]} == {"nginx"}
+    for bad, says in (('{"service": ["x"]}', "not a filter: &#x27;service&#x27;"),
+                      ("[1]", "JSON object"), ("{", "Expecting")):
+        _, refused = hit_test(admin_client, tenant=acme.tenant.pk, question=QUESTION,
+                              filters=bad)
+        assert says in refused and 'id="hit-answer"' not in refused, bad
+
+
 def test_datasets_of_another_tenant_are_refused(admin_client: Client, acme: Imported,
                                                globex: Imported) -> None:
     _, html = hit_test(admin_client, tenant=acme.tenant.pk, question=QUESTION,
