@@ -139,6 +139,8 @@ def knowledge_gaps(*, dataset_id: int, days: int = WINDOW_DAYS,
     rows = list(InvocationDataset.objects
                 .filter(dataset_id=dataset_id, created_at__gte=since,
                         outcome__in=[Outcome.OK, Outcome.EMPTY])
+                # A call that narrowed itself by its filters asked less than the dataset.
+                .exclude(narrowed=True)
                 .order_by("-created_at", "-id")
                 # As text: a date and a JSON value each converted by Python were most of the
                 # page's time (thousands of rows); equal term lists are decoded once below.

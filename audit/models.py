@@ -127,6 +127,9 @@ class InvocationDataset(models.Model):
     # a few): the knowledge gaps page (audit/gaps.py) reads them with the dataset's calls.
     relevance_level = models.CharField(max_length=16, blank=True)
     terms = models.JSONField(default=list, blank=True)
+    # The call narrowed its own search (its `filters`): an EMPTY then says nothing of what the
+    # dataset covers, so it is no knowledge gap.
+    narrowed = models.BooleanField(default=False)
 
     class Meta:
         indexes = [models.Index(fields=["dataset", "day", "outcome"],
@@ -138,11 +141,12 @@ class InvocationDataset(models.Model):
 
     @classmethod
     def of(cls, invocation: ToolInvocation, dataset_id: int,
-           terms: Sequence[str] = ()) -> InvocationDataset:
+           terms: Sequence[str] = (), narrowed: bool = False) -> InvocationDataset:
         return cls(invocation=invocation, dataset_id=dataset_id,
                    created_at=invocation.created_at, outcome=invocation.outcome,
                    day=timezone.localtime(invocation.created_at).date(),
-                   relevance_level=invocation.relevance_level, terms=list(terms))
+                   relevance_level=invocation.relevance_level, terms=list(terms),
+                   narrowed=narrowed)
 
 
 class CanonicalInvocation(models.Model):

@@ -51,23 +51,26 @@ def invocation_record(*, api_key: ApiKey | None, latency_ms: float,
         row.channel = channel
         served = _served_rows(row, result) if result is not None else []
         terms = result.topic_terms if result is not None else ()
+        narrowed = result is not None and result.narrowed
         # One transaction (a savepoint inside the caller's: a failed insert must not poison
         # it): one commit for the three inserts. Each in autocommit cost a commit (an fsync on
         # MariaDB) each: 15.7 ms p50 against 8.0 ms this way (docs/benchmarks.md).
         with transaction.atomic():
-            _save(row, served, terms)
+            _save(row, served, terms, narrowed)
     except Exception:
         logger.exception("audit: could not record tool call %r",
                          getattr(result, "tool_call_id", ""))
 
 
-def _save(row: ToolInvocation, served: list[ServedEvidence], terms: Sequence[str]) -> None:
+def _save(row: ToolInvocation, served: list[ServedEvidence], terms: Sequence[str],
+          narrowed: bool) -> None:
     """The row, then the datasets its lookup searched (for the per-dataset figures), each
-    with the call's topic terms (for the knowledge gaps page), and the evidence it served (for
-    the cited rates): one INSERT each, whatever the counts."""
+    with the call's topic terms and whether its own filters narrowed it (for the knowledge
+    gaps page), and the evidence it served (for the cited rates): one INSERT each, whatever
+    the counts."""
     row.save(force_insert=True)
     InvocationDataset.objects.bulk_create(
-        InvocationDataset.of(row, pk, terms) for pk in row.dataset_ids)
+        InvocationDataset.of(row, pk, terms, narrowed) for pk in row.dataset_ids)
     for item in served:
         item.invocation = row
     ServedEvidence.objects.bulk_create(served)

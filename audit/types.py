@@ -57,3 +57,4 @@ class InvocationRecord:
     # built-in defaults. A version number alone names no config: a dataset's v3 is not the
     # tenant default's v3.
     config_id: int | None = None
+    narrowed: bool = False  # the call's own `filters` narrowed its search

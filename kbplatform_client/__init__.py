@@ -149,7 +149,7 @@ class KbClient:
 
     def rag_node(self, **task: Any) -> dict[str, Any]:
         """`task`: query, rag_keywords, user_input, target_dataset_ids, target_dataset_name,
-        agent, sub_agents, tool_call_id, session_id (POST /api/rag/node)."""
+        agent, sub_agents, tool_call_id, session_id, filters (POST /api/rag/node)."""
         return self._tool("/api/rag/node", task)
 
     def call_tool(self, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:

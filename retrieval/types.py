@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, Literal, Protocol
 
@@ -43,17 +43,16 @@ class MetadataFilter:
 
     def field_names(self) -> list[str]:
         """The keys it compares (what the audit says of a call's filters: never the values)."""
-        return [name for name in ("category", "domain", "business_key", "file_name",
-                                  "updated_after", "updated_before")
-                if getattr(self, name) not in ((), None)]
+        return [f.name for f in fields(self) if getattr(self, f.name) not in ((), None)]
 
 
 @dataclass(frozen=True)
 class CallFilters:
     """What one call asked to narrow its search to (`filters` of lookup_knowledge and the
     answering tools): ANDed inside the Milvus query with the key's scope and the config's
-    filters, so it can only narrow. `documents` None: any document; (): none the key may
-    name (every id given was malformed), which searches nothing."""
+    filters, so it can only narrow. `documents` None: any document; (): none that may be
+    served (every id given was malformed, unknown, another tenant's or out of the search's
+    datasets), which searches nothing."""
 
     metadata: MetadataFilter = MetadataFilter()
     documents: tuple[int, ...] | None = None

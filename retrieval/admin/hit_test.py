@@ -21,7 +21,8 @@ from django.http import HttpRequest
 from audit.admin_display import trace_tables
 from retrieval.admin.forms import ConfigVersionForm
 from retrieval.lookup.hit_test import HitTest, compared, hit_test_question
-from retrieval.ragconfig.config import RagConfigConverter, RagConfigError, call_filters
+from retrieval.ragconfig.config import RagConfigConverter, RagConfigError
+from retrieval.ragconfig.filters import filters_from
 from retrieval.ragconfig.models import RagConfig, RagConfigChange
 from retrieval.ragconfig.selectors import draft_settings
 from retrieval.types import CallFilters
@@ -64,10 +65,7 @@ class HitTestForm(ConfigVersionForm):
         if not text:
             return CallFilters()
         try:
-            raw = json.loads(text)
-            if not isinstance(raw, dict):
-                raise ValueError("must be a JSON object")
-            return call_filters(raw)
+            return filters_from(json.loads(text))
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from exc
 

@@ -53,8 +53,9 @@ def check_services(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     if missing:
         found.append(Warning(
             f"the serving index {version.collection_name} was built before chunks carried "
-            f"{', '.join(sorted(missing))}: lookups whose RagConfig.metadata_filters use them "
-            "answer UNAVAILABLE until a rebuild", id="kbplatform.W011",
+            f"{', '.join(sorted(missing))}: lookups whose RagConfig.metadata_filters or "
+            "whose call's filters use them answer UNAVAILABLE until a rebuild",
+            id="kbplatform.W011",
             hint="python manage.py rebuild_hybrid_knowledge --confirm REBUILD"))
     if _embedded():
         chunks = collections.count(version.collection_name)

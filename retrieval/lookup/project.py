@@ -144,7 +144,7 @@ def invocation_of(result: LookupResult, view: RagToolResult | None = None
         config_version=result.config_version, error=result.error,
         details=trace_details(result), dataset_ids=result.filters.dataset_ids, ready=ready,
         experiment=result.experiment, topic_terms=result.topic_terms,
-        config_id=result.config_id)
+        config_id=result.config_id, narrowed=bool(result.filters.call))
 
 
 @dataclass(frozen=True)

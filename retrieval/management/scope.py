@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from django.core.management.base import CommandError, CommandParser
 
 from datasets.models import Dataset, Tenant
-from retrieval.ragconfig.config import call_filters
+from retrieval.ragconfig.filters import filters_from
 from retrieval.types import CallFilters, SearchFilters
 
 
@@ -40,9 +40,6 @@ def _call_filters(text: str) -> CallFilters:
     if not text:
         return CallFilters()
     try:
-        raw = json.loads(text)
-        if not isinstance(raw, dict):
-            raise ValueError("must be a JSON object")
-        return call_filters(raw)
+        return filters_from(json.loads(text))
     except ValueError as exc:
         raise CommandError(f"--filters: {exc}") from exc

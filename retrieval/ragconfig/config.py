@@ -184,10 +184,6 @@ def call_filters(raw: Mapping[str, object]) -> CallFilters:
     tenant's documents matches nothing in the query: the two look alike. ValueError on
     anything else."""
     values = dict(raw)
-    allowed = sorted((*METADATA_FILTER_KEYS, "document_ids"))
-    if unknown := sorted(set(values) - set(allowed)):
-        raise ValueError(f"not a filter: {', '.join(map(repr, unknown))} "
-                         f"(allowed: {', '.join(allowed)})")
     named = values.pop("document_ids", None)
     metadata = metadata_filter(_parse_filters(values)) if values else MetadataFilter()
     if named is None:

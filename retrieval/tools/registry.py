@@ -74,6 +74,10 @@ class Tool:
     method: str = "post"
     operation: Operation | None = None  # served by views.py; None: by another app's view
 
+    def __post_init__(self) -> None:
+        assert (self.contract is None) == (self.arguments is None), \
+            f"{self.name}: an input contract and its typed input go together"
+
     def valid(self, arguments: Any) -> Any:
         """The validated input, typed (None for a tool that takes none); raises a
         ValidationError (400) on anything else."""

@@ -57,12 +57,25 @@ def _schemas() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
     for tool in TOOLS:
         operation = openapi["paths"][tool.path][tool.method]
         body = operation.get("requestBody", {}).get("content", {}).get("application/json", {})
-        params = _resolved(body["schema"], components) if body else {"type": "object"}
+        params = _closed(_resolved(body["schema"], components)) if body else {
+            "type": "object", "additionalProperties": False}
         params.setdefault("properties", {})
-        params.setdefault("additionalProperties", False)
         result = operation["responses"]["200"]["content"]["application/json"]["schema"]
         found[tool.name] = (params, _resolved(result, components))
     return found
+
+
+def _closed(schema: Any) -> Any:
+    """Every object of an input with `additionalProperties: false`: a model sends no key of
+    its own (the endpoints ignore one at the top, and refuse one inside `filters`)."""
+    if isinstance(schema, list):
+        return [_closed(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: _closed(value) for key, value in schema.items()}
+    if "properties" in out:
+        out.setdefault("additionalProperties", False)
+    return out
 
 
 def _resolved(schema: Any, components: Mapping[str, Any]) -> Any:

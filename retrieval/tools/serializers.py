@@ -4,7 +4,6 @@ these, so the three cannot drift apart."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
@@ -16,9 +15,8 @@ from kbplatform.fields import BoundedListField
 from retrieval.answers.agentic import Route
 from retrieval.answers.answer import AnswerStatus
 from retrieval.answers.rag_node import NodeStatus
-from retrieval.ragconfig.config import call_filters
-from retrieval.ragconfig.settings import MAX_FILTER_VALUE_CHARS, MAX_FILTER_VALUES
-from retrieval.types import CallFilters, EvidenceStatus, RelevanceLevel
+from retrieval.ragconfig.filters import LookupFiltersInput
+from retrieval.types import EvidenceStatus, RelevanceLevel
 
 IDENT = r"^[A-Za-z0-9_.:\-]{1,128}$"
 
@@ -64,47 +62,6 @@ class EvidenceGuardOutput(serializers.Serializer[dict[str, Any]]):
     ready = serializers.ListField(child=serializers.CharField(), help_text="Confirmed: READY "
                                   "evidence of that call or session that may still be served.")
     not_ready = serializers.ListField(child=serializers.CharField())
-
-
-def _filter_values(what: str) -> BoundedListField:
-    return BoundedListField(
-        child=serializers.CharField(max_length=MAX_FILTER_VALUE_CHARS), required=False,
-        min_length=1, max_length=MAX_FILTER_VALUES,
-        help_text=f"Only documents whose {what} is one of these (their frontmatter's).")
-
-
-@extend_schema_serializer(component_name="LookupFilters")
-class LookupFiltersInput(serializers.Serializer[CallFilters]):
-    """What one call narrows its search to: every key given must match (and each list's
-    values are alternatives); nothing here can widen what the key reads."""
-
-    document_ids = BoundedListField(
-        child=serializers.CharField(max_length=200), required=False, min_length=1,
-        max_length=100, help_text="Only these documents: a `docId`, or an evidence id "
-                                  "`docId#chunk-n` naming its document.")
-    category = _filter_values("category")
-    domain = _filter_values("domain")
-    business_key = _filter_values("business key")
-    file_name = _filter_values("file name")
-    updated_after = serializers.CharField(
-        required=False, max_length=64, help_text="Only documents whose content changed at or "
-        "after this ISO 8601 date or date-time (UTC unless it says otherwise).")
-    updated_before = serializers.CharField(
-        required=False, max_length=64, help_text="Only documents whose content changed before "
-                                                 "this ISO 8601 date or date-time.")
-
-    def to_internal_value(self, data: Any) -> Any:
-        # An unknown key would otherwise be dropped, and the call would search unfiltered.
-        if isinstance(data, Mapping) and (unknown := sorted(set(data) - set(self.fields))):
-            raise serializers.ValidationError(
-                {key: [f"not a filter (allowed: {', '.join(self.fields)})"] for key in unknown})
-        return super().to_internal_value(data)
-
-    def validate(self, attrs: dict[str, Any]) -> Any:
-        try:
-            return call_filters(attrs)
-        except ValueError as exc:
-            raise serializers.ValidationError(str(exc)) from exc
 
 
 @extend_schema_serializer(component_name="Lookup")

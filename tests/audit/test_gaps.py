@@ -87,6 +87,14 @@ def test_failing_lookups_group_into_topics_by_their_terms(ops: Dataset) -> None:
     assert knowledge_gaps(dataset_id=other.pk, now=NOW).gaps == []
 
 
+def test_a_call_its_own_filters_narrowed_is_no_gap(ops: Dataset) -> None:
+    narrowed = call(ops, ["kafka", "rebalance"])
+    InvocationDataset.objects.filter(invocation=narrowed).update(narrowed=True)
+    assert by_topic(ops) == {}
+    call(ops, ["kafka", "rebalance"])  # the same question over the whole dataset: a gap
+    assert kafka(ops).failing == 1
+
+
 def test_a_gap_closes_after_later_ready_lookups_and_opens_again(ops: Dataset) -> None:
     minutes = timedelta(minutes=1)
     ready(ops, ["kafka", "lag"], ago=60 * minutes)  # before the failure: closes nothing

@@ -79,7 +79,8 @@ def test_the_question_runs_narrowed_by_a_calls_filters(admin_client: Client,
                       filters='{"domain": ["web"]}')
     assert {acme.stem_of(e["document_id"]) for e in answer_of(web)["evidence"]} == {"nginx"}
     for bad, says in (('{"service": ["x"]}', "not a filter: &#x27;service&#x27;"),
-                      ("[1]", "JSON object"), ("{", "Expecting")):
+                      ("[1]", "Expected a dictionary"), ("{", "Expecting"),
+                      ('{"document_ids": []}', "at least 1")):
         _, refused = hit_test(admin_client, tenant=acme.tenant.pk, question=QUESTION,
                               filters=bad)
         assert says in refused and 'id="hit-answer"' not in refused, bad

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from audit.models import Outcome, ToolInvocation
+from audit.models import InvocationDataset, Outcome, ToolInvocation
+from datasets.services import document_set_activation
 from retrieval.tools.mcp_server import call_tool
 from tests.conftest import BOTH_RUNTIMES
 from tests.retrieval.conftest import (
@@ -76,6 +77,30 @@ def test_another_tenants_document_looks_like_one_that_does_not_exist(
         assert details["retry"]["reason"] == ("the call's document_ids name no document that "
                                               "may be served here")
         assert details["stages"] == []
+    # Narrowed by its own filters, an EMPTY is no knowledge gap of the dataset (audit/gaps.py).
+    assert set(InvocationDataset.objects.filter(invocation__tool_call_id__in=(
+        "call-theirs", "call-nobody")).values_list("narrowed", flat=True)) == {True}
+    lookup(client, COOLANT, tool_call_id="call-plain")
+    assert not InvocationDataset.objects.get(invocation__tool_call_id="call-plain").narrowed
+
+
+@pytest.mark.django_db
+def test_a_document_outside_the_calls_datasets_or_switched_off_is_dropped_too(
+        acme: Imported, acme_edge: Imported, make_key: MakeKey) -> None:
+    _, secret = make_key("acme")
+    client = client_for(secret)
+    [edge] = acme_edge.documents.values()
+    # The key reads both datasets; the call searches only ops: edge's runbook is not there.
+    outside = lookup(client, BAD_GATEWAY, dataset_ids=[acme.dataset.pk],
+                     filters={"document_ids": [edge.doc_key]}).json()
+    assert (outside["evidence_status"], outside["evidence"]) == ("EMPTY", [])
+    assert acme_edge.stem_of(evidence_ids(ready(lookup(
+        client, BAD_GATEWAY, filters={"document_ids": [edge.doc_key]})))[0])
+    document_set_activation(document=acme.documents["nginx"], activated=False)
+    off = lookup(client, BAD_GATEWAY, tool_call_id="call-off",
+                 filters={"document_ids": [acme.documents["nginx"].doc_key]}).json()
+    assert (off["evidence_status"], off["evidence"]) == ("EMPTY", [])
+    assert _audited("call-off")["filters"]["call"] == {"fields": [], "documents": 0}
 
 
 @BOTH_RUNTIMES
@@ -135,3 +160,12 @@ def test_the_mcp_tool_and_the_answering_tools_take_the_same_filters(
         body = client.post(path, {"query": BAD_GATEWAY, "filters": {"document_ids": others}},
                            format="json").json()
         assert "nginx" not in {acme.stem_of(e["document_id"]) for e in body["evidence"]}, path
+
+
+def test_the_tools_filter_keys_are_the_configs_and_document_ids() -> None:
+    """One whitelist: the tool's contract declares exactly metadata_filters' keys and
+    document_ids, which is what call_filters (the commands', the admin's) accepts."""
+    from retrieval.ragconfig.filters import LookupFiltersInput
+    from retrieval.ragconfig.settings import METADATA_FILTER_KEYS
+
+    assert set(LookupFiltersInput().fields) == {*METADATA_FILTER_KEYS, "document_ids"}

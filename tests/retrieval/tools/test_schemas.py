@@ -55,6 +55,11 @@ def test_the_schemas_are_the_rest_apis_own() -> None:
     assert params["properties"]["query"]["maxLength"] == settings.KB_MAX_QUERY_CHARS
     assert not list(validator.iter_errors({"query": "nginx 502", "dataset_ids": [1]}))
     assert list(validator.iter_errors({"query": "x" * (settings.KB_MAX_QUERY_CHARS + 1)}))
+    # A call's filters: their keys and bounds, and no key of the model's own.
+    assert not list(validator.iter_errors({"query": "q", "filters": {"domain": ["web"]}}))
+    for wrong in ({"service": ["x"]}, {"domain": "web"}, {"document_ids": []},
+                  {"document_ids": ["1"] * 101}):
+        assert list(validator.iter_errors({"query": "q", "filters": wrong})), wrong
     node = tool_definitions("anthropic")[-1]
     assert node["name"] == "rag_node"
     assert {"rag_keywords", "target_dataset_name", "sub_agents"} <= \
@@ -126,6 +131,12 @@ def test_invalid_arguments_and_unknown_datasets_are_tool_errors(
         ("lookup_knowledge", {"query": "q", "dataset_ids": [foreign],
                               "tool_call_id": "mcp-bad-2"}),
         ("drop_database", {})])
+    _, (filtered,) = over_http(f"{web}/mcp", secret, [
+        ("lookup_knowledge", {"query": "q", "tool_call_id": "mcp-bad-3",
+                              "filters": {"secret=hunter2": ["x"], "domain": ["web"]}})])
+    assert filtered.is_error and "filters" in filtered.structured_content["extra"]["fields"]
+    # The caller's key is in the answer's message, never in what the audit keeps.
+    assert "hunter2" not in json.dumps(audited("mcp-bad-3").details)
     assert blank.is_error and blank.structured_content["code"] == "invalid"
     assert "query" in blank.structured_content["extra"]["fields"]
     assert unknown.is_error and unknown.structured_content["code"] == "unknown_dataset"

@@ -1,0 +1,72 @@
+"""A call's `filters` as the tools take them (their contract, under metadata_filters' own
+rules: call_filters in config.py), and the same for the commands and the admin's hit test."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_serializer
+from rest_framework import serializers
+
+from kbplatform.fields import BoundedListField
+from retrieval.ragconfig.config import call_filters
+from retrieval.ragconfig.settings import MAX_FILTER_VALUE_CHARS, MAX_FILTER_VALUES
+from retrieval.types import CallFilters
+
+
+def _filter_values(what: str) -> BoundedListField:
+    return BoundedListField(
+        child=serializers.CharField(max_length=MAX_FILTER_VALUE_CHARS), required=False,
+        min_length=1, max_length=MAX_FILTER_VALUES,
+        help_text=f"Only documents whose {what} is one of these.")
+
+
+@extend_schema_serializer(component_name="LookupFilters")
+class LookupFiltersInput(serializers.Serializer[CallFilters]):
+    """What one call narrows its search to: every key given must match (and each list's
+    values are alternatives); nothing here can widen what the key reads."""
+
+    document_ids = BoundedListField(
+        child=serializers.CharField(max_length=200), required=False, min_length=1,
+        max_length=100, help_text="Only these documents: a `docId`, or an evidence id "
+                                  "`docId#chunk-n` naming its document.")
+    category = _filter_values("frontmatter category")
+    domain = _filter_values("frontmatter domain")
+    business_key = _filter_values("frontmatter business key")
+    file_name = _filter_values("file name")
+    updated_after = serializers.CharField(
+        required=False, max_length=64, help_text="Only documents whose content changed at or "
+        "after this ISO 8601 date or date-time (UTC unless it says otherwise).")
+    updated_before = serializers.CharField(
+        required=False, max_length=64, help_text="Only documents whose content changed before "
+        "this ISO 8601 date or date-time (UTC unless it says otherwise).")
+
+    def to_internal_value(self, data: Any) -> Any:
+        # An unknown key would otherwise be dropped, and the call would search unfiltered. One
+        # error under a fixed name: the caller's keys go in its message (the answer), never in
+        # its code (the audit keeps codes), and a few of them at most.
+        if isinstance(data, Mapping) and (unknown := [k for k in data if k not in self.fields]):
+            named = ", ".join(repr(str(key)[:40]) for key in unknown[:3])
+            more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
+            raise serializers.ValidationError(
+                {"non_field_errors": [f"not a filter: {named}{more} (allowed: "
+                                      f"{', '.join(self.fields)})"]}, code="unknown_key")
+        return super().to_internal_value(data)
+
+    def validate(self, attrs: dict[str, Any]) -> Any:
+        try:
+            return call_filters(attrs)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from exc
+
+
+def filters_from(raw: object) -> CallFilters:
+    """A call's `filters` under the tools' own rules, for the commands and the admin's hit
+    test; ValueError naming what is wrong."""
+    data = LookupFiltersInput(data=raw)
+    if not data.is_valid():
+        raise ValueError(json.dumps(data.errors, ensure_ascii=False))
+    filters: CallFilters = data.validated_data
+    return filters
