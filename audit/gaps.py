@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 
-from django.db.models import CharField, TextField
+from django.db.models import CharField, Q, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
@@ -139,8 +139,9 @@ def knowledge_gaps(*, dataset_id: int, days: int = WINDOW_DAYS,
     rows = list(InvocationDataset.objects
                 .filter(dataset_id=dataset_id, created_at__gte=since,
                         outcome__in=[Outcome.OK, Outcome.EMPTY])
-                # A call that narrowed itself by its filters asked less than the dataset.
-                .exclude(narrowed=True)
+                # A call that narrowed itself by its filters asked less than the dataset: its
+                # failure is no gap, while its PRECISE answer still closes one.
+                .exclude(Q(narrowed=True) & ~Q(outcome=Outcome.OK, relevance_level=PRECISE))
                 .order_by("-created_at", "-id")
                 # As text: a date and a JSON value each converted by Python were most of the
                 # page's time (thousands of rows); equal term lists are decoded once below.

@@ -66,7 +66,7 @@ class HitTestForm(ConfigVersionForm):
             return CallFilters()
         try:
             return filters_from(json.loads(text))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # json nested past Python's stack
             raise forms.ValidationError(str(exc)) from exc
 
     def clean(self) -> dict[str, Any]:

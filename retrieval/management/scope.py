@@ -41,5 +41,5 @@ def _call_filters(text: str) -> CallFilters:
         return CallFilters()
     try:
         return filters_from(json.loads(text))
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # json nested past Python's stack
         raise CommandError(f"--filters: {exc}") from exc

@@ -177,19 +177,17 @@ def metadata_filter(filters: Mapping[str, FilterValue]) -> MetadataFilter:
                           updated_before=epoch("updated_before"))
 
 
-def call_filters(raw: Mapping[str, object]) -> CallFilters:
+def call_filters(raw: Mapping[str, Any]) -> CallFilters:
     """A call's `filters`: the keys of metadata_filters under their own rules (one whitelist),
     and `document_ids`, each a document's id or one of its evidence ids. An id that could name
     no document is dropped (so a call of malformed ids only searches nothing); one of another
-    tenant's documents matches nothing in the query: the two look alike. ValueError on
-    anything else."""
+    tenant's documents matches nothing in the query: the two look alike. `raw` is the tool
+    contract's validated data (ragconfig/filters.py); ValueError on what it leaves."""
     values = dict(raw)
     named = values.pop("document_ids", None)
     metadata = metadata_filter(_parse_filters(values)) if values else MetadataFilter()
     if named is None:
         return CallFilters(metadata)
-    if not isinstance(named, list | tuple):
-        raise ValueError("document_ids must be a list")
     documents = []
     for item in named:
         key = EvidenceKey.parse(str(item))

@@ -9,6 +9,7 @@ from typing import Any
 
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
+from rest_framework.settings import api_settings
 
 from kbplatform.fields import BoundedListField
 from retrieval.ragconfig.config import call_filters
@@ -51,8 +52,9 @@ class LookupFiltersInput(serializers.Serializer[CallFilters]):
             named = ", ".join(repr(str(key)[:40]) for key in unknown[:3])
             more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
             raise serializers.ValidationError(
-                {"non_field_errors": [f"not a filter: {named}{more} (allowed: "
-                                      f"{', '.join(self.fields)})"]}, code="unknown_key")
+                {api_settings.NON_FIELD_ERRORS_KEY: [
+                    f"not a filter: {named}{more} (allowed: {', '.join(self.fields)})"]},
+                code="unknown_key")
         return super().to_internal_value(data)
 
     def validate(self, attrs: dict[str, Any]) -> Any:

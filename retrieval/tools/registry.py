@@ -75,16 +75,17 @@ class Tool:
     operation: Operation | None = None  # served by views.py; None: by another app's view
 
     def __post_init__(self) -> None:
-        assert (self.contract is None) == (self.arguments is None), \
-            f"{self.name}: an input contract and its typed input go together"
+        if (self.contract is None) != (self.arguments is None):
+            raise TypeError(f"{self.name}: an input contract and its typed input go together")
 
     def valid(self, arguments: Any) -> Any:
         """The validated input, typed (None for a tool that takes none); raises a
         ValidationError (400) on anything else."""
-        if self.contract is None or self.arguments is None:
+        if self.contract is None:
             return None
         data = self.contract(data=arguments)
         data.is_valid(raise_exception=True)
+        assert self.arguments is not None  # __post_init__
         return self.arguments(**{name: tuple(value) if isinstance(value, list) else value
                                  for name, value in data.validated_data.items()})
 

@@ -87,12 +87,18 @@ def test_failing_lookups_group_into_topics_by_their_terms(ops: Dataset) -> None:
     assert knowledge_gaps(dataset_id=other.pk, now=NOW).gaps == []
 
 
-def test_a_call_its_own_filters_narrowed_is_no_gap(ops: Dataset) -> None:
-    narrowed = call(ops, ["kafka", "rebalance"])
-    InvocationDataset.objects.filter(invocation=narrowed).update(narrowed=True)
+def test_a_call_its_own_filters_narrowed_fails_no_gap_but_closes_one(ops: Dataset) -> None:
+    hours = timedelta(hours=1)
+    for narrowed in (call(ops, ["kafka", "rebalance"], ago=5 * hours),
+                     call(ops, ["kafka", "rebalance"], Outcome.OK, "REFERENCE", ago=4 * hours)):
+        InvocationDataset.objects.filter(invocation=narrowed).update(narrowed=True)
     assert by_topic(ops) == {}
-    call(ops, ["kafka", "rebalance"])  # the same question over the whole dataset: a gap
-    assert kafka(ops).failing == 1
+    call(ops, ["kafka", "rebalance"], ago=3 * hours)  # over the whole dataset: a gap
+    assert kafka(ops).failing == 1 and not kafka(ops).closed
+    for ago in (2 * hours, hours):  # PRECISE answers close it, narrowed or not
+        closer = ready(ops, ["kafka", "rebalance"], ago=ago)
+        InvocationDataset.objects.filter(invocation=closer).update(narrowed=True)
+    assert kafka(ops).closed
 
 
 def test_a_gap_closes_after_later_ready_lookups_and_opens_again(ops: Dataset) -> None:

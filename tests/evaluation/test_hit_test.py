@@ -165,7 +165,7 @@ def test_the_command_reports_rates_per_kind_and_lists_the_misses(acme: Imported,
     narrowed = json.loads(_hit_test("--questions", str(questions), "--tenant", "acme", "--json",
                                     "--filters", json.dumps({"document_ids": others})))
     assert (narrowed["on_topic"]["first"], narrowed["on_topic"]["questions"]) == (0, 2)
-    for bad in ('{"service": ["x"]}', "[1]", "{"):
+    for bad in ('{"service": ["x"]}', "[1]", "{", "[" * 5000):
         with pytest.raises(CommandError, match="--filters"):
             _hit_test("--questions", str(questions), "--tenant", "acme", "--filters", bad)
 
