@@ -26,8 +26,9 @@ def _filter_values(what: str) -> BoundedListField:
 
 @extend_schema_serializer(component_name="LookupFilters")
 class LookupFiltersInput(serializers.Serializer[CallFilters]):
-    """What one call narrows its search to: every key given must match (and each list's
-    values are alternatives); nothing here can widen what the key reads."""
+    """Narrow the search when the task names what it is about: given documents (ids from
+    earlier evidence), a frontmatter category, domain or business key, a file name, or when
+    the content changed. Every key given must match; a list's values are alternatives."""
 
     document_ids = BoundedListField(
         child=serializers.CharField(max_length=200), required=False, min_length=1,
