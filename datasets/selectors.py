@@ -38,6 +38,12 @@ def readable_datasets(*, caller: Caller) -> list[tuple[int, str]]:
                 .values_list("pk", "name"))
 
 
+def dataset_names(*, tenant_id: int, dataset_ids: Sequence[int]) -> list[tuple[int, str]]:
+    """(id, name) of the tenant's datasets among `dataset_ids`, by name."""
+    return list(Dataset.objects.filter(tenant_id=tenant_id, pk__in=list(dataset_ids))
+                .order_by("name").values_list("pk", "name"))
+
+
 def tenant_key_variable(tenant: Tenant) -> str:
     """KB_CHAT_API_KEY_<SLUG> ("-" as "_"): the one environment variable a tenant's RagConfig
     may name for its chat-model key; "" when another tenant's slug gives the same name

@@ -35,6 +35,11 @@ class Evidence(TypedDict):
     excerpt: str
 
 
+class SearchedDataset(TypedDict):
+    id: int
+    name: str
+
+
 class LookupResult(TypedDict):
     evidence_status: str
     tool_call_id: str
@@ -43,6 +48,8 @@ class LookupResult(TypedDict):
     relevance_level: str
     truncated: bool
     returned_count: int
+    searched_datasets: list[SearchedDataset]  # EMPTY only: what was searched
+    covered_topics: list[str]  # EMPTY only: what those datasets cover, nearest first
 
 
 class LookupFilters(TypedDict, total=False):

@@ -232,5 +232,9 @@ class LookupResult:
     # What the lookup was about, in words of the tenant's documents: the L0 hints' domains and
     # keywords, then the query's words its candidates contain (at most TOPIC_TERMS).
     topic_terms: tuple[str, ...] = ()
+    # EMPTY only, for the agent to route or ask instead of retrying blindly: the datasets it
+    # searched (id, name) and the topics they cover, nearest to the question first.
+    searched: tuple[tuple[int, str], ...] = ()
+    covered_topics: tuple[str, ...] = ()
     experiment: tuple[int, str] | None = None  # (A/B test id, arm) when one routed the call
     config_id: int | None = None  # the RagConfig row whose config_version served; None: none

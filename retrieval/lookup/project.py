@@ -44,10 +44,14 @@ class RagToolResult:
     evidence: tuple[Evidence, ...]
     relevance_level: RelevanceLevel
     truncated: bool
+    # EMPTY only: the datasets searched (id, name) and the topics they cover, nearest first.
+    searched_datasets: tuple[tuple[int, str], ...] = ()
+    covered_topics: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, result: LookupResult) -> RagToolResult:
         ready = result.evidence_status is EvidenceStatus.READY
+        empty = result.evidence_status is EvidenceStatus.EMPTY
         # EMPTY and UNAVAILABLE never carry evidence, whatever a stage left in the pack.
         items = result.pack.items if ready else ()
         return cls(
@@ -59,7 +63,9 @@ class RagToolResult:
                 location=item.chunk.location.as_dict() if item.chunk.location else None,
                 commit=item.chunk.commit, excerpt=item.excerpt) for item in items),
             relevance_level=result.relevance_level if ready else RelevanceLevel.NONE,
-            truncated=result.pack.truncated if ready else False)
+            truncated=result.pack.truncated if ready else False,
+            searched_datasets=result.searched if empty else (),
+            covered_topics=result.covered_topics if empty else ())
 
     @property
     def returned_count(self) -> int:
@@ -71,7 +77,10 @@ class RagToolResult:
                 "tool_call_id": self.tool_call_id, "query": self.query,
                 "evidence": [asdict(e) for e in self.evidence],
                 "relevance_level": self.relevance_level.value, "truncated": self.truncated,
-                "returned_count": self.returned_count}
+                "returned_count": self.returned_count,
+                "searched_datasets": [{"id": pk, "name": name}
+                                      for pk, name in self.searched_datasets],
+                "covered_topics": list(self.covered_topics)}
 
 
 def trace_details(result: LookupResult) -> dict[str, Any]:

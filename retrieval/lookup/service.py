@@ -13,7 +13,7 @@ from audit.canonical import canonical_store, ready_evidence
 from datasets.auth import Caller
 from datasets.evidence import EvidenceKey
 from datasets.models import Tenant
-from datasets.selectors import datasets_in_scope, db_id, live_doc_ids
+from datasets.selectors import dataset_names, datasets_in_scope, db_id, live_doc_ids
 from kbplatform.errors import ApiError, ErrorCode, ServiceUnavailable
 from retrieval.chat import chat_model_for, translation_model_for
 from retrieval.index import milvus
@@ -35,9 +35,17 @@ from retrieval.ragconfig.config import (
 )
 from retrieval.ragconfig.selectors import checked_settings, rag_config_for
 from retrieval.ragconfig.settings import RagSettings
-from retrieval.types import CallFilters, LookupResult, SearchFilters, SearchMode, call_id
+from retrieval.types import (
+    CallFilters,
+    EvidenceStatus,
+    LookupResult,
+    SearchFilters,
+    SearchMode,
+    call_id,
+)
 
 logger = logging.getLogger(__name__)
+MAX_COVERED_TOPICS = 8  # what an EMPTY answer names of what the searched datasets cover
 
 
 def lookup_scope(*, caller: Caller, requested: Sequence[int] | None,
@@ -167,7 +175,21 @@ def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = 
                                                    "that may be served here")
     else:
         result = tool.run(request)
+    if result.evidence_status is EvidenceStatus.EMPTY and setup.view is not None:
+        result = _guided(result, setup.view.l0)
     return replace(result, experiment=setup.experiment, config_id=setup.config_id)
+
+
+def _guided(result: LookupResult, l0: L0Index) -> LookupResult:
+    """An EMPTY answer that helps the agent: the datasets it searched and the topics they
+    cover, nearest to the question first (its L0 hints, then the documents of the candidates
+    its search found): all of them the key's own."""
+    near = (EvidenceKey.parse(key) for trace in result.traces for key, _ in trace.candidates)
+    doc_ids = dict.fromkeys(parsed.doc_id for parsed in near if parsed is not None)
+    return replace(
+        result, searched=tuple(dataset_names(tenant_id=result.filters.tenant_id,
+                                             dataset_ids=result.filters.dataset_ids)),
+        covered_topics=l0.nearest_domains(result.hints, doc_ids, MAX_COVERED_TOPICS))
 
 
 def _narrowed(filters: SearchFilters, view: DocumentsView) -> SearchFilters:

@@ -7,6 +7,7 @@ nothing here returns document text, and a document matching by keyword is not a 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -47,6 +48,7 @@ class L0Index:
         names: dict[str, str] = {}
         written: dict[str, dict[str, str]] = {}  # domain → normalized keyword → as written
         keywords: set[str] = set()
+        domain_of: dict[str, str] = {}
         for doc in documents:
             doc_keywords = {normalize_text(k).strip() for k in doc.keywords}
             keywords |= doc_keywords
@@ -54,6 +56,7 @@ class L0Index:
             if not domain:
                 continue
             names.setdefault(domain, doc.domain.strip())
+            domain_of[doc.doc_id] = names[domain]
             terms.setdefault(domain, {domain}).update(
                 doc_keywords | {normalize_text(doc.title).strip()})
             categories.setdefault(domain, set()).add(doc.category.strip())
@@ -67,6 +70,10 @@ class L0Index:
                                if len(k) >= MIN_TERM_CHARS))
             for key in sorted(terms)
         })
+        self._domain_of: Mapping[str, str] = MappingProxyType(domain_of)
+        # The domains by how many documents they hold, most first (then by name).
+        counts = Counter(domain_of.values())
+        self._by_size = tuple(sorted(counts, key=lambda name: (-counts[name], name)))
         self._keywords = frozenset(k for k in keywords if len(k) >= MIN_TERM_CHARS)
         self._terms = self._keywords.union(*(d.terms for d in self._domains.values()))
 
@@ -86,6 +93,15 @@ class L0Index:
         return QueryHints(domains=tuple(sorted(d.name for d in domains)),
                           keywords=tuple(keywords), category_filter=category)
 
+
+    def nearest_domains(self, hints: QueryHints, doc_ids: Iterable[str],
+                        limit: int) -> tuple[str, ...]:
+        """The domains these documents cover, nearest to a question first: those its words
+        named (`hints`), then those of the documents its search came closest to (`doc_ids`,
+        best first), then the others by their documents' count."""
+        near = (*hints.domains, *(self._domain_of[d] for d in doc_ids if d in self._domain_of),
+                *self._by_size)
+        return tuple(dict.fromkeys(near))[:limit]
 
     def domain_keywords(self, domains: Iterable[str]) -> tuple[str, ...]:
         """The frontmatter keywords of `domains` (names as in QueryHints.domains)."""

@@ -95,7 +95,8 @@ TOOLS = (
          "Search the team's knowledge base (runbooks, docs; Chinese and English) for "
          "evidence about an operational or technical question. Use it before answering "
          "from memory about the team's systems. evidence_status READY: evidence found; "
-         "EMPTY: nothing relevant (say so, do not guess); UNAVAILABLE: the knowledge "
+         "EMPTY: nothing relevant (say so, do not guess; covered_topics says what it does "
+         "cover, to route the question or ask the user); UNAVAILABLE: the knowledge "
          "base failed, retry later. " + CITE,
          "/api/tools/lookup_knowledge", lookup_call, evidence_text, LookupInput, LookupArgs,
          audited=True,

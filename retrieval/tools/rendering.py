@@ -18,6 +18,13 @@ def evidence_text(body: Mapping[str, Any]) -> str:
     if body.get("answer"):
         lines += ["citations: " + ", ".join(body.get("citations", [])),
                   answer_block(body["answer"])]
+    if body.get("covered_topics") or body.get("searched_datasets"):
+        # Names and domains written by people: quoted, each on this one line (JSON escapes
+        # a line break), never a line of their own.
+        lines.append("searched: " + json.dumps(
+            [d["name"] for d in body.get("searched_datasets", [])], ensure_ascii=False))
+        lines.append("they cover: " + json.dumps(body.get("covered_topics", []),
+                                                 ensure_ascii=False))
     evidence = body.get("evidence") or []
     if evidence:
         lines.append(f"evidence ({LABEL}; cite a source by its id):")

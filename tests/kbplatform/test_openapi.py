@@ -116,7 +116,8 @@ def test_the_lookup_answers_the_agent_contract(schema: dict[str, Any]) -> None:
     assert ok == {"$ref": "#/components/schemas/RagToolResult"}
     contract = components["RagToolResult"]
     assert set(contract["required"]) == {"evidence_status", "tool_call_id", "query", "evidence",
-                                         "relevance_level", "truncated", "returned_count"}
+                                         "relevance_level", "truncated", "returned_count",
+                                         "searched_datasets", "covered_topics"}
     assert components["EvidenceStatusEnum"]["enum"] == ["READY", "EMPTY", "UNAVAILABLE"]
     assert set(components["Evidence"]["properties"]) == {"document_id", "source", "title",
                                                          "breadcrumb", "location", "commit",

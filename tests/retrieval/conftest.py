@@ -148,7 +148,7 @@ check the suction pressure and the bearing temperature of the pump.
 RUNBOOKS_B = {"nginx-globex.md": NGINX_B, "coolant.md": COOLANT}
 
 CONTRACT_KEYS = {"evidence_status", "tool_call_id", "query", "evidence", "relevance_level",
-                 "truncated", "returned_count"}
+                 "truncated", "returned_count", "searched_datasets", "covered_topics"}
 EVIDENCE_KEYS = {"document_id", "source", "title", "breadcrumb", "location", "commit",
                  "excerpt"}
 

@@ -20,7 +20,8 @@ from tests.retrieval.lookup.test_service_unavailable import QUESTION
 pytestmark = pytest.mark.django_db
 
 ANSWER_KEYS = {"answer", "citations", "answer_status", "evidence_status", "tool_call_id",
-               "query", "evidence", "relevance_level", "truncated", "returned_count"}
+               "query", "evidence", "relevance_level", "truncated", "returned_count",
+               "searched_datasets", "covered_topics"}
 INJECTION = """---
 title: Nginx upstream notes
 category: web

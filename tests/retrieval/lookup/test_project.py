@@ -12,7 +12,7 @@ from retrieval.types import EvidenceStatus, RelevanceLevel
 from tests.retrieval.builders import lookup_result
 
 CONTRACT_KEYS = {"evidence_status", "tool_call_id", "query", "evidence", "relevance_level",
-                 "truncated", "returned_count"}
+                 "truncated", "returned_count", "searched_datasets", "covered_topics"}
 EVIDENCE_KEYS = {"document_id", "source", "title", "breadcrumb", "location", "commit",
                  "excerpt"}
 FORBIDDEN = ("score", "quality", "trace", "rank", "l2", "pack", "vector", "metadata", "reason",
@@ -45,8 +45,9 @@ def test_the_typed_result_is_the_documented_contract_field_for_field() -> None:
     """The REST schema, the tool schemas and MCP's output schema read the serializers; the
     body is the dataclasses': the two declare the same fields in the same order."""
     assert [f.name for f in fields(Evidence)] == list(EvidenceOutput().fields)
-    assert [*(f.name for f in fields(RagToolResult)), "returned_count"] == list(
-        RagToolResultOutput().fields)
+    names = [f.name for f in fields(RagToolResult)]
+    names.insert(names.index("truncated") + 1, "returned_count")  # a property
+    assert names == list(RagToolResultOutput().fields)
     assert list(RagToolResult.of(lookup_result()).as_dict()) == list(RagToolResultOutput().fields)
 
 

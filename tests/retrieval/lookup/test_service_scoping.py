@@ -124,3 +124,19 @@ def test_a_deactivated_dataset_is_neither_searched_nor_selectable(
     answer = lookup(client_for(scoped), BAD_GATEWAY)
     assert answer.status_code == 200
     assert answer.json()["evidence_status"] == "EMPTY" and answer.json()["evidence"] == []
+
+
+@BOTH_RUNTIMES
+@pytest.mark.django_db
+def test_an_empty_answer_names_what_the_key_searched_and_what_it_covers(
+        runtime: str, acme: Imported, globex: Imported, make_key: MakeKey) -> None:
+    _, secret = make_key("acme")
+    client = client_for(secret)
+    empty = lookup(client, COOLANT).json()
+    assert empty["evidence_status"] == "EMPTY"
+    assert empty["searched_datasets"] == [{"id": acme.dataset.pk, "name": acme.dataset.name}]
+    # acme's own domains only, never globex's ("plant").
+    assert 0 < len(empty["covered_topics"]) and set(empty["covered_topics"]) <= {
+        "zoology", "photography", "web", "messaging"}
+    found = ready(lookup(client, BAD_GATEWAY))
+    assert (found["searched_datasets"], found["covered_topics"]) == ([], [])

@@ -94,3 +94,13 @@ def test_a_domain_word_inside_a_compound_identifier_is_no_hint() -> None:
 
 def test_a_hyphenated_tool_name_still_names_its_domain() -> None:
     assert transform("redis-cli --bigkeys").domains == ("cache",)
+
+
+def test_the_nearest_domains_are_the_hinted_then_the_searched_then_the_largest() -> None:
+    index = L0Index([L0Document("1", "A", "cache"), L0Document("2", "B", "database"),
+                     L0Document("3", "C", "database"), L0Document("4", "D", "jvm"),
+                     L0Document("5", "E", "network"), L0Document("6", "F", "")])
+    assert index.nearest_domains(QueryHints(), (), 8) == ("database", "cache", "jvm", "network")
+    hinted = QueryHints(domains=("network",))
+    assert index.nearest_domains(hinted, ("4", "6", "99", "2"), 3) == (
+        "network", "jvm", "database")

@@ -6,6 +6,7 @@ session's reads it)."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -64,6 +65,10 @@ def test_the_official_client_session_over_stdio(acme: Imported, make_key: MakeKe
     assert ready.structured_content["evidence_status"] == "READY"
     assert acme.stem_of(ready.structured_content["evidence"][0]["document_id"]) == "nginx"
     assert empty.structured_content["evidence_status"] == "EMPTY"
+    # What a model reads of an EMPTY: where it looked and what is there, each on one line.
+    assert empty.content[0].text.splitlines()[1:] == [
+        'searched: ["ops"]', "they cover: " + json.dumps(
+            empty.structured_content["covered_topics"], ensure_ascii=False)]
     assert node.structured_content["status"] == "ANSWERED"
     assert node.content[0].text == node.structured_content["result"]
     assert [(audited(c).channel, audited(c).tool_name) for c in
