@@ -179,6 +179,12 @@ class AgenticOutcome:
                 "completion_tokens": sum(int(u.get("completion_tokens", 0)) for u in usages)}
 
 
+def run_session(given: str = "") -> str:
+    """The caller's session, else a new `agentic_...` one: every lookup of the run is recorded
+    under it, for the evidence guard. The one place run sessions are minted."""
+    return given or f"agentic_{uuid.uuid4().hex}"
+
+
 def agentic_answer(*, filters: SearchFilters, query: str, tool_call_id: str = "",
                    session_id: str = "", overrides: Mapping[str, Any] | None = None
                    ) -> AgenticOutcome:
@@ -186,7 +192,7 @@ def agentic_answer(*, filters: SearchFilters, query: str, tool_call_id: str = ""
     the graph, its model and each of its lookups."""
     started = time.perf_counter()
     call = call_id(tool_call_id)
-    session = session_id or f"agentic_{uuid.uuid4().hex}"
+    session = run_session(session_id)
     state = AgenticState(query=query)
     try:
         # The run's session routes it, as it routes each of its lookups: one A/B arm.

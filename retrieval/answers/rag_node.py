@@ -21,14 +21,13 @@ the agentic graph — a named agent's, else its own.
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
 from audit.types import InvocationRecord
-from retrieval.answers.agentic import AgenticOutcome, Route, agentic_answer
+from retrieval.answers.agentic import AgenticOutcome, Route, agentic_answer, run_session
 from retrieval.answers.answer import AnswerStatus
 from retrieval.ragconfig.selectors import rag_agent_named
 from retrieval.types import (
@@ -160,7 +159,7 @@ def rag_sub_agent(names: Sequence[str]) -> str:
 
 def rag_node(*, tenant_id: int, readable: Sequence[DatasetRef], node: NodeInput) -> NodeResult:
     call = call_id(node.tool_call_id)
-    session = node.session_id or f"agentic_{uuid.uuid4().hex}"
+    session = run_session(node.session_id)
     query, source = node_query(node)
     if not query:
         return NodeResult(NodeStatus.NEEDS_INPUT, "Say what to look up: give the task's query, "
