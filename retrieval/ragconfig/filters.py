@@ -11,6 +11,7 @@ from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.settings import api_settings
 
+from kbplatform.errors import ErrorCode
 from kbplatform.fields import BoundedListField
 from retrieval.ragconfig.config import call_filters
 from retrieval.ragconfig.settings import MAX_FILTER_VALUE_CHARS, MAX_FILTER_VALUES
@@ -55,7 +56,7 @@ class LookupFiltersInput(serializers.Serializer[CallFilters]):
             raise serializers.ValidationError(
                 {api_settings.NON_FIELD_ERRORS_KEY: [
                     f"not a filter: {named}{more} (allowed: {', '.join(self.fields)})"]},
-                code="unknown_key")
+                code=ErrorCode.INVALID)
         return super().to_internal_value(data)
 
     def validate(self, attrs: dict[str, Any]) -> Any:
