@@ -38,8 +38,7 @@ class MetadataFilter:
     updated_before: int | None = None  # epoch seconds, exclusive
 
     def __bool__(self) -> bool:
-        return any((self.category, self.domain, self.business_key, self.file_name,
-                    self.updated_after is not None, self.updated_before is not None))
+        return bool(self.field_names())
 
     def field_names(self) -> list[str]:
         """The keys it compares (what the audit says of a call's filters: never the values)."""

@@ -66,9 +66,15 @@ class LookupFiltersInput(serializers.Serializer[CallFilters]):
             raise serializers.ValidationError(str(exc)) from exc
 
 
-def filters_from(raw: object) -> CallFilters:
-    """A call's `filters` under the tools' own rules, for the commands and the admin's hit
-    test; ValueError naming what is wrong."""
+def filters_from(text: str) -> CallFilters:
+    """A call's `filters` written as JSON ("": none), under the tools' own rules, for the
+    commands and the admin's hit test; ValueError naming what is wrong."""
+    if not text.strip():
+        return CallFilters()
+    try:
+        raw = json.loads(text)
+    except RecursionError:  # nested past Python's stack
+        raise ValueError("nested too deeply") from None
     data = LookupFiltersInput(data=raw)
     if not data.is_valid():
         raise ValueError(json.dumps(data.errors, ensure_ascii=False))
