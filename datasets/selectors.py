@@ -5,13 +5,13 @@ What a key may not see answers exactly as what does not exist: the same 404, the
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 from django.db.models import Count, F, Q, QuerySet, Sum, Window
 from django.db.models.functions import Coalesce, RowNumber
 
 from datasets.auth import Caller
-from datasets.models import Dataset, Document, Job, Source, Tenant
+from datasets.models import Chunk, Dataset, Document, Job, Source, Tenant
 from datasets.slug_secrets import key_variable_of
 from kbplatform.errors import NotFound
 
@@ -121,6 +121,45 @@ def live_doc_ids(*, tenant_id: int, dataset_ids: Sequence[int],
     return set(Document.objects.filter(
         doc_id__in=list(doc_ids), dataset_id__in=list(dataset_ids), dataset__tenant_id=tenant_id,
         dataset__activated=True, activated=True, deleted=False).values_list("doc_id", flat=True))
+
+
+def servable_document(*, tenant_id: int, dataset_ids: Sequence[int], doc_id: int
+                      ) -> Document | None:
+    """The document `doc_id` if a lookup of these datasets may serve it right now (as
+    live_doc_ids), else None: another tenant's answers as one that does not exist."""
+    return (Document.objects.filter(
+        doc_id=doc_id, dataset_id__in=list(dataset_ids), dataset__tenant_id=tenant_id,
+        dataset__activated=True, activated=True, deleted=False)
+        .only("pk", "doc_id", "dataset_id", "title", "source_path", "source_commit",
+              "chunk_count").first())
+
+
+def section_start(*, document_pk: int, breadcrumb: str) -> int | None:
+    """The index of the document's first chunk under `breadcrumb`, None when none is."""
+    return (Chunk.objects.filter(document_id=document_pk, breadcrumb=breadcrumb)
+            .order_by("chunk_index").values_list("chunk_index", flat=True).first())
+
+
+ChunkText = tuple[int, str, str, dict[str, object]]  # index, breadcrumb, content, metadata
+
+
+def chunks_from(*, document_pk: int, start: int, step: int, batch: int = 16
+                ) -> Iterator[ChunkText]:
+    """The document's chunks from `start` on, forward (`step` 1) or backward (-1), read
+    `batch` at a time: a reader that stops early has read at most one batch more."""
+    index = start
+    while index >= 0:
+        window = (index, index + batch - 1) if step > 0 else (max(index - batch + 1, 0), index)
+        rows = list(Chunk.objects.filter(document_id=document_pk, chunk_index__range=window)
+                    .order_by("chunk_index" if step > 0 else "-chunk_index")
+                    .values_list("chunk_index", "breadcrumb", "content", "metadata"))
+        for row in rows:
+            if row[0] != index:  # a gap: the document is being re-indexed
+                return
+            yield row
+            index += step
+        if len(rows) < batch:
+            return
 
 
 def documents_by_doc_id(*, tenant_id: int, doc_ids: Collection[int]) -> dict[int, Document]:

@@ -69,6 +69,22 @@ class GuardResult(TypedDict):
     not_ready: list[str]
 
 
+class FetchResult(TypedDict):
+    evidence_status: str  # READY, or UNAVAILABLE (a backend failed; nothing else is set)
+    tool_call_id: str
+    document_id: str  # the chunk asked for
+    source: str
+    title: str
+    breadcrumb: str
+    location: dict[str, int | str] | None
+    commit: str
+    text: str  # the section, at most max_chars: untrusted data
+    document_ids: list[str]  # the chunks `text` holds: each may be cited
+    truncated: bool  # the section goes on: fetch `next` (or `previous`)
+    previous: str
+    next: str
+
+
 class RatingResult(TypedDict):
     tool_call_id: str
     rating: str  # "helpful" | "not_helpful"
@@ -135,6 +151,17 @@ class KbClient:
                                        ("session_id", session_id)) if v})
         return cast(GuardResult, self._json("POST", "/api/tools/evidence_guard", body))
 
+    def fetch_evidence(self, document_id: str, *, section: str = "", max_chars: int = 0,
+                       tool_call_id: str = "", session_id: str = "") -> FetchResult:
+        """The section evidence `document_id` (`<docId>#chunk-<n>`, or a bare docId with
+        `section`, a breadcrumb) belongs to; KbError 404 `not_found` for an id this key may not
+        read. `max_chars` 0: the API's default."""
+        body: dict[str, Any] = {"document_id": document_id}
+        body.update({k: v for k, v in (("section", section), ("max_chars", max_chars),
+                                       ("tool_call_id", tool_call_id),
+                                       ("session_id", session_id)) if v})
+        return cast(FetchResult, self._tool("/api/tools/fetch_evidence", body))
+
     def rate_evidence(self, tool_call_id: str, document_ids: Sequence[str], *,
                       rating: str) -> RatingResult:
         """`rating` "helpful" or "not_helpful" for evidence the call `tool_call_id` of this key
@@ -166,6 +193,7 @@ class KbClient:
         if name in ("evidence_guard", "rate_evidence"):
             return dict(self._json("POST", f"/api/tools/{name}", dict(arguments)))
         paths = {"lookup_knowledge": "/api/tools/lookup_knowledge",
+                 "fetch_evidence": "/api/tools/fetch_evidence",
                  "rag_answer": "/api/rag/answer", "rag_agentic": "/api/rag/agentic",
                  "rag_node": "/api/rag/node"}
         if name not in paths:

@@ -21,6 +21,7 @@ from retrieval.answers.agentic import agentic_answer
 from retrieval.answers.answer import AnswerStatus
 from retrieval.answers.rag_node import DatasetRef, NodeInput, NodeStatus, rag_node
 from retrieval.answers.service import rag_answer
+from retrieval.lookup.fetch import FetchRequest, fetch_evidence
 from retrieval.lookup.service import confirmed_evidence, lookup_scope, served_lookup
 from retrieval.types import CallFilters, EvidenceStatus, SearchFilters
 
@@ -62,6 +63,17 @@ class RateArgs:
     tool_call_id: str
     document_ids: tuple[str, ...]
     rating: str
+
+
+@dataclass(frozen=True)
+class FetchArgs:
+    """fetch_evidence's input (`FetchEvidenceInput`)."""
+
+    document_id: str
+    max_chars: int
+    section: str = ""
+    tool_call_id: str = ""
+    session_id: str = ""
 
 
 def _scope(who: Caller, args: LookupArgs) -> SearchFilters:
@@ -116,6 +128,17 @@ def rag_node_call(who: Caller, node: NodeInput) -> ToolCall:
     filters = SearchFilters(tenant_id=who.tenant.pk,
                             dataset_ids=tuple(d.id for d in done.target_datasets))
     return ToolCall(body, done.invocation(filters), done.status is NodeStatus.UNAVAILABLE)
+
+
+def fetch_evidence_call(who: Caller, args: FetchArgs) -> ToolCall:
+    """The section of an evidence id, from a dataset this key may read (404 otherwise)."""
+    fetched = fetch_evidence(FetchRequest(
+        tenant_id=who.tenant.pk, readable=tuple(who.readable_dataset_ids()),
+        document_id=args.document_id, max_chars=args.max_chars, section=args.section,
+        tool_call_id=args.tool_call_id, session_id=args.session_id))
+    section = fetched.section
+    return ToolCall(section.as_dict(), fetched.record,
+                    section.evidence_status is EvidenceStatus.UNAVAILABLE)
 
 
 def list_datasets_call(who: Caller, args: None) -> ToolCall:

@@ -13,11 +13,13 @@ from rest_framework import serializers
 from datasets.auth import Caller
 from retrieval.answers.rag_node import NodeInput
 from retrieval.tools.calls import (
+    FetchArgs,
     GuardArgs,
     LookupArgs,
     RateArgs,
     ToolCall,
     evidence_guard_call,
+    fetch_evidence_call,
     list_datasets_call,
     lookup_call,
     rag_agentic_call,
@@ -25,10 +27,12 @@ from retrieval.tools.calls import (
     rag_node_call,
     rate_evidence_call,
 )
-from retrieval.tools.rendering import evidence_text, json_text, node_text
+from retrieval.tools.rendering import evidence_text, json_text, node_text, section_text
 from retrieval.tools.serializers import (
     EvidenceGuardInput,
     EvidenceGuardOutput,
+    FetchEvidenceInput,
+    FetchEvidenceOutput,
     LookupInput,
     RagAgenticOutput,
     RagAnswerOutput,
@@ -117,6 +121,21 @@ TOOLS = (
              "Confirmed: READY evidence of that call or session, from a dataset this key may "
              "read, of a document that may still be served.", EvidenceGuardOutput,
              errors=(400, 401, 415, 503))),
+    Tool("fetch_evidence",
+         "Read more than an excerpt: the whole section (heading, page) an evidence "
+         "document_id belongs to, up to max_chars. Give a document_id a lookup returned; "
+         "`truncated` true: fetch `next` to read on. Cite the ids in `document_ids`: the "
+         "guard confirms them for this call and session. " + CITE,
+         "/api/tools/fetch_evidence", fetch_evidence_call, section_text, FetchEvidenceInput,
+         FetchArgs, audited=True,
+         operation=Operation(
+             "The section an evidence id belongs to (fetch_evidence)",
+             "The chunks of the document under the same breadcrumb (heading path, page, "
+             "slide or sheet) as the one asked, joined, from a dataset this key may read; "
+             "longer than `max_chars`: from the asked chunk on. An id the key may not read is "
+             "404 `not_found`, as one that does not exist. Any role.", FetchEvidenceOutput,
+             answered="READY.", unavailable="FetchEvidenceUnavailable",
+             errors=(400, 401, 404, 415))),
     Tool("rate_evidence",
          "Say whether evidence a call of yours served was helpful or not (rating "
          "`helpful` or `not_helpful`), by the call's tool_call_id and the document_ids. "

@@ -34,6 +34,19 @@ def evidence_text(body: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def section_text(body: Mapping[str, Any]) -> str:
+    """A fetched section: its ids to cite and to read on, then its text as data."""
+    lines = [f"status: {body['evidence_status']}"]
+    if body.get("document_ids"):
+        lines += ["cite: " + ", ".join(body["document_ids"]),
+                  f"truncated: {str(body['truncated']).lower()}; previous: "
+                  f"{body['previous'] or '-'}; next: {body['next'] or '-'}",
+                  f"section ({LABEL}):",
+                  sources_block([(body["document_id"], " > ".join(
+                      p for p in (body["title"], body["breadcrumb"]) if p), body["text"])])]
+    return "\n".join(lines)
+
+
 def node_text(body: Mapping[str, Any]) -> str:
     """The RAG node's `result`: already the text it hands on to the loop."""
     return str(body["result"])

@@ -54,6 +54,13 @@ def test_a_scoped_tool_key_sees_only_its_datasets(kb, store, secret) -> None:
     assert b"payroll.md" not in found.content
     answer = lookup(client, "payroll dashboard restart")
     assert all(item["source"] != "payroll.md" for item in answer["evidence"])
+    # Reading a section of it: the same 404 as a document that does not exist.
+    for asked in (document.doc_key, f"{document.doc_key}#chunk-0"):
+        found = client.post("/api/tools/fetch_evidence", {"document_id": asked}, format="json")
+        missing = client.post("/api/tools/fetch_evidence",
+                              {"document_id": asked.replace(document.doc_key, str(MISSING))},
+                              format="json")
+        _same_as_missing(found, missing, document.doc_key)
 
 
 def test_a_scoped_admin_key_changes_only_its_datasets(kb, store, secret) -> None:

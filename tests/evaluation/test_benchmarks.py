@@ -187,6 +187,20 @@ def test_bench_lookup_compares_the_rest_call_with_the_floor(store: Any) -> None:
     assert "p50_growth_vs_first" in rows[-1]
 
 
+@pytest.mark.django_db
+def test_bench_fetch_times_sections_of_a_long_document_within_their_budget() -> None:
+    out = StringIO()
+    call_command("bench_fetch", "--lines", "300", "--queries", "5", "--json", stdout=out)
+    rows = json.loads(out.getvalue())["fetch"]
+    assert [row["shape"] for row in rows] == ["sections", "one_section"]
+    for row in rows:
+        assert row["chunks"] > 10
+        for budget in row["budgets"]:
+            assert budget["p50_ms"] > 0 and 0 < budget["chars_p50"] <= budget["max_chars"]
+    # Without headings a section is the whole document: the budget is what bounds it.
+    assert rows[1]["budgets"][0]["chars_p50"] > rows[0]["budgets"][0]["chars_p50"]
+
+
 @pytest.mark.django_db(transaction=True)  # uploads enqueue their indexing on commit
 def test_bench_ingest_measures_the_platform_against_the_embedder(store: Any,
                                                                 eager_tasks: None) -> None:

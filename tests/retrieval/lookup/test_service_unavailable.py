@@ -140,3 +140,23 @@ def test_redis_down_makes_a_lookup_503_not_a_500(acme: Imported, make_key: MakeK
     assert b"Bad Gateway" not in response.content
     row = ToolInvocation.objects.get(tool_call_id=call)
     assert row.outcome == Outcome.UNAVAILABLE and "canonical" in row.error
+
+
+@pytest.mark.integration  # the production cache: Redis
+@pytest.mark.django_db
+def test_redis_down_makes_a_fetch_unavailable_not_unconfirmable(
+        acme: Imported, make_key: MakeKey, settings: Any) -> None:
+    _, secret = make_key("acme")
+    asked = f"{acme.documents['nginx'].doc_key}#chunk-0"
+    stop_redis_for_this_test(settings)
+
+    response = client_for(secret).post("/api/tools/fetch_evidence",
+                                       {"document_id": asked, "tool_call_id": "f-down"},
+                                       format="json")
+    # A section the guard could never confirm is not handed out.
+    assert response.status_code == 503, response.content
+    body = response.json()
+    assert (body["evidence_status"], body["text"], body["document_ids"]) == \
+        ("UNAVAILABLE", "", [])
+    row = ToolInvocation.objects.get(tool_call_id="f-down")
+    assert row.outcome == Outcome.UNAVAILABLE and "canonical" in row.error
