@@ -30,6 +30,7 @@ from kbplatform.errors import NotFound, ServiceUnavailable
 from retrieval.types import EvidenceStatus, call_id
 
 PARAGRAPH = "\n\n"  # between two chunks that do not overlap
+FETCH_CHARS = (500, 6_000, 20_000)  # a fetch's max_chars: least, default, most
 # What may precede an overlap's start: the splitter starts one at a line or a sentence.
 _BOUNDARY = frozenset("。！？；\"'”’)）」』")
 

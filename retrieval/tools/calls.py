@@ -21,7 +21,7 @@ from retrieval.answers.agentic import agentic_answer
 from retrieval.answers.answer import AnswerStatus
 from retrieval.answers.rag_node import DatasetRef, NodeInput, NodeStatus, rag_node
 from retrieval.answers.service import rag_answer
-from retrieval.lookup.fetch import FetchRequest, fetch_evidence
+from retrieval.lookup.fetch import FETCH_CHARS, Fetched, FetchRequest, fetch_evidence
 from retrieval.lookup.service import confirmed_evidence, lookup_scope, served_lookup
 from retrieval.types import CallFilters, EvidenceStatus, SearchFilters
 
@@ -74,6 +74,20 @@ class FetchArgs:
     section: str = ""
     tool_call_id: str = ""
     session_id: str = ""
+
+
+@dataclass(frozen=True)
+class SearchArgs:
+    """The research profile's search input (`ResearchSearchInput`)."""
+
+    query: str
+
+
+@dataclass(frozen=True)
+class ResearchFetchArgs:
+    """The research profile's fetch input (`ResearchFetchInput`)."""
+
+    id: str
 
 
 def _scope(who: Caller, args: LookupArgs) -> SearchFilters:
@@ -130,15 +144,46 @@ def rag_node_call(who: Caller, node: NodeInput) -> ToolCall:
     return ToolCall(body, done.invocation(filters), done.status is NodeStatus.UNAVAILABLE)
 
 
-def fetch_evidence_call(who: Caller, args: FetchArgs) -> ToolCall:
-    """The section of an evidence id, from a dataset this key may read (404 otherwise)."""
-    fetched = fetch_evidence(FetchRequest(
+def _fetched(who: Caller, args: FetchArgs) -> Fetched:
+    return fetch_evidence(FetchRequest(
         tenant_id=who.tenant.pk, readable=tuple(who.readable_dataset_ids()),
         document_id=args.document_id, max_chars=args.max_chars, section=args.section,
         tool_call_id=args.tool_call_id, session_id=args.session_id))
+
+
+def fetch_evidence_call(who: Caller, args: FetchArgs) -> ToolCall:
+    """The section of an evidence id, from a dataset this key may read (404 otherwise)."""
+    fetched = _fetched(who, args)
     section = fetched.section
     return ToolCall(section.as_dict(), fetched.record,
                     section.evidence_status is EvidenceStatus.UNAVAILABLE)
+
+
+def _titled(title: str, breadcrumb: str) -> str:
+    return " > ".join(part for part in (title, breadcrumb) if part)
+
+
+def search_call(who: Caller, args: SearchArgs) -> ToolCall:
+    """The research profile's search: a lookup, its evidence as {id, title, text, url}."""
+    served = served_lookup(filters=_scope(who, LookupArgs(args.query)), query=args.query)
+    view = served.view
+    body = {"results": [{"id": e.document_id, "title": _titled(e.title, e.breadcrumb),
+                         "text": e.excerpt, "url": ""} for e in view.evidence],
+            "evidence_status": view.evidence_status.value}
+    return ToolCall(body, replace(served.record, tool_name="search"),
+                    view.evidence_status is EvidenceStatus.UNAVAILABLE)
+
+
+def research_fetch_call(who: Caller, args: ResearchFetchArgs) -> ToolCall:
+    """The research profile's fetch: fetch_evidence at its default length, as a document
+    {id, title, text, url, metadata}."""
+    fetched = _fetched(who, FetchArgs(document_id=args.id, max_chars=FETCH_CHARS[1]))
+    section = fetched.section.as_dict()
+    body = {"id": section.pop("document_id"),
+            "title": _titled(section.pop("title"), section["breadcrumb"]),
+            "text": section.pop("text"), "url": "", "metadata": section}
+    return ToolCall(body, replace(fetched.record, tool_name="fetch"),
+                    fetched.section.evidence_status is EvidenceStatus.UNAVAILABLE)
 
 
 def list_datasets_call(who: Caller, args: None) -> ToolCall:

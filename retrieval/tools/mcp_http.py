@@ -46,24 +46,31 @@ class Refusal:
     headers: tuple[tuple[str, str], ...] = ()
 
 
+MOUNT = "/mcp"  # settings.KB_WSGI_MOUNTS
+_NO_PROFILE = Refusal("404 Not Found", ErrorCode.NOT_FOUND,
+                      "no MCP server here: /mcp serves the tools, /mcp/research search and "
+                      "fetch")
 _TOO_LARGE = Refusal("413 Request Entity Too Large", ErrorCode.TOO_LARGE,
                      f"a JSON-RPC message to /mcp has at most {MAX_BODY_BYTES} bytes")
 
 
 class McpWsgiApp:
-    """Started on the first request (a process that never serves MCP starts no loop)."""
+    """Each profile's server (retrieval/tools/registry.py PROFILES: /mcp, /mcp/research) is
+    started on its first request (a process that never serves one starts no loop for it)."""
 
     def __init__(self) -> None:
-        self._app: WsgiApp | None = None
+        self._apps: dict[str, WsgiApp] = {}
         self._lock = threading.Lock()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]
                  ) -> Iterable[bytes]:
-        body = _checked(environ)
+        profile = _profile(environ)
+        body = _checked(environ) if profile is not None else _NO_PROFILE
         if isinstance(body, Refusal):
             return _refused(start_response, body)
+        assert profile is not None
         try:
-            app = self._started_app()
+            app = self._started_app(profile)
         except RuntimeError as exc:  # the next request tries again
             return _refused(start_response, Refusal(
                 "503 Service Unavailable", ErrorCode.UNAVAILABLE, str(exc), INTERNAL_ERROR))
@@ -71,12 +78,20 @@ class McpWsgiApp:
         return app({**environ, "wsgi.input": io.BytesIO(body),
                     "CONTENT_LENGTH": str(len(body))}, start_response)
 
-    def _started_app(self) -> WsgiApp:
-        if self._app is None:
+    def _started_app(self, profile: str) -> WsgiApp:
+        if profile not in self._apps:
             with self._lock:
-                if self._app is None:
-                    self._app = _started()
-        return self._app
+                if profile not in self._apps:
+                    self._apps[profile] = _started(profile)
+        return self._apps[profile]
+
+
+def _profile(environ: dict[str, Any]) -> str | None:
+    """The profile a path names (`/mcp` → "", `/mcp/research` → "research"), else None."""
+    from retrieval.tools.registry import PROFILES
+
+    name = environ.get("PATH_INFO", "").removeprefix(MOUNT).strip("/")
+    return name if name in PROFILES else None
 
 
 def _checked(environ: dict[str, Any]) -> bytes | Refusal:
@@ -174,7 +189,7 @@ def _refused(start_response: Callable[..., Any], refusal: Refusal) -> Iterable[b
     return [body]
 
 
-def _started() -> WsgiApp:
+def _started(profile: str) -> WsgiApp:
     from a2wsgi import ASGIMiddleware
     from mcp.server.streamable_http_manager import (
         StreamableHTTPASGIApp,
@@ -185,12 +200,13 @@ def _started() -> WsgiApp:
     from retrieval.tools.mcp_server import build_server
 
     manager = StreamableHTTPSessionManager(
-        app=build_server(), stateless=True, json_response=True,
+        app=build_server(profile=profile), stateless=True, json_response=True,
         # Hosts and origins are checked before (_foreign), as Django checks them.
         security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         max_request_body_size=MAX_BODY_BYTES)
     loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, name="mcp-http", daemon=True).start()
+    threading.Thread(target=loop.run_forever, name=f"mcp-http{profile and '-' + profile}",
+                     daemon=True).start()
     ready = threading.Event()
 
     async def hold_open() -> None:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from retrieval.tools.registry import TOOLS, Tool
+from retrieval.tools.registry import SERVED, TOOLS, Tool
 
 FORMATS = ("openai", "anthropic", "mcp")
 
@@ -54,7 +54,7 @@ def _schemas() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
     openapi = SchemaGenerator().get_schema(request=None, public=True)
     components = openapi["components"]["schemas"]
     found = {}
-    for tool in TOOLS:
+    for tool in SERVED:
         operation = openapi["paths"][tool.path][tool.method]
         body = operation.get("requestBody", {}).get("content", {}).get("application/json", {})
         params = _closed(_resolved(body["schema"], components)) if body else {

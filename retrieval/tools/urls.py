@@ -3,10 +3,10 @@ from django.urls import path
 from retrieval.index import apis as index_apis
 from retrieval.ragconfig import apis as ragconfig_apis
 from retrieval.tools import views as apis
-from retrieval.tools.registry import TOOLS
+from retrieval.tools.registry import SERVED
 
 urlpatterns = [
-    *(path(tool.path.removeprefix("/api/"), apis.tool_api(tool).as_view()) for tool in TOOLS
+    *(path(tool.path.removeprefix("/api/"), apis.tool_api(tool).as_view()) for tool in SERVED
       if tool.operation),
     path("tools/schema", apis.ToolSchemaApi.as_view()),
     path("knowledge/rebuild-hybrid", index_apis.RebuildApi.as_view()),

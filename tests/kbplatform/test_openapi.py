@@ -89,6 +89,8 @@ def test_both_key_headers_are_security_schemes_of_every_operation(
 
 TOOL_CONTRACTS = {"/api/tools/lookup_knowledge": "RagToolResult",
                   "/api/tools/fetch_evidence": "FetchEvidenceResult",
+                  "/api/research/search": "ResearchSearchResult",
+                  "/api/research/fetch": "ResearchDocument",
                   "/api/rag/answer": "RagAnswerResult", "/api/rag/agentic": "RagAgenticResult",
                   "/api/rag/node": "RagNodeResult"}
 

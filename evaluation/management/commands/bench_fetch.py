@@ -12,7 +12,7 @@ from datasets.ingestion.pipeline import build_chunks
 from datasets.models import Dataset, Document
 from datasets.services import chunks_replace, configured_chunking, tenant_get_or_create
 from evaluation.benchmarks import Timing, in_process_client, synthetic_text, timed_ms
-from retrieval.tools.serializers import FETCH_CHARS
+from retrieval.lookup.fetch import FETCH_CHARS
 
 BENCH_DOC_BASE = 2**61  # doc ids of the bench documents, far from the random ones of uploads
 SHAPES = {  # lines per section: a runbook's sections, and one document without headings

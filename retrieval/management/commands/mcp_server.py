@@ -13,6 +13,9 @@ class Command(BaseCommand):
         parser.add_argument("--api-key-env", default="KB_API_KEY",
                             help="the environment variable holding the API key "
                                  "(default KB_API_KEY)")
+        parser.add_argument("--profile", choices=["default", "research"], default="default",
+                            help="the tools served: default, every agent tool; research, "
+                                 "search and fetch as deep-research clients call them")
 
     def handle(self, *args: Any, **options: Any) -> None:
         from mcp.server.stdio import stdio_server
@@ -23,7 +26,8 @@ class Command(BaseCommand):
         key = os.environ.get(name, "").strip()
         if not key:
             raise CommandError(f"set {name} to an API key (python manage.py create_api_key)")
-        server = build_server(stdio_key=key)
+        profile = "" if options["profile"] == "default" else options["profile"]
+        server = build_server(stdio_key=key, profile=profile)
 
         async def serve() -> None:
             # stdout is the protocol's: everything else this process says goes to stderr.

@@ -24,12 +24,12 @@ PING = b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
 
 
 def post(body: bytes = PING, *, method: str = "POST", content_type: str = "application/json",
-         host: str = "localhost", length: bool = True, **headers: str
+         host: str = "localhost", length: bool = True, path: str = "/mcp", **headers: str
          ) -> tuple[int, dict[str, str], Any]:
     """(status, headers, JSON body) of one request to /mcp; `length=False` sends the body
     without a Content-Length, as a server passes a chunked one on."""
     environ: dict[str, Any] = {
-        "REQUEST_METHOD": method, "PATH_INFO": "/mcp", "HTTP_HOST": host,
+        "REQUEST_METHOD": method, "PATH_INFO": path, "HTTP_HOST": host,
         "CONTENT_TYPE": content_type, "HTTP_ACCEPT": "application/json, text/event-stream",
         "wsgi.input": io.BytesIO(body), "wsgi.input_terminated": True,
         **{f"HTTP_{name.upper()}": value for name, value in headers.items()}}
@@ -48,6 +48,9 @@ def post(body: bytes = PING, *, method: str = "POST", content_type: str = "appli
 
 
 REFUSED = {
+    "no-such-profile": ({"path": "/mcp/nope"}, 404, "not_found", -32600),
+    "no-such-profile-get": ({"path": "/mcp/research/x", "method": "GET"}, 404, "not_found",
+                            -32600),
     "get": ({"method": "GET"}, 405, "method_not_allowed", -32600),
     "foreign-host": ({"host": "evil.example"}, 421, "invalid_host", -32600),
     "foreign-origin": ({"ORIGIN": "http://evil.example"}, 403, "invalid_origin", -32600),
@@ -92,6 +95,8 @@ def test_every_refusal_of_the_transport_is_a_json_rpc_error(
 def test_a_message_the_transport_takes_reaches_the_server() -> None:
     """What the checks let through is answered as before, a body without a length too."""
     assert post()[::2] == (200, {"jsonrpc": "2.0", "id": 1, "result": {}})
+    for path in ("/mcp/", "/mcp/research", "/mcp/research/"):  # each profile's server
+        assert post(path=path)[::2] == (200, {"jsonrpc": "2.0", "id": 1, "result": {}})
     assert post(length=False)[::2] == (200, {"jsonrpc": "2.0", "id": 1, "result": {}})
     assert post(content_type="application/json; charset=utf-8")[0] == 200
     # The SDK's own refusals were JSON-RPC errors already (no Accept of JSON: 406).

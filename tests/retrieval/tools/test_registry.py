@@ -13,11 +13,12 @@ from django.urls import URLPattern, URLResolver, get_resolver, resolve
 
 from audit.models import Channel, ToolInvocation
 from retrieval.tools.mcp_server import build_server, call_tool
-from retrieval.tools.registry import TOOLS
+from retrieval.tools.registry import PROFILES, SERVED, TOOLS
 from retrieval.tools.views import ToolApi
 from tests.retrieval.conftest import MakeKey, client_for
 
 NAMES = [tool.name for tool in TOOLS]
+PROFILE_OF = {tool.name: profile for profile, tools in PROFILES.items() for tool in tools}
 
 
 def tool_routes() -> dict[str, str]:
@@ -38,23 +39,25 @@ def tool_routes() -> dict[str, str]:
 
 
 def test_the_rest_urls_are_the_registrys_tools() -> None:
-    assert tool_routes() == {tool.path: tool.name for tool in TOOLS if tool.operation}
-    for tool in TOOLS:  # list_datasets included: another app's view serves its path
+    assert tool_routes() == {tool.path: tool.name for tool in SERVED if tool.operation}
+    for tool in SERVED:  # list_datasets included: another app's view serves its path
         view = resolve(tool.path).func.view_class  # type: ignore[attr-defined]
         assert hasattr(view, tool.method), tool.name
 
 
-def test_the_mcp_tools_are_the_registrys() -> None:
+@pytest.mark.parametrize("profile", PROFILES)
+def test_the_mcp_tools_are_the_registrys(profile: str) -> None:
     async def listed() -> list[str]:
         from mcp import Client
 
-        async with Client(build_server()) as client:
+        async with Client(build_server(profile=profile)) as client:
             return [tool.name for tool in (await client.list_tools()).tools]
 
-    assert anyio.run(listed) == NAMES
+    assert anyio.run(listed) == [tool.name for tool in PROFILES[profile]]
+    assert len(set(PROFILE_OF)) == len(SERVED)  # a name is one tool, whatever the profile
 
 
-@pytest.mark.parametrize("tool", TOOLS, ids=NAMES)
+@pytest.mark.parametrize("tool", SERVED, ids=PROFILE_OF)
 def test_each_tools_typed_input_declares_its_contracts_fields(tool: Any) -> None:
     """A call receives its input typed, built by the contract's field names: the two declare
     the same fields, so nothing validated is dropped and nothing typed goes unvalidated."""
@@ -71,15 +74,15 @@ def test_the_tool_schemas_are_the_registrys(fmt: str) -> None:
 
 
 @pytest.mark.django_db(transaction=True)  # call_tool closes its connections
-@pytest.mark.parametrize("tool", TOOLS, ids=NAMES)
+@pytest.mark.parametrize("tool", SERVED, ids=PROFILE_OF)
 def test_a_refused_call_has_one_audit_row_if_audited_on_either_channel(
         tool: Any, make_key: MakeKey) -> None:
     _, secret = make_key("acme")
     if tool.operation:
         client_for("kb_nope_nope").post(tool.path, {}, format="json")
         client_for(secret).post(tool.path, {"dataset_ids": "x"}, format="json")  # invalid
-    call_tool(tool.name, {}, "kb_nope_nope")
-    call_tool(tool.name, {"dataset_ids": "x"}, secret)
+    call_tool(tool.name, {}, "kb_nope_nope", PROFILE_OF[tool.name])
+    call_tool(tool.name, {"dataset_ids": "x"}, secret, PROFILE_OF[tool.name])
     rows = ToolInvocation.objects.filter(tool_name=tool.name)
     assert rows.filter(channel=Channel.MCP).count() == (2 if tool.audited else 0)
     assert rows.filter(channel=Channel.REST).count() == \
