@@ -6,6 +6,7 @@ What a key may not see answers exactly as what does not exist: the same 404, the
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Sequence
+from typing import NamedTuple
 
 from django.db.models import Count, F, Q, QuerySet, Sum, Window
 from django.db.models.functions import Coalesce, RowNumber
@@ -112,26 +113,40 @@ def datasets_in_scope(*, tenant_id: int, dataset_ids: Sequence[int],
                  .order_by("pk").values_list("pk", flat=True))
 
 
+def _servable(tenant_id: int, dataset_ids: Sequence[int]) -> Q:
+    """Documents a lookup may serve right now: live, activated, in an activated dataset of
+    the tenant among `dataset_ids`."""
+    return Q(dataset_id__in=list(dataset_ids), dataset__tenant_id=tenant_id,
+             dataset__activated=True, activated=True, deleted=False)
+
+
 def live_doc_ids(*, tenant_id: int, dataset_ids: Sequence[int],
                  doc_ids: Collection[int]) -> set[int]:
-    """Of `doc_ids`, those a lookup may serve right now: live, activated, in an activated
-    dataset of the tenant. Lookups check every hit against this, whatever Milvus says."""
+    """Of `doc_ids`, those a lookup may serve right now. Lookups check every hit against
+    this, whatever Milvus says."""
     if not doc_ids:
         return set()
-    return set(Document.objects.filter(
-        doc_id__in=list(doc_ids), dataset_id__in=list(dataset_ids), dataset__tenant_id=tenant_id,
-        dataset__activated=True, activated=True, deleted=False).values_list("doc_id", flat=True))
+    return set(Document.objects.filter(_servable(tenant_id, dataset_ids),
+                                       doc_id__in=list(doc_ids))
+               .values_list("doc_id", flat=True))
 
 
 def servable_document(*, tenant_id: int, dataset_ids: Sequence[int], doc_id: int
                       ) -> Document | None:
-    """The document `doc_id` if a lookup of these datasets may serve it right now (as
-    live_doc_ids), else None: another tenant's answers as one that does not exist."""
-    return (Document.objects.filter(
-        doc_id=doc_id, dataset_id__in=list(dataset_ids), dataset__tenant_id=tenant_id,
-        dataset__activated=True, activated=True, deleted=False)
-        .only("pk", "doc_id", "dataset_id", "title", "source_path", "source_commit",
-              "chunk_count").first())
+    """The document `doc_id` if a lookup of these datasets may serve it right now, else
+    None: another tenant's answers as one that does not exist."""
+    return (Document.objects.filter(_servable(tenant_id, dataset_ids), doc_id=doc_id)
+            .only("pk", "doc_id", "dataset_id", "title", "source_path", "source_commit")
+            .first())
+
+
+def chunk_count_locked(*, document_pk: int) -> int:
+    """The document's chunk count, its row locked until the transaction ends: indexing
+    replaces its chunks and then writes the row in one transaction, so the chunks read
+    under this lock are all of one indexing (0: the document is gone)."""
+    count = (Document.objects.select_for_update().filter(pk=document_pk)
+             .values_list("chunk_count", flat=True).first())
+    return count or 0
 
 
 def section_start(*, document_pk: int, breadcrumb: str) -> int | None:
@@ -140,23 +155,32 @@ def section_start(*, document_pk: int, breadcrumb: str) -> int | None:
             .order_by("chunk_index").values_list("chunk_index", flat=True).first())
 
 
-ChunkText = tuple[int, str, str, dict[str, object]]  # index, breadcrumb, content, metadata
+class ChunkText(NamedTuple):
+    chunk_index: int
+    breadcrumb: str
+    content: str
+    overlap: int  # characters it starts with that end the chunk before it (0: none known)
+    location: object  # as its metadata stores it
 
 
 def chunks_from(*, document_pk: int, start: int, step: int, batch: int = 16
                 ) -> Iterator[ChunkText]:
     """The document's chunks from `start` on, forward (`step` 1) or backward (-1), read
-    `batch` at a time: a reader that stops early has read at most one batch more."""
+    `batch` at a time: a reader that stops early has read at most one batch more. It ends
+    at the document's end, or at a missing index."""
     index = start
     while index >= 0:
         window = (index, index + batch - 1) if step > 0 else (max(index - batch + 1, 0), index)
         rows = list(Chunk.objects.filter(document_id=document_pk, chunk_index__range=window)
                     .order_by("chunk_index" if step > 0 else "-chunk_index")
                     .values_list("chunk_index", "breadcrumb", "content", "metadata"))
-        for row in rows:
-            if row[0] != index:  # a gap: the document is being re-indexed
+        for chunk_index, breadcrumb, content, metadata in rows:
+            if chunk_index != index:
                 return
-            yield row
+            overlap = metadata.get("overlap") if isinstance(metadata, dict) else None
+            yield ChunkText(chunk_index, breadcrumb, content,
+                            overlap if isinstance(overlap, int) else 0,
+                            metadata.get("location") if isinstance(metadata, dict) else None)
             index += step
         if len(rows) < batch:
             return

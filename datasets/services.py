@@ -346,7 +346,8 @@ def chunks_replace(*, document_id: int, drafts: Sequence[ChunkDraft]) -> None:
 
 def _chunk_metadata(draft: ChunkDraft) -> dict[str, object]:
     location = {"location": draft.location.as_dict()} if draft.location else {}
-    return {"search_chars": len(draft.search_text), **location}
+    # Always written: a chunk without it was indexed before it was kept (fetch_evidence).
+    return {"search_chars": len(draft.search_text), "overlap": draft.overlap, **location}
 
 
 def document_indexing(*, document_id: int, content_hash: str) -> None:

@@ -70,7 +70,7 @@ class GuardResult(TypedDict):
 
 
 class FetchResult(TypedDict):
-    evidence_status: str  # READY, or UNAVAILABLE (a backend failed; nothing else is set)
+    evidence_status: str  # READY, or UNAVAILABLE (a backend failed: no text, no ids)
     tool_call_id: str
     document_id: str  # the chunk asked for
     source: str

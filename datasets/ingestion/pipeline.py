@@ -36,6 +36,7 @@ class ChunkDraft:
     # Title + Path + Content: the BM25 input and the embedding input, ≤ MAX_SEARCH_TEXT_CHARS.
     search_text: str
     location: Location | None = None  # the page, slide or sheet where the chunk begins
+    overlap: int = 0  # characters it starts with that end the chunk before it
 
 
 def build_chunks(
@@ -71,7 +72,7 @@ def _draft(title: str, segment: Segment, location: Location | None) -> ChunkDraf
         breadcrumb = BREADCRUMB_SEPARATOR.join(p for p in (location.label(), breadcrumb) if p)
     return ChunkDraft(index=segment.index, content=segment.content, breadcrumb=breadcrumb,
                       search_text=search_text(title, breadcrumb, segment.content),
-                      location=location)
+                      location=location, overlap=segment.overlap)
 
 
 def search_text(title: str, breadcrumb: str, content: str) -> str:

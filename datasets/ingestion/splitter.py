@@ -50,6 +50,9 @@ class Segment:
     # Where the segment begins in the (newline-normalised) text: what precedes it there (a
     # page marker the pipeline took out) says where it is. Overlap starts it before its cut.
     start: int = 0
+    # How many characters it starts with that end the segment before it (the overlap): the
+    # two joined say them once (fetch_evidence).
+    overlap: int = 0
 
 
 @dataclass(frozen=True)
@@ -166,9 +169,9 @@ class MarkdownSplitter:
                 lead_start = span[0]
             headings = tuple(title for _, title in path if title)
             breadcrumb = _breadcrumb(headings)
-            for start, content in self._split_section(source, lead, body, protected):
+            for start, content, overlap in self._split_section(source, lead, body, protected):
                 first = lead_start if lead_start is not None else start
-                yield Segment(index, content, breadcrumb, headings, first)
+                yield Segment(index, content, breadcrumb, headings, first, overlap)
                 lead_start = None
                 index += 1
 
@@ -178,9 +181,10 @@ class MarkdownSplitter:
         lead: str,
         body: Sequence[SyntaxTreeNode],
         protected: Sequence[tuple[int, int]],
-    ) -> list[tuple[int, str]]:
-        """Pack a section's blocks into (start, piece); `lead` (its heading line) opens the
-        first."""
+    ) -> list[tuple[int, str, int]]:
+        """Pack a section's blocks into (start, piece, overlap); `lead` (its heading line)
+        opens the first. `overlap`: how many characters the piece starts with that end the
+        piece before it."""
         if not body:
             return []
         # Leave room for the heading so the first piece fits.
@@ -189,9 +193,10 @@ class MarkdownSplitter:
         units = [u for node in body for u in self._units(source, node, max_unit, max_atomic)]
         if not units:
             return []
-        pieces: list[tuple[int, str]] = []
+        pieces: list[tuple[int, str, int]] = []
         start = units[0].start
         first = 0
+        repeated = ""  # the end of the piece before that this piece starts with
         while first < len(units):
             last = first
             cut_block = units[first].text
@@ -207,8 +212,11 @@ class MarkdownSplitter:
                 content = lead + source.text[start : units[last].end]
             content = _LEADING_BLANK_LINES.sub("", content).rstrip()
             if content:
-                pieces.append((start, content))
+                shared = bool(repeated) and content.startswith(repeated) and bool(pieces) \
+                    and pieces[-1][1].endswith(repeated)
+                pieces.append((start, content, len(repeated) if shared else 0))
             lead = ""
+            repeated = ""
             if last + 1 < len(units):
                 following = units[last + 1]
                 # No overlap into or out of the pieces of a cut block: they are not source spans.
@@ -217,6 +225,9 @@ class MarkdownSplitter:
                     if cut_block is None and following.text is None
                     else following.start
                 )
+                end = units[last].end
+                if start < end:
+                    repeated = _LEADING_BLANK_LINES.sub("", source.text[start:end])
             first = last + 1
         return pieces
 

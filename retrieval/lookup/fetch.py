@@ -2,25 +2,27 @@
 
 A section is the run of a document's chunks under one breadcrumb (one heading path, on one
 page, slide or sheet when the original has them). Its text is its chunks' text joined, each
-chunk's overlap with the one before it said once, so what an agent reads is the indexed
-(redacted) text, never the raw upload. A section longer than the budget is read from the
-asked chunk on (then back, when its end comes first); `next` and `previous` name the chunks
-just outside what was returned, to read on.
+chunk's overlap with the one before it (as the splitter recorded it) said once: the indexed,
+redacted text, never the raw upload. The asked chunk is always whole; a section that does
+not fit the budget is read from the asked chunk on, and `next` / `previous` name the chunks
+just outside what was returned, so reading on by `next` never serves a chunk twice.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from audit.canonical import canonical_store
+from django.db import transaction
+
+from audit.canonical import canonical_extend
 from audit.types import InvocationRecord, ReadyEvidence
 from datasets.evidence import EvidenceKey
 from datasets.ingestion.limits import shorten
 from datasets.ingestion.locations import Location
 from datasets.selectors import (
     ChunkText,
+    chunk_count_locked,
     chunks_from,
     db_id,
     section_start,
@@ -30,9 +32,9 @@ from kbplatform.errors import NotFound, ServiceUnavailable
 from retrieval.types import EvidenceStatus, call_id
 
 PARAGRAPH = "\n\n"  # between two chunks that do not overlap
-FETCH_CHARS = (500, 6_000, 20_000)  # a fetch's max_chars: least, default, most
-# What may precede an overlap's start: the splitter starts one at a line or a sentence.
-_BOUNDARY = frozenset("。！？；\"'”’)）」』")
+# A fetch's max_chars: the least, the default and the most (the asked chunk alone is cut
+# only past the most).
+FETCH_MIN_CHARS, FETCH_DEFAULT_CHARS, FETCH_MAX_CHARS = 500, 6_000, 20_000
 
 
 @dataclass(frozen=True)
@@ -88,26 +90,30 @@ def fetch_evidence(request: FetchRequest) -> Fetched:
                                  doc_id=doc_id) if doc_id else None
     if document is None:
         raise missing
-    anchor = key.chunk_index if key else \
-        section_start(document_pk=document.pk, breadcrumb=request.section) \
-        if request.section else 0
-    if anchor is None or anchor >= document.chunk_count:
+    with transaction.atomic():  # the chunks of one indexing, whatever runs meanwhile
+        count = chunk_count_locked(document_pk=document.pk)
+        if key:
+            anchor: int | None = key.chunk_index
+        elif request.section:
+            anchor = section_start(document_pk=document.pk, breadcrumb=request.section)
+        else:
+            anchor = 0
+        run = _section(document.pk, anchor, request.max_chars) \
+            if anchor is not None and anchor < count else None
+    if not run:
         raise missing
-    run = _section(document.pk, anchor, request.max_chars)
-    if not run.rows:
-        raise missing
-    keys = tuple(str(EvidenceKey(document.doc_key, row[0])) for row in run.rows)
-    first, last = run.rows[0][0], run.rows[-1][0]
-    location = Location.stored(run.rows[0][3].get("location"))
+    rows = run.rows
+    keys = tuple(str(EvidenceKey(document.doc_key, row.chunk_index)) for row in rows)
+    first, last = rows[0].chunk_index, rows[-1].chunk_index
+    location = Location.stored(rows[0].location)
     section = FetchedSection(
         evidence_status=EvidenceStatus.READY, tool_call_id=call_id(request.tool_call_id),
-        document_id=str(EvidenceKey(document.doc_key, anchor)), source=document.source_path,
-        title=document.title, breadcrumb=run.rows[0][1],
+        document_id=str(EvidenceKey(document.doc_key, rows[run.asked].chunk_index)),
+        source=document.source_path, title=document.title, breadcrumb=rows[0].breadcrumb,
         location=location.as_dict() if location else None, commit=document.source_commit,
         text=run.text, document_ids=keys, truncated=run.truncated,
         previous=str(EvidenceKey(document.doc_key, first - 1)) if first > 0 else "",
-        next=str(EvidenceKey(document.doc_key, last + 1))
-        if last + 1 < document.chunk_count else "")
+        next=str(EvidenceKey(document.doc_key, last + 1)) if last + 1 < count else "")
     record = InvocationRecord(
         tenant_id=request.tenant_id, tool_call_id=section.tool_call_id,
         session_id=request.session_id, query="",
@@ -115,11 +121,10 @@ def fetch_evidence(request: FetchRequest) -> Fetched:
         returned_count=len(keys), config_version=None, error="",
         details={"fetched": {"document_id": section.document_id, "chunks": [first, last],
                              "chars": len(run.text), "truncated": run.truncated}},
-        dataset_ids=(document.dataset_id,),
         ready=tuple(ReadyEvidence(k, document.dataset_id) for k in keys),
         tool_name="fetch_evidence")
     try:
-        canonical_store(record)
+        canonical_extend(record)
     except ServiceUnavailable:
         section = FetchedSection(EvidenceStatus.UNAVAILABLE, section.tool_call_id,
                                  section.document_id)
@@ -129,73 +134,61 @@ def fetch_evidence(request: FetchRequest) -> Fetched:
     # The audit row is no lookup's: no served evidence (the cited rates count what lookups
     # served; a citation of a chunk a lookup of the session served counts for that lookup),
     # no dataset searched (the per-dataset figures count lookups).
-    return Fetched(section, replace(record, ready=(), dataset_ids=()))
+    return Fetched(section, replace(record, ready=()))
 
 
 @dataclass(frozen=True)
 class _Run:
     rows: tuple[ChunkText, ...]
+    asked: int  # the asked chunk's place in `rows`
     text: str
-    truncated: bool
+    truncated: bool  # the section goes on before or after `rows`
 
 
-def _section(document_pk: int, anchor: int, budget: int) -> _Run:
-    """The chunks of the anchor's section that fit `budget` characters, joined: from the
-    anchor forward, then backward; the anchor alone cut to the budget when it is longer."""
+def _section(document_pk: int, anchor: int, budget: int) -> _Run | None:
+    """The anchor's chunk whole, then the chunks after it under its breadcrumb while they fit
+    `budget` characters; when the section's end comes first, those before it too, if all the
+    way to the section's start fits (else none of them: `previous` reads them)."""
     ahead = chunks_from(document_pk=document_pk, start=anchor, step=1)
     first = next(ahead, None)
-    if first is None or first[0] != anchor:
-        return _Run((), "", False)
-    breadcrumb = first[1]
-    if len(first[2]) > budget:
-        return _Run((first,), shorten(first[2], budget), True)
-    rows: deque[ChunkText] = deque([first])
-    text = first[2]
-    truncated = False
+    if first is None:
+        return None
+    if len(first.content) > FETCH_MAX_CHARS:
+        return _Run((first,), 0, shorten(first.content, FETCH_MAX_CHARS), True)
+    rows = [first]
+    size = len(first.content)
+    ended = True  # the section ends after `rows`
     for row in ahead:
-        if row[1] != breadcrumb:
+        if row.breadcrumb != first.breadcrumb:
             break
-        joined = text + _tail(text, row[2])
-        if len(joined) > budget:
-            truncated = True
+        if size + _gain(row) > budget:
+            ended = False
             break
         rows.append(row)
-        text = joined
-    if anchor > 0 and not truncated:  # the section's end came first: read back
-        for row in chunks_from(document_pk=document_pk, start=anchor - 1, step=-1):
-            if row[1] != breadcrumb:
-                break
-            joined = _head(row[2], text) + text
-            if len(joined) > budget:
-                truncated = True
-                break
-            rows.appendleft(row)
-            text = joined
-    return _Run(tuple(rows), text, truncated)
+        size += _gain(row)
+    if not ended:
+        return _Run(tuple(rows), 0, _joined(rows), True)
+    before: list[ChunkText] = []
+    for row in chunks_from(document_pk=document_pk, start=anchor - 1, step=-1):
+        if row.breadcrumb != first.breadcrumb:
+            break
+        head = (before or rows)[0]  # joined after `row` now: its gain replaces its content
+        size += len(row.content) + _gain(head) - len(head.content)
+        if size > budget:
+            return _Run(tuple(rows), 0, _joined(rows), True)
+        before.insert(0, row)
+    whole = [*before, *rows]
+    return _Run(tuple(whole), len(before), _joined(whole), False)
 
 
-def _tail(before: str, chunk: str) -> str:
-    """What `chunk` adds after `before`: without the start it repeats of `before`'s end (the
-    splitter's overlap), else after a paragraph break."""
-    overlap = _overlap(before, chunk)
-    return chunk[overlap:] if overlap else PARAGRAPH + chunk
+def _gain(row: ChunkText) -> int:
+    """What `row` adds to the text after the chunk before it: its content less the overlap it
+    starts with, else after a paragraph break."""
+    return len(row.content) - row.overlap if row.overlap else len(PARAGRAPH) + len(row.content)
 
 
-def _head(chunk: str, after: str) -> str:
-    """What `chunk` adds before `after`."""
-    overlap = _overlap(chunk, after)
-    return chunk[: len(chunk) - overlap] if overlap else chunk + PARAGRAPH
-
-
-def _overlap(before: str, after: str) -> int:
-    """The longest end of `before` that `after` starts with, where it starts a line or a
-    sentence of `before` (the splitter overlaps whole sentences or lines); 0 for none."""
-    if not after:
-        return 0
-    at = before.find(after[0], max(len(before) - len(after), 0))
-    while at != -1:
-        starts = at == 0 or before[at - 1].isspace() or before[at - 1] in _BOUNDARY
-        if starts and after.startswith(before[at:]):
-            return len(before) - at
-        at = before.find(after[0], at + 1)
-    return 0
+def _joined(rows: list[ChunkText]) -> str:
+    """The chunks' text, each overlap said once (a chunk indexed before overlaps were kept
+    repeats it, after a paragraph break)."""
+    return "".join([rows[0].content, *(row.content[row.overlap:] if row.overlap
+                                       else PARAGRAPH + row.content for row in rows[1:])])

@@ -21,7 +21,7 @@ from retrieval.answers.agentic import agentic_answer
 from retrieval.answers.answer import AnswerStatus
 from retrieval.answers.rag_node import DatasetRef, NodeInput, NodeStatus, rag_node
 from retrieval.answers.service import rag_answer
-from retrieval.lookup.fetch import FETCH_CHARS, Fetched, FetchRequest, fetch_evidence
+from retrieval.lookup.fetch import FETCH_DEFAULT_CHARS, Fetched, FetchRequest, fetch_evidence
 from retrieval.lookup.service import confirmed_evidence, lookup_scope, served_lookup
 from retrieval.types import CallFilters, EvidenceStatus, SearchFilters
 
@@ -177,7 +177,7 @@ def search_call(who: Caller, args: SearchArgs) -> ToolCall:
 def research_fetch_call(who: Caller, args: ResearchFetchArgs) -> ToolCall:
     """The research profile's fetch: fetch_evidence at its default length, as a document
     {id, title, text, url, metadata}."""
-    fetched = _fetched(who, FetchArgs(document_id=args.id, max_chars=FETCH_CHARS[1]))
+    fetched = _fetched(who, FetchArgs(document_id=args.id, max_chars=FETCH_DEFAULT_CHARS))
     section = fetched.section.as_dict()
     body = {"id": section.pop("document_id"),
             "title": _titled(section.pop("title"), section["breadcrumb"]),

@@ -15,7 +15,7 @@ from kbplatform.fields import BoundedListField
 from retrieval.answers.agentic import Route
 from retrieval.answers.answer import AnswerStatus
 from retrieval.answers.rag_node import NodeStatus
-from retrieval.lookup.fetch import FETCH_CHARS
+from retrieval.lookup.fetch import FETCH_DEFAULT_CHARS, FETCH_MAX_CHARS, FETCH_MIN_CHARS
 from retrieval.ragconfig.filters import LookupFiltersInput
 from retrieval.types import EvidenceStatus, RelevanceLevel
 
@@ -273,9 +273,12 @@ class FetchEvidenceInput(serializers.Serializer[dict[str, Any]]):
                                     help_text="With a bare docId: a `breadcrumb` as evidence "
                                               "carries it.")
     max_chars = serializers.IntegerField(
-        required=False, min_value=FETCH_CHARS[0], max_value=FETCH_CHARS[2],
-        default=FETCH_CHARS[1], help_text="The most characters of text to return.")
-    tool_call_id = serializers.RegexField(IDENT, required=False)
+        required=False, min_value=FETCH_MIN_CHARS, max_value=FETCH_MAX_CHARS,
+        default=FETCH_DEFAULT_CHARS, help_text="The most characters of text to return "
+        "(the asked chunk is always whole).")
+    tool_call_id = serializers.RegexField(IDENT, required=False, help_text="A new id, or a "
+                                          "lookup's: the fetched chunks are added to what the "
+                                          "guard confirms for it.")
     session_id = serializers.RegexField(IDENT, required=False, help_text="Fetched chunks "
                                         "count as READY evidence of the session for the guard.")
 
@@ -289,7 +292,7 @@ class FetchEvidenceInput(serializers.Serializer[dict[str, Any]]):
 class FetchEvidenceOutput(serializers.Serializer[dict[str, Any]]):
     evidence_status = serializers.ChoiceField(
         choices=[s.value for s in EvidenceStatus],  # one enum in the schema; never EMPTY
-        help_text="READY; UNAVAILABLE: a backend failed (HTTP 503), nothing else is set.")
+        help_text="READY; UNAVAILABLE: a backend failed (HTTP 503): no text, no ids.")
     tool_call_id = serializers.CharField(help_text="The caller's, or a generated `call_...`: "
                                          "the guard confirms `document_ids` for it.")
     document_id = serializers.CharField(help_text="The chunk asked for (for a bare docId, the "

@@ -12,7 +12,7 @@ from datasets.ingestion.pipeline import build_chunks
 from datasets.models import Dataset, Document
 from datasets.services import chunks_replace, configured_chunking, tenant_get_or_create
 from evaluation.benchmarks import Timing, in_process_client, synthetic_text, timed_ms
-from retrieval.lookup.fetch import FETCH_CHARS
+from retrieval.lookup.fetch import FETCH_DEFAULT_CHARS, FETCH_MAX_CHARS
 
 BENCH_DOC_BASE = 2**61  # doc ids of the bench documents, far from the random ones of uploads
 SHAPES = {  # lines per section: a runbook's sections, and one document without headings
@@ -61,7 +61,7 @@ class Command(BaseCommand):
         asked = [str(EvidenceKey(document.doc_key, rng.randrange(document.chunk_count)))
                  for _ in range(queries)]
         budgets = []
-        for max_chars in (FETCH_CHARS[1], FETCH_CHARS[2]):
+        for max_chars in (FETCH_DEFAULT_CHARS, FETCH_MAX_CHARS):
             chars: list[int] = []
 
             def fetch(i: int, max_chars: int = max_chars, chars: list[int] = chars) -> None:

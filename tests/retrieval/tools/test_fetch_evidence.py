@@ -12,7 +12,6 @@ import pytest
 
 from audit.models import Channel, ServedEvidence, ToolInvocation
 from datasets.models import Chunk, Document
-from retrieval.lookup.fetch import _overlap
 from retrieval.tools.mcp_server import call_tool
 from tests.conftest import Kb
 from tests.retrieval.conftest import MakeKey, client_for
@@ -54,8 +53,8 @@ def test_a_section_is_its_chunks_joined_each_overlap_said_once(kb: Kb, guide: Do
     body = response.json()
     # From the asked chunk to the section's end, then back to its start: the whole section.
     assert body["document_ids"] == restart
-    assert steps_in(body["text"]) == list(range(1, 61))
-    assert body["text"].startswith("## Restart a stuck consumer")
+    # Exactly the section as written: each overlap between two chunks said once.
+    assert body["text"] == f"## Restart a stuck consumer\n\n{STEPS}"
     assert (body["truncated"], body["previous"], body["next"]) == (False, "", ids[-1])
     assert body["document_id"] == restart[1] and body["evidence_status"] == "READY"
     assert (body["source"], body["title"]) == ("kafka/guide.md", "Kafka consumer guide")
@@ -68,21 +67,47 @@ def test_a_section_is_its_chunks_joined_each_overlap_said_once(kb: Kb, guide: Do
 
 
 @pytest.mark.django_db
-def test_a_long_section_is_read_on_by_next_within_max_chars(kb: Kb, guide: Document) -> None:
-    ids, seen, asked, pages = keys(guide), [], keys(guide)[0], 0
-    while asked and asked != ids[-1]:
-        body = fetch(kb.tool, document_id=asked, max_chars=1_000).json()
-        assert len(body["text"]) <= 1_000 and body["document_ids"][0] == asked
-        seen += steps_in(body["text"])
-        asked, pages = body["next"], pages + 1
-        assert body["truncated"]  # each page leaves some of the section out
-    assert pages >= 3 and sorted(set(seen)) == list(range(1, 61))  # every step, in order
-    assert seen == sorted(seen)
+def test_a_long_section_is_read_on_by_next_each_chunk_once(kb: Kb, guide: Document) -> None:
+    ids = keys(guide)
+    restart = ids[:-1]
+    for budget in (1_000, 2_000):  # a chunk a page, and two
+        pages, asked = [], restart[2]  # from the middle of the section
+        while asked and asked != ids[-1]:
+            body = fetch(kb.tool, document_id=asked, max_chars=budget).json()
+            assert len(body["text"]) <= budget and body["document_ids"][0] == asked
+            assert body["truncated"] and body["previous"] == ids[ids.index(asked) - 1]
+            pages.append(body)
+            asked = body["next"]
+        read = [key for page in pages for key in page["document_ids"]]
+        assert read == restart[2:]  # every chunk once, in order, none twice
+        assert len(pages) < len(read) or budget == 1_000
+        steps = [n for page in pages for n in steps_in(page["text"])]
+        assert steps == sorted(steps) and steps[-1] == 60
 
-    # A chunk longer than the budget on its own: its start, cut.
-    cut = fetch(kb.tool, document_id=ids[0], max_chars=500).json()
-    assert len(cut["text"]) == 500 and cut["text"].endswith("…") and cut["truncated"]
-    assert cut["document_ids"] == ids[:1] and cut["next"] == ids[1]
+
+@pytest.mark.django_db
+def test_blocks_are_joined_as_written_and_the_asked_chunk_is_whole(kb: Kb, ingest: Any) -> None:
+    code = "\n".join(f"kafka-consumer-groups --reset-offsets --group g{n} --execute"
+                     for n in range(40))  # one fenced block of ~2,300 characters: one chunk
+    table = "\n".join(["| partition | lag |", "|---|---|",
+                       *(f"| {n} | {n * 7} |" for n in range(150))])
+    text = (f"# Offsets\n\n## Reset\n\nFirst stop the consumers.\n\n```bash\n{code}\n```\n\n"
+            f"Then check the lag of each partition:\n\n{table}\n")
+    document = ingest(kb.dataset, "offsets.md", text.encode())
+    ids = keys(document)
+    whole = fetch(kb.tool, document_id=ids[0], max_chars=20_000).json()
+    assert whole["document_ids"] == ids and not whole["truncated"]
+    # Every line of the code and of the table, once, on a line of its own.
+    lines = whole["text"].splitlines()
+    for line in [*code.splitlines(), *table.splitlines()[2:]]:
+        assert lines.count(line) == 1, line
+    assert whole["text"].count("```") % 2 == 0
+    # The code block is one chunk longer than max_chars: asked, it is served whole.
+    block = next(key for key in ids if "--group g39 " in
+                 fetch(kb.tool, document_id=key, max_chars=500).json()["text"])
+    body = fetch(kb.tool, document_id=block, max_chars=500).json()
+    assert body["document_ids"] == [block] and len(body["text"]) > 2_000
+    assert body["truncated"] and "--group g0 " in body["text"]
 
 
 @pytest.mark.django_db
@@ -123,6 +148,17 @@ def test_fetched_chunks_are_confirmed_for_the_call_and_its_session_and_audited(
     assert row.details["retrievalDetails"]["fetched"]["document_id"] == fetched[0]
     # A fetch is not a lookup: no served evidence for the cited rates, no dataset searched.
     assert not ServedEvidence.objects.exists() and not row.dataset_ids
+
+    # Under a lookup's call id, a fetch adds to what the guard confirms for it.
+    served = kb.tool.post("/api/tools/lookup_knowledge", {
+        "query": "restart a stuck kafka consumer", "tool_call_id": "l-1"},
+        format="json").json()["evidence"]
+    found = [item["document_id"] for item in served]
+    more = fetch(kb.tool, document_id=keys(guide)[-1], tool_call_id="l-1").json()
+    asked = [*found, *more["document_ids"]]
+    verdict = kb.tool.post(guard, {"tool_call_id": "l-1", "document_ids": asked},
+                           format="json").json()
+    assert found and verdict["ready"] == list(dict.fromkeys(asked))
 
 
 @pytest.mark.django_db
@@ -176,12 +212,3 @@ def test_over_mcp_the_section_is_delimited_data(kb: Kb, make_key: MakeKey, inges
 
     missing = call_tool("fetch_evidence", {"document_id": "1#chunk-0"}, secret)
     assert missing.is_error and missing.structured_content["code"] == "not_found"
-
-
-def test_an_overlap_is_a_whole_line_or_sentence_the_next_chunk_starts_with() -> None:
-    assert _overlap("One. Two. Three.", "Two. Three. Four.") == len("Two. Three.")
-    assert _overlap("第一句。第二句。", "第二句。第三句。") == len("第二句。")
-    assert _overlap("a line\nthe end", "the end and more") == len("the end")
-    assert _overlap("Ends mid-word: restart", "start again") == 0  # not at a boundary
-    assert _overlap("Nothing shared.", "Something else.") == 0
-    assert _overlap("x", "") == 0
