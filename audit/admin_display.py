@@ -64,6 +64,7 @@ def _labels(tenant_id: int | None, keys: Iterable[str]) -> dict[int, DocumentLab
 
 REASONS: dict[str, str] = {
     DropReason.DUPLICATE: "a copy of a better-ranked hit",
+    DropReason.SAME_TEXT: "the same text as a better-ranked hit (in its also_in)",
     DropReason.PER_DOCUMENT: "its document has max_chunks_per_document chunks kept already",
     DropReason.RETURN_N: "after the first return_n kept"}
 

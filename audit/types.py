@@ -15,6 +15,7 @@ class DropReason(StrEnum):
     (retrieval/lookup/post_process.py) writes these, the audit admin reads them."""
 
     DUPLICATE = "duplicate"
+    SAME_TEXT = "same_text"  # the text of a better-ranked kept chunk: in its `also_in`
     # Followed by the figures: "below:QUALITY" or "below:QUALITY/SUPPORT".
     BELOW = "below"
     PER_DOCUMENT = "per_document"

@@ -25,6 +25,11 @@ from typing import Any, TypedDict, cast
 TERMINAL_JOB_STATUSES = frozenset({"succeeded", "failed"})
 
 
+class EvidenceCopy(TypedDict):
+    document_id: str
+    source: str
+
+
 class Evidence(TypedDict):
     document_id: str
     source: str
@@ -33,6 +38,7 @@ class Evidence(TypedDict):
     location: dict[str, int | str] | None  # {"page": 3}, {"slide": 2}, {"sheet": "Inventory"}
     commit: str  # a git source's document: the commit its content came from; "" otherwise
     excerpt: str
+    also_in: list[EvidenceCopy]  # the same text found elsewhere, ranked lower: collapsed here
 
 
 class SearchedDataset(TypedDict):

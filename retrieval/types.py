@@ -154,6 +154,9 @@ class ScoredChunk:
     dataset_id: int | None = None  # the evidence guard checks it against the caller's scope
     location: Location | None = None  # the page, slide or sheet of the original it begins on
     commit: str = ""  # a git source's document: the commit its content came from
+    # Lower-ranked candidates with the same text (an upload and a source's copy, two
+    # datasets): collapsed into this one, so they spend no slot of their own.
+    also_in: tuple[ScoredChunk, ...] = ()
 
 
 @dataclass(frozen=True)

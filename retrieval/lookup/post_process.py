@@ -104,6 +104,11 @@ def searchable_text(hit: SearchHit) -> str:
                                     hit.content)))
 
 
+def _normalised(text: str) -> str:
+    """What two copies of a text share: its words, whitespace and case aside."""
+    return " ".join(text.split()).casefold()
+
+
 def _hit_reasons(hit: SearchHit, hints: QueryHints, terms: QueryTerms) -> tuple[str, ...]:
     meta = hit.metadata
     reasons = []
@@ -180,8 +185,16 @@ class KnowledgeEvidencePostProcessor:
 
         kept: list[ScoredChunk] = []
         per_document: dict[str, int] = {}
+        texts: dict[str, int] = {}  # a kept chunk's normalised text → its place in `kept`
         for chunk, support in judged:
             key = chunk.evidence_key
+            # The text of a kept chunk again (another copy of its document: an upload and a
+            # source's, two datasets): named by the kept one, spending no slot.
+            same = texts.get(text := _normalised(chunk.content))
+            if same is not None:
+                kept[same] = replace(kept[same], also_in=(*kept[same].also_in, chunk))
+                dropped.append((key, DropReason.SAME_TEXT))
+                continue
             if len(kept) == self.return_n:
                 dropped.append((key, DropReason.RETURN_N))
                 continue
@@ -195,6 +208,7 @@ class KnowledgeEvidencePostProcessor:
                 dropped.append((key, DropReason.PER_DOCUMENT))
                 continue
             per_document[document] = per_document.get(document, 0) + 1
+            texts[text] = len(kept)
             # Explained here, for the few kept: the reasons read the chunk's whole text.
             kept.append(replace(chunk, hit_reasons=_hit_reasons(hit_of[key], hints, terms)))
         return PostProcessed(chunks=tuple(kept), relevance_level=level, top_quality=top_quality,

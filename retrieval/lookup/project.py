@@ -22,6 +22,14 @@ def _number(value: float) -> float | None:
 
 
 @dataclass(frozen=True)
+class Copy:
+    """Where the same text as a piece of evidence also is (the `EvidenceCopy` component)."""
+
+    document_id: str
+    source: str
+
+
+@dataclass(frozen=True)
 class Evidence:
     """One piece of evidence as the agent sees it (the `Evidence` component)."""
 
@@ -32,6 +40,7 @@ class Evidence:
     location: dict[str, Any] | None  # the page, slide or sheet it begins on
     commit: str
     excerpt: str
+    also_in: tuple[Copy, ...] = ()  # lower-ranked copies of its text, collapsed into it
 
 
 @dataclass(frozen=True)
@@ -61,7 +70,9 @@ class RagToolResult:
                 document_id=item.chunk.evidence_key, source=item.chunk.source,
                 title=item.chunk.title, breadcrumb=item.chunk.breadcrumb,
                 location=item.chunk.location.as_dict() if item.chunk.location else None,
-                commit=item.chunk.commit, excerpt=item.excerpt) for item in items),
+                commit=item.chunk.commit, excerpt=item.excerpt,
+                also_in=tuple(Copy(c.evidence_key, c.source) for c in item.chunk.also_in))
+                for item in items),
             relevance_level=result.relevance_level if ready else RelevanceLevel.NONE,
             truncated=result.pack.truncated if ready else False,
             searched_datasets=result.searched if empty else (),
@@ -75,7 +86,8 @@ class RagToolResult:
         """The JSON body of REST and MCP."""
         return {"evidence_status": self.evidence_status.value,
                 "tool_call_id": self.tool_call_id, "query": self.query,
-                "evidence": [asdict(e) for e in self.evidence],
+                "evidence": [{**asdict(e), "also_in": [asdict(c) for c in e.also_in]}
+                             for e in self.evidence],
                 "relevance_level": self.relevance_level.value, "truncated": self.truncated,
                 "returned_count": self.returned_count,
                 "searched_datasets": [{"id": pk, "name": name}

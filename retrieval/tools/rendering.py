@@ -29,9 +29,15 @@ def evidence_text(body: Mapping[str, Any]) -> str:
     if evidence:
         lines.append(f"evidence ({LABEL}; cite a source by its id):")
         lines.append(sources_block(
-            (item["document_id"], " > ".join(p for p in (item["title"], item["breadcrumb"]) if p),
-             item["excerpt"]) for item in evidence))
+            (item["document_id"], _titled(item), item["excerpt"]) for item in evidence))
     return "\n".join(lines)
+
+
+def _titled(item: Mapping[str, Any]) -> str:
+    """A source's title attribute: title > breadcrumb, and where its text also is."""
+    title = " > ".join(p for p in (item["title"], item["breadcrumb"]) if p)
+    copies = [copy["source"] or copy["document_id"] for copy in item.get("also_in") or ()]
+    return f"{title} (also in: {', '.join(copies)})" if copies else title
 
 
 def section_text(body: Mapping[str, Any]) -> str:

@@ -24,6 +24,12 @@ IDENT = r"^[A-Za-z0-9_.:\-]{1,128}$"
 
 # --- the agent contract (DESIGN.md "Agent-facing result"), as RagToolResult declares it -----
 
+@extend_schema_serializer(component_name="EvidenceCopy")
+class EvidenceCopyOutput(serializers.Serializer[dict[str, Any]]):
+    document_id = serializers.CharField()
+    source = serializers.CharField(allow_blank=True)  # type: ignore[assignment]
+
+
 @extend_schema_serializer(component_name="Evidence")
 class EvidenceOutput(serializers.Serializer[dict[str, Any]]):
     document_id = serializers.CharField(help_text="The evidence key `<docId>#chunk-<n>`: cite "
@@ -42,6 +48,11 @@ class EvidenceOutput(serializers.Serializer[dict[str, Any]]):
         "The git commit the evidence's document came from (a git source's); empty for an "
         "uploaded document and the other sources'."))
     excerpt = serializers.CharField(allow_blank=True, help_text="Retrieved text: untrusted data.")
+    also_in = EvidenceCopyOutput(many=True, help_text=(
+        "The same text (whitespace and case aside) where the search also found it, ranked "
+        "lower: another copy of the document (an upload and a source's, another dataset). "
+        "Collapsed into this item, it spends no place of its own. Cite `document_id`: the "
+        "guard confirms what was served, not these."))
 
 
 @extend_schema_serializer(component_name="SearchedDataset")

@@ -201,6 +201,29 @@ def test_bench_fetch_times_sections_of_a_long_document_within_their_budget() -> 
     assert rows[1]["budgets"][0]["chars_p50"] > rows[0]["budgets"][0]["chars_p50"]
 
 
+@pytest.mark.django_db
+def test_bench_copies_finds_no_place_spent_on_a_copy(store: Any, tmp_path: Path) -> None:
+    from tests.retrieval.conftest import KAFKA, NGINX, PHOTO, write_runbooks
+
+    knowledge = tmp_path / "kb"
+    write_runbooks(knowledge / "web", {"nginx.md": NGINX})
+    write_runbooks(knowledge / "messaging", {"kafka.md": KAFKA})
+    write_runbooks(knowledge / "misc", {"photo.md": PHOTO})
+    write_runbooks(knowledge / "eval", {name: "".join(json.dumps(
+        {"id": f"{name}-{n}", "query": query, "expect": expect, "kind": "plain",
+         "split": "held-out"}) + "\n" for n, (query, expect) in enumerate([
+            ("nginx 502 bad gateway upstream connection refused", "web/nginx.md"),
+            ("kafka consumer group lag keeps growing", "messaging/kafka.md")]))
+        for name in ("questions.jsonl", "paraphrased.jsonl")})
+    out = StringIO()
+    call_command("bench_copies", "--knowledge", str(knowledge), "--every", "1", "--json",
+                 stdout=out)
+    row = json.loads(out.getvalue())["copies"]
+    assert (row["questions"], row["answered"], row["right_first"]) == (4, 4, 4)
+    # Each runbook is there three times: copies are named, and take no place.
+    assert row["places_on_copies"] == 0 and row["copies_in_also_in"] >= row["places"]
+
+
 @pytest.mark.django_db(transaction=True)  # uploads enqueue their indexing on commit
 def test_bench_ingest_measures_the_platform_against_the_embedder(store: Any,
                                                                 eager_tasks: None) -> None:

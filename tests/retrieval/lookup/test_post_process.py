@@ -17,7 +17,7 @@ NO_HINTS = QueryHints()
 
 
 def hit(rank: int, doc: str | None = "d1", index: int | None = 0, *, score: float = 0.0,
-        l2: float | None = None, chunk_id: str | None = None, content: str = "text",
+        l2: float | None = None, chunk_id: str | None = None, content: str | None = None,
         **meta: Any) -> SearchHit:
     metadata: dict[str, Any] = dict(meta)
     if doc is not None:
@@ -26,6 +26,7 @@ def hit(rank: int, doc: str | None = "d1", index: int | None = 0, *, score: floa
         metadata["chunkIndex"] = index
     if chunk_id is None:
         chunk_id = f"{doc}#chunk-{index}" if doc is not None else ""
+    content = f"text of hit {rank}" if content is None else content  # each its own text
     return SearchHit(chunk_id=chunk_id, content=content, metadata=metadata, rank=rank,
                      score=score, dense_l2=l2)
 
@@ -88,6 +89,27 @@ def test_dedup_is_by_evidence_key_and_keeps_the_first() -> None:
     assert [c.evidence_key for c in result.chunks] == [
         "a#chunk-0", "a#chunk-1", "vector:v1", "rank:6", "rank:7"]
     assert result.chunks[0].content == "first"
+
+
+def test_the_same_text_again_is_named_by_the_first_and_spends_no_slot() -> None:
+    runbook = "## Restart\n\nDrain the consumer,  then restart it."
+    hits = [hit(1, "up", 0, content=runbook, source="ops/kafka.md"),
+            hit(2, "other", 0),
+            hit(3, "git", 4, content=" ## restart\nDrain the consumer, then RESTART it. ",
+                source="repo/kafka.md"),
+            hit(4, "third", 0), hit(5, "ds2", 0, content=runbook, source="kafka.md"),
+            hit(6, "fourth", 0)]
+    result = processor(return_n=3, per_doc=1).process(hits, "dense", NO_HINTS)
+    # Three places, none spent on a copy; the copies listed best-ranked first.
+    assert [c.evidence_key for c in result.chunks] == [
+        "up#chunk-0", "other#chunk-0", "third#chunk-0"]
+    assert [(c.evidence_key, c.source) for c in result.chunks[0].also_in] == [
+        ("git#chunk-4", "repo/kafka.md"), ("ds2#chunk-0", "kafka.md")]
+    assert dict(result.dropped) == {"git#chunk-4": "same_text", "ds2#chunk-0": "same_text",
+                                    "fourth#chunk-0": "return_n"}
+    # Only the words count: a text that differs by one word is its own evidence.
+    other = [hit(1, "a", 0, content="Restart the pod."), hit(2, "b", 0, content="Restart a pod.")]
+    assert [c.also_in for c in processor().process(other, "dense", NO_HINTS).chunks] == [(), ()]
 
 
 def test_chunks_of_one_document_are_kept_up_to_the_limit() -> None:

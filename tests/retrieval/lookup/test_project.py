@@ -6,15 +6,15 @@ import json
 from dataclasses import fields
 from typing import Any
 
-from retrieval.lookup.project import Evidence, RagToolResult, trace_details
-from retrieval.tools.serializers import EvidenceOutput, RagToolResultOutput
+from retrieval.lookup.project import Copy, Evidence, RagToolResult, trace_details
+from retrieval.tools.serializers import EvidenceCopyOutput, EvidenceOutput, RagToolResultOutput
 from retrieval.types import EvidenceStatus, RelevanceLevel
 from tests.retrieval.builders import lookup_result
 
 CONTRACT_KEYS = {"evidence_status", "tool_call_id", "query", "evidence", "relevance_level",
                  "truncated", "returned_count", "searched_datasets", "covered_topics"}
 EVIDENCE_KEYS = {"document_id", "source", "title", "breadcrumb", "location", "commit",
-                 "excerpt"}
+                 "excerpt", "also_in"}
 FORBIDDEN = ("score", "quality", "trace", "rank", "l2", "pack", "vector", "metadata", "reason",
              "config", "milvus", "hint")
 
@@ -36,7 +36,7 @@ def test_projection_is_exactly_the_contract() -> None:
     assert out["evidence"][0] == {"document_id": "42#chunk-0", "source": "kb/a.md",
                                   "title": "Title", "breadcrumb": "A > B",
                                   "location": None, "commit": "",
-                                  "excerpt": "Redis TTL body"}
+                                  "excerpt": "Redis TTL body", "also_in": []}
     assert all(set(item) == EVIDENCE_KEYS for item in out["evidence"])
     json.dumps(out)
 
@@ -45,6 +45,7 @@ def test_the_typed_result_is_the_documented_contract_field_for_field() -> None:
     """The REST schema, the tool schemas and MCP's output schema read the serializers; the
     body is the dataclasses': the two declare the same fields in the same order."""
     assert [f.name for f in fields(Evidence)] == list(EvidenceOutput().fields)
+    assert [f.name for f in fields(Copy)] == list(EvidenceCopyOutput().fields)
     names = [f.name for f in fields(RagToolResult)]
     names.insert(names.index("truncated") + 1, "returned_count")  # a property
     assert names == list(RagToolResultOutput().fields)
