@@ -70,6 +70,7 @@ class Operation:
     unavailable: str = ""  # the component of a 503 that carries the output; "": none
     errors: tuple[int, ...] = (400, 401, 415)
     e400: str = ""  # the wording of a 400, when not the usual one
+    error: Contract | None = None  # the errors' shape, when not the API's own (compat.py)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@ from django.urls import path
 
 from retrieval.index import apis as index_apis
 from retrieval.ragconfig import apis as ragconfig_apis
+from retrieval.tools import compat
 from retrieval.tools import views as apis
 from retrieval.tools.registry import SERVED
 
@@ -9,6 +10,8 @@ urlpatterns = [
     *(path(tool.path.removeprefix("/api/"), apis.tool_api(tool).as_view()) for tool in SERVED
       if tool.operation),
     path("tools/schema", apis.ToolSchemaApi.as_view()),
+    path("dify/retrieval", compat.DifyApi.as_view()),
+    path("openai/vector_stores/<str:vector_store_id>/search", compat.VectorSearchApi.as_view()),
     path("knowledge/rebuild-hybrid", index_apis.RebuildApi.as_view()),
     path("knowledge/rollback", index_apis.RollbackApi.as_view()),
     path("knowledge/reconcile", index_apis.ReconcileApi.as_view()),

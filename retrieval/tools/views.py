@@ -26,7 +26,7 @@ from audit.models import Channel
 from datasets.auth import Caller, caller
 from datasets.models import ApiKey
 from kbplatform.errors import ApiError, ErrorCode
-from kbplatform.openapi import ErrorSerializer, errors
+from kbplatform.openapi import WHEN, ErrorSerializer, errors
 from retrieval.tools.audit_once import AuditOnce
 from retrieval.tools.registry import Tool
 from retrieval.tools.schemas import FORMATS, tool_definitions
@@ -57,8 +57,12 @@ class ToolApi(APIView):
         self.audit.failed(exc, api_key=self._audit_key, payload=self._audit_payload)
         return super().handle_exception(exc)
 
-    def post(self, request: Request) -> Response:
-        done = self.audit.run(caller(request), request.data)
+    def post(self, request: Request, **path: str) -> Response:
+        """`path`: the URL's own arguments, which a body cannot override."""
+        data = request.data
+        if path:
+            data = {**data, **path} if isinstance(data, Mapping) else path
+        done = self.audit.run(caller(request), data)
         return Response(done.body, status=status.HTTP_503_SERVICE_UNAVAILABLE
                         if done.unavailable else status.HTTP_200_OK)
 
@@ -86,12 +90,15 @@ def tool_api(tool: Tool) -> type[ToolApi]:
     failed = {503: _unavailable(operation.unavailable, operation.output)} \
         if operation.unavailable else {}
     described = {"e400": operation.e400} if operation.e400 else {}
+    failures = errors(*operation.errors, **described) if operation.error is None else {
+        status: OpenApiResponse(operation.error, description=WHEN[status])
+        for status in operation.errors}
     name = "".join(word.title() for word in tool.name.split("_")) + "Api"  # LookupKnowledgeApi
     view = type(name, (ToolApi,), {"tool": tool})
     return extend_schema_view(post=extend_schema(
         operation_id=tool.name, summary=operation.summary, description=operation.description,
         request=tool.contract,
-        responses={200: answered, **failed, **errors(*operation.errors, **described)}))(view)
+        responses={200: answered, **failed, **failures}))(view)
 
 
 class _ToolFormatNegotiation(DefaultContentNegotiation):

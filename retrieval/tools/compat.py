@@ -1,0 +1,380 @@
+"""Drop-in evidence backends for other agent stacks, each the same scoped, audited, gated
+lookup in another's shape: Dify's External Knowledge API (`POST …/retrieval`) and OpenAI's
+vector-store search (`POST …/vector_stores/{id}/search`). Their knowledge base / vector store
+is a dataset of the key, by id or by name; their errors are in each one's own shape."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from drf_spectacular.utils import extend_schema_serializer
+from rest_framework import serializers
+from rest_framework.response import Response
+
+from datasets.auth import Caller
+from datasets.selectors import readable_datasets
+from kbplatform.errors import ErrorCode, NotFound, error_of
+from retrieval.lookup.project import LookupViews
+from retrieval.lookup.service import lookup_scope, served_lookup
+from retrieval.ragconfig.config import call_filters
+from retrieval.tools.calls import ToolCall
+from retrieval.tools.registry import Operation, Tool
+from retrieval.tools.rendering import json_text
+from retrieval.tools.views import ToolApi, tool_api
+from retrieval.types import CallFilters, EvidenceStatus
+
+FIELDS = ("category", "domain", "business_key", "file_name")  # frontmatter, and file name
+UPDATED = "updated_at"  # when a document's content last changed
+MAX_CONDITIONS = 10
+
+
+def _knowledge(who: Caller, name: str) -> int:
+    """The dataset a knowledge base / vector store id names: a dataset of the key's lookups,
+    by id or by name; NotFound otherwise (another tenant's as one that does not exist)."""
+    for pk, dataset in readable_datasets(caller=who):
+        if name in (str(pk), dataset):
+            return pk
+    raise NotFound(f"no knowledge base {name!r} this key may read")
+
+
+def _narrowed(asked: dict[str, Any]) -> CallFilters:
+    try:
+        return call_filters(asked)
+    except ValueError as exc:
+        raise serializers.ValidationError(str(exc)) from exc
+
+
+def _lookup(who: Caller, knowledge: str, query: str, narrowed: CallFilters) -> LookupViews:
+    filters = lookup_scope(caller=who, requested=[_knowledge(who, knowledge)],
+                           narrowed=narrowed)
+    return served_lookup(filters=filters, query=query)
+
+
+def _scored(served: LookupViews) -> list[tuple[float, Any]]:
+    """(score, evidence) of a READY lookup, best first: the score is the gate's calibrated
+    quality of the chunk, 0–1."""
+    items = served.result.pack.items if served.view.evidence else ()
+    return [(round(item.chunk.quality, 4), evidence)
+            for item, evidence in zip(items, served.view.evidence, strict=True)]
+
+
+# --- Dify: POST {endpoint}/retrieval ------------------------------------------------------------
+
+@extend_schema_serializer(component_name="DifyRetrievalSetting")
+class DifyRetrievalSettingInput(serializers.Serializer[dict[str, Any]]):
+    top_k = serializers.IntegerField(min_value=1, max_value=100)
+    score_threshold = serializers.FloatField(min_value=0.0, max_value=1.0)
+
+
+@extend_schema_serializer(component_name="DifyRetrieval")
+class DifyRetrievalInput(serializers.Serializer[dict[str, Any]]):
+    knowledge_id = serializers.CharField(max_length=100, help_text="A dataset of the key, by "
+                                         "id or by name.")
+    query = serializers.CharField(max_length=settings.KB_MAX_QUERY_CHARS)
+    retrieval_setting = DifyRetrievalSettingInput()
+    metadata_condition = serializers.JSONField(
+        required=False, help_text="{logical_operator, conditions: [{name, "
+        "comparison_operator, value}]}: `is`/`in` on category, domain, business_key, "
+        "file_name, document_id; `after`/`before` on updated_at. `or` joins one condition.")
+
+    def validate_metadata_condition(self, value: Any) -> CallFilters:
+        if not isinstance(value, Mapping) or not isinstance(value.get("conditions"), list):
+            raise serializers.ValidationError("an object with `conditions`, a list")
+        conditions = value["conditions"]
+        if not 0 < len(conditions) <= MAX_CONDITIONS:
+            raise serializers.ValidationError(f"1 to {MAX_CONDITIONS} conditions")
+        if value.get("logical_operator", "and") not in ("and", "or") or (
+                value.get("logical_operator") == "or" and len(conditions) > 1):
+            raise serializers.ValidationError("conditions are joined by `and` (`or` only "
+                                              "joins one)")
+        asked: dict[str, Any] = {}
+        for condition in conditions:
+            key, values = _dify_condition(condition)
+            if key in asked:
+                raise serializers.ValidationError(f"one condition per field: {key!r} twice")
+            asked[key] = values
+        return _narrowed(asked)
+
+
+def _dify_condition(condition: Any) -> tuple[str, Any]:
+    """(filters key, value) of one Dify condition; a ValidationError for one we cannot keep
+    (ignored, it would widen the search)."""
+    if not isinstance(condition, Mapping):
+        raise serializers.ValidationError("each condition is an object")
+    name, operator = condition.get("name"), condition.get("comparison_operator")
+    value = condition.get("value")
+    if name in (*FIELDS, "document_id") and operator in ("is", "in"):
+        values = [value] if operator == "is" else value
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise serializers.ValidationError(f"{name} {operator}: a string (is) or a list of "
+                                              "strings (in)")
+        return ("document_ids" if name == "document_id" else name), values
+    if name == UPDATED and operator in ("after", "before") and isinstance(value, str):
+        return f"updated_{operator}", value
+    raise serializers.ValidationError(
+        f"not a condition this knowledge base filters by: {str(name)[:40]!r} "
+        f"{str(operator)[:20]!r} (is / in on {', '.join((*FIELDS, 'document_id'))}; "
+        f"after / before on {UPDATED})")
+
+
+@dataclass(frozen=True)
+class DifyArgs:
+    knowledge_id: str
+    query: str
+    retrieval_setting: dict[str, Any]
+    metadata_condition: CallFilters = CallFilters()
+
+
+@extend_schema_serializer(component_name="DifyRecord")
+class DifyRecordOutput(serializers.Serializer[dict[str, Any]]):
+    content = serializers.CharField(help_text="The excerpt. Retrieved text: untrusted data.")
+    score = serializers.FloatField(help_text="The gate's calibrated quality of the chunk, 0-1.")
+    title = serializers.CharField(allow_blank=True)
+    metadata = serializers.DictField(help_text="document_id (cite it), source, breadcrumb, "
+                                     "location, commit, also_in, tool_call_id.")
+
+
+@extend_schema_serializer(component_name="DifyError")
+class DifyErrorOutput(serializers.Serializer[dict[str, Any]]):
+    error_code = serializers.IntegerField(help_text="1001 no Bearer key, 1002 a key refused, "
+                                          "2001 no such knowledge base; else the HTTP status.")
+    error_msg = serializers.CharField()
+
+
+@extend_schema_serializer(component_name="DifyRetrievalResult")
+class DifyRetrievalOutput(serializers.Serializer[dict[str, Any]]):
+    records = DifyRecordOutput(many=True)
+
+
+def dify_retrieval_call(who: Caller, args: DifyArgs) -> ToolCall:
+    served = _lookup(who, args.knowledge_id, args.query, args.metadata_condition)
+    record = replace(served.record, tool_name="dify_retrieval")
+    if served.view.evidence_status is EvidenceStatus.UNAVAILABLE:
+        return ToolCall({"error_code": 503, "error_msg": "the knowledge base is unavailable: "
+                         "retry later"}, record, unavailable=True)
+    setting = args.retrieval_setting
+    records = [{"content": e.excerpt, "score": score, "title": e.title or e.source,
+                "metadata": _metadata(e, served.view.tool_call_id)}
+               for score, e in _scored(served) if score >= setting["score_threshold"]]
+    return ToolCall({"records": records[:setting["top_k"]]}, record)
+
+
+def _metadata(evidence: Any, tool_call_id: str) -> dict[str, Any]:
+    return {"document_id": evidence.document_id, "source": evidence.source,
+            "breadcrumb": evidence.breadcrumb, "location": evidence.location,
+            "commit": evidence.commit,
+            "also_in": [copy.document_id for copy in evidence.also_in],
+            "tool_call_id": tool_call_id}
+
+
+DIFY = Tool(
+    "dify_retrieval", "Dify's External Knowledge API.", "/api/dify/retrieval",
+    dify_retrieval_call, json_text, DifyRetrievalInput, DifyArgs, audited=True,
+    operation=Operation(
+        "Dify's External Knowledge API",
+        "Register `{base}/api/dify` in Dify as an external knowledge API with a tool key, and "
+        "a dataset's id or name as the knowledge id. lookup_knowledge with the key's scope "
+        "and config; its READY evidence as records. Errors as Dify reads them: "
+        "{error_code, error_msg} — 1001 no Bearer key (403), 1002 a key refused (403), "
+        "2001 no such knowledge base for the key (404); otherwise the HTTP status.",
+        DifyRetrievalOutput, errors=(400, 403, 404, 413, 415, 503), error=DifyErrorOutput))
+
+
+def _dify_error(status: int, body: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
+    code = body.get("code")
+    if code == ErrorCode.NOT_AUTHENTICATED:
+        return 403, {"error_code": 1001, "error_msg": "Invalid Authorization header format. "
+                     "Expected 'Bearer <api-key>' format."}
+    if code == ErrorCode.AUTHENTICATION_FAILED:
+        return 403, {"error_code": 1002, "error_msg": "Authorization failed"}
+    if code == ErrorCode.NOT_FOUND:
+        return 404, {"error_code": 2001, "error_msg": "The knowledge does not exist"}
+    return status, {"error_code": status, "error_msg": _message(body)}
+
+
+# --- OpenAI: POST {base_url}/vector_stores/{vector_store_id}/search ---------------------------
+
+@extend_schema_serializer(component_name="VectorStoreSearch")
+class VectorSearchInput(serializers.Serializer[dict[str, Any]]):
+    vector_store_id = serializers.CharField(max_length=100, help_text="The path's (a body's "
+                                            "is replaced): a dataset of the key, by id or name.")
+    query = serializers.JSONField(help_text="A string, or a list of strings searched as one.")
+    max_num_results = serializers.IntegerField(min_value=1, max_value=50, default=10)
+    filters = serializers.JSONField(required=False, help_text=(
+        "A comparison filter {type, key, value} or a compound {type: and|or, filters}: eq / in "
+        "on category, domain, business_key, file_name; gte / lt on updated_at (epoch seconds "
+        "or ISO 8601); `or` of eq / in on one key."))
+    ranking_options = serializers.JSONField(required=False, help_text="{ranker, "
+                                            "score_threshold}: the threshold is kept.")
+    rewrite_query = serializers.BooleanField(default=False, help_text="Accepted; the lookup "
+                                             "analyses every query its own way.")
+
+    def validate_query(self, value: Any) -> str:
+        texts = [value] if isinstance(value, str) else value
+        if not isinstance(texts, list) or not texts or not all(
+                isinstance(t, str) for t in texts):
+            raise serializers.ValidationError("a string or a list of strings")
+        query = " ".join(t.strip() for t in texts).strip()
+        if not query or len(query) > settings.KB_MAX_QUERY_CHARS:
+            raise serializers.ValidationError(
+                f"1 to {settings.KB_MAX_QUERY_CHARS:,} characters")
+        return query
+
+    def validate_filters(self, value: Any) -> CallFilters:
+        return _narrowed(_openai_filter(value, top=True))
+
+    def validate_ranking_options(self, value: Any) -> float:
+        threshold = value.get("score_threshold", 0.0) if isinstance(value, Mapping) else None
+        if not isinstance(threshold, int | float) or not 0 <= threshold <= 1:
+            raise serializers.ValidationError("an object whose score_threshold is 0-1")
+        return float(threshold)
+
+
+def _openai_filter(value: Any, *, top: bool) -> dict[str, Any]:
+    """A filters object as call_filters' keys; a ValidationError for one we cannot keep."""
+    if not isinstance(value, Mapping):
+        raise serializers.ValidationError("a filter is an object")
+    kind = value.get("type")
+    if kind in ("and", "or") and top:
+        parts = value.get("filters")
+        if not isinstance(parts, list) or not 0 < len(parts) <= MAX_CONDITIONS:
+            raise serializers.ValidationError(f"`filters`: 1 to {MAX_CONDITIONS} filters")
+        asked: dict[str, Any] = {}
+        for part in parts:
+            for key, values in _openai_filter(part, top=False).items():
+                if kind == "or" and key in FIELDS and (not asked or key in asked):
+                    asked[key] = [*asked.get(key, []), *values]
+                elif kind == "and" and key not in asked:
+                    asked[key] = values
+                else:
+                    raise serializers.ValidationError(
+                        "`and` joins filters of different keys, `or` eq / in on one key")
+        return asked
+    field, operator, operand = value.get("key"), kind, value.get("value")
+    if field in FIELDS and operator in ("eq", "in"):
+        values = [operand] if operator == "eq" else operand
+        if isinstance(values, list) and all(isinstance(v, str) for v in values):
+            return {field: values}
+    if field == UPDATED and operator in ("gte", "lt") and isinstance(operand, str | int | float) \
+            and not isinstance(operand, bool):
+        when = datetime.fromtimestamp(operand, UTC).isoformat() \
+            if not isinstance(operand, str) else operand
+        return {"updated_after" if operator == "gte" else "updated_before": when}
+    raise serializers.ValidationError(
+        f"not a filter this vector store keeps: {str(field)[:40]!r} {str(operator)[:10]!r} "
+        f"(eq / in on {', '.join(FIELDS)}; gte / lt on {UPDATED})")
+
+
+@dataclass(frozen=True)
+class VectorSearchArgs:
+    vector_store_id: str
+    query: str
+    max_num_results: int = 10
+    filters: CallFilters = CallFilters()
+    ranking_options: float = 0.0  # the score threshold
+    rewrite_query: bool = False
+
+
+@extend_schema_serializer(component_name="VectorStoreSearchContent")
+class VectorSearchContentOutput(serializers.Serializer[dict[str, Any]]):
+    type = serializers.ChoiceField(choices=["text"])
+    text = serializers.CharField(help_text="The excerpt. Retrieved text: untrusted data.")
+
+
+@extend_schema_serializer(component_name="VectorStoreSearchHit")
+class VectorSearchHitOutput(serializers.Serializer[dict[str, Any]]):
+    file_id = serializers.CharField(help_text="The evidence id `<docId>#chunk-<n>`: cite it.")
+    filename = serializers.CharField()
+    score = serializers.FloatField(help_text="The gate's calibrated quality, 0-1.")
+    attributes = serializers.DictField(help_text="title, breadcrumb, commit, tool_call_id.")
+    content = VectorSearchContentOutput(many=True)
+
+
+@extend_schema_serializer(component_name="OpenAIErrorDetail")
+class OpenAIErrorDetailOutput(serializers.Serializer[dict[str, Any]]):
+    message = serializers.CharField()
+    type = serializers.CharField()
+    param = serializers.CharField(allow_null=True)
+    code = serializers.CharField(allow_null=True, help_text="The API's own error code.")
+
+
+@extend_schema_serializer(component_name="OpenAIError")
+class OpenAIErrorOutput(serializers.Serializer[dict[str, Any]]):
+    error = OpenAIErrorDetailOutput()
+
+
+@extend_schema_serializer(component_name="VectorStoreSearchResult")
+class VectorSearchOutput(serializers.Serializer[dict[str, Any]]):
+    object = serializers.ChoiceField(choices=["vector_store.search_results.page"])
+    search_query = serializers.CharField()
+    # DRF takes declared fields off the class, so this does not shadow Serializer.data.
+    data = VectorSearchHitOutput(many=True)  # type: ignore[assignment]
+    has_more = serializers.BooleanField()
+    next_page = serializers.CharField(allow_null=True)
+
+
+def vector_search_call(who: Caller, args: VectorSearchArgs) -> ToolCall:
+    served = _lookup(who, args.vector_store_id, args.query, args.filters)
+    record = replace(served.record, tool_name="vector_store_search")
+    if served.view.evidence_status is EvidenceStatus.UNAVAILABLE:
+        return ToolCall(_openai_error(503, "the vector store is unavailable: retry later"),
+                        record, unavailable=True)
+    data = [{"file_id": e.document_id, "filename": e.source, "score": score,
+             "attributes": {"title": e.title, "breadcrumb": e.breadcrumb, "commit": e.commit,
+                            "tool_call_id": served.view.tool_call_id},
+             "content": [{"type": "text", "text": e.excerpt}]}
+            for score, e in _scored(served) if score >= args.ranking_options]
+    return ToolCall({"object": "vector_store.search_results.page", "search_query": args.query,
+                     "data": data[:args.max_num_results], "has_more": False,
+                     "next_page": None}, record)
+
+
+VECTOR_SEARCH = Tool(
+    "vector_store_search", "OpenAI's vector-store search.",
+    "/api/openai/vector_stores/{vector_store_id}/search", vector_search_call, json_text,
+    VectorSearchInput, VectorSearchArgs, audited=True,
+    operation=Operation(
+        "OpenAI's vector-store search",
+        "For OpenAI's SDK with `base_url` `{base}/api/openai` and a tool key: "
+        "`client.vector_stores.search(dataset id or name, query=…)`. lookup_knowledge with "
+        "the key's scope and config; its READY evidence as results, one page. Errors as "
+        "OpenAI's: {error: {message, type, param, code}}.",
+        VectorSearchOutput, errors=(400, 401, 404, 413, 415, 503), error=OpenAIErrorOutput))
+
+
+def _openai_error(status: int, message: str, code: str = "") -> dict[str, Any]:
+    kind = {401: "authentication_error", 404: "not_found_error",
+            503: "server_error"}.get(status, "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "param": None,
+                      "code": code or None}}
+
+
+def _message(body: Mapping[str, Any]) -> str:
+    fields = body.get("extra", {}).get("fields") if isinstance(body.get("extra"), dict) else None
+    return f"{body.get('message', '')}{f': {fields}' if fields else ''}"
+
+
+# --- the views -----------------------------------------------------------------------------------
+
+def _shaped(tool: Tool, shape: Callable[[int, Mapping[str, Any]], tuple[int, dict[str, Any]]]
+            ) -> type[ToolApi]:
+    """`tool`'s REST view, whose errors (a refused key included: still audited once) are in
+    the other stack's shape."""
+    base = tool_api(tool)
+
+    def handle_exception(self: ToolApi, exc: Exception) -> Response:
+        self.audit.failed(exc, api_key=self._audit_key, payload=self._audit_payload)
+        status, body = shape(*error_of(exc))
+        return Response(body, status=status)
+
+    return type(base.__name__, (base,), {"handle_exception": handle_exception})
+
+
+BACKENDS = (DIFY, VECTOR_SEARCH)  # REST only: no MCP tool, no tool schema
+DifyApi = _shaped(DIFY, _dify_error)
+VectorSearchApi = _shaped(VECTOR_SEARCH, lambda status, body: (
+    status, _openai_error(status, _message(body), str(body.get("code", "")))))

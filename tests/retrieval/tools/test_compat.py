@@ -1,0 +1,106 @@
+"""Drop-in backends: Dify's External Knowledge API and OpenAI's vector-store search, each the
+same scoped, audited lookup, in the shapes those stacks send and read (Dify's as documented;
+OpenAI's through its own SDK on a real local server)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+import pytest
+
+from audit.models import ToolInvocation
+from tests.retrieval.conftest import Imported, MakeKey, client_for
+
+DIFY = "/api/dify/retrieval"
+BAD_GATEWAY = "nginx 502 bad gateway upstream connection refused"
+OFF_TOPIC = "What is the capital of Mongolia?"
+
+
+def dify(client: Any, **body: Any) -> Any:
+    body.setdefault("retrieval_setting", {"top_k": 5, "score_threshold": 0.0})
+    return client.post(DIFY, body, format="json")
+
+
+@pytest.mark.django_db
+def test_dify_retrieves_records_from_a_dataset_of_the_key(acme: Imported,
+                                                          make_key: MakeKey) -> None:
+    _, secret = make_key("acme")
+    agent = client_for(secret)
+    for knowledge in ("ops", str(acme.dataset.pk)):  # by name or by id
+        answer = dify(agent, knowledge_id=knowledge, query=BAD_GATEWAY)
+        assert answer.status_code == 200, answer.content
+        records = answer.json()["records"]
+        assert records and set(records[0]) == {"content", "score", "title", "metadata"}
+        assert acme.stem_of(records[0]["metadata"]["document_id"]) == "nginx"
+        assert all(0 <= r["score"] <= 1 and isinstance(r["metadata"], dict) for r in records)
+    # top_k and score_threshold, as Dify sends them.
+    one = dify(agent, knowledge_id="ops", query=BAD_GATEWAY,
+               retrieval_setting={"top_k": 1, "score_threshold": 0.0}).json()["records"]
+    assert len(one) == 1
+    best = one[0]["score"]
+    above = dify(agent, knowledge_id="ops", query=BAD_GATEWAY,
+                 retrieval_setting={"top_k": 5, "score_threshold": min(best + 0.0001, 1)})
+    assert all(r["score"] > best for r in above.json()["records"])
+    assert dify(agent, knowledge_id="ops", query=OFF_TOPIC).json() == {"records": []}
+    # Metadata conditions narrow the lookup; one it cannot keep is refused, never ignored.
+    kafka = dify(agent, knowledge_id="ops", query=BAD_GATEWAY, metadata_condition={
+        "logical_operator": "and", "conditions": [
+            {"name": "category", "comparison_operator": "is", "value": "messaging"}]})
+    assert {acme.stem_of(r["metadata"]["document_id"]) for r in kafka.json()["records"]} <= \
+        {"kafka"}
+    refused = dify(agent, knowledge_id="ops", query=BAD_GATEWAY, metadata_condition={
+        "conditions": [{"name": "category", "comparison_operator": "contains", "value": "w"}]})
+    assert refused.status_code == 400 and refused.json()["error_code"] == 400
+    assert "contains" in refused.json()["error_msg"]
+    rows = ToolInvocation.objects.filter(tool_name="dify_retrieval")
+    assert rows.count() == 7 and rows.filter(outcome="invalid").count() == 1
+
+
+@pytest.mark.django_db
+def test_dify_errors_are_difys_and_another_tenants_dataset_does_not_exist(
+        acme: Imported, globex: Imported, make_key: MakeKey) -> None:
+    _, secret = make_key("acme")
+    body = {"knowledge_id": "ops", "query": BAD_GATEWAY}
+    assert dify(client_for(None), **body).json() == {
+        "error_code": 1001,
+        "error_msg": "Invalid Authorization header format. Expected 'Bearer <api-key>' format."}
+    refused = dify(client_for("kb_wrong_key"), **body)
+    assert (refused.status_code, refused.json()["error_code"]) == (403, 1002)
+    for knowledge in ("no-such-dataset", str(globex.dataset.pk)):
+        missing = dify(client_for(secret), **{**body, "knowledge_id": knowledge})
+        assert missing.status_code == 404
+        assert missing.json() == {"error_code": 2001,
+                                  "error_msg": "The knowledge does not exist"}
+    invalid = client_for(secret).post(DIFY, {"query": "x"}, format="json")
+    assert invalid.status_code == 400 and invalid.json()["error_code"] == 400
+    assert ToolInvocation.objects.filter(tool_name="dify_retrieval").count() == 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_openais_sdk_searches_a_dataset_as_a_vector_store(acme: Imported, make_key: MakeKey,
+                                                          web: str) -> None:
+    _, secret = make_key("acme")
+    client = openai.OpenAI(base_url=f"{web}/api/openai", api_key=secret, max_retries=0)
+    page = client.vector_stores.search("ops", query=BAD_GATEWAY, max_num_results=2)
+    assert 0 < len(page.data) <= 2
+    hit = page.data[0]
+    assert acme.stem_of(hit.file_id) == "nginx" and hit.filename.endswith("nginx.md")
+    assert hit.content[0].type == "text" and hit.content[0].text and 0 <= hit.score <= 1
+    narrowed = client.vector_stores.search(
+        str(acme.dataset.pk), query=[BAD_GATEWAY],
+        filters={"type": "eq", "key": "category", "value": "messaging"})
+    assert {acme.stem_of(h.file_id) for h in narrowed.data} <= {"kafka"}
+    assert client.vector_stores.search("ops", query=OFF_TOPIC).data == []
+
+    with pytest.raises(openai.BadRequestError, match="not a filter"):
+        client.vector_stores.search("ops", query="x", filters={
+            "type": "ne", "key": "category", "value": "web"})
+    with pytest.raises(openai.NotFoundError):
+        client.vector_stores.search("no-such-store", query=BAD_GATEWAY)
+    stranger = openai.OpenAI(base_url=f"{web}/api/openai", api_key="kb_wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        stranger.vector_stores.search("ops", query=BAD_GATEWAY)
+    rows = ToolInvocation.objects.filter(tool_name="vector_store_search")
+    assert [r.outcome for r in rows.order_by("id")] == [
+        "ok", "empty", "empty", "invalid", "invalid", "unauthenticated"]
