@@ -200,6 +200,21 @@ def ready_evidence(*, tenant_id: int, document_ids: Iterable[str], tool_call_id:
     return {document_id: ready.get(document_id) for document_id in document_ids}
 
 
+@_store_errors
+def served_ready(*, tenant_id: int, tool_call_id: str = "", session_id: str = ""
+                 ) -> list[ReadyEvidence]:
+    """Every READY evidence item of the invocation (or session), first served first, each
+    once. Scope and liveness are the caller's to check."""
+    backend = _backend()
+    documents = ([backend.call(tenant_id, tool_call_id)] if tool_call_id
+                 else backend.session(tenant_id, session_id))
+    found: dict[str, ReadyEvidence] = {}
+    for document in documents:
+        for item in _ready_of(document):
+            found.setdefault(item.document_id, item)
+    return list(found.values())
+
+
 def canonical_prune() -> int:
     """Delete expired table records (Redis expires its own); the count."""
     deleted = 0

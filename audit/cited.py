@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 
-from audit.models import Rating, ServedEvidence
+from audit.models import AnswerCheck, Rating, ServedEvidence
 
 # Below this many served evidence items (the cited rate) or calls (cited per call) in either
 # arm, an A/B test's comparison says "not enough data yet" rather than a p-value.
@@ -41,6 +41,22 @@ class Cited:
     def as_dict(self) -> dict[str, Any]:
         return {"served": self.served, "cited": self.cited, "cited_rate": _round(self.rate),
                 "helpful": self.helpful, "not_helpful": self.not_helpful}
+
+
+@dataclass(frozen=True)
+class Checked:
+    """Sentences of answers verify_answer checked, and how many nothing served supports."""
+
+    sentences: int = 0
+    unsupported: int = 0
+
+    @property
+    def rate(self) -> float | None:
+        return self.unsupported / self.sentences if self.sentences else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"sentences_checked": self.sentences, "unsupported": self.unsupported,
+                "unsupported_rate": _round(self.rate)}
 
 
 def _round(value: float | None) -> float | None:
@@ -78,6 +94,9 @@ class CitedReport:
     # (config id, its version): (None, None) the built-in defaults; (None, N) a version
     # recorded before config ids were, of a config not known.
     by_version: list[tuple[tuple[int | None, int | None], Cited]]
+    # verify_answer's checks, by the same (config id, version); None for a dataset's report
+    # (a check is of an answer, not of a dataset).
+    checked: dict[tuple[int | None, int | None], Checked] | None
     by_rank: list[tuple[int, Cited]]
     by_dataset: list[tuple[int, Cited]]
     never_cited: list[tuple[int, Cited]]  # documents served most and never cited
@@ -89,10 +108,20 @@ class CitedReport:
             return [{name: str(key) if name == "document_id" else key, **figures.as_dict()}
                     for key, figures in pairs]
 
-        return {"total": self.total.as_dict(),
+        def checks(key: tuple[int | None, int | None] | None) -> dict[str, Any]:
+            if self.checked is None:
+                return {"sentences_checked": None, "unsupported": None,
+                        "unsupported_rate": None}
+            if key is None:
+                return Checked(sum(c.sentences for c in self.checked.values()),
+                               sum(c.unsupported for c in self.checked.values())).as_dict()
+            return self.checked.get(key, Checked()).as_dict()
+
+        return {"total": {**self.total.as_dict(), **checks(None)},
                 "by_config_version": [
                     {"config_id": config, "config_version": version,
-                     "config_known": config is not None or version is None, **figures.as_dict()}
+                     "config_known": config is not None or version is None, **figures.as_dict(),
+                     **checks((config, version))}
                     for (config, version), figures in self.by_version],
                 "by_rank": listed("rank", self.by_rank),
                 "by_dataset": listed("dataset_id", self.by_dataset),
@@ -116,14 +145,29 @@ def cited_report(*, tenant_id: int, dataset_ids: Collection[int] | None = None,
         return [(d["document_id"], Cited(d["n"], d["c"], d["h"], d["u"]))
                 for d in ranked[:DOCUMENTS_SHOWN]]
 
+    checked = None if dataset_ids is not None else _checked(tenant_id, days)
+    for key in checked or ():  # a version whose answers were checked, its evidence pruned
+        by_version.setdefault(key, Cited())
     return CitedReport(
         total=total,
         by_version=sorted(by_version.items(),
                           key=lambda kv: (kv[0][0] or 0, kv[0][1] or 0)),
+        checked=checked,
         by_rank=sorted(_counted(rows, "rank").items()),
         by_dataset=sorted(_counted(rows, "dataset_id").items()),
         never_cited=top(documents.filter(c=0).order_by("-n", "document_id")),
         cited_most=top(documents.filter(c__gt=0).order_by("-c", "-n", "document_id")))
+
+
+def _checked(tenant_id: int, days: int | None
+             ) -> dict[tuple[int | None, int | None], Checked]:
+    """The tenant's answer checks by (config id, version): one grouped query."""
+    rows = AnswerCheck.objects.filter(tenant_id=tenant_id)
+    if days is not None:
+        rows = rows.filter(day__gte=timezone.localdate() - timedelta(days=days - 1))
+    found = (rows.order_by().values_list("config_id", "config_version")
+             .annotate(s=Sum("sentences"), u=Sum("unsupported")))
+    return {(config, version): Checked(s, u) for config, version, s, u in found}
 
 
 def dataset_cited(*, dataset_ids: Collection[int], days: int) -> dict[int, Cited]:

@@ -242,3 +242,29 @@ class ServedEvidence(models.Model):
 
     def __str__(self) -> str:
         return f"{self.evidence_key} at rank {self.rank} of call {self.invocation_id}"
+
+
+class AnswerCheck(models.Model):
+    """One verify_answer of an agent's answer: how many of its sentences were checked and how
+    many nothing served to the call (or session) supports, under the config version that
+    served that call (copied from the verifying ToolInvocation, and gone with it). Counts
+    only, never text: the per-version unsupported rate beside the cited rate
+    (audit/cited.py)."""
+
+    invocation = models.OneToOneField(ToolInvocation, on_delete=models.CASCADE,
+                                      related_name="answer_check")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    config_id = models.PositiveIntegerField(null=True, blank=True)
+    config_version = models.PositiveIntegerField(null=True, blank=True)
+    sentences = models.PositiveIntegerField()
+    unsupported = models.PositiveIntegerField()
+    day = models.DateField()
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "day", "config_id", "config_version"],
+                                name="answer_check_version")]
+        constraints = [models.CheckConstraint(
+            condition=Q(unsupported__lte=models.F("sentences")), name="answer_check_counts")]
+
+    def __str__(self) -> str:
+        return f"{self.unsupported} of {self.sentences} unsupported"

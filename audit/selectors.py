@@ -10,7 +10,7 @@ from typing import Any
 from django.db.models import Count, Sum
 from django.utils import timezone
 
-from audit.models import InvocationDataset, Outcome, ToolInvocation
+from audit.models import InvocationDataset, Outcome, ServedEvidence, ToolInvocation
 
 TRACE_LIMIT = 1000  # a session longer than this shows its latest calls
 
@@ -121,3 +121,14 @@ def experiment_figures(*, experiment_id: int, arms: Collection[str]) -> list[Arm
     return [ArmFigures(**figures, versions=tuple(sorted(versions.get(arm, ()),
                                                         key=lambda v: v or 0)))
             for arm, figures in sums.items()]
+
+
+def served_config(*, tenant_id: int, tool_call_id: str = "", session_id: str = ""
+                  ) -> tuple[int | None, int | None]:
+    """(config id, version) that served the call's evidence — for a session, its latest call
+    that served any; (None, None) when none did."""
+    rows = ServedEvidence.objects.filter(tenant_id=tenant_id)
+    rows = rows.filter(tool_call_id=tool_call_id) if tool_call_id \
+        else rows.filter(session_id=session_id)
+    found = rows.order_by("-pk").values_list("config_id", "config_version").first()
+    return found if found is not None else (None, None)

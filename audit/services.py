@@ -13,6 +13,7 @@ from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from audit.models import (
+    AnswerCheck,
     Channel,
     InvocationDataset,
     Outcome,
@@ -52,11 +53,17 @@ def invocation_record(*, api_key: ApiKey | None, latency_ms: float,
         served = _served_rows(row, result) if result is not None else []
         terms = result.topic_terms if result is not None else ()
         narrowed = result is not None and result.narrowed
+        checked = result.checked if result is not None else None
         # One transaction (a savepoint inside the caller's: a failed insert must not poison
         # it): one commit for the three inserts. Each in autocommit cost a commit (an fsync on
         # MariaDB) each: 15.7 ms p50 against 8.0 ms this way (docs/benchmarks.md).
         with transaction.atomic():
             _save(row, served, terms, narrowed)
+            if checked is not None and row.tenant_id is not None:
+                AnswerCheck.objects.create(
+                    invocation=row, tenant_id=row.tenant_id, config_id=row.config_id,
+                    config_version=row.config_version, sentences=checked[0],
+                    unsupported=checked[1], day=timezone.localtime(row.created_at).date())
     except Exception:
         logger.exception("audit: could not record tool call %r",
                          getattr(result, "tool_call_id", ""))

@@ -59,3 +59,5 @@ class InvocationRecord:
     # tenant default's v3.
     config_id: int | None = None
     narrowed: bool = False  # the call's own `filters` narrowed its search
+    # verify_answer's: (sentences checked, of them unsupported by what the call served).
+    checked: tuple[int, int] | None = None

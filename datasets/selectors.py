@@ -149,6 +149,17 @@ def chunk_count_locked(*, document_pk: int) -> int:
     return count or 0
 
 
+def chunk_contents(*, doc_chunks: Collection[tuple[int, int]]) -> dict[tuple[int, int], str]:
+    """The text of each (doc_id, chunk index) that exists, in one query."""
+    wanted = Q()
+    for doc_id, index in doc_chunks:
+        wanted |= Q(document__doc_id=doc_id, chunk_index=index)
+    if not doc_chunks:
+        return {}
+    return {(doc_id, index): content for doc_id, index, content in Chunk.objects.filter(wanted)
+            .values_list("document__doc_id", "chunk_index", "content")}
+
+
 def section_start(*, document_pk: int, breadcrumb: str) -> int | None:
     """The index of the document's first chunk under `breadcrumb`, None when none is."""
     return (Chunk.objects.filter(document_id=document_pk, breadcrumb=breadcrumb)

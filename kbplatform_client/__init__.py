@@ -91,6 +91,21 @@ class FetchResult(TypedDict):
     next: str
 
 
+class CheckedSentence(TypedDict):
+    text: str
+    supported: bool
+    support: float  # the best served chunk's share of its content terms
+    evidence: list[str]  # served chunks that support it, best first
+    cited: list[str]
+
+
+class VerifyResult(TypedDict):
+    sentences: list[CheckedSentence]
+    unsupported: list[str]  # the sentences nothing served supports
+    evidence_checked: int
+    skipped: int
+
+
 class RatingResult(TypedDict):
     tool_call_id: str
     rating: str  # "helpful" | "not_helpful"
@@ -168,6 +183,14 @@ class KbClient:
                                        ("session_id", session_id)) if v})
         return cast(FetchResult, self._tool("/api/tools/fetch_evidence", body))
 
+    def verify_answer(self, answer: str, *, tool_call_id: str = "",
+                      session_id: str = "") -> VerifyResult:
+        """Which sentences of `answer` the evidence served to the call (or session) supports."""
+        body: dict[str, Any] = {"answer": answer}
+        body.update({k: v for k, v in (("tool_call_id", tool_call_id),
+                                       ("session_id", session_id)) if v})
+        return cast(VerifyResult, self._json("POST", "/api/tools/verify_answer", body))
+
     def rate_evidence(self, tool_call_id: str, document_ids: Sequence[str], *,
                       rating: str) -> RatingResult:
         """`rating` "helpful" or "not_helpful" for evidence the call `tool_call_id` of this key
@@ -196,7 +219,7 @@ class KbClient:
         """A tool by the name of GET /api/tools/schema, with an agent's arguments."""
         if name == "list_datasets":  # what lookups may search, as the MCP tool lists them
             return {"datasets": [d for d in self.datasets() if d["activated"]]}
-        if name in ("evidence_guard", "rate_evidence"):
+        if name in ("evidence_guard", "rate_evidence", "verify_answer"):
             return dict(self._json("POST", f"/api/tools/{name}", dict(arguments)))
         paths = {"lookup_knowledge": "/api/tools/lookup_knowledge",
                  "fetch_evidence": "/api/tools/fetch_evidence",

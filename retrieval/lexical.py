@@ -68,6 +68,11 @@ def _stems(normalized: str) -> list[str]:
     return [_stem(w) for w in dict.fromkeys(_WORD.findall(normalized))]
 
 
+def text_stems(normalized: str) -> frozenset[str]:
+    """The text's Latin words as BM25 stems them (what `coverage` compares)."""
+    return frozenset(_stems(normalized))
+
+
 def _terms(normalized: str) -> list[str]:
     """Latin words (stemmed, stop words out) and CJK character bigrams."""
     terms = [w for w in _stems(normalized) if len(w) >= MIN_WORD_CHARS and w not in _STOP_WORDS]
@@ -91,11 +96,12 @@ class QueryTerms:
         return tuple(t for t, f in zip(self.identifiers, self.folded, strict=True)
                      if contains_term(normalized, f))
 
-    def coverage(self, normalized: str) -> float:
-        """The share of the query's content terms that occur in the text (0 when it has none)."""
+    def coverage(self, normalized: str, stems: frozenset[str] | None = None) -> float:
+        """The share of the query's content terms that occur in the text (0 when it has none);
+        `stems`: the text's text_stems, when one text is read for many queries."""
         if not self.terms:
             return 0.0
-        stems = set(_stems(normalized))
+        stems = text_stems(normalized) if stems is None else stems
         found = sum(contains_term(normalized, t) if _CJK_RUN.match(t) else t in stems
                     for t in self.terms)
         return found / len(self.terms)

@@ -8,10 +8,11 @@ key.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from audit.models import Rating
+from audit.selectors import served_config
 from audit.services import evidence_cite, evidence_rate
 from audit.types import InvocationRecord
 from datasets.auth import Caller
@@ -21,6 +22,7 @@ from retrieval.answers.agentic import agentic_answer
 from retrieval.answers.answer import AnswerStatus
 from retrieval.answers.rag_node import DatasetRef, NodeInput, NodeStatus, rag_node
 from retrieval.answers.service import rag_answer
+from retrieval.answers.verify import served_texts, verify
 from retrieval.lookup.fetch import FETCH_DEFAULT_CHARS, Fetched, FetchRequest, fetch_evidence
 from retrieval.lookup.service import confirmed_evidence, lookup_scope, served_lookup
 from retrieval.types import CallFilters, EvidenceStatus, SearchFilters
@@ -72,6 +74,15 @@ class FetchArgs:
     document_id: str
     max_chars: int
     section: str = ""
+    tool_call_id: str = ""
+    session_id: str = ""
+
+
+@dataclass(frozen=True)
+class VerifyArgs:
+    """verify_answer's input (`VerifyAnswerInput`): exactly one of the two ids."""
+
+    answer: str
     tool_call_id: str = ""
     session_id: str = ""
 
@@ -204,6 +215,30 @@ def evidence_guard_call(who: Caller, args: GuardArgs) -> ToolCall:
     evidence_cite(tenant_id=who.tenant.pk, dataset_ids=readable, evidence_keys=ready,
                   tool_call_id=args.tool_call_id, session_id=args.session_id)
     return ToolCall({"ready": ready, "not_ready": [key for key in asked if key not in ready]})
+
+
+def verify_answer_call(who: Caller, args: VerifyArgs) -> ToolCall:
+    """Each sentence of the answer against what the call (or session) served as READY, of
+    datasets this key may read; audited with the config version that served the call, for
+    the unsupported rate beside the cited rate."""
+    served = served_texts(tenant_id=who.tenant.pk, readable=who.readable_dataset_ids(),
+                          tool_call_id=args.tool_call_id, session_id=args.session_id)
+    done = verify(args.answer, served)
+    config_id, version = served_config(tenant_id=who.tenant.pk, tool_call_id=args.tool_call_id,
+                                       session_id=args.session_id)
+    counts = {"sentences": len(done.sentences), "unsupported": len(done.unsupported),
+              "evidence": done.evidence, "skipped": done.skipped}
+    record = InvocationRecord(
+        tenant_id=who.tenant.pk, tool_call_id=args.tool_call_id, session_id=args.session_id,
+        query="", evidence_status=(EvidenceStatus.READY if served
+                                   else EvidenceStatus.EMPTY).value,
+        relevance_level="NONE", returned_count=len(done.sentences), config_version=version,
+        config_id=config_id, error="", details={"verified": counts},
+        tool_name="verify_answer", checked=(len(done.sentences), len(done.unsupported)))
+    return ToolCall({"sentences": [{**asdict(s), "evidence": list(s.evidence),
+                                    "cited": list(s.cited)} for s in done.sentences],
+                     "unsupported": list(done.unsupported), "evidence_checked": done.evidence,
+                     "skipped": done.skipped}, record)
 
 
 def rate_evidence_call(who: Caller, args: RateArgs) -> ToolCall:

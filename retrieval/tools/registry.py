@@ -20,6 +20,7 @@ from retrieval.tools.calls import (
     ResearchFetchArgs,
     SearchArgs,
     ToolCall,
+    VerifyArgs,
     evidence_guard_call,
     fetch_evidence_call,
     list_datasets_call,
@@ -30,6 +31,7 @@ from retrieval.tools.calls import (
     rate_evidence_call,
     research_fetch_call,
     search_call,
+    verify_answer_call,
 )
 from retrieval.tools.rendering import evidence_text, json_text, node_text, section_text
 from retrieval.tools.serializers import (
@@ -49,6 +51,8 @@ from retrieval.tools.serializers import (
     ResearchFetchOutput,
     ResearchSearchInput,
     ResearchSearchOutput,
+    VerifyAnswerInput,
+    VerifyAnswerOutput,
 )
 
 Contract = type[serializers.Serializer[dict[str, Any]]]
@@ -145,6 +149,20 @@ TOOLS = (
              "404 `not_found`, as one that does not exist. Any role.", FetchEvidenceOutput,
              answered="READY.", unavailable="FetchEvidenceUnavailable",
              errors=(400, 401, 404, 415))),
+    Tool("verify_answer",
+         "Before answering, check your answer against what your lookups served: give its "
+         "text and the lookup's tool_call_id (or your session_id). Each sentence comes back "
+         "supported, with the evidence that holds its words and identifiers, or in "
+         "`unsupported`: rewrite those from the evidence, or drop them.",
+         "/api/tools/verify_answer", verify_answer_call, json_text, VerifyAnswerInput,
+         VerifyArgs, audited=True,
+         operation=Operation(
+             "Which sentences of an answer the served evidence supports",
+             "Give exactly one of `tool_call_id` and `session_id`. A sentence is supported by "
+             "a chunk served as READY to that call or session, of a dataset this key may read "
+             "and a document that may still be served, holding at least 60 % of its content "
+             "terms and every identifier it names. Counted per config version beside the "
+             "cited rate. Any role.", VerifyAnswerOutput, errors=(400, 401, 415, 503))),
     Tool("rate_evidence",
          "Say whether evidence a call of yours served was helpful or not (rating "
          "`helpful` or `not_helpful`), by the call's tool_call_id and the document_ids. "

@@ -370,3 +370,44 @@ class ResearchFetchOutput(serializers.Serializer[dict[str, Any]]):
     metadata = serializers.DictField(help_text="fetch_evidence's other fields: source, "
                                      "breadcrumb, location, commit, document_ids, truncated, "
                                      "previous, next, tool_call_id, evidence_status.")
+
+
+MAX_ANSWER_CHARS = 20_000  # verify_answer's answer
+
+
+@extend_schema_serializer(component_name="VerifyAnswer")
+class VerifyAnswerInput(serializers.Serializer[dict[str, Any]]):
+    answer = serializers.CharField(max_length=MAX_ANSWER_CHARS, help_text="The answer to "
+                                   "check, as the agent wrote it (citation markers "
+                                   "`[docId#chunk-n]` may stay in it).")
+    tool_call_id = serializers.RegexField(IDENT, required=False, help_text="The call that "
+                                          "served the evidence.")
+    session_id = serializers.RegexField(IDENT, required=False, help_text="Or the session: the "
+                                        "evidence of its every call.")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if bool(attrs.get("tool_call_id")) == bool(attrs.get("session_id")):
+            raise serializers.ValidationError("give exactly one of tool_call_id, session_id")
+        return attrs
+
+
+@extend_schema_serializer(component_name="CheckedSentence")
+class CheckedSentenceOutput(serializers.Serializer[dict[str, Any]]):
+    text = serializers.CharField(help_text="The sentence, its citation markers taken out.")
+    supported = serializers.BooleanField()
+    support = serializers.FloatField(help_text="The best served chunk's share of its content "
+                                     "terms, 0-1 (0: a chunk lacking one of its identifiers).")
+    evidence = serializers.ListField(child=serializers.CharField(), help_text="Served chunks "
+                                     "that support it, best first (at most 3).")
+    cited = serializers.ListField(child=serializers.CharField(), help_text="The ids it cites.")
+
+
+@extend_schema_serializer(component_name="VerifyAnswerResult")
+class VerifyAnswerOutput(serializers.Serializer[dict[str, Any]]):
+    sentences = CheckedSentenceOutput(many=True, help_text="The sentences checked, in order.")
+    unsupported = serializers.ListField(child=serializers.CharField(), help_text="The "
+                                        "sentences nothing served supports: rewrite or drop.")
+    evidence_checked = serializers.IntegerField(min_value=0, help_text="Served chunks read "
+                                                "(of datasets this key may still read).")
+    skipped = serializers.IntegerField(min_value=0, help_text="Sentences too short to judge, "
+                                       "or past the 100 checked.")

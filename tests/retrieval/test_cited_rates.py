@@ -88,6 +88,8 @@ def test_the_cited_rates_equal_a_hand_count(acme: Imported, make_key: MakeKey) -
         assert by_rank[rank]["served"] == sum(len(keys) >= rank for keys in served)
         assert by_rank[rank]["cited"] == hand[rank]
     assert [row["config_version"] for row in figures["by_config_version"]] == [None]
+    checks = {"sentences_checked": 0, "unsupported": 0, "unsupported_rate": None}
+    assert {key: figures["total"].pop(key) for key in checks} == checks  # no answer checked
     assert figures["by_dataset"] == [{"dataset_id": acme.dataset.pk, **figures["total"]}]
     docs = {key.split("#", 1)[0] for keys in served for key in keys}
     never = {row["document_id"] for row in figures["documents_never_cited"]}
@@ -150,7 +152,8 @@ def test_the_rates_per_config_version_tell_two_configs_of_one_version_apart(
         rows[(None, 1)]["served"] == len(on_ops) + len(on_edge)
     assert rows[(None, 1)] == {"config_id": None, "config_version": 1, "config_known": False,
                                "served": 1, "cited": 0, "cited_rate": 0.0, "helpful": 0,
-                               "not_helpful": 0}
+                               "not_helpful": 0, "sentences_checked": 0, "unsupported": 0,
+                               "unsupported_rate": None}
     assert rows[(own.pk, 1)]["config_known"] and rows[(default.pk, 1)]["config_known"]
     assert {rows[(own.pk, 1)]["served"], rows[(default.pk, 1)]["served"]} == {
         len(on_ops) - (before.dataset_id == acme.dataset.pk),

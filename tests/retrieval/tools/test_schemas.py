@@ -255,6 +255,7 @@ CLIENT_OPERATIONS = {  # method → (HTTP method, path in the OpenAPI schema)
     "evidence_guard": ("post", "/api/tools/evidence_guard"),
     "rate_evidence": ("post", "/api/tools/rate_evidence"),
     "fetch_evidence": ("post", "/api/tools/fetch_evidence"),
+    "verify_answer": ("post", "/api/tools/verify_answer"),
     "cited_rates": ("get", "/api/audit/cited-rates"),
     "experiment_cited_rates": ("get", "/api/rag/experiments/{experiment_id}/cited-rates"),
     "rag_answer": ("post", "/api/rag/answer"), "rag_agentic": ("post", "/api/rag/agentic"),

@@ -1,0 +1,110 @@
+"""verify_answer: each sentence of an agent's answer against what its call (or session) was
+served — supported by a chunk holding its words and every identifier it names, or listed as
+unsupported; scoped like the guard; audited, and counted per config version beside the cited
+rate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from audit.models import AnswerCheck, ToolInvocation
+from retrieval.answers.verify import verify
+from retrieval.tools.mcp_server import call_tool
+from tests.retrieval.conftest import Imported, MakeKey, client_for, evidence_ids, lookup, ready
+
+VERIFY = "/api/tools/verify_answer"
+BAD_GATEWAY = "nginx 502 bad gateway upstream connection refused"
+
+
+def check(client: Any, **body: Any) -> Any:
+    return client.post(VERIFY, body, format="json")
+
+
+def test_a_sentence_is_supported_by_a_chunk_with_its_words_and_identifiers() -> None:
+    served = {"1#chunk-0": "Restart php-fpm when nginx answers 502 Bad Gateway; check "
+                           "proxy_pass points at the port the application listens on.",
+              "2#chunk-0": "Kafka consumer lag grows when consumers are slow."}
+    done = verify("Restart php-fpm when nginx answers 502 [1#chunk-0]. Then check that "
+                  "proxy_pass points at the application's port.\nSources:\nThe fix needs "
+                  "nginx 1.25.3 or later. Drink more coffee in the morning. 重启 php-fpm。",
+                  served)
+    by_text = {s.text: s for s in done.sentences}
+    first = by_text["Restart php-fpm when nginx answers 502."]
+    assert first.supported and first.evidence == ("1#chunk-0",)
+    assert first.cited == ("1#chunk-0",)
+    assert by_text["Then check that proxy_pass points at the application's port."].supported
+    # An identifier the evidence does not hold: unsupported, whatever else matches.
+    assert not by_text["The fix needs nginx 1.25.3 or later."].supported
+    assert "Drink more coffee in the morning." in done.unsupported
+    assert by_text["重启 php-fpm。"].supported  # its identifier, and 2 of its 3 terms
+    assert done.skipped == 1 and done.evidence == 2  # "Sources:": too short to judge
+    assert verify("Restart php-fpm.", {}).unsupported == ("Restart php-fpm.",)
+
+
+@pytest.mark.django_db
+def test_an_answer_is_checked_against_its_call_scoped_audited_and_counted(
+        acme: Imported, make_key: MakeKey) -> None:
+    _, secret = make_key("acme")
+    agent = client_for(secret)
+    served = evidence_ids(ready(lookup(agent, BAD_GATEWAY, tool_call_id="v-1",
+                                       session_id="s-v")))
+    answer = ("Nginx answers 502 Bad Gateway when the upstream refuses the connection. "
+              "Restart php-fpm or the upstream application. "
+              "Zebras have stripes to confuse biting flies in the savanna.")
+    for ask in ({"tool_call_id": "v-1"}, {"session_id": "s-v"}):
+        body = check(agent, answer=answer, **ask).json()
+        assert [s["supported"] for s in body["sentences"]] == [True, True, False]
+        assert set(body["sentences"][0]["evidence"]) <= set(served)
+        assert body["unsupported"] == [answer.split(". ")[2]]
+    # Another tenant's key: the call served it nothing, so nothing is supported.
+    _, stranger = make_key("globex")
+    theirs = check(client_for(stranger), answer=answer, tool_call_id="v-1").json()
+    assert theirs["evidence_checked"] == 0 and len(theirs["unsupported"]) == 3
+    rows = ToolInvocation.objects.filter(tool_name="verify_answer").order_by("id")
+    assert [(r.outcome, r.returned_count) for r in rows] == [("ok", 3), ("ok", 3),
+                                                             ("empty", 3)]
+    checks = AnswerCheck.objects.order_by("id")
+    assert [(c.sentences, c.unsupported) for c in checks] == [(3, 1), (3, 1), (3, 3)]
+    # The quality loop: the unsupported rate beside the cited rate, per config version.
+    _, admin = make_key("acme", role="admin")
+    figures = client_for(admin).get("/api/audit/cited-rates").json()
+    assert (figures["total"]["sentences_checked"], figures["total"]["unsupported"]) == (6, 2)
+    assert figures["total"]["unsupported_rate"] == round(2 / 6, 4)
+    for invalid in ({"answer": answer}, {"answer": answer, "tool_call_id": "a",
+                                         "session_id": "b"}, {"tool_call_id": "v-1"}):
+        assert check(agent, **invalid).status_code == 400
+
+
+@pytest.mark.django_db(transaction=True)  # call_tool closes its connections
+def test_over_mcp(acme: Imported, make_key: MakeKey) -> None:
+    _, secret = make_key("acme")
+    ready(lookup(client_for(secret), BAD_GATEWAY, tool_call_id="v-m"))
+    result = call_tool("verify_answer", {"answer": "Restart php-fpm or the upstream "
+                                                   "application.", "tool_call_id": "v-m"},
+                       secret)
+    assert not result.is_error and result.structured_content["unsupported"] == []
+    assert ToolInvocation.objects.get(tool_name="verify_answer").channel == "mcp"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_agent_loop_of_the_docs_searches_reads_and_verifies(
+        acme: Imported, make_key: MakeKey, web: str) -> None:
+    """docs/agents.md's loop, as written (its block under "Search, read, verify")."""
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "agents.md").read_text()
+    code = docs[docs.index("## Search, read, verify"):].split("```python\n", 1)[1]
+    code = code.split("```", 1)[0]
+    _, secret = make_key("acme")
+    for written, here in (('"http://127.0.0.1:8000"', repr(web)),
+                          ('open("var/demo-tool-key.txt").read().strip()', repr(secret))):
+        assert written in code
+        code = code.replace(written, here)
+    scope: dict[str, Any] = {}
+    exec(compile(code, "docs/agents.md", "exec"), scope)  # noqa: S102
+    assert scope["check"]["unsupported"] == [] and scope["answer"] == scope["draft"]
+    assert scope["cited"] and acme.stem_of(scope["cited"][0]) == "nginx"
+    assert [r.tool_name for r in ToolInvocation.objects.order_by("id")] == [
+        "lookup_knowledge", "fetch_evidence", "verify_answer"]
