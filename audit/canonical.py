@@ -162,22 +162,6 @@ def canonical_store(record: InvocationRecord) -> None:
 
 
 @_store_errors
-def canonical_extend(record: InvocationRecord) -> None:
-    """Store `record`; when its call id already names a call, that call's READY evidence is
-    kept and the record's added after it (a fetch under its lookup's call id extends what the
-    guard confirms for it, instead of replacing it)."""
-    backend = _backend()
-    document = canonical_document(record)
-    stored = backend.call(record.tenant_id, record.tool_call_id)
-    if stored:
-        kept = [list(item) for item in stored.get("ready", [])]
-        known = {item[0] for item in kept}
-        document = {**stored, "session_id": record.session_id,
-                    "ready": kept + [item for item in document["ready"] if item[0] not in known]}
-    backend.put(record.tenant_id, document, settings.KB_CANONICAL_TTL_SECONDS)
-
-
-@_store_errors
 def canonical_get(*, tenant_id: int, tool_call_id: str) -> dict[str, Any] | None:
     return _backend().call(tenant_id, tool_call_id)
 

@@ -141,9 +141,11 @@ def servable_document(*, tenant_id: int, dataset_ids: Sequence[int], doc_id: int
 
 
 def chunk_count_locked(*, document_pk: int) -> int:
-    """The document's chunk count, its row locked until the transaction ends: indexing
-    replaces its chunks and then writes the row in one transaction, so the chunks read
-    under this lock are all of one indexing (0: the document is gone)."""
+    """The document's chunk count, its row locked until the transaction ends: indexing locks
+    the row, replaces its chunks and writes the row in one transaction
+    (services.document_indexed), so the chunks read under this lock are all of one indexing
+    (0: the document is gone). On SQLite, where a transaction begins IMMEDIATE and takes the
+    database's write lock, the same holds without a row lock."""
     count = (Document.objects.select_for_update().filter(pk=document_pk)
              .values_list("chunk_count", flat=True).first())
     return count or 0

@@ -372,8 +372,12 @@ def document_synced(*, document_id: int, revision: int) -> None:
 
 def document_indexed(*, document_id: int, drafts: Sequence[ChunkDraft], revision: int,
                      content_hash: str) -> None:
-    """The row says what the index holds: READY with these chunks, synced up to `revision`."""
+    """The row says what the index holds: READY with these chunks, synced up to `revision`.
+    The row is locked first, so a reader that locks it (fetch_evidence) waits for the whole
+    change rather than deadlocking against the chunks' inserts."""
     with transaction.atomic():
+        Document.objects.select_for_update().filter(pk=document_id).values_list(
+            "pk", flat=True).first()
         chunks_replace(document_id=document_id, drafts=drafts)
         Document.objects.filter(pk=document_id).update(
             status=Document.Status.READY, chunk_count=len(drafts), indexed_hash=content_hash,

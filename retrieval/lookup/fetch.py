@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import transaction
 
-from audit.canonical import canonical_extend
+from audit.canonical import canonical_get, canonical_store
 from audit.types import InvocationRecord, ReadyEvidence
 from datasets.evidence import EvidenceKey
 from datasets.ingestion.limits import shorten
@@ -28,7 +28,7 @@ from datasets.selectors import (
     section_start,
     servable_document,
 )
-from kbplatform.errors import NotFound, ServiceUnavailable
+from kbplatform.errors import ApiError, ErrorCode, NotFound, ServiceUnavailable
 from retrieval.types import EvidenceStatus, call_id
 
 PARAGRAPH = "\n\n"  # between two chunks that do not overlap
@@ -81,7 +81,14 @@ class Fetched:
 def fetch_evidence(request: FetchRequest) -> Fetched:
     """The section, recorded first as the call's canonical invocation (so the evidence guard
     confirms its chunks for this call and its session). NotFound when the id names nothing
-    this key may read, the same words whatever the reason."""
+    this key may read, the same words whatever the reason; a call id already stored (an
+    earlier call's) is refused, 409."""
+    if request.tool_call_id and canonical_get(tenant_id=request.tenant_id,
+                                              tool_call_id=request.tool_call_id):
+        # Stored, it would replace what the guard confirms for that call (a lookup's).
+        raise ApiError(f"tool_call_id {request.tool_call_id!r} names an earlier call: give "
+                       "this call its own id, or none", code=ErrorCode.DUPLICATE,
+                       status_code=409)
     asked = request.document_id
     key = EvidenceKey.parse(asked)
     doc_id = db_id(key.doc_id if key else asked)
@@ -124,7 +131,7 @@ def fetch_evidence(request: FetchRequest) -> Fetched:
         ready=tuple(ReadyEvidence(k, document.dataset_id) for k in keys),
         tool_name="fetch_evidence")
     try:
-        canonical_extend(record)
+        canonical_store(record)
     except ServiceUnavailable:
         section = FetchedSection(EvidenceStatus.UNAVAILABLE, section.tool_call_id,
                                  section.document_id)

@@ -105,7 +105,7 @@ def searchable_text(hit: SearchHit) -> str:
 
 
 def _normalised(text: str) -> str:
-    """What two copies of a text share: its words, whitespace and case aside."""
+    """What two copies of a chunk share: its words, whitespace and case aside."""
     return " ".join(text.split()).casefold()
 
 
@@ -188,9 +188,11 @@ class KnowledgeEvidencePostProcessor:
         texts: dict[str, int] = {}  # a kept chunk's normalised text → its place in `kept`
         for chunk, support in judged:
             key = chunk.evidence_key
-            # The text of a kept chunk again (another copy of its document: an upload and a
-            # source's, two datasets): named by the kept one, spending no slot.
-            same = texts.get(text := _normalised(chunk.content))
+            # A kept chunk again — its title, headings and text (another copy of its
+            # document: an upload and a source's, two datasets): named by the kept one,
+            # spending no slot. Not with the gate off (evaluation ranks every copy).
+            text = _normalised(f"{chunk.title}\n{chunk.breadcrumb}\n{chunk.content}")
+            same = texts.get(text) if self.precise_threshold > 0 else None
             if same is not None:
                 kept[same] = replace(kept[same], also_in=(*kept[same].also_in, chunk))
                 dropped.append((key, DropReason.SAME_TEXT))

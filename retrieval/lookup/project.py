@@ -21,6 +21,11 @@ def _number(value: float) -> float | None:
     return round(value, 6) if math.isfinite(value) else None
 
 
+def titled(title: str, breadcrumb: str) -> str:
+    """A piece of evidence's heading as one line: `title > breadcrumb`."""
+    return " > ".join(part for part in (title, breadcrumb) if part)
+
+
 @dataclass(frozen=True)
 class Copy:
     """Where the same text as a piece of evidence also is (the `EvidenceCopy` component)."""

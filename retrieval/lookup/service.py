@@ -201,14 +201,39 @@ def _narrowed(filters: SearchFilters, view: DocumentsView) -> SearchFilters:
     return replace(filters, excluded_doc_ids=view.excluded, call=call)
 
 
+@dataclass(frozen=True)
+class Trim:
+    """What a caller keeps of a READY answer before it is stored and handed out (the drop-in
+    backends' top_k and score threshold): at most `limit` items, each of at least
+    `min_quality`; none left is EMPTY."""
+
+    limit: int
+    min_quality: float = 0.0
+
+    def applied(self, result: LookupResult) -> LookupResult:
+        if result.evidence_status is not EvidenceStatus.READY:
+            return result
+        items = tuple(item for item in result.pack.items
+                      if item.chunk.quality >= self.min_quality)[:self.limit]
+        if len(items) == len(result.pack.items):
+            return result
+        pack = replace(result.pack, items=items,
+                       total_chars=sum(len(item.excerpt) for item in items))
+        return replace(result, pack=pack, evidence_status=EvidenceStatus.READY if items
+                       else EvidenceStatus.EMPTY)
+
+
 def served_lookup(*, filters: SearchFilters, query: str, tool_call_id: str = "",
-                  session_id: str = "", overrides: dict[str, Any] | None = None
-                  ) -> LookupViews:
+                  session_id: str = "", overrides: dict[str, Any] | None = None,
+                  trim: Trim | None = None) -> LookupViews:
     """A lookup whose READY evidence the guard can confirm later: the call is stored as its
-    canonical invocation first, and evidence that could not be stored is not handed out.
-    An agent's call without an id gets one here, so that an A/B test can route it too."""
+    canonical invocation first (what `trim` keeps of it), and evidence that could not be
+    stored is not handed out. An agent's call without an id gets one here, so that an A/B
+    test can route it too."""
     result = lookup_knowledge(filters=filters, query=query, tool_call_id=call_id(tool_call_id),
                               session_id=session_id, overrides=overrides)
+    if trim is not None:
+        result = trim.applied(result)
     served = LookupViews.of(result)
     try:
         canonical_store(served.record)

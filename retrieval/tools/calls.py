@@ -24,6 +24,7 @@ from retrieval.answers.rag_node import DatasetRef, NodeInput, NodeStatus, rag_no
 from retrieval.answers.service import rag_answer
 from retrieval.answers.verify import served_texts, verify
 from retrieval.lookup.fetch import FETCH_DEFAULT_CHARS, Fetched, FetchRequest, fetch_evidence
+from retrieval.lookup.project import titled
 from retrieval.lookup.service import confirmed_evidence, lookup_scope, served_lookup
 from retrieval.types import CallFilters, EvidenceStatus, SearchFilters
 
@@ -170,17 +171,13 @@ def fetch_evidence_call(who: Caller, args: FetchArgs) -> ToolCall:
                     section.evidence_status is EvidenceStatus.UNAVAILABLE)
 
 
-def _titled(title: str, breadcrumb: str) -> str:
-    return " > ".join(part for part in (title, breadcrumb) if part)
-
-
 def search_call(who: Caller, args: SearchArgs) -> ToolCall:
     """The research profile's search: a lookup, its evidence as {id, title, text, url}."""
     served = served_lookup(filters=_scope(who, LookupArgs(args.query)), query=args.query)
     view = served.view
-    body = {"results": [{"id": e.document_id, "title": _titled(e.title, e.breadcrumb),
+    body = {"results": [{"id": e.document_id, "title": titled(e.title, e.breadcrumb),
                          "text": e.excerpt, "url": ""} for e in view.evidence],
-            "evidence_status": view.evidence_status.value}
+            "evidence_status": view.evidence_status.value, "tool_call_id": view.tool_call_id}
     return ToolCall(body, replace(served.record, tool_name="search"),
                     view.evidence_status is EvidenceStatus.UNAVAILABLE)
 
@@ -191,7 +188,7 @@ def research_fetch_call(who: Caller, args: ResearchFetchArgs) -> ToolCall:
     fetched = _fetched(who, FetchArgs(document_id=args.id, max_chars=FETCH_DEFAULT_CHARS))
     section = fetched.section.as_dict()
     body = {"id": section.pop("document_id"),
-            "title": _titled(section.pop("title"), section["breadcrumb"]),
+            "title": titled(section.pop("title"), section["breadcrumb"]),
             "text": section.pop("text"), "url": "", "metadata": section}
     return ToolCall(body, replace(fetched.record, tool_name="fetch"),
                     fetched.section.evidence_status is EvidenceStatus.UNAVAILABLE)

@@ -5,6 +5,7 @@ is a dataset of the key, by id or by name; their errors are in each one's own sh
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -16,11 +17,11 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from datasets.auth import Caller
-from datasets.selectors import readable_datasets
-from kbplatform.errors import ErrorCode, NotFound, error_of
-from retrieval.lookup.project import LookupViews
-from retrieval.lookup.service import lookup_scope, served_lookup
-from retrieval.ragconfig.config import call_filters
+from datasets.selectors import db_id, readable_datasets
+from kbplatform.errors import ErrorCode, NotFound
+from retrieval.lookup.project import Evidence, LookupViews
+from retrieval.lookup.service import Trim, lookup_scope, served_lookup
+from retrieval.ragconfig.filters import LookupFiltersInput
 from retrieval.tools.calls import ToolCall
 from retrieval.tools.registry import Operation, Tool
 from retrieval.tools.rendering import json_text
@@ -34,32 +35,49 @@ MAX_CONDITIONS = 10
 
 def _knowledge(who: Caller, name: str) -> int:
     """The dataset a knowledge base / vector store id names: a dataset of the key's lookups,
-    by id or by name; NotFound otherwise (another tenant's as one that does not exist)."""
-    for pk, dataset in readable_datasets(caller=who):
-        if name in (str(pk), dataset):
-            return pk
-    raise NotFound(f"no knowledge base {name!r} this key may read")
+    by id, else by name; NotFound otherwise (another tenant's as one that does not exist)."""
+    readable = readable_datasets(caller=who)
+    pk = db_id(name)
+    found = next((d for d, _ in readable if d == pk), None) or next(
+        (d for d, dataset in readable if dataset == name), None)
+    if found is None:
+        raise NotFound(f"no knowledge base {name!r} this key may read")
+    return found
 
 
 def _narrowed(asked: dict[str, Any]) -> CallFilters:
-    try:
-        return call_filters(asked)
-    except ValueError as exc:
-        raise serializers.ValidationError(str(exc)) from exc
+    """The conditions as a call's `filters`, under the tools' own contract (its keys, its
+    bounds: at most 50 values of 200 characters, 100 documents)."""
+    data = LookupFiltersInput(data=asked)
+    if not data.is_valid():
+        raise serializers.ValidationError(json.dumps(data.errors, ensure_ascii=False))
+    filters: CallFilters = data.validated_data
+    return filters
 
 
-def _lookup(who: Caller, knowledge: str, query: str, narrowed: CallFilters) -> LookupViews:
+def _epoch_or_iso(value: Any) -> str | None:
+    """A date as the filters take it: ISO 8601 as given, epoch seconds converted; None for
+    anything else."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return datetime.fromtimestamp(value, UTC).isoformat()
+        except (OverflowError, OSError, ValueError):
+            return None
+    return None
+
+
+def _served(who: Caller, knowledge: str, query: str, narrowed: CallFilters, trim: Trim
+            ) -> tuple[LookupViews, list[tuple[float, Evidence]]]:
+    """The lookup, what `trim` keeps of it (only that is recorded, for the guard and the
+    audit), and (score, evidence) of each item: the gate's calibrated quality, 0-1."""
     filters = lookup_scope(caller=who, requested=[_knowledge(who, knowledge)],
                            narrowed=narrowed)
-    return served_lookup(filters=filters, query=query)
-
-
-def _scored(served: LookupViews) -> list[tuple[float, Any]]:
-    """(score, evidence) of a READY lookup, best first: the score is the gate's calibrated
-    quality of the chunk, 0–1."""
+    served = served_lookup(filters=filters, query=query, trim=trim)
     items = served.result.pack.items if served.view.evidence else ()
-    return [(round(item.chunk.quality, 4), evidence)
-            for item, evidence in zip(items, served.view.evidence, strict=True)]
+    return served, [(round(item.chunk.quality, 4), evidence)
+                    for item, evidence in zip(items, served.view.evidence, strict=True)]
 
 
 # --- Dify: POST {endpoint}/retrieval ------------------------------------------------------------
@@ -77,17 +95,23 @@ class DifyRetrievalInput(serializers.Serializer[dict[str, Any]]):
     query = serializers.CharField(max_length=settings.KB_MAX_QUERY_CHARS)
     retrieval_setting = DifyRetrievalSettingInput()
     metadata_condition = serializers.JSONField(
-        required=False, help_text="{logical_operator, conditions: [{name, "
+        required=False, allow_null=True, help_text="{logical_operator, conditions: [{name, "
         "comparison_operator, value}]}: `is`/`in` on category, domain, business_key, "
-        "file_name, document_id; `after`/`before` on updated_at. `or` joins one condition.")
+        "file_name, document_id; `after`/`before` on updated_at (ISO 8601 or epoch seconds). "
+        "`or` joins one condition. Null, or no conditions: no narrowing.")
+
+    def validate_retrieval_setting(self, value: dict[str, Any]) -> Trim:
+        return Trim(limit=value["top_k"], min_quality=value["score_threshold"])
 
     def validate_metadata_condition(self, value: Any) -> CallFilters:
-        if not isinstance(value, Mapping) or not isinstance(value.get("conditions"), list):
+        if value is None or isinstance(value, Mapping) and value.get("conditions") is None:
+            return CallFilters()  # what Dify sends when nothing narrows the search
+        if not isinstance(value, Mapping) or not isinstance(value["conditions"], list):
             raise serializers.ValidationError("an object with `conditions`, a list")
         conditions = value["conditions"]
-        if not 0 < len(conditions) <= MAX_CONDITIONS:
-            raise serializers.ValidationError(f"1 to {MAX_CONDITIONS} conditions")
-        if value.get("logical_operator", "and") not in ("and", "or") or (
+        if len(conditions) > MAX_CONDITIONS:
+            raise serializers.ValidationError(f"at most {MAX_CONDITIONS} conditions")
+        if value.get("logical_operator") not in (None, "and", "or") or (
                 value.get("logical_operator") == "or" and len(conditions) > 1):
             raise serializers.ValidationError("conditions are joined by `and` (`or` only "
                                               "joins one)")
@@ -113,19 +137,20 @@ def _dify_condition(condition: Any) -> tuple[str, Any]:
             raise serializers.ValidationError(f"{name} {operator}: a string (is) or a list of "
                                               "strings (in)")
         return ("document_ids" if name == "document_id" else name), values
-    if name == UPDATED and operator in ("after", "before") and isinstance(value, str):
-        return f"updated_{operator}", value
+    when = _epoch_or_iso(value)
+    if name == UPDATED and operator in ("after", "before") and when is not None:
+        return f"updated_{operator}", when
     raise serializers.ValidationError(
         f"not a condition this knowledge base filters by: {str(name)[:40]!r} "
         f"{str(operator)[:20]!r} (is / in on {', '.join((*FIELDS, 'document_id'))}; "
-        f"after / before on {UPDATED})")
+        f"after / before on {UPDATED}, a date or epoch seconds)")
 
 
 @dataclass(frozen=True)
 class DifyArgs:
     knowledge_id: str
     query: str
-    retrieval_setting: dict[str, Any]
+    retrieval_setting: Trim  # top_k, score_threshold
     metadata_condition: CallFilters = CallFilters()
 
 
@@ -151,19 +176,18 @@ class DifyRetrievalOutput(serializers.Serializer[dict[str, Any]]):
 
 
 def dify_retrieval_call(who: Caller, args: DifyArgs) -> ToolCall:
-    served = _lookup(who, args.knowledge_id, args.query, args.metadata_condition)
+    served, scored = _served(who, args.knowledge_id, args.query, args.metadata_condition,
+                             args.retrieval_setting)
     record = replace(served.record, tool_name="dify_retrieval")
     if served.view.evidence_status is EvidenceStatus.UNAVAILABLE:
         return ToolCall({"error_code": 503, "error_msg": "the knowledge base is unavailable: "
                          "retry later"}, record, unavailable=True)
-    setting = args.retrieval_setting
-    records = [{"content": e.excerpt, "score": score, "title": e.title or e.source,
-                "metadata": _metadata(e, served.view.tool_call_id)}
-               for score, e in _scored(served) if score >= setting["score_threshold"]]
-    return ToolCall({"records": records[:setting["top_k"]]}, record)
+    return ToolCall({"records": [
+        {"content": e.excerpt, "score": score, "title": e.title or e.source,
+         "metadata": _metadata(e, served.view.tool_call_id)} for score, e in scored]}, record)
 
 
-def _metadata(evidence: Any, tool_call_id: str) -> dict[str, Any]:
+def _metadata(evidence: Evidence, tool_call_id: str) -> dict[str, Any]:
     return {"document_id": evidence.document_id, "source": evidence.source,
             "breadcrumb": evidence.breadcrumb, "location": evidence.location,
             "commit": evidence.commit,
@@ -259,10 +283,8 @@ def _openai_filter(value: Any, *, top: bool) -> dict[str, Any]:
         values = [operand] if operator == "eq" else operand
         if isinstance(values, list) and all(isinstance(v, str) for v in values):
             return {field: values}
-    if field == UPDATED and operator in ("gte", "lt") and isinstance(operand, str | int | float) \
-            and not isinstance(operand, bool):
-        when = datetime.fromtimestamp(operand, UTC).isoformat() \
-            if not isinstance(operand, str) else operand
+    when = _epoch_or_iso(operand)
+    if field == UPDATED and operator in ("gte", "lt") and when is not None:
         return {"updated_after" if operator == "gte" else "updated_before": when}
     raise serializers.ValidationError(
         f"not a filter this vector store keeps: {str(field)[:40]!r} {str(operator)[:10]!r} "
@@ -275,7 +297,7 @@ class VectorSearchArgs:
     query: str
     max_num_results: int = 10
     filters: CallFilters = CallFilters()
-    ranking_options: float = 0.0  # the score threshold
+    ranking_options: float = 0.0  # of the ranking options, the score threshold kept
     rewrite_query: bool = False
 
 
@@ -318,19 +340,20 @@ class VectorSearchOutput(serializers.Serializer[dict[str, Any]]):
 
 
 def vector_search_call(who: Caller, args: VectorSearchArgs) -> ToolCall:
-    served = _lookup(who, args.vector_store_id, args.query, args.filters)
+    served, scored = _served(who, args.vector_store_id, args.query, args.filters,
+                             Trim(limit=args.max_num_results, min_quality=args.ranking_options))
     record = replace(served.record, tool_name="vector_store_search")
     if served.view.evidence_status is EvidenceStatus.UNAVAILABLE:
         return ToolCall(_openai_error(503, "the vector store is unavailable: retry later"),
                         record, unavailable=True)
-    data = [{"file_id": e.document_id, "filename": e.source, "score": score,
-             "attributes": {"title": e.title, "breadcrumb": e.breadcrumb, "commit": e.commit,
-                            "tool_call_id": served.view.tool_call_id},
-             "content": [{"type": "text", "text": e.excerpt}]}
-            for score, e in _scored(served) if score >= args.ranking_options]
     return ToolCall({"object": "vector_store.search_results.page", "search_query": args.query,
-                     "data": data[:args.max_num_results], "has_more": False,
-                     "next_page": None}, record)
+                     "data": [{"file_id": e.document_id, "filename": e.source, "score": score,
+                               "attributes": {"title": e.title, "breadcrumb": e.breadcrumb,
+                                              "commit": e.commit,
+                                              "tool_call_id": served.view.tool_call_id},
+                               "content": [{"type": "text", "text": e.excerpt}]}
+                              for score, e in scored],
+                     "has_more": False, "next_page": None}, record)
 
 
 VECTOR_SEARCH = Tool(
@@ -347,29 +370,33 @@ VECTOR_SEARCH = Tool(
 
 
 def _openai_error(status: int, message: str, code: str = "") -> dict[str, Any]:
-    kind = {401: "authentication_error", 404: "not_found_error",
-            503: "server_error"}.get(status, "invalid_request_error")
+    kind = ("server_error" if status >= 500 else
+            {401: "authentication_error", 403: "permission_error",
+             404: "not_found_error"}.get(status, "invalid_request_error"))
     return {"error": {"message": message, "type": kind, "param": None,
                       "code": code or None}}
 
 
 def _message(body: Mapping[str, Any]) -> str:
-    fields = body.get("extra", {}).get("fields") if isinstance(body.get("extra"), dict) else None
-    return f"{body.get('message', '')}{f': {fields}' if fields else ''}"
+    """The API's error as one line of text (the fields at fault as JSON)."""
+    extra = body.get("extra")
+    fields = extra.get("fields") if isinstance(extra, dict) else None
+    named = f": {json.dumps(fields, ensure_ascii=False)}" if fields else ""
+    return f"{body.get('message', '')}{named}"
 
 
 # --- the views -----------------------------------------------------------------------------------
 
 def _shaped(tool: Tool, shape: Callable[[int, Mapping[str, Any]], tuple[int, dict[str, Any]]]
             ) -> type[ToolApi]:
-    """`tool`'s REST view, whose errors (a refused key included: still audited once) are in
-    the other stack's shape."""
+    """`tool`'s REST view, whose errors (audited once, a refused key included, by ToolApi)
+    are in the other stack's shape, with the API's headers (Retry-After, WWW-Authenticate)."""
     base = tool_api(tool)
 
     def handle_exception(self: ToolApi, exc: Exception) -> Response:
-        self.audit.failed(exc, api_key=self._audit_key, payload=self._audit_payload)
-        status, body = shape(*error_of(exc))
-        return Response(body, status=status)
+        response = base.handle_exception(self, exc)
+        response.status_code, response.data = shape(response.status_code, response.data)
+        return response
 
     return type(base.__name__, (base,), {"handle_exception": handle_exception})
 

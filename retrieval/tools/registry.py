@@ -148,7 +148,7 @@ TOOLS = (
              "longer than `max_chars`: from the asked chunk on. An id the key may not read is "
              "404 `not_found`, as one that does not exist. Any role.", FetchEvidenceOutput,
              answered="READY.", unavailable="FetchEvidenceUnavailable",
-             errors=(400, 401, 404, 415))),
+             errors=(400, 401, 404, 409, 415))),
     Tool("verify_answer",
          "Before answering, check your answer against what your lookups served: give its "
          "text and the lookup's tool_call_id (or your session_id). Each sentence comes back "

@@ -9,6 +9,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from retrieval.lookup.project import titled
 from retrieval.untrusted import LABEL, answer_block, sources_block
 
 
@@ -35,7 +36,7 @@ def evidence_text(body: Mapping[str, Any]) -> str:
 
 def _titled(item: Mapping[str, Any]) -> str:
     """A source's title attribute: title > breadcrumb, and where its text also is."""
-    title = " > ".join(p for p in (item["title"], item["breadcrumb"]) if p)
+    title = titled(item["title"], item["breadcrumb"])
     copies = [copy["source"] or copy["document_id"] for copy in item.get("also_in") or ()]
     return f"{title} (also in: {', '.join(copies)})" if copies else title
 
@@ -48,8 +49,8 @@ def section_text(body: Mapping[str, Any]) -> str:
                   f"truncated: {str(body['truncated']).lower()}; previous: "
                   f"{body['previous'] or '-'}; next: {body['next'] or '-'}",
                   f"section ({LABEL}):",
-                  sources_block([(body["document_id"], " > ".join(
-                      p for p in (body["title"], body["breadcrumb"]) if p), body["text"])])]
+                  sources_block([(body["document_id"], titled(body["title"], body["breadcrumb"]),
+                                  body["text"])])]
     return "\n".join(lines)
 
 

@@ -287,9 +287,8 @@ class FetchEvidenceInput(serializers.Serializer[dict[str, Any]]):
         required=False, min_value=FETCH_MIN_CHARS, max_value=FETCH_MAX_CHARS,
         default=FETCH_DEFAULT_CHARS, help_text="The most characters of text to return "
         "(the asked chunk is always whole).")
-    tool_call_id = serializers.RegexField(IDENT, required=False, help_text="A new id, or a "
-                                          "lookup's: the fetched chunks are added to what the "
-                                          "guard confirms for it.")
+    tool_call_id = serializers.RegexField(IDENT, required=False, help_text="This call's own "
+                                          "id (one an earlier call has is refused, 409).")
     session_id = serializers.RegexField(IDENT, required=False, help_text="Fetched chunks "
                                         "count as READY evidence of the session for the guard.")
 
@@ -351,6 +350,8 @@ class ResearchSearchOutput(serializers.Serializer[dict[str, Any]]):
     results = ResearchHitOutput(many=True, help_text="The lookup's READY evidence, best first; "
                                 "empty when it found nothing relevant (EMPTY).")
     evidence_status = serializers.ChoiceField(choices=[s.value for s in EvidenceStatus])
+    tool_call_id = serializers.CharField(help_text="The lookup's: the guard confirms the ids "
+                                         "for it.")
 
 
 @extend_schema_serializer(component_name="ResearchFetch")

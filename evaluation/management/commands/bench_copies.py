@@ -24,7 +24,8 @@ class Command(BaseCommand):
             "beside a source's copy; and in dataset `mirror`); the held-out on-topic questions "
             "asked over both datasets. Reports the places of the answers that hold a text an "
             "earlier place holds, the runbooks an answer names, and the right runbook (any "
-            "copy) first. Writes that tenant to the configured database (made once, reused).")
+            "copy) first. Writes that tenant to the configured database, made once: --every "
+            "and --knowledge apply the first time (a new database plants again).")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--knowledge", type=Path, default=settings.KB_KNOWLEDGE_DIR)

@@ -13,7 +13,10 @@ class Command(BaseCommand):
         parser.add_argument("--api-key-env", default="KB_API_KEY",
                             help="the environment variable holding the API key "
                                  "(default KB_API_KEY)")
-        parser.add_argument("--profile", choices=["default", "research"], default="default",
+        from retrieval.tools.registry import PROFILES
+
+        parser.add_argument("--profile", choices=[name or "default" for name in PROFILES],
+                            default="default",
                             help="the tools served: default, every agent tool; research, "
                                  "search and fetch as deep-research clients call them")
 

@@ -107,9 +107,15 @@ def test_the_same_text_again_is_named_by_the_first_and_spends_no_slot() -> None:
         ("git#chunk-4", "repo/kafka.md"), ("ds2#chunk-0", "kafka.md")]
     assert dict(result.dropped) == {"git#chunk-4": "same_text", "ds2#chunk-0": "same_text",
                                     "fourth#chunk-0": "return_n"}
-    # Only the words count: a text that differs by one word is its own evidence.
-    other = [hit(1, "a", 0, content="Restart the pod."), hit(2, "b", 0, content="Restart a pod.")]
-    assert [c.also_in for c in processor().process(other, "dense", NO_HINTS).chunks] == [(), ()]
+    # Only the words count: a text that differs by one word is its own evidence, and so is
+    # the same text under another title (a section two runbooks share).
+    other = [hit(1, "a", 0, content="Restart the pod."), hit(2, "b", 0, content="Restart a pod."),
+             hit(3, "c", 0, content="Restart the pod.", title="Another runbook")]
+    assert [c.also_in for c in processor().process(other, "dense", NO_HINTS).chunks] == \
+        [(), (), ()]
+    # With the gate off (evaluation), every copy is ranked.
+    assert len(processor(return_n=3, per_doc=1, ref=0.0, precise=0.0).process(
+        hits, "dense", NO_HINTS).chunks) == 3
 
 
 def test_chunks_of_one_document_are_kept_up_to_the_limit() -> None:

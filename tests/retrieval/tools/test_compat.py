@@ -34,10 +34,18 @@ def test_dify_retrieves_records_from_a_dataset_of_the_key(acme: Imported,
         assert records and set(records[0]) == {"content", "score", "title", "metadata"}
         assert acme.stem_of(records[0]["metadata"]["document_id"]) == "nginx"
         assert all(0 <= r["score"] <= 1 and isinstance(r["metadata"], dict) for r in records)
-    # top_k and score_threshold, as Dify sends them.
-    one = dify(agent, knowledge_id="ops", query=BAD_GATEWAY,
+    # top_k and score_threshold, as Dify sends them (its metadata_condition null): only
+    # what is handed out is recorded, for the guard as for the audit.
+    one = dify(agent, knowledge_id="ops", query=BAD_GATEWAY, metadata_condition=None,
                retrieval_setting={"top_k": 1, "score_threshold": 0.0}).json()["records"]
     assert len(one) == 1
+    call = one[0]["metadata"]["tool_call_id"]
+    others = [r["metadata"]["document_id"] for r in records[1:]]
+    verdict = agent.post("/api/tools/evidence_guard", {
+        "tool_call_id": call, "document_ids": [one[0]["metadata"]["document_id"], *others]},
+        format="json").json()
+    assert verdict["ready"] == [one[0]["metadata"]["document_id"]]
+    assert ToolInvocation.objects.get(tool_call_id=call).returned_count == 1
     best = one[0]["score"]
     above = dify(agent, knowledge_id="ops", query=BAD_GATEWAY,
                  retrieval_setting={"top_k": 5, "score_threshold": min(best + 0.0001, 1)})
@@ -52,9 +60,14 @@ def test_dify_retrieves_records_from_a_dataset_of_the_key(acme: Imported,
     refused = dify(agent, knowledge_id="ops", query=BAD_GATEWAY, metadata_condition={
         "conditions": [{"name": "category", "comparison_operator": "contains", "value": "w"}]})
     assert refused.status_code == 400 and refused.json()["error_code"] == 400
-    assert "contains" in refused.json()["error_msg"]
+    assert "contains" in refused.json()["error_msg"] and "ErrorDetail" not in refused.text
+    # A date as Dify keeps its time metadata: epoch seconds.
+    later = dify(agent, knowledge_id="ops", query=BAD_GATEWAY, metadata_condition={
+        "conditions": [{"name": "updated_at", "comparison_operator": "after",
+                        "value": 4_000_000_000}]})
+    assert later.json() == {"records": []}
     rows = ToolInvocation.objects.filter(tool_name="dify_retrieval")
-    assert rows.count() == 7 and rows.filter(outcome="invalid").count() == 1
+    assert rows.count() == 8 and rows.filter(outcome="invalid").count() == 1
 
 
 @pytest.mark.django_db
@@ -72,9 +85,15 @@ def test_dify_errors_are_difys_and_another_tenants_dataset_does_not_exist(
         assert missing.status_code == 404
         assert missing.json() == {"error_code": 2001,
                                   "error_msg": "The knowledge does not exist"}
+    # An id is an id before it is a name: a dataset named "1" does not shadow dataset 1.
+    from datasets.services import dataset_create
+
+    dataset_create(tenant=acme.tenant, name=str(acme.dataset.pk))
+    by_id = dify(client_for(secret), **{**body, "knowledge_id": str(acme.dataset.pk)})
+    assert by_id.json()["records"]
     invalid = client_for(secret).post(DIFY, {"query": "x"}, format="json")
     assert invalid.status_code == 400 and invalid.json()["error_code"] == 400
-    assert ToolInvocation.objects.filter(tool_name="dify_retrieval").count() == 5
+    assert ToolInvocation.objects.filter(tool_name="dify_retrieval").count() == 6
 
 
 @pytest.mark.django_db(transaction=True)
@@ -96,6 +115,9 @@ def test_openais_sdk_searches_a_dataset_as_a_vector_store(acme: Imported, make_k
     with pytest.raises(openai.BadRequestError, match="not a filter"):
         client.vector_stores.search("ops", query="x", filters={
             "type": "ne", "key": "category", "value": "web"})
+    with pytest.raises(openai.BadRequestError):  # a date past any calendar: refused, not a 500
+        client.vector_stores.search("ops", query="x", filters={
+            "type": "gte", "key": "updated_at", "value": 1e20})
     with pytest.raises(openai.NotFoundError):
         client.vector_stores.search("no-such-store", query=BAD_GATEWAY)
     stranger = openai.OpenAI(base_url=f"{web}/api/openai", api_key="kb_wrong", max_retries=0)
@@ -103,4 +125,4 @@ def test_openais_sdk_searches_a_dataset_as_a_vector_store(acme: Imported, make_k
         stranger.vector_stores.search("ops", query=BAD_GATEWAY)
     rows = ToolInvocation.objects.filter(tool_name="vector_store_search")
     assert [r.outcome for r in rows.order_by("id")] == [
-        "ok", "empty", "empty", "invalid", "invalid", "unauthenticated"]
+        "ok", "empty", "empty", "invalid", "invalid", "invalid", "unauthenticated"]

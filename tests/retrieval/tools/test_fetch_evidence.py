@@ -149,16 +149,17 @@ def test_fetched_chunks_are_confirmed_for_the_call_and_its_session_and_audited(
     # A fetch is not a lookup: no served evidence for the cited rates, no dataset searched.
     assert not ServedEvidence.objects.exists() and not row.dataset_ids
 
-    # Under a lookup's call id, a fetch adds to what the guard confirms for it.
+    # A call id is one call's: a fetch under a lookup's would replace what the guard
+    # confirms for it, so it is refused.
     served = kb.tool.post("/api/tools/lookup_knowledge", {
         "query": "restart a stuck kafka consumer", "tool_call_id": "l-1"},
         format="json").json()["evidence"]
     found = [item["document_id"] for item in served]
-    more = fetch(kb.tool, document_id=keys(guide)[-1], tool_call_id="l-1").json()
-    asked = [*found, *more["document_ids"]]
-    verdict = kb.tool.post(guard, {"tool_call_id": "l-1", "document_ids": asked},
+    reused = fetch(kb.tool, document_id=keys(guide)[-1], tool_call_id="l-1")
+    assert reused.status_code == 409 and reused.json()["code"] == "duplicate"
+    verdict = kb.tool.post(guard, {"tool_call_id": "l-1", "document_ids": found},
                            format="json").json()
-    assert found and verdict["ready"] == list(dict.fromkeys(asked))
+    assert found and verdict["ready"] == found
 
 
 @pytest.mark.django_db
