@@ -124,11 +124,11 @@ def experiment_figures(*, experiment_id: int, arms: Collection[str]) -> list[Arm
 
 
 def served_config(*, tenant_id: int, tool_call_id: str = "", session_id: str = ""
-                  ) -> tuple[int | None, int | None]:
+                  ) -> tuple[int | None, int | None] | None:
     """(config id, version) that served the call's evidence — for a session, its latest call
-    that served any; (None, None) when none did."""
+    that served any ((None, None): the built-in defaults); None when none did."""
     rows = ServedEvidence.objects.filter(tenant_id=tenant_id)
     rows = rows.filter(tool_call_id=tool_call_id) if tool_call_id \
         else rows.filter(session_id=session_id)
     found = rows.order_by("-pk").values_list("config_id", "config_version").first()
-    return found if found is not None else (None, None)
+    return (found[0], found[1]) if found is not None else None

@@ -62,6 +62,9 @@ class LookupFilters(TypedDict, total=False):
     """What a call narrows its search to; every key given must match."""
 
     document_ids: list[str]  # a docId, or an evidence id naming its document
+    source: list[str]  # source path prefixes
+    format: list[str]  # md, pdf, docx, ...
+    tags: list[str]  # frontmatter keywords, case aside
     category: list[str]
     domain: list[str]
     business_key: list[str]

@@ -68,9 +68,12 @@ def _stems(normalized: str) -> list[str]:
     return [_stem(w) for w in dict.fromkeys(_WORD.findall(normalized))]
 
 
-def text_stems(normalized: str) -> frozenset[str]:
-    """The text's Latin words as BM25 stems them (what `coverage` compares)."""
-    return frozenset(_stems(normalized))
+def text_terms(normalized: str) -> frozenset[str]:
+    """What `coverage` looks a query's terms up in: the text's Latin words as BM25 stems them,
+    and every pair of adjacent CJK characters (a pair occurs in the text exactly when it is
+    one of these)."""
+    pairs = {run[i:i + 2] for run in _CJK_RUN.findall(normalized) for i in range(len(run) - 1)}
+    return frozenset(_stems(normalized)) | pairs
 
 
 def _terms(normalized: str) -> list[str]:
@@ -96,12 +99,14 @@ class QueryTerms:
         return tuple(t for t, f in zip(self.identifiers, self.folded, strict=True)
                      if contains_term(normalized, f))
 
-    def coverage(self, normalized: str, stems: frozenset[str] | None = None) -> float:
+    def coverage(self, normalized: str, terms: frozenset[str] | None = None) -> float:
         """The share of the query's content terms that occur in the text (0 when it has none);
-        `stems`: the text's text_stems, when one text is read for many queries."""
+        `terms`: the text's text_terms, when one text is read for many queries."""
         if not self.terms:
             return 0.0
-        stems = text_stems(normalized) if stems is None else stems
+        if terms is not None:
+            return sum(t in terms for t in self.terms) / len(self.terms)
+        stems = set(_stems(normalized))
         found = sum(contains_term(normalized, t) if _CJK_RUN.match(t) else t in stems
                     for t in self.terms)
         return found / len(self.terms)

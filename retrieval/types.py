@@ -46,6 +46,24 @@ class MetadataFilter:
 
 
 @dataclass(frozen=True)
+class DocumentMatch:
+    """A call's filters on what the documents' rows hold and the chunks in Milvus do not: its
+    source path, format and frontmatter tags. Resolved to the documents they match among
+    those the lookup may serve, which narrow it as `document_ids` do. An empty tuple matches
+    everything."""
+
+    source: tuple[str, ...] = ()  # path prefixes (a folder, a file's path)
+    format: tuple[str, ...] = ()  # md, pdf, docx...
+    tags: tuple[str, ...] = ()  # frontmatter keywords, case aside
+
+    def __bool__(self) -> bool:
+        return bool(self.field_names())
+
+    def field_names(self) -> list[str]:
+        return [f.name for f in fields(self) if getattr(self, f.name)]
+
+
+@dataclass(frozen=True)
 class CallFilters:
     """What one call asked to narrow its search to (`filters` of lookup_knowledge and the
     answering tools): ANDed inside the Milvus query with the key's scope and the config's
@@ -55,9 +73,14 @@ class CallFilters:
 
     metadata: MetadataFilter = MetadataFilter()
     documents: tuple[int, ...] | None = None
+    match: DocumentMatch = DocumentMatch()
 
     def __bool__(self) -> bool:
-        return bool(self.metadata) or self.documents is not None
+        return bool(self.metadata) or self.documents is not None or bool(self.match)
+
+    def field_names(self) -> list[str]:
+        """The keys it filters on (what the audit keeps: never the values)."""
+        return [*self.metadata.field_names(), *self.match.field_names()]
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,10 @@ TITLE_WEIGHT = 0.5
 MAX_SENTENCE_CHARS = 400
 # A sentence ends at CJK end punctuation, at ".!?;" before a space, or at a line end.
 # A citation marker as an agent reads it: "[3101…#chunk-2]", also "[ a#chunk-1, b#chunk-2 ]".
-_CITED = re.compile(rf"\[[^\[\]]*{SEPARATOR}\d[^\[\]]*\]")
-_CITED_ID = re.compile(EvidenceKey.IN_TEXT)
+CITED = re.compile(rf"\[[^\[\]]*{SEPARATOR}\d[^\[\]]*\]")
+CITED_ID = re.compile(EvidenceKey.IN_TEXT)
 _SPACES = re.compile(r"[ \t]{2,}")
-_SENTENCE_END = re.compile(r"(?<=[。！？；])|(?<=[.!?;])\s+|\n+")
+SENTENCE_END = re.compile(r"(?<=[。！？；])|(?<=[.!?;])\s+|\n+")
 
 SYSTEM_PROMPT = (
     "You answer an engineer's question from the sources you are given, and only from them.\n"
@@ -79,12 +79,12 @@ class Draft:
         """Only citations in `allowed`; the others removed, from the text too (also an id
         cited in the text alone)."""
         kept = tuple(c for c in self.citations if c in allowed)
-        in_text = (i for m in _CITED.finditer(self.answer) for i in _CITED_ID.findall(m[0]))
+        in_text = (i for m in CITED.finditer(self.answer) for i in CITED_ID.findall(m[0]))
         dropped = tuple(dict.fromkeys(c for c in (*self.citations, *in_text)
                                       if c not in allowed))
         if not dropped:
             return self
-        answer = _CITED.sub(lambda m: _markers(m[0], allowed), self.answer)
+        answer = CITED.sub(lambda m: _markers(m[0], allowed), self.answer)
         return replace(self, answer=_SPACES.sub(" ", answer).strip() if kept else "",
                        citations=kept, removed=(*self.removed, *dropped))
 
@@ -96,7 +96,7 @@ class Draft:
 
 def _markers(marker: str, allowed: set[str] | frozenset[str]) -> str:
     """A marker of the text as the markers of its allowed ids alone ("" when none is)."""
-    ids = _CITED_ID.findall(marker)
+    ids = CITED_ID.findall(marker)
     if all(i in allowed for i in ids):
         return marker
     return " ".join(f"[{i}]" for i in ids if i in allowed)
@@ -105,7 +105,7 @@ def _markers(marker: str, allowed: set[str] | frozenset[str]) -> str:
 def sentences(text: str) -> list[str]:
     """The text's sentences, headings and blank pieces left out, each cut to a bound."""
     found = []
-    for piece in _SENTENCE_END.split(text):
+    for piece in SENTENCE_END.split(text):
         sentence = piece.strip()
         if len(sentence) > 1 and not sentence.startswith("#"):
             found.append(sentence[:MAX_SENTENCE_CHARS])

@@ -18,17 +18,17 @@ from audit.canonical import served_ready
 from datasets.evidence import EvidenceKey
 from datasets.selectors import chunk_contents, db_id, live_doc_ids
 from retrieval.analysis import normalize_text
-from retrieval.lexical import QueryTerms, query_terms, text_stems
+from retrieval.answers.answer import CITED, CITED_ID, MAX_SENTENCE_CHARS, SENTENCE_END
+from retrieval.lexical import QueryTerms, query_terms, text_terms
 
 SUPPORT = 0.6  # the share of a sentence's content terms one chunk must hold
 MIN_TERMS = 2  # a sentence with fewer content terms (and no identifier) is not checked
 MAX_SENTENCES = 100  # checked per answer; the rest are not
-MAX_EVIDENCE = 200  # served chunks read per check (a session's first served first)
+MAX_EVIDENCE = 200  # served chunks read per check: the latest served
 SHOWN = 3  # supporting chunks named per sentence, best first
-_CITATION = re.compile(rf"\[({EvidenceKey.IN_TEXT})\]")
-# After a sentence's end (CJK punctuation, or Latin punctuation before a space) or a line.
-_SENTENCE_END = re.compile(r"(?<=[。！？；])|(?<=[.!?;])\s+|\n+")
 _SPACE_BEFORE_END = re.compile(r"\s+([.,;:!?。，；：！？])")  # where a marker was taken out
+_NUMBER = re.compile(r"(?<![0-9a-z_.])[0-9]+(?:[.,:][0-9]+)*")  # a number of any length
+_ABBREVIATION = re.compile(r"[a-z](?:\.[a-z])+\.?")  # e.g., i.e.: no identifier
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class CheckedSentence:
 class Verification:
     sentences: tuple[CheckedSentence, ...]  # the checked ones, in the answer's order
     evidence: int  # served chunks the sentences were checked against
-    skipped: int  # sentences too short to judge, or past MAX_SENTENCES
+    skipped: int  # sentences too short or too long to judge, or past MAX_SENTENCES
 
     @property
     def unsupported(self) -> tuple[str, ...]:
@@ -54,15 +54,15 @@ class Verification:
 def served_texts(*, tenant_id: int, readable: list[int], tool_call_id: str = "",
                  session_id: str = "") -> dict[str, str]:
     """The text of each chunk served as READY to the call (or session) that this key may
-    still read: key → text, first served first."""
+    still read, the latest MAX_EVIDENCE: key → text."""
     ready = [item for item in served_ready(tenant_id=tenant_id, tool_call_id=tool_call_id,
                                            session_id=session_id)
-             if item.dataset_id in readable][:MAX_EVIDENCE]
+             if item.dataset_id in readable]
     keys = [(key, db_id(key.doc_id)) for key in
             (EvidenceKey.parse(item.document_id) for item in ready) if key]
     live = live_doc_ids(tenant_id=tenant_id, dataset_ids=readable,
                         doc_ids={doc for _, doc in keys if doc is not None})
-    pairs = [(doc, key.chunk_index) for key, doc in keys if doc in live]
+    pairs = [(doc, key.chunk_index) for key, doc in keys if doc in live][-MAX_EVIDENCE:]
     texts = chunk_contents(doc_chunks=pairs)
     return {str(EvidenceKey(str(doc), index)): texts[doc, index]
             for doc, index in pairs if (doc, index) in texts}
@@ -70,34 +70,54 @@ def served_texts(*, tenant_id: int, readable: list[int], tool_call_id: str = "",
 
 def verify(answer: str, served: dict[str, str]) -> Verification:
     """Each sentence of `answer` against the served chunks' texts."""
-    chunks = [(key, normalized, text_stems(normalized))
+    chunks = [(key, normalized, text_terms(normalized))
               for key, normalized in ((k, normalize_text(t)) for k, t in served.items())]
     checked: list[CheckedSentence] = []
     skipped = 0
-    for sentence in (s.strip() for s in _SENTENCE_END.split(answer)):
-        if not sentence:
+    for sentence in (s.strip() for s in SENTENCE_END.split(answer)):
+        cited = tuple(dict.fromkeys(i for m in CITED.finditer(sentence)
+                                    for i in CITED_ID.findall(m[0])))
+        plain = " ".join(CITED.sub(" ", sentence).split())
+        if not plain.strip(".,;:!?。，；：！？ "):
+            if cited and checked:  # a marker after its sentence's end cites that sentence
+                checked[-1] = _citing(checked[-1], cited)
             continue
-        cited = tuple(dict.fromkeys(_CITATION.findall(sentence)))
-        plain = _CITATION.sub(" ", sentence)
         terms = query_terms(plain)
-        if len(checked) == MAX_SENTENCES or (len(terms.terms) < MIN_TERMS
-                                             and not terms.identifiers):
+        if (len(checked) == MAX_SENTENCES or len(plain) > MAX_SENTENCE_CHARS
+                or (len(terms.terms) < MIN_TERMS and not terms.identifiers)):
             skipped += 1
             continue
-        scores = sorted(((_support(terms, normalized, stems), key)
-                         for key, normalized, stems in chunks), reverse=True)
+        needed = _needed(terms, normalize_text(plain))
+        scores = sorted(((_support(terms, needed, normalized, known), key)
+                         for key, normalized, known in chunks), reverse=True)
         best = scores[0][0] if scores else 0.0
         checked.append(CheckedSentence(
-            text=_SPACE_BEFORE_END.sub(r"\1", " ".join(plain.split())),
-            supported=best >= SUPPORT, support=round(best, 3),
+            text=_SPACE_BEFORE_END.sub(r"\1", plain), supported=best >= SUPPORT,
+            support=round(best, 3),
             evidence=tuple(key for score, key in scores[:SHOWN] if score >= SUPPORT),
             cited=cited))
     return Verification(tuple(checked), len(chunks), skipped)
 
 
-def _support(terms: QueryTerms, normalized: str, stems: frozenset[str]) -> float:
+def _citing(sentence: CheckedSentence, cited: tuple[str, ...]) -> CheckedSentence:
+    return CheckedSentence(sentence.text, sentence.supported, sentence.support,
+                           sentence.evidence, tuple(dict.fromkeys((*sentence.cited, *cited))))
+
+
+def _needed(terms: QueryTerms, normalized: str) -> tuple[re.Pattern[str], ...]:
+    """What a supporting chunk must hold word for word: the sentence's identifiers
+    (abbreviations such as `e.g.` aside) and every number in it, however short."""
+    identifiers = [f for f in terms.folded if not _ABBREVIATION.fullmatch(f)]
+    words = dict.fromkeys([*identifiers, *_NUMBER.findall(normalized)])
+    return tuple(re.compile(rf"(?<![0-9a-z_.]){re.escape(w)}(?![0-9a-z_]|\.[0-9])")
+                 for w in words)
+
+
+def _support(terms: QueryTerms, needed: tuple[re.Pattern[str], ...], normalized: str,
+             known: frozenset[str]) -> float:
     """How well one chunk supports a sentence: the share of its content terms the chunk holds
-    (1 for a sentence of identifiers only), 0 when it lacks one of its identifiers."""
-    if len(terms.identifiers_in(normalized)) < len(terms.identifiers):
+    (1 for a sentence of identifiers only), 0 when it lacks one of its identifiers or
+    numbers."""
+    if not all(word.search(normalized) for word in needed):
         return 0.0
-    return terms.coverage(normalized, stems) if terms.terms else 1.0
+    return terms.coverage(normalized, known) if terms.terms else 1.0

@@ -83,12 +83,16 @@ def fetch_evidence(request: FetchRequest) -> Fetched:
     confirms its chunks for this call and its session). NotFound when the id names nothing
     this key may read, the same words whatever the reason; a call id already stored (an
     earlier call's) is refused, 409."""
-    if request.tool_call_id and canonical_get(tenant_id=request.tenant_id,
-                                              tool_call_id=request.tool_call_id):
+    tool_call_id = call_id(request.tool_call_id)
+    try:
+        reused = bool(request.tool_call_id) and canonical_get(
+            tenant_id=request.tenant_id, tool_call_id=tool_call_id) is not None
+    except ServiceUnavailable:
+        return _unavailable(request, tool_call_id)
+    if reused:
         # Stored, it would replace what the guard confirms for that call (a lookup's).
-        raise ApiError(f"tool_call_id {request.tool_call_id!r} names an earlier call: give "
-                       "this call its own id, or none", code=ErrorCode.DUPLICATE,
-                       status_code=409)
+        raise ApiError(f"tool_call_id {tool_call_id!r} names an earlier call: give this "
+                       "call its own id, or none", code=ErrorCode.DUPLICATE, status_code=409)
     asked = request.document_id
     key = EvidenceKey.parse(asked)
     doc_id = db_id(key.doc_id if key else asked)
@@ -114,7 +118,7 @@ def fetch_evidence(request: FetchRequest) -> Fetched:
     first, last = rows[0].chunk_index, rows[-1].chunk_index
     location = Location.stored(rows[0].location)
     section = FetchedSection(
-        evidence_status=EvidenceStatus.READY, tool_call_id=call_id(request.tool_call_id),
+        evidence_status=EvidenceStatus.READY, tool_call_id=tool_call_id,
         document_id=str(EvidenceKey(document.doc_key, rows[run.asked].chunk_index)),
         source=document.source_path, title=document.title, breadcrumb=rows[0].breadcrumb,
         location=location.as_dict() if location else None, commit=document.source_commit,
@@ -133,15 +137,24 @@ def fetch_evidence(request: FetchRequest) -> Fetched:
     try:
         canonical_store(record)
     except ServiceUnavailable:
-        section = FetchedSection(EvidenceStatus.UNAVAILABLE, section.tool_call_id,
-                                 section.document_id)
-        record = replace(record, evidence_status=EvidenceStatus.UNAVAILABLE.value,
-                         returned_count=0, details={},
-                         error="the canonical invocation store is unavailable")
+        return _unavailable(request, tool_call_id)
     # The audit row is no lookup's: no served evidence (the cited rates count what lookups
     # served; a citation of a chunk a lookup of the session served counts for that lookup),
     # no dataset searched (the per-dataset figures count lookups).
     return Fetched(section, replace(record, ready=()))
+
+
+def _unavailable(request: FetchRequest, tool_call_id: str) -> Fetched:
+    """The canonical store is down: nothing is handed out that the guard could not confirm."""
+    error = "the canonical invocation store is unavailable"
+    return Fetched(
+        FetchedSection(EvidenceStatus.UNAVAILABLE, tool_call_id, request.document_id),
+        InvocationRecord(
+            tenant_id=request.tenant_id, tool_call_id=tool_call_id,
+            session_id=request.session_id, query="",
+            evidence_status=EvidenceStatus.UNAVAILABLE.value, relevance_level="NONE",
+            returned_count=0, config_version=None, error=error, details={},
+            tool_name="fetch_evidence"))
 
 
 @dataclass(frozen=True)

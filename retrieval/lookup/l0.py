@@ -1,6 +1,6 @@
 """What lookups need to know about the documents of (tenant, datasets), kept in sync with the
 database in every web and worker process: the L0 index, the deactivated and the live documents,
-the languages they are written in.
+the languages they are written in, each document's path, format and tags.
 
 Each process caches one view per (tenant, datasets) with the datasets' document revisions
 (bumped by datasets/services.py with every change lookups must see). A lookup reads them with
@@ -11,8 +11,9 @@ rebuilds the view when another process changed a document: no invalidation messa
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from django.db.models import F, Q, QuerySet
@@ -21,6 +22,7 @@ from datasets.ingestion.language import UNKNOWN
 from datasets.models import Document
 from retrieval.lookup.revisions import Revisions
 from retrieval.lookup.transform import L0Document, L0Index
+from retrieval.types import DocumentMatch
 
 # Deactivated documents excluded in the Milvus filter itself, so that they do not take places
 # in the top-k. Beyond this many, the rest are dropped by the lookup's guard after the search.
@@ -39,6 +41,18 @@ class DocumentsView:
     # The languages the live documents are written in (zh, en; a document without text yet
     # has none): a question in another one is translated (lookup/graph/translate.py).
     languages: frozenset[str]
+    # Each live document's source path, format and tags (lower-cased): what a call's
+    # DocumentMatch reads.
+    facts: Mapping[int, tuple[str, str, frozenset[str]]] = field(
+        default_factory=lambda: MappingProxyType({}))
+
+    def matching(self, match: DocumentMatch) -> frozenset[int]:
+        """The live documents the call's source / format / tags match (each key given)."""
+        tags = {tag.casefold() for tag in match.tags}
+        return frozenset(doc for doc, (path, fmt, keywords) in self.facts.items()
+                         if (not match.source or path.startswith(match.source))
+                         and (not match.format or fmt in match.format)
+                         and (not tags or keywords & tags))
 
 
 # (tenant, datasets) → (the datasets' (pk, created_at, revision), the view). created_at tells
@@ -63,17 +77,22 @@ def documents_view(*, tenant_id: int, dataset_ids: Sequence[int],
         if cached and cached[0] == fingerprint:
             return cached[1]
     rows = list(_documents(tenant_id, key[1]).filter(deleted=False, activated=True)
-                .values_list("doc_id", "title", "domain", "keywords", "category", "language"))
+                .values_list("doc_id", "title", "domain", "keywords", "category", "language",
+                             "source_path", "format"))
     documents = [L0Document(doc_id=str(doc_id), title=title, domain=domain,
                             keywords=tuple(keywords or ()), category=category)
-                 for doc_id, title, domain, keywords, category, _ in rows]
+                 for doc_id, title, domain, keywords, category, *_ in rows]
     excluded = (_documents(tenant_id, key[1])
                 .filter(Q(deleted=False, activated=False) | Q(deleted=True,
                                                              synced_revision__lt=F("revision")))
                 .order_by("-updated_at").values_list("doc_id", flat=True)[:MAX_EXCLUDED])
     view = DocumentsView(l0=L0Index(documents), excluded=tuple(sorted(excluded)),
                          live=frozenset(int(d.doc_id) for d in documents),
-                         languages=frozenset(lang for *_, lang in rows if lang != UNKNOWN))
+                         languages=frozenset(row[5] for row in rows if row[5] != UNKNOWN),
+                         facts=MappingProxyType({
+                             doc_id: (path, fmt, frozenset(str(k).casefold()
+                                                           for k in keywords or ()))
+                             for doc_id, _, _, keywords, _, _, path, fmt in rows}))
     with _lock:
         _cache[key] = (fingerprint, view)
     return view

@@ -115,7 +115,7 @@ def trace_details(result: LookupResult) -> dict[str, Any]:
             "metadata": metadata_clauses(result.filters.metadata).removeprefix(" and "),
             # What the call narrowed to: the keys it gave and how many documents it named
             # (after those no lookup may serve here were left out); never the values.
-            "call": {"fields": result.filters.call.metadata.field_names(),
+            "call": {"fields": result.filters.call.field_names(),
                      "documents": (None if result.filters.call.documents is None
                                    else len(result.filters.call.documents))},
         },

@@ -39,6 +39,7 @@ from retrieval.types import (
     CallFilters,
     EvidenceStatus,
     LookupResult,
+    RelevanceLevel,
     SearchFilters,
     SearchMode,
     call_id,
@@ -171,7 +172,7 @@ def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = 
         # Nothing to search: EMPTY, without a search that would need a dataset or an index.
         result = tool.empty_result(request, reason="no readable dataset")
     elif request.filters.call.documents == ():
-        result = tool.empty_result(request, reason="the call's document_ids name no document "
+        result = tool.empty_result(request, reason="the call's filters leave no document "
                                                    "that may be served here")
     else:
         result = tool.run(request)
@@ -194,10 +195,14 @@ def _guided(result: LookupResult, l0: L0Index) -> LookupResult:
 
 def _narrowed(filters: SearchFilters, view: DocumentsView) -> SearchFilters:
     """The documents no lookup may serve left out, and the call's `document_ids` cut to those
-    a lookup may serve in these datasets (another tenant's id is dropped like an unknown one)."""
+    a lookup may serve in these datasets (another tenant's id is dropped like an unknown one),
+    and to those its source / format / tags match."""
     call = filters.call
+    allowed = view.matching(call.match) if call.match else view.live
     if call.documents is not None:
-        call = replace(call, documents=tuple(d for d in call.documents if d in view.live))
+        call = replace(call, documents=tuple(d for d in call.documents if d in allowed))
+    elif call.match:
+        call = replace(call, documents=tuple(sorted(allowed)))
     return replace(filters, excluded_doc_ids=view.excluded, call=call)
 
 
@@ -219,8 +224,10 @@ class Trim:
             return result
         pack = replace(result.pack, items=items,
                        total_chars=sum(len(item.excerpt) for item in items))
-        return replace(result, pack=pack, evidence_status=EvidenceStatus.READY if items
-                       else EvidenceStatus.EMPTY)
+        if items:
+            return replace(result, pack=pack)
+        return replace(result, pack=pack, evidence_status=EvidenceStatus.EMPTY,
+                       relevance_level=RelevanceLevel.NONE)
 
 
 def served_lookup(*, filters: SearchFilters, query: str, tool_call_id: str = "",
@@ -232,14 +239,22 @@ def served_lookup(*, filters: SearchFilters, query: str, tool_call_id: str = "",
     test can route it too."""
     result = lookup_knowledge(filters=filters, query=query, tool_call_id=call_id(tool_call_id),
                               session_id=session_id, overrides=overrides)
-    if trim is not None:
-        result = trim.applied(result)
+    kept = result
     served = LookupViews.of(result)
+    if trim is not None and (kept := trim.applied(result)) is not result:
+        # The caller asked for less than the answer held: like a call its own filters
+        # narrowed, what it lacks is no knowledge gap of the datasets (audit/gaps.py).
+        dropped = len(result.pack.items) - len(kept.pack.items)
+        served = LookupViews.of(kept)
+        served = replace(served, record=replace(served.record, narrowed=True, details={
+            **served.record.details, "trim": {"limit": trim.limit,
+                                              "min_quality": trim.min_quality,
+                                              "dropped": dropped}}))
     try:
         canonical_store(served.record)
     except ServiceUnavailable:
         served = LookupViews.of(as_unavailable(
-            result, error="the canonical invocation store is unavailable"))
+            kept, error="the canonical invocation store is unavailable"))
     return served
 
 

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from datasets.evidence import EvidenceKey
+from datasets.ingestion.formats.kinds import Format
 from datasets.selectors import db_id
 from kbplatform.outbound import url_refusal
 from retrieval.ragconfig.settings import (
@@ -30,7 +31,7 @@ from retrieval.ragconfig.settings import (
     FilterValue,
     RagSettings,
 )
-from retrieval.types import CallFilters, MetadataFilter
+from retrieval.types import CallFilters, DocumentMatch, MetadataFilter
 
 
 class RagConfigError(ValueError):
@@ -177,6 +178,10 @@ def metadata_filter(filters: Mapping[str, FilterValue]) -> MetadataFilter:
                           updated_before=epoch("updated_before"))
 
 
+# A call's filters read from the documents' rows (retrieval/types.py DocumentMatch).
+DOCUMENT_MATCH_KEYS = ("source", "format", "tags")
+
+
 def call_filters(raw: Mapping[str, Any]) -> CallFilters:
     """A call's `filters`: the keys of metadata_filters under their own rules (one whitelist),
     and `document_ids`, each a document's id or one of its evidence ids. An id that could name
@@ -185,16 +190,26 @@ def call_filters(raw: Mapping[str, Any]) -> CallFilters:
     contract's validated data (ragconfig/filters.py); ValueError on what it leaves."""
     values = dict(raw)
     named = values.pop("document_ids", None)
+    match = DocumentMatch(**{key: _strings(key, values.pop(key))
+                             for key in DOCUMENT_MATCH_KEYS if key in values})
+    if match.format and (unknown := set(match.format) - {f.value for f in Format}):
+        raise ValueError(f"format: not a format: {', '.join(sorted(unknown))}")
     metadata = metadata_filter(_parse_filters(values)) if values else MetadataFilter()
     if named is None:
-        return CallFilters(metadata)
+        return CallFilters(metadata, match=match)
     documents = []
     for item in named:
         key = EvidenceKey.parse(str(item))
         document = db_id(key.doc_id if key else str(item))
         if document is not None and document not in documents:
             documents.append(document)
-    return CallFilters(metadata, tuple(documents))
+    return CallFilters(metadata, tuple(documents), match)
+
+
+def _strings(key: str, raw: object) -> tuple[str, ...]:
+    if not isinstance(raw, list | tuple) or not all(isinstance(v, str) and v for v in raw):
+        raise ValueError(f"{key}: a list of non-empty strings")
+    return tuple(dict.fromkeys(raw))
 
 
 def _parse_kb_scope(raw: object) -> str:

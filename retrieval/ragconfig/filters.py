@@ -11,6 +11,7 @@ from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.settings import api_settings
 
+from datasets.ingestion.formats.kinds import Format
 from kbplatform.errors import ErrorCode
 from kbplatform.fields import BoundedListField
 from retrieval.ragconfig.config import call_filters
@@ -28,8 +29,9 @@ def _filter_values(what: str) -> BoundedListField:
 @extend_schema_serializer(component_name="LookupFilters")
 class LookupFiltersInput(serializers.Serializer[CallFilters]):
     """Narrow the search when the task names what it is about: given documents (ids from
-    earlier evidence), a frontmatter category, domain or business key, a file name, or when
-    the content changed. Every key given must match; a list's values are alternatives."""
+    earlier evidence), a folder or path, a format, frontmatter tags, category, domain or
+    business key, a file name, or when the content changed. Every key given must match; a
+    list's values are alternatives."""
 
     document_ids = BoundedListField(
         child=serializers.CharField(max_length=200), required=False, min_length=1,
@@ -39,6 +41,18 @@ class LookupFiltersInput(serializers.Serializer[CallFilters]):
     domain = _filter_values("frontmatter domain")
     business_key = _filter_values("frontmatter business key")
     file_name = _filter_values("file name")
+    # DRF takes declared fields off the class, so this does not shadow Field.source.
+    source = BoundedListField(  # type: ignore[assignment]
+        child=serializers.CharField(max_length=MAX_FILTER_VALUE_CHARS), required=False,
+        min_length=1, max_length=MAX_FILTER_VALUES, help_text="Only documents whose source "
+        "path starts with one of these (a folder `runbooks/db/`, a file's path).")
+    format = BoundedListField(
+        child=serializers.ChoiceField(choices=[f.value for f in Format]), required=False,
+        min_length=1, max_length=len(Format), help_text="Only documents of these formats.")
+    tags = BoundedListField(
+        child=serializers.CharField(max_length=MAX_FILTER_VALUE_CHARS), required=False,
+        min_length=1, max_length=MAX_FILTER_VALUES, help_text="Only documents whose "
+        "frontmatter keywords hold one of these (case aside).")
     updated_after = serializers.CharField(
         required=False, max_length=64, help_text="Only documents whose content changed at or "
         "after this ISO 8601 date or date-time (UTC unless it says otherwise).")

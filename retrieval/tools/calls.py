@@ -221,19 +221,23 @@ def verify_answer_call(who: Caller, args: VerifyArgs) -> ToolCall:
     served = served_texts(tenant_id=who.tenant.pk, readable=who.readable_dataset_ids(),
                           tool_call_id=args.tool_call_id, session_id=args.session_id)
     done = verify(args.answer, served)
-    config_id, version = served_config(tenant_id=who.tenant.pk, tool_call_id=args.tool_call_id,
-                                       session_id=args.session_id)
+    config = served_config(tenant_id=who.tenant.pk, tool_call_id=args.tool_call_id,
+                           session_id=args.session_id)
+    config_id, version = config or (None, None)
     counts = {"sentences": len(done.sentences), "unsupported": len(done.unsupported),
               "evidence": done.evidence, "skipped": done.skipped}
+    # Counted for a config only when its evidence was read (not after the call's record
+    # expired, nor for a call that served this key nothing) and the config is known.
+    counted = bool(served) and config is not None and bool(done.sentences)
     record = InvocationRecord(
         tenant_id=who.tenant.pk, tool_call_id=args.tool_call_id, session_id=args.session_id,
         query="", evidence_status=(EvidenceStatus.READY if served
                                    else EvidenceStatus.EMPTY).value,
         relevance_level="NONE", returned_count=len(done.sentences), config_version=version,
         config_id=config_id, error="", details={"verified": counts},
-        tool_name="verify_answer", checked=(len(done.sentences), len(done.unsupported)))
-    return ToolCall({"sentences": [{**asdict(s), "evidence": list(s.evidence),
-                                    "cited": list(s.cited)} for s in done.sentences],
+        tool_name="verify_answer",
+        checked=(len(done.sentences), len(done.unsupported)) if counted else None)
+    return ToolCall({"sentences": [asdict(s) for s in done.sentences],
                      "unsupported": list(done.unsupported), "evidence_checked": done.evidence,
                      "skipped": done.skipped}, record)
 

@@ -50,7 +50,7 @@ def _narrowed(asked: dict[str, Any]) -> CallFilters:
     bounds: at most 50 values of 200 characters, 100 documents)."""
     data = LookupFiltersInput(data=asked)
     if not data.is_valid():
-        raise serializers.ValidationError(json.dumps(data.errors, ensure_ascii=False))
+        raise serializers.ValidationError(data.errors)
     filters: CallFilters = data.validated_data
     return filters
 
@@ -332,7 +332,8 @@ class OpenAIErrorOutput(serializers.Serializer[dict[str, Any]]):
 @extend_schema_serializer(component_name="VectorStoreSearchResult")
 class VectorSearchOutput(serializers.Serializer[dict[str, Any]]):
     object = serializers.ChoiceField(choices=["vector_store.search_results.page"])
-    search_query = serializers.CharField()
+    search_query = serializers.ListField(child=serializers.CharField(), help_text="The "
+                                         "query searched, as OpenAI lists it.")
     # DRF takes declared fields off the class, so this does not shadow Serializer.data.
     data = VectorSearchHitOutput(many=True)  # type: ignore[assignment]
     has_more = serializers.BooleanField()
@@ -346,7 +347,7 @@ def vector_search_call(who: Caller, args: VectorSearchArgs) -> ToolCall:
     if served.view.evidence_status is EvidenceStatus.UNAVAILABLE:
         return ToolCall(_openai_error(503, "the vector store is unavailable: retry later"),
                         record, unavailable=True)
-    return ToolCall({"object": "vector_store.search_results.page", "search_query": args.query,
+    return ToolCall({"object": "vector_store.search_results.page", "search_query": [args.query],
                      "data": [{"file_id": e.document_id, "filename": e.source, "score": score,
                                "attributes": {"title": e.title, "breadcrumb": e.breadcrumb,
                                               "commit": e.commit,

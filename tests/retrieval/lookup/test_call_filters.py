@@ -74,8 +74,8 @@ def test_another_tenants_document_looks_like_one_that_does_not_exist(
     for call in ("call-theirs", "call-nobody", "call-malformed"):
         details = _audited(call)
         assert details["filters"]["call"] == {"fields": [], "documents": 0}
-        assert details["retry"]["reason"] == ("the call's document_ids name no document that "
-                                              "may be served here")
+        assert details["retry"]["reason"] == ("the call's filters leave no document that may "
+                                              "be served here")
         assert details["stages"] == []
     # Narrowed by its own filters, an EMPTY is no knowledge gap of the dataset (audit/gaps.py).
     assert set(InvocationDataset.objects.filter(invocation__tool_call_id__in=(
@@ -123,6 +123,28 @@ def test_metadata_keys_narrow_like_the_configs_and_only_their_names_are_audited(
     assert "messaging" not in json.dumps(audited) and "2000" not in json.dumps(audited)
 
 
+@BOTH_RUNTIMES
+@pytest.mark.django_db
+def test_source_format_and_tags_narrow_by_what_the_documents_rows_hold(
+        runtime: str, acme: Imported, make_key: MakeKey) -> None:
+    _, secret = make_key("acme")
+    client = client_for(secret)
+    nginx = acme.documents["nginx"]
+    for filters in ({"source": [nginx.source_path[:3]]}, {"tags": ["PHP-FPM"]},
+                    {"format": ["md"], "tags": ["openresty", "kafka"]}):
+        found = ready(lookup(client, BAD_GATEWAY, filters=filters))
+        assert {acme.stem_of(e) for e in evidence_ids(found)} == {"nginx"}, filters
+    for filters in ({"format": ["pdf"]}, {"source": ["no/such/folder/"]},
+                    {"tags": ["kafka"], "document_ids": [nginx.doc_key]}):
+        empty = lookup(client, BAD_GATEWAY, tool_call_id=f"call-{len(str(filters))}",
+                       filters=filters).json()
+        assert (empty["evidence_status"], empty["evidence"]) == ("EMPTY", []), filters
+    # The audit keeps the keys, never the values.
+    ready(lookup(client, BAD_GATEWAY, tool_call_id="call-tags", filters={"tags": ["php-fpm"]}))
+    audited = _audited("call-tags")["filters"]["call"]
+    assert audited["fields"] == ["tags"] and "php" not in json.dumps(audited)
+
+
 @pytest.mark.django_db
 def test_an_unknown_key_or_a_bad_value_is_refused_naming_it(
         acme: Imported, make_key: MakeKey) -> None:
@@ -134,6 +156,8 @@ def test_an_unknown_key_or_a_bad_value_is_refused_naming_it(
         "updated_after": {"updated_after": "last week"},
         "order": {"updated_after": "2026-02-01", "updated_before": "2026-01-01"},
         "empty": {"document_ids": []},
+        "format": {"format": ["exe"]},
+        "tags": {"tags": "kafka"},
     }
     for why, filters in refused.items():
         response = lookup(client, BAD_GATEWAY, filters=filters)
@@ -163,9 +187,12 @@ def test_the_mcp_tool_and_the_answering_tools_take_the_same_filters(
 
 
 def test_the_tools_filter_keys_are_the_configs_and_document_ids() -> None:
-    """One whitelist: the tool's contract declares exactly metadata_filters' keys and
-    document_ids, which is what call_filters (the commands', the admin's) accepts."""
+    """One whitelist: the tool's contract declares exactly metadata_filters' keys,
+    document_ids and the documents' own (source, format, tags), which is what call_filters
+    (the commands', the admin's) accepts."""
+    from retrieval.ragconfig.config import DOCUMENT_MATCH_KEYS
     from retrieval.ragconfig.filters import LookupFiltersInput
     from retrieval.ragconfig.settings import METADATA_FILTER_KEYS
 
-    assert set(LookupFiltersInput().fields) == {*METADATA_FILTER_KEYS, "document_ids"}
+    assert set(LookupFiltersInput().fields) == {*METADATA_FILTER_KEYS, "document_ids",
+                                                *DOCUMENT_MATCH_KEYS}

@@ -9,7 +9,7 @@ from typing import Any
 import openai
 import pytest
 
-from audit.models import ToolInvocation
+from audit.models import InvocationDataset, ToolInvocation
 from tests.retrieval.conftest import Imported, MakeKey, client_for
 
 DIFY = "/api/dify/retrieval"
@@ -45,7 +45,16 @@ def test_dify_retrieves_records_from_a_dataset_of_the_key(acme: Imported,
         "tool_call_id": call, "document_ids": [one[0]["metadata"]["document_id"], *others]},
         format="json").json()
     assert verdict["ready"] == [one[0]["metadata"]["document_id"]]
-    assert ToolInvocation.objects.get(tool_call_id=call).returned_count == 1
+    row = ToolInvocation.objects.get(tool_call_id=call)
+    assert row.returned_count == 1 and row.details["retrievalDetails"]["trim"]["limit"] == 1
+    # A threshold nothing reaches: EMPTY, but no knowledge gap (the caller asked for less).
+    none = dify(agent, knowledge_id="ops", query=BAD_GATEWAY,
+                retrieval_setting={"top_k": 5, "score_threshold": 1.0}).json()
+    assert none == {"records": []} or all(r["score"] >= 1.0 for r in none["records"])
+    last = ToolInvocation.objects.filter(tool_name="dify_retrieval").latest("id")
+    assert last.details["retrievalDetails"]["trim"]["min_quality"] == 1.0
+    assert set(InvocationDataset.objects.filter(invocation=last)
+               .values_list("narrowed", flat=True)) == {True}
     best = one[0]["score"]
     above = dify(agent, knowledge_id="ops", query=BAD_GATEWAY,
                  retrieval_setting={"top_k": 5, "score_threshold": min(best + 0.0001, 1)})
@@ -67,7 +76,7 @@ def test_dify_retrieves_records_from_a_dataset_of_the_key(acme: Imported,
                         "value": 4_000_000_000}]})
     assert later.json() == {"records": []}
     rows = ToolInvocation.objects.filter(tool_name="dify_retrieval")
-    assert rows.count() == 8 and rows.filter(outcome="invalid").count() == 1
+    assert rows.count() == 9 and rows.filter(outcome="invalid").count() == 1
 
 
 @pytest.mark.django_db
@@ -102,7 +111,7 @@ def test_openais_sdk_searches_a_dataset_as_a_vector_store(acme: Imported, make_k
     _, secret = make_key("acme")
     client = openai.OpenAI(base_url=f"{web}/api/openai", api_key=secret, max_retries=0)
     page = client.vector_stores.search("ops", query=BAD_GATEWAY, max_num_results=2)
-    assert 0 < len(page.data) <= 2
+    assert 0 < len(page.data) <= 2 and page.search_query == [BAD_GATEWAY]  # type: ignore
     hit = page.data[0]
     assert acme.stem_of(hit.file_id) == "nginx" and hit.filename.endswith("nginx.md")
     assert hit.content[0].type == "text" and hit.content[0].text and 0 <= hit.score <= 1

@@ -41,6 +41,15 @@ def test_a_sentence_is_supported_by_a_chunk_with_its_words_and_identifiers() -> 
     assert by_text["重启 php-fpm。"].supported  # its identifier, and 2 of its 3 terms
     assert done.skipped == 1 and done.evidence == 2  # "Sources:": too short to judge
     assert verify("Restart php-fpm.", {}).unsupported == ("Restart php-fpm.",)
+    # Every number counts, however short; an abbreviation is no identifier; a marker after
+    # the sentence's end, or several in one, cite that sentence.
+    timeouts = {"1#chunk-0": "Set the proxy read timeout to 30 seconds in nginx.conf."}
+    numbers = verify("Set the proxy read timeout to 90 seconds. Set the proxy read timeout "
+                     "to 30 seconds in nginx.conf e.g. [1#chunk-0, 2#chunk-4]\n"
+                     + "重" * 500, timeouts)
+    assert [s.supported for s in numbers.sentences] == [False, True]
+    assert numbers.sentences[1].cited == ("1#chunk-0", "2#chunk-4")
+    assert numbers.skipped == 1  # a 500-character run is not judged (nor timed out on)
 
 
 @pytest.mark.django_db
@@ -65,8 +74,9 @@ def test_an_answer_is_checked_against_its_call_scoped_audited_and_counted(
     rows = ToolInvocation.objects.filter(tool_name="verify_answer").order_by("id")
     assert [(r.outcome, r.returned_count) for r in rows] == [("ok", 3), ("ok", 3),
                                                              ("empty", 3)]
+    # Counted when served evidence was read: the stranger's check counts for no config.
     checks = AnswerCheck.objects.order_by("id")
-    assert [(c.sentences, c.unsupported) for c in checks] == [(3, 1), (3, 1), (3, 3)]
+    assert [(c.sentences, c.unsupported) for c in checks] == [(3, 1), (3, 1)]
     # The quality loop: the unsupported rate beside the cited rate, per config version.
     _, admin = make_key("acme", role="admin")
     figures = client_for(admin).get("/api/audit/cited-rates").json()
