@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from datasets.auth import Caller
 from retrieval.answers.rag_node import NodeInput
+from retrieval.answers.verify import SUPPORT
 from retrieval.tools.calls import (
     FetchArgs,
     GuardArgs,
@@ -160,9 +161,10 @@ TOOLS = (
              "Which sentences of an answer the served evidence supports",
              "Give exactly one of `tool_call_id` and `session_id`. A sentence is supported by "
              "a chunk served as READY to that call or session, of a dataset this key may read "
-             "and a document that may still be served, holding at least 60 % of its content "
-             "terms and every identifier it names. Counted per config version beside the "
-             "cited rate. Any role.", VerifyAnswerOutput, errors=(400, 401, 415, 503))),
+             f"and a document that may still be served, holding at least {SUPPORT:.0%} of its "
+             "content terms and every identifier and number it names. Counted per config "
+             "version beside the cited rate. Any role.", VerifyAnswerOutput,
+             errors=(400, 401, 415, 503))),
     Tool("rate_evidence",
          "Say whether evidence a call of yours served was helpful or not (rating "
          "`helpful` or `not_helpful`), by the call's tool_call_id and the document_ids. "

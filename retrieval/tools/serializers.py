@@ -13,8 +13,9 @@ from rest_framework import serializers
 from datasets.selectors import MAX_DB_ID
 from kbplatform.fields import BoundedListField
 from retrieval.answers.agentic import Route
-from retrieval.answers.answer import AnswerStatus
+from retrieval.answers.answer import MAX_SENTENCE_CHARS, AnswerStatus
 from retrieval.answers.rag_node import NodeStatus
+from retrieval.answers.verify import MAX_SENTENCES, SHOWN
 from retrieval.lookup.fetch import FETCH_DEFAULT_CHARS, FETCH_MAX_CHARS, FETCH_MIN_CHARS
 from retrieval.ragconfig.filters import LookupFiltersInput
 from retrieval.types import EvidenceStatus, RelevanceLevel
@@ -397,9 +398,10 @@ class CheckedSentenceOutput(serializers.Serializer[dict[str, Any]]):
     text = serializers.CharField(help_text="The sentence, its citation markers taken out.")
     supported = serializers.BooleanField()
     support = serializers.FloatField(help_text="The best served chunk's share of its content "
-                                     "terms, 0-1 (0: a chunk lacking one of its identifiers).")
+                                     "terms, 0-1 (0: a chunk lacking one of its identifiers "
+                                     "or numbers).")
     evidence = serializers.ListField(child=serializers.CharField(), help_text="Served chunks "
-                                     "that support it, best first (at most 3).")
+                                     f"that support it, best first (at most {SHOWN}).")
     cited = serializers.ListField(child=serializers.CharField(), help_text="The ids it cites.")
 
 
@@ -411,4 +413,5 @@ class VerifyAnswerOutput(serializers.Serializer[dict[str, Any]]):
     evidence_checked = serializers.IntegerField(min_value=0, help_text="Served chunks read "
                                                 "(of datasets this key may still read).")
     skipped = serializers.IntegerField(min_value=0, help_text="Sentences too short to judge, "
-                                       "or past the 100 checked.")
+                                       f"over {MAX_SENTENCE_CHARS} characters, or past the "
+                                       f"{MAX_SENTENCES} checked.")
