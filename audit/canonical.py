@@ -173,18 +173,6 @@ def session_tool_calls(*, tenant_id: int, session_id: str) -> list[str]:
 
 
 @_store_errors
-def ready_evidence(*, tenant_id: int, document_ids: Iterable[str], tool_call_id: str = "",
-                   session_id: str = "") -> dict[str, int | None]:
-    """For each asked document id: the dataset it came from when it was READY evidence of
-    the invocation (or session), else None. Scope and liveness are the caller's to check."""
-    backend = _backend()
-    documents = ([backend.call(tenant_id, tool_call_id)] if tool_call_id
-                 else backend.session(tenant_id, session_id))
-    ready = {item.document_id: item.dataset_id for d in documents for item in _ready_of(d)}
-    return {document_id: ready.get(document_id) for document_id in document_ids}
-
-
-@_store_errors
 def served_ready(*, tenant_id: int, tool_call_id: str = "", session_id: str = ""
                  ) -> list[ReadyEvidence]:
     """Every READY evidence item of the invocation (or session), first served first, each
@@ -197,6 +185,15 @@ def served_ready(*, tenant_id: int, tool_call_id: str = "", session_id: str = ""
         for item in _ready_of(document):
             found.setdefault(item.document_id, item)
     return list(found.values())
+
+
+def ready_evidence(*, tenant_id: int, document_ids: Iterable[str], tool_call_id: str = "",
+                   session_id: str = "") -> dict[str, int | None]:
+    """For each asked document id: the dataset it came from when it was READY evidence of
+    the invocation (or session), else None. Scope and liveness are the caller's to check."""
+    ready = {item.document_id: item.dataset_id for item in served_ready(
+        tenant_id=tenant_id, tool_call_id=tool_call_id, session_id=session_id)}
+    return {document_id: ready.get(document_id) for document_id in document_ids}
 
 
 def canonical_prune() -> int:

@@ -153,11 +153,11 @@ def chunk_count_locked(*, document_pk: int) -> int:
 
 def chunk_contents(*, doc_chunks: Collection[tuple[int, int]]) -> dict[tuple[int, int], str]:
     """The text of each (doc_id, chunk index) that exists, in one query."""
+    if not doc_chunks:
+        return {}
     wanted = Q()
     for doc_id, index in doc_chunks:
         wanted |= Q(document__doc_id=doc_id, chunk_index=index)
-    if not doc_chunks:
-        return {}
     return {(doc_id, index): content for doc_id, index, content in Chunk.objects.filter(wanted)
             .values_list("document__doc_id", "chunk_index", "content")}
 
@@ -190,10 +190,10 @@ def chunks_from(*, document_pk: int, start: int, step: int, batch: int = 16
         for chunk_index, breadcrumb, content, metadata in rows:
             if chunk_index != index:
                 return
-            overlap = metadata.get("overlap") if isinstance(metadata, dict) else None
+            meta = metadata if isinstance(metadata, dict) else {}
+            overlap = meta.get("overlap")
             yield ChunkText(chunk_index, breadcrumb, content,
-                            overlap if isinstance(overlap, int) else 0,
-                            metadata.get("location") if isinstance(metadata, dict) else None)
+                            overlap if isinstance(overlap, int) else 0, meta.get("location"))
             index += step
         if len(rows) < batch:
             return

@@ -12,7 +12,7 @@ served, supports anything: another tenant's call supports nothing, as one never 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from audit.canonical import served_ready
 from datasets.evidence import EvidenceKey
@@ -100,8 +100,7 @@ def verify(answer: str, served: dict[str, str]) -> Verification:
 
 
 def _citing(sentence: CheckedSentence, cited: tuple[str, ...]) -> CheckedSentence:
-    return CheckedSentence(sentence.text, sentence.supported, sentence.support,
-                           sentence.evidence, tuple(dict.fromkeys((*sentence.cited, *cited))))
+    return replace(sentence, cited=tuple(dict.fromkeys((*sentence.cited, *cited))))
 
 
 def _needed(terms: QueryTerms, normalized: str) -> tuple[re.Pattern[str], ...]:

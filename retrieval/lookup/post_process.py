@@ -191,8 +191,9 @@ class KnowledgeEvidencePostProcessor:
             # A kept chunk again — its title, headings and text (another copy of its
             # document: an upload and a source's, two datasets): named by the kept one,
             # spending no slot. Not with the gate off (evaluation ranks every copy).
-            text = _normalised(f"{chunk.title}\n{chunk.breadcrumb}\n{chunk.content}")
-            same = texts.get(text) if self.precise_threshold > 0 else None
+            text = _normalised(f"{chunk.title}\n{chunk.breadcrumb}\n{chunk.content}") \
+                if self.precise_threshold > 0 else None
+            same = texts.get(text) if text is not None else None
             if same is not None:
                 kept[same] = replace(kept[same], also_in=(*kept[same].also_in, chunk))
                 dropped.append((key, DropReason.SAME_TEXT))
@@ -210,7 +211,8 @@ class KnowledgeEvidencePostProcessor:
                 dropped.append((key, DropReason.PER_DOCUMENT))
                 continue
             per_document[document] = per_document.get(document, 0) + 1
-            texts[text] = len(kept)
+            if text is not None:
+                texts[text] = len(kept)
             # Explained here, for the few kept: the reasons read the chunk's whole text.
             kept.append(replace(chunk, hit_reasons=_hit_reasons(hit_of[key], hints, terms)))
         return PostProcessed(chunks=tuple(kept), relevance_level=level, top_quality=top_quality,

@@ -239,13 +239,12 @@ def served_lookup(*, filters: SearchFilters, query: str, tool_call_id: str = "",
     test can route it too."""
     result = lookup_knowledge(filters=filters, query=query, tool_call_id=call_id(tool_call_id),
                               session_id=session_id, overrides=overrides)
-    kept = result
-    served = LookupViews.of(result)
-    if trim is not None and (kept := trim.applied(result)) is not result:
+    kept = trim.applied(result) if trim is not None else result
+    served = LookupViews.of(kept)
+    if trim is not None and kept is not result:
         # The caller asked for less than the answer held: like a call its own filters
         # narrowed, what it lacks is no knowledge gap of the datasets (audit/gaps.py).
         dropped = len(result.pack.items) - len(kept.pack.items)
-        served = LookupViews.of(kept)
         served = replace(served, record=replace(served.record, narrowed=True, details={
             **served.record.details, "trim": {"limit": trim.limit,
                                               "min_quality": trim.min_quality,

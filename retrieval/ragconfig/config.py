@@ -10,13 +10,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
 from datasets.evidence import EvidenceKey
-from datasets.ingestion.formats.kinds import Format
 from datasets.selectors import db_id
 from kbplatform.outbound import url_refusal
 from retrieval.ragconfig.settings import (
@@ -179,7 +178,7 @@ def metadata_filter(filters: Mapping[str, FilterValue]) -> MetadataFilter:
 
 
 # A call's filters read from the documents' rows (retrieval/types.py DocumentMatch).
-DOCUMENT_MATCH_KEYS = ("source", "format", "tags")
+DOCUMENT_MATCH_KEYS = tuple(f.name for f in fields(DocumentMatch))
 
 
 def call_filters(raw: Mapping[str, Any]) -> CallFilters:
@@ -190,10 +189,8 @@ def call_filters(raw: Mapping[str, Any]) -> CallFilters:
     contract's validated data (ragconfig/filters.py); ValueError on what it leaves."""
     values = dict(raw)
     named = values.pop("document_ids", None)
-    match = DocumentMatch(**{key: _strings(key, values.pop(key))
+    match = DocumentMatch(**{key: tuple(dict.fromkeys(values.pop(key)))
                              for key in DOCUMENT_MATCH_KEYS if key in values})
-    if match.format and (unknown := set(match.format) - {f.value for f in Format}):
-        raise ValueError(f"format: not a format: {', '.join(sorted(unknown))}")
     metadata = metadata_filter(_parse_filters(values)) if values else MetadataFilter()
     if named is None:
         return CallFilters(metadata, match=match)
@@ -205,11 +202,6 @@ def call_filters(raw: Mapping[str, Any]) -> CallFilters:
             documents.append(document)
     return CallFilters(metadata, tuple(documents), match)
 
-
-def _strings(key: str, raw: object) -> tuple[str, ...]:
-    if not isinstance(raw, list | tuple) or not all(isinstance(v, str) and v for v in raw):
-        raise ValueError(f"{key}: a list of non-empty strings")
-    return tuple(dict.fromkeys(raw))
 
 
 def _parse_kb_scope(raw: object) -> str:
