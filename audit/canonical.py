@@ -5,8 +5,10 @@ invocation (or session) counts. Records live for KB_CANONICAL_TTL_SECONDS, in Re
 REDIS_URL is set and otherwise in a table of their own. Never in a cache that evicts: a record
 dropped early makes the guard deny evidence the agent did receive. Keys carry the tenant, so
 one tenant never reads another's; a record keeps ids and dataset ids, never excerpts or the
-query (nothing reads it back, and a record lives its TTL, not a tenant's retention of raw
-queries).
+query (a record lives its TTL, not a tenant's retention of raw queries).
+
+What a call handed out, excerpts included, is kept beside it for the same TTL, always in the
+database (EvidenceReplay: seven days of excerpts would crowd Redis's memory): its replay.
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from audit.models import CanonicalInvocation
+from audit.models import CanonicalInvocation, EvidenceReplay
 from audit.types import InvocationRecord, ReadyEvidence
 from kbplatform.errors import ServiceUnavailable
 
@@ -157,8 +159,29 @@ def _backend() -> _Backend:
 
 @_store_errors
 def canonical_store(record: InvocationRecord) -> None:
-    _backend().put(record.tenant_id, canonical_document(record),
-                   settings.KB_CANONICAL_TTL_SECONDS)
+    """The call's canonical record, and its replay when it keeps one: both or neither (the
+    replay's row rolls back when Redis refuses the record)."""
+    ttl = settings.KB_CANONICAL_TTL_SECONDS
+    with transaction.atomic():
+        if record.replay is not None:
+            now = timezone.now()
+            EvidenceReplay.objects.create(
+                tenant_id=record.tenant_id, tool_call_id=record.tool_call_id,
+                evidence_status=record.evidence_status,
+                config_version=record.config_version,
+                index_version=record.replay.index_version,
+                dataset_ids=list(record.dataset_ids), evidence=list(record.replay.evidence),
+                created_at=now, expires_at=now + timedelta(seconds=ttl))
+        _backend().put(record.tenant_id, canonical_document(record), ttl)
+
+
+@_store_errors
+def replayed(*, tenant_id: int, tool_call_id: str) -> EvidenceReplay | None:
+    """The replay of the tenant's call `tool_call_id` while it is kept (a reused id: its
+    latest call, as for the guard); None: no such call, or expired."""
+    return (EvidenceReplay.objects.filter(tenant_id=tenant_id, tool_call_id=tool_call_id,
+                                          expires_at__gt=timezone.now())
+            .order_by("-id").first())
 
 
 @_store_errors
@@ -197,11 +220,13 @@ def ready_evidence(*, tenant_id: int, document_ids: Iterable[str], tool_call_id:
 
 
 def canonical_prune() -> int:
-    """Delete expired table records (Redis expires its own); the count."""
+    """Delete expired table records and replays (Redis expires its own); the count."""
     deleted = 0
-    while True:
-        ids = list(CanonicalInvocation.objects.filter(expires_at__lte=timezone.now())
-                   .order_by().values_list("pk", flat=True)[:1000])
-        if not ids:
-            return deleted
-        deleted += CanonicalInvocation.objects.filter(pk__in=ids).delete()[0]
+    for model in (CanonicalInvocation, EvidenceReplay):
+        while True:
+            ids = list(model.objects.filter(expires_at__lte=timezone.now())
+                       .order_by().values_list("pk", flat=True)[:1000])
+            if not ids:
+                break
+            deleted += model.objects.filter(pk__in=ids).delete()[0]
+    return deleted

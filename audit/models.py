@@ -177,6 +177,33 @@ class CanonicalInvocation(models.Model):
         return f"{self.tool_call_id} ({self.tenant_id})"
 
 
+class EvidenceReplay(models.Model):
+    """What one tool call handed out, byte for byte, kept as long as its canonical record
+    (KB_CANONICAL_TTL_SECONDS): GET /api/evidence/{tool_call_id} replays it after the
+    documents changed and the index was rebuilt. Excerpts of the tenant's own documents,
+    never the query; `prune_tool_invocations` deletes expired rows."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="replays")
+    tool_call_id = models.CharField(max_length=128)
+    evidence_status = models.CharField(max_length=16)
+    config_version = models.PositiveIntegerField(null=True, blank=True)
+    index_version = models.PositiveIntegerField(null=True, blank=True)
+    dataset_ids = models.JSONField(default=list, help_text="The datasets the call searched.")
+    evidence = models.JSONField(default=list, help_text="Each piece as the agent received it.")
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "evidence_replay"
+        indexes = [
+            models.Index(fields=["tenant", "tool_call_id"], name="replay_call"),
+            models.Index(fields=["expires_at"], name="replay_expires"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_call_id} ({self.tenant_id})"
+
+
 class Rating(models.TextChoices):
     """What the `rate_evidence` tool says of one served evidence item."""
 

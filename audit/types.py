@@ -31,6 +31,16 @@ class ReadyEvidence:
 
 
 @dataclass(frozen=True)
+class Replay:
+    """What a call handed out, kept for its replay (GET /api/evidence/{tool_call_id}) as long
+    as its canonical record: each piece of evidence exactly as the agent received it (JSON),
+    with `revision`, the content hash of the document version it was read from."""
+
+    index_version: int | None  # the index version that served; None: no index searched
+    evidence: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
 class InvocationRecord:
     """One answered tool call (READY, EMPTY or UNAVAILABLE)."""
 
@@ -61,3 +71,4 @@ class InvocationRecord:
     narrowed: bool = False  # the call's own `filters` narrowed its search
     # verify_answer's: (sentences checked, of them unsupported by what the call served).
     checked: tuple[int, int] | None = None
+    replay: Replay | None = None  # what the call served, for its replay; None: nothing kept

@@ -36,7 +36,7 @@ from datasets.admin_display import (
 from datasets.admin_panels import document_panels
 from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, scoped, tenant_filter
 from datasets.auth import api_key_create, may_mint_platform_keys
-from datasets.ingestion.formats import SUFFIXES
+from datasets.ingestion.formats import SUFFIXES, Format
 from datasets.models import ApiKey, Chunk, Dataset, Document, Job, Source, Tenant
 from datasets.originals import original_open
 from datasets.selectors import with_document_counts
@@ -342,7 +342,8 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
 
     def original(self, request: HttpRequest, object_id: str) -> FileResponse:
         """The original file as uploaded, as an attachment never rendered by the browser (an
-        HTML original is the uploader's, not the admin's page)."""
+        HTML original is the uploader's, not the admin's page); a PDF in the browser's PDF
+        viewer, at the page a link names."""
         document = self.viewed_object(request, object_id)
         if document is None or document.deleted or not document.original:
             raise Http404("no such original file")
@@ -350,6 +351,14 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
             handle = original_open(document.original)
         except FileNotFoundError as exc:
             raise Http404("the original file is missing from the storage") from exc
+        if document.format == Format.PDF:
+            # Shown in the browser, so that evidence's `#page=N` opens its page: a PDF is
+            # never read as a page of the admin (its type is fixed, nosniff), and a sandbox
+            # would stop the browser's PDF viewer.
+            response = FileResponse(handle, filename=document.file_name,
+                                    content_type="application/pdf")
+            response["X-Content-Type-Options"] = "nosniff"
+            return response
         response = FileResponse(handle, as_attachment=True, filename=document.file_name,
                                 content_type="application/octet-stream")
         response["Content-Security-Policy"] = "sandbox"

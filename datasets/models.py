@@ -278,6 +278,10 @@ class Document(models.Model):
     source_commit = models.CharField(
         max_length=64, blank=True, editable=False,
         help_text="git: the commit the document's content came from (agents see it).")
+    url = models.CharField(
+        max_length=2000, blank=True, editable=False,
+        help_text="Where the original can be read, when it has an address: a web page's URL; "
+                  "a git file's page at its commit on an http(s) host. Evidence links to it.")
     source_version = models.CharField(
         max_length=300, blank=True, editable=False,
         help_text="What the source said of the file when it was read: the git blob, the "

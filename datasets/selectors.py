@@ -12,6 +12,7 @@ from django.db.models import Count, F, Q, QuerySet, Sum, Window
 from django.db.models.functions import Coalesce, RowNumber
 
 from datasets.auth import Caller
+from datasets.links import stored_lines
 from datasets.models import Chunk, Dataset, Document, Job, Source, Tenant
 from datasets.slug_secrets import key_variable_of
 from kbplatform.errors import NotFound
@@ -131,12 +132,24 @@ def live_doc_ids(*, tenant_id: int, dataset_ids: Sequence[int],
                .values_list("doc_id", flat=True))
 
 
+def served_revisions(*, tenant_id: int, dataset_ids: Sequence[int],
+                     doc_ids: Collection[int]) -> dict[int, str]:
+    """Of `doc_ids`, those a lookup may serve right now, with the content hash of what the
+    serving index holds of each."""
+    if not doc_ids:
+        return {}
+    return dict(Document.objects.filter(_servable(tenant_id, dataset_ids),
+                                        doc_id__in=list(doc_ids))
+                .values_list("doc_id", "indexed_hash"))
+
+
 def servable_document(*, tenant_id: int, dataset_ids: Sequence[int], doc_id: int
                       ) -> Document | None:
     """The document `doc_id` if a lookup of these datasets may serve it right now, else
     None: another tenant's answers as one that does not exist."""
     return (Document.objects.filter(_servable(tenant_id, dataset_ids), doc_id=doc_id)
-            .only("pk", "doc_id", "dataset_id", "title", "source_path", "source_commit")
+            .only("pk", "doc_id", "dataset_id", "title", "source_path", "source_commit",
+                  "indexed_hash", "format", "url")
             .first())
 
 
@@ -174,6 +187,7 @@ class ChunkText(NamedTuple):
     content: str
     overlap: int  # characters it starts with that end the chunk before it (0: none known)
     location: object  # as its metadata stores it
+    lines: tuple[int, int] | None  # the lines of the file it spans (markdown)
 
 
 def chunks_from(*, document_pk: int, start: int, step: int, batch: int = 16
@@ -193,7 +207,8 @@ def chunks_from(*, document_pk: int, start: int, step: int, batch: int = 16
             meta = metadata if isinstance(metadata, dict) else {}
             overlap = meta.get("overlap")
             yield ChunkText(chunk_index, breadcrumb, content,
-                            overlap if isinstance(overlap, int) else 0, meta.get("location"))
+                            overlap if isinstance(overlap, int) else 0, meta.get("location"),
+                            stored_lines(meta.get("lines")))
             index += step
         if len(rows) < batch:
             return

@@ -346,8 +346,10 @@ def chunks_replace(*, document_id: int, drafts: Sequence[ChunkDraft]) -> None:
 
 def _chunk_metadata(draft: ChunkDraft) -> dict[str, object]:
     location = {"location": draft.location.as_dict()} if draft.location else {}
+    lines = {"lines": list(draft.lines)} if draft.lines else {}
     # Always written: a chunk without it was indexed before it was kept (fetch_evidence).
-    return {"search_chars": len(draft.search_text), "overlap": draft.overlap, **location}
+    return {"search_chars": len(draft.search_text), "overlap": draft.overlap, **location,
+            **lines}
 
 
 def document_indexing(*, document_id: int, content_hash: str) -> None:

@@ -167,8 +167,10 @@ class Demo:
                                     die_with_supervisor=True)
         self._start(milvus)
         milvus.publish()
+        # Evidence links to the admin are the demo's own addresses.
         env = {"MILVUS_URI": milvus.uri, "CELERY_BROKER_URL": "filesystem://",
-               "CELERY_TASK_ALWAYS_EAGER": "false"}
+               "CELERY_TASK_ALWAYS_EAGER": "false",
+               "KB_PUBLIC_URL": os.environ.get("KB_PUBLIC_URL") or f"http://{HOST}:{self.port}"}
         if self.local_model is not None:  # its address is known before it serves
             allowed = [os.environ.get("KB_OUTBOUND_ALLOWED_HOSTS", ""),
                        f"{HOST}:{self.local_model.port}"]

@@ -360,6 +360,11 @@ if KB_OCR not in ("auto", "off"):
 KB_CONVERT_MAX_OCR_PAGES = env_int("KB_CONVERT_MAX_OCR_PAGES", 50, minimum=0)
 
 # Lookup and audit.
+# The platform's address as people reach it (https://kb.example.com): evidence links to a
+# document's admin page are absolute with it, paths on the platform without it.
+KB_PUBLIC_URL = env_str("KB_PUBLIC_URL").rstrip("/")
+if KB_PUBLIC_URL and not KB_PUBLIC_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured("KB_PUBLIC_URL must be an http(s) URL")
 KB_CANONICAL_TTL_SECONDS = env_int("KB_CANONICAL_TTL_SECONDS", 7 * 24 * 3600, minimum=60)
 KB_AUDIT_STORE_RAW_QUERY = env_bool("KB_AUDIT_STORE_RAW_QUERY", False)
 # Raw query text (kept for every tenant with KB_AUDIT_STORE_RAW_QUERY, or for a tenant that opted

@@ -30,6 +30,11 @@ class EvidenceCopy(TypedDict):
     source: str
 
 
+class Lines(TypedDict):
+    start: int  # 1-based
+    end: int
+
+
 class Evidence(TypedDict):
     document_id: str
     source: str
@@ -39,6 +44,8 @@ class Evidence(TypedDict):
     commit: str  # a git source's document: the commit its content came from; "" otherwise
     excerpt: str
     also_in: list[EvidenceCopy]  # the same text found elsewhere, ranked lower: collapsed here
+    url: str  # where a person reads it: the web page, the git file at its lines, the admin
+    lines: Lines | None  # the lines of the file it spans (markdown)
 
 
 class SearchedDataset(TypedDict):
@@ -87,11 +94,28 @@ class FetchResult(TypedDict):
     breadcrumb: str
     location: dict[str, int | str] | None
     commit: str
+    url: str
+    lines: Lines | None
     text: str  # the section, at most max_chars: untrusted data
     document_ids: list[str]  # the chunks `text` holds: each may be cited
     truncated: bool  # the section goes on: fetch `next` (or `previous`)
     previous: str
     next: str
+
+
+class ReplayedEvidence(Evidence):
+    revision: str  # the content hash of the document version the excerpt was read from
+    current: bool  # the document is still at that version
+
+
+class ReplayResult(TypedDict):
+    tool_call_id: str
+    served_at: str  # ISO 8601
+    evidence_status: str
+    config_version: int | None
+    index_version: int | None  # the index version the call searched
+    evidence: list[ReplayedEvidence]  # as served, byte for byte
+    withheld: int  # pieces whose document may no longer be served to this key
 
 
 class CheckedSentence(TypedDict):
@@ -185,6 +209,12 @@ class KbClient:
                                        ("tool_call_id", tool_call_id),
                                        ("session_id", session_id)) if v})
         return cast(FetchResult, self._tool("/api/tools/fetch_evidence", body))
+
+    def replay_evidence(self, tool_call_id: str) -> ReplayResult:
+        """Exactly what the call `tool_call_id` served, while its record is kept; KbError 404
+        `not_found` for a call this key may not see (or past its time)."""
+        return cast(ReplayResult, self._json(
+            "GET", f"/api/evidence/{urllib.parse.quote(tool_call_id, safe='')}"))
 
     def verify_answer(self, answer: str, *, tool_call_id: str = "",
                       session_id: str = "") -> VerifyResult:

@@ -177,6 +177,9 @@ class ScoredChunk:
     dataset_id: int | None = None  # the evidence guard checks it against the caller's scope
     location: Location | None = None  # the page, slide or sheet of the original it begins on
     commit: str = ""  # a git source's document: the commit its content came from
+    revision: str = ""  # the content hash of the document version it was indexed from
+    lines: tuple[int, int] | None = None  # the lines of the file it spans (markdown)
+    url: str = ""  # where a person reads it (datasets/links.py); set when it is served
     # Lower-ranked candidates with the same text (an upload and a source's copy, two
     # datasets): collapsed into this one, so they spend no slot of their own.
     also_in: tuple[ScoredChunk, ...] = ()
@@ -263,3 +266,4 @@ class LookupResult:
     covered_topics: tuple[str, ...] = ()
     experiment: tuple[int, str] | None = None  # (A/B test id, arm) when one routed the call
     config_id: int | None = None  # the RagConfig row whose config_version served; None: none
+    index_version: int | None = None  # the index version searched; None: none (or a suite's)

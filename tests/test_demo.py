@@ -410,6 +410,9 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(
         assert code == 200 and answer["evidence_status"] == "READY", answer
         assert answer["evidence"][0]["source"] == "rabbitmq-alarms.pdf"
         assert answer["evidence"][0]["location"] == {"page": 2}
+        # Its link: the platform's copy of the PDF, shown by the browser, at its page.
+        assert answer["evidence"][0]["url"] == \
+            f"{demo.url}{document_url.removesuffix('change/')}original/#page=2"
         page.goto(f"{demo.url}{document_url}")
         assert page.get_attribute("#document-original", "href").endswith("/original/")
         assert "vm_memory_high_watermark" in page.inner_text(".field-source_redacted")
@@ -440,6 +443,43 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(
         assert demo_row.locator("svg.glance-chart rect").count() > 14  # today has a bar
         page.screenshot(path=str(screenshots / "datasets-at-a-glance.png"), full_page=True)
 
+        browser.close()
+    assert not failed, failed
+
+
+def test_an_evidence_link_and_a_replay_open_in_a_browser(
+        demo: Demo, screenshots: Path) -> None:
+    """What an agent hands a person: the evidence's link opens its document (in the admin,
+    for an uploaded runbook), and the call's replay is the excerpts it served."""
+    from playwright.sync_api import sync_playwright
+
+    code, answer = demo.api("POST", "/api/tools/lookup_knowledge", demo.tool_key,
+                            {"query": "Redis 内存满了怎么办", "tool_call_id": "call_demo_link"})
+    assert code == 200 and answer["evidence_status"] == "READY", answer
+    first = answer["evidence"][0]
+    assert first["url"].startswith(f"{demo.url}/admin/datasets/document/"), first
+    assert first["lines"]["start"] <= first["lines"]["end"]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM)
+        page, failed = _admin(browser, demo)
+        page.set_viewport_size({"width": 1400, "height": 900})
+        page.goto(first["url"])
+        page.wait_for_selector("#document-chunks")
+        assert first["title"] in page.inner_text("#content")
+        assert page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+        page.screenshot(path=str(screenshots / "evidence-link.png"))
+
+        # The replay, as a client with the tool key reads it.
+        reader = browser.new_context(
+            extra_http_headers={"Authorization": f"Bearer {demo.tool_key}"}).new_page()
+        reader.set_viewport_size({"width": 1400, "height": 900})
+        shown = reader.goto(f"{demo.url}/api/evidence/call_demo_link")
+        assert shown is not None and shown.status == 200
+        replay = shown.json()
+        assert [e["excerpt"] for e in replay["evidence"]] == [
+            e["excerpt"] for e in answer["evidence"]]
+        assert {e["current"] for e in replay["evidence"]} == {True}
+        reader.screenshot(path=str(screenshots / "evidence-replay.png"))
         browser.close()
     assert not failed, failed
 

@@ -81,6 +81,7 @@ class ParsedDocument:
     category: str
     business_key: str
     extra: dict[str, str] = field(default_factory=dict)
+    first_line: int = 1  # the file's line `body` begins on (after the frontmatter)
 
 
 def parse_markdown(raw: bytes, *, file_name: str, max_bytes: int) -> ParsedDocument:
@@ -89,7 +90,9 @@ def parse_markdown(raw: bytes, *, file_name: str, max_bytes: int) -> ParsedDocum
         raise ValueError(f"max_bytes must be positive, got {max_bytes}")
     text = _decode(raw, max_bytes=max_bytes)
     metadata, body = _split_frontmatter(text)
-    body = _LEADING_BLANK_LINES.sub("", body).rstrip()
+    body = _LEADING_BLANK_LINES.sub("", body)
+    first_line = text.count("\n", 0, len(text) - len(body)) + 1  # `body` ends the text
+    body = body.rstrip()
     if not body.strip():
         raise DocumentParseError("the document has frontmatter but no markdown body after it")
     # Frontmatter first: its checks are cheap, the markdown parse is not.
@@ -112,6 +115,7 @@ def parse_markdown(raw: bytes, *, file_name: str, max_bytes: int) -> ParsedDocum
         category=category,
         business_key=business_key,
         extra=_extra(metadata),
+        first_line=first_line,
     )
 
 

@@ -3,6 +3,7 @@ chunk drafts."""
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from datasets.ingestion.limits import MAX_CHUNKS_PER_DOCUMENT, MAX_SEARCH_TEXT_CHARS, shorten
@@ -37,6 +38,28 @@ class ChunkDraft:
     search_text: str
     location: Location | None = None  # the page, slide or sheet where the chunk begins
     overlap: int = 0  # characters it starts with that end the chunk before it
+    # The lines of the file it spans, first and last (1-based): a file whose lines are its
+    # text's (markdown); None for the others (a converted original).
+    lines: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class _Lines:
+    """The file's line of each offset of the split text."""
+
+    starts: tuple[int, ...]  # the text's line starts, as offsets
+    numbers: tuple[int, ...]  # the file's line (1-based) of each line of the text
+
+    @classmethod
+    def of(cls, text: str, origins: tuple[int, ...], first_line: int) -> _Lines:
+        starts = (0, *(n + 1 for n, char in enumerate(text) if char == "\n"))
+        return cls(starts, tuple(first_line + origin for origin in origins))
+
+    def span(self, start: int, length: int) -> tuple[int, int]:
+        last = start + max(length - 1, 0)
+        lines = len(self.numbers) - 1
+        return (self.numbers[min(bisect_right(self.starts, start) - 1, lines)],
+                self.numbers[min(bisect_right(self.starts, last) - 1, lines)])
 
 
 def build_chunks(
@@ -45,10 +68,14 @@ def build_chunks(
     chunking: Chunking,
     redact: bool,
     max_chunks: int = MAX_CHUNKS_PER_DOCUMENT,
+    numbered: bool = False,
 ) -> list[ChunkDraft]:
-    """The chunks of one document; DocumentTooLarge when there would be over `max_chunks`."""
+    """The chunks of one document; DocumentTooLarge when there would be over `max_chunks`.
+    `numbered`: the parsed text is the file's (markdown), so each chunk says its lines."""
     body = transform_document(parsed.body, redactor=_REDACTOR if redact else None)
-    marked = take_markers(body)
+    marked = take_markers(body.text)
+    lines = (_Lines.of(marked.text, body.origins, parsed.first_line)
+             if numbered and body.origins and not marked.locations else None)
     splitter = chunking.splitter()
     drafts: list[ChunkDraft] = []
     count = 0
@@ -57,7 +84,9 @@ def build_chunks(
         # Past the limit the segments are only counted, so the error can say by how much
         # the document is over without holding (or building search texts for) all of them.
         if count <= max_chunks:
-            drafts.append(_draft(parsed.title, segment, marked.at(segment.start)))
+            drafts.append(_draft(parsed.title, segment, marked.at(segment.start),
+                                 lines.span(segment.start, len(segment.content))
+                                 if lines else None))
     if count > max_chunks:
         raise DocumentTooLarge(
             f"the document splits into {count:,} chunks; the limit is {max_chunks:,} per "
@@ -66,13 +95,14 @@ def build_chunks(
     return drafts
 
 
-def _draft(title: str, segment: Segment, location: Location | None) -> ChunkDraft:
+def _draft(title: str, segment: Segment, location: Location | None,
+           lines: tuple[int, int] | None) -> ChunkDraft:
     breadcrumb = segment.breadcrumb
     if location is not None:
         breadcrumb = BREADCRUMB_SEPARATOR.join(p for p in (location.label(), breadcrumb) if p)
     return ChunkDraft(index=segment.index, content=segment.content, breadcrumb=breadcrumb,
                       search_text=search_text(title, breadcrumb, segment.content),
-                      location=location, overlap=segment.overlap)
+                      location=location, overlap=segment.overlap, lines=lines)
 
 
 def search_text(title: str, breadcrumb: str, content: str) -> str:

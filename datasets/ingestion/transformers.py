@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from markdown_it import MarkdownIt
 
@@ -24,6 +25,12 @@ def normalize_whitespace(text: str) -> str:
     dropped, trailing whitespace is removed and any run of blank lines becomes one blank line.
     Leading and trailing blank lines of the whole text are removed.
     """
+    return normalized_lines(text)[0]
+
+
+def normalized_lines(text: str) -> tuple[str, list[int]]:
+    """normalize_whitespace's text, and for each of its lines the line of `text` it comes
+    from (0-based): what a chunk's line range in the file is read from."""
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     lines = text.split("\n")
     in_code = [False] * len(lines)
@@ -33,11 +40,13 @@ def normalize_whitespace(text: str) -> str:
                 in_code[number] = True
 
     out: list[str] = []
+    origins: list[int] = []
     previous_blank = False
-    for line, code in zip(lines, in_code, strict=True):
+    for number, (line, code) in enumerate(zip(lines, in_code, strict=True)):
         if code:
             # Tabs may be significant in code (Makefiles, TSV), so only spaces are trimmed.
             out.append(line.rstrip(" "))
+            origins.append(number)
             previous_blank = False
             continue
         line = line.translate(_ZERO_WIDTH).translate(_SPACE_LIKE).expandtabs(4).rstrip()
@@ -45,7 +54,10 @@ def normalize_whitespace(text: str) -> str:
             continue
         previous_blank = not line
         out.append(line)
-    return "\n".join(out).strip("\n")
+        origins.append(number)
+    first = next((n for n, line in enumerate(out) if line), len(out))
+    last = max((n for n, line in enumerate(out) if line), default=first - 1)
+    return "\n".join(out[first:last + 1]), origins[first:last + 1]
 
 
 class SecretRedactor:
@@ -76,10 +88,20 @@ class SecretRedactor:
         return text
 
 
-def transform_document(text: str, *, redactor: SecretRedactor | None) -> str:
+@dataclass(frozen=True)
+class Transformed:
+    text: str
+    # For each line of `text`, the line of the input it comes from (0-based); empty when
+    # redaction changed the number of lines (a private key's block taken out).
+    origins: tuple[int, ...]
+
+
+def transform_document(text: str, *, redactor: SecretRedactor | None) -> Transformed:
     """Normalise whitespace, then redact secrets when a redactor is given."""
-    text = normalize_whitespace(text)
-    return redactor.redact(text) if redactor is not None else text
+    normalized, origins = normalized_lines(text)
+    redacted = redactor.redact(normalized) if redactor is not None else normalized
+    same_lines = redacted.count("\n") == normalized.count("\n")
+    return Transformed(redacted, tuple(origins) if same_lines else ())
 
 
 _PRIVATE_KEY = re.compile(

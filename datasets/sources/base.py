@@ -19,6 +19,7 @@ class Item:
     version: str  # what the source says of it: a blob id, mtime and size, an ETag
     raw: bytes | None = None
     failure: str = ""
+    url: str = ""  # where a person reads it (Document.url): a web page, a git file's page
 
 
 def file_item(path: str, version: str, size: int, *, known: Mapping[str, str], max_bytes: int,

@@ -11,12 +11,14 @@ import os
 import re
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from datasets.links import git_file_url
 from datasets.models import Source
 from datasets.sources.base import Deadline, Globs, Item, SyncFailed, file_item, too_many
 from datasets.sources.locations import Refused, is_url, local_repository
@@ -60,9 +62,12 @@ class GitReader:
         self.commit = self._fetch()
         files = self._tree()
         self.expected = len(files)
+        sub = self.source.subfolder.strip("/")
         for path, (blob, size) in files.items():
-            yield file_item(path, blob, size, known=known, max_bytes=self.max_bytes,
-                            read=partial(self._git, "cat-file", "blob", blob))
+            item = file_item(path, blob, size, known=known, max_bytes=self.max_bytes,
+                             read=partial(self._git, "cat-file", "blob", blob))
+            yield replace(item, url=git_file_url(self.source.location, self.commit,
+                                                 f"{sub}/{path}" if sub else path))
 
     def _fetch(self) -> str:
         """The branch's commit, fetched into the cache (made on the first sync)."""

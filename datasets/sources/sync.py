@@ -120,7 +120,7 @@ def _apply(source: Source, commit: str, item: Item,
                                      source_path=path, replace=True)
             fields = {"source": source, "source_version": item.version[:300]}
             if outcome.changed:
-                fields["source_commit"] = commit
+                fields.update(source_commit=commit, url=item.url[:2000])
             Document.objects.filter(pk=outcome.document.pk).update(**fields)
     except ApiError as exc:
         return "failed", str(exc.detail)

@@ -176,7 +176,7 @@ class WebReader:
             if self._same_site(link)))[:self.source.max_pages])
         if "xml" in content_type:
             return None, links  # a sitemap leads to pages, it is none
-        return Item(path, _version(response), raw=response.body), links
+        return Item(path, _version(response), raw=response.body, url=url), links
 
     def _keep(self, url: str, links: list[str]) -> list[str]:
         """`links` of the page at `url`, kept for the next sync while the budget lasts."""

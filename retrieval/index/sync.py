@@ -79,7 +79,8 @@ def chunk_drafts(document: Document, *, chunking: Chunking) -> list[ChunkDraft]:
     """The document's chunks, converted from its original first when that is due."""
     raw = document_convert(document=document).source_text.encode("utf-8")
     return build_chunks(parse_markdown(raw, file_name=document.file_name, max_bytes=len(raw) + 1),
-                        chunking=chunking, redact=settings.KB_REDACT_SECRETS)
+                        chunking=chunking, redact=settings.KB_REDACT_SECRETS,
+                        numbered=document.format == Format.MARKDOWN)
 
 
 def prepare(documents: Sequence[Document], *, chunking: Chunking,
@@ -151,7 +152,8 @@ def chunk_rows(document: Document, prepared: Prepared) -> list[ChunkRow]:
                   "source": document.source_path, "category": document.category,
                   "kb_scope": dataset.kb_scope, "datasetId": str(dataset.pk),
                   "contentHash": document.content_hash, "commit": document.source_commit,
-                  "location": draft.location.as_dict() if draft.location else None})
+                  "location": draft.location.as_dict() if draft.location else None,
+                  "lines": list(draft.lines) if draft.lines else None})
         for draft, vector in zip(prepared.drafts, prepared.vectors, strict=True)]
 
 

@@ -16,10 +16,11 @@ from typing import Any
 from django.db import transaction
 
 from audit.canonical import canonical_get, canonical_store
-from audit.types import InvocationRecord, ReadyEvidence
+from audit.types import InvocationRecord, ReadyEvidence, Replay
 from datasets.evidence import EvidenceKey
 from datasets.ingestion.limits import shorten
 from datasets.ingestion.locations import Location
+from datasets.links import DocumentLink
 from datasets.selectors import (
     ChunkText,
     chunk_count_locked,
@@ -60,6 +61,8 @@ class FetchedSection:
     breadcrumb: str = ""
     location: dict[str, int | str] | None = None  # where the text begins in the original
     commit: str = ""
+    url: str = ""  # where a person reads it (datasets/links.py)
+    lines: dict[str, int] | None = None  # {"start", "end"}: the lines of the file it spans
     text: str = ""  # retrieved text: untrusted data
     document_ids: tuple[str, ...] = ()  # the chunks the text holds, in order: each citable
     truncated: bool = False  # the section goes on beyond the text (see previous / next)
@@ -70,6 +73,14 @@ class FetchedSection:
         """The JSON body of REST and MCP."""
         return {**asdict(self), "evidence_status": self.evidence_status.value,
                 "document_ids": list(self.document_ids)}
+
+    def replayed(self, *, revision: str, dataset_id: int) -> dict[str, Any]:
+        """The section as its replay keeps it: one piece of evidence, the text its excerpt."""
+        return {"document_id": self.document_id, "source": self.source, "title": self.title,
+                "breadcrumb": self.breadcrumb, "location": self.location,
+                "commit": self.commit, "excerpt": self.text, "also_in": [],
+                "url": self.url, "lines": self.lines, "revision": revision,
+                "dataset_id": dataset_id}
 
 
 @dataclass(frozen=True)
@@ -117,12 +128,17 @@ def fetch_evidence(request: FetchRequest) -> Fetched:
     keys = tuple(str(EvidenceKey(document.doc_key, row.chunk_index)) for row in rows)
     first, last = rows[0].chunk_index, rows[-1].chunk_index
     location = Location.stored(rows[0].location)
+    lines = (rows[0].lines[0], rows[-1].lines[1]) \
+        if rows[0].lines and rows[-1].lines else None
+    link = DocumentLink(document.pk, document.format, document.url)
     section = FetchedSection(
         evidence_status=EvidenceStatus.READY, tool_call_id=tool_call_id,
         document_id=str(EvidenceKey(document.doc_key, rows[run.asked].chunk_index)),
         source=document.source_path, title=document.title, breadcrumb=rows[0].breadcrumb,
         location=location.as_dict() if location else None, commit=document.source_commit,
-        text=run.text, document_ids=keys, truncated=run.truncated,
+        url=link.evidence_url(location=location, lines=lines),
+        lines={"start": lines[0], "end": lines[1]} if lines else None, text=run.text,
+        document_ids=keys, truncated=run.truncated,
         previous=str(EvidenceKey(document.doc_key, first - 1)) if first > 0 else "",
         next=str(EvidenceKey(document.doc_key, last + 1)) if last + 1 < count else "")
     record = InvocationRecord(
@@ -133,7 +149,8 @@ def fetch_evidence(request: FetchRequest) -> Fetched:
         details={"fetched": {"document_id": section.document_id, "chunks": [first, last],
                              "chars": len(run.text), "truncated": run.truncated}},
         ready=tuple(ReadyEvidence(k, document.dataset_id) for k in keys),
-        tool_name="fetch_evidence")
+        tool_name="fetch_evidence", replay=Replay(None, (section.replayed(
+            revision=document.indexed_hash, dataset_id=document.dataset_id),)))
     try:
         canonical_store(record)
     except ServiceUnavailable:

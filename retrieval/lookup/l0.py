@@ -19,6 +19,7 @@ from typing import Any
 from django.db.models import F, Q, QuerySet
 
 from datasets.ingestion.language import UNKNOWN
+from datasets.links import DocumentLink
 from datasets.models import Document
 from retrieval.lookup.revisions import Revisions
 from retrieval.lookup.transform import L0Document, L0Index
@@ -45,6 +46,8 @@ class DocumentsView:
     # DocumentMatch reads.
     facts: Mapping[int, tuple[str, str, frozenset[str]]] = field(
         default_factory=lambda: MappingProxyType({}))
+    # Each live document's link parts: where its evidence links to.
+    links: Mapping[int, DocumentLink] = field(default_factory=lambda: MappingProxyType({}))
 
     def matching(self, match: DocumentMatch) -> frozenset[int]:
         """The live documents the call's source / format / tags match (each key given)."""
@@ -78,7 +81,7 @@ def documents_view(*, tenant_id: int, dataset_ids: Sequence[int],
             return cached[1]
     rows = list(_documents(tenant_id, key[1]).filter(deleted=False, activated=True)
                 .values_list("doc_id", "title", "domain", "keywords", "category", "language",
-                             "source_path", "format"))
+                             "source_path", "format", "pk", "url"))
     documents = [L0Document(doc_id=str(doc_id), title=title, domain=domain,
                             keywords=tuple(keywords or ()), category=category)
                  for doc_id, title, domain, keywords, category, *_ in rows]
@@ -92,7 +95,10 @@ def documents_view(*, tenant_id: int, dataset_ids: Sequence[int],
                          facts=MappingProxyType({
                              doc_id: (path, fmt, frozenset(str(k).casefold()
                                                            for k in keywords or ()))
-                             for doc_id, _, _, keywords, _, _, path, fmt in rows}))
+                             for doc_id, _, _, keywords, _, _, path, fmt, *_ in rows}),
+                         links=MappingProxyType({
+                             doc_id: DocumentLink(pk, fmt, url)
+                             for doc_id, *_, fmt, pk, url in rows}))
     with _lock:
         _cache[key] = (fingerprint, view)
     return view

@@ -17,6 +17,7 @@ from typing import Any
 from audit.types import DropReason
 from datasets.evidence import EvidenceKey
 from datasets.ingestion.locations import Location
+from datasets.links import stored_lines
 from retrieval.analysis import contains_term, normalize_text
 from retrieval.lexical import QueryTerms, query_terms, vocabulary_terms
 from retrieval.types import (
@@ -264,4 +265,6 @@ class KnowledgeEvidencePostProcessor:
             dataset_id=_int(meta, "datasetId"),
             location=Location.stored(meta.get("location")),
             commit=_text(meta, "commit"),
+            revision=_text(meta, "contentHash"),
+            lines=stored_lines(meta.get("lines")),
         )

@@ -11,7 +11,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from audit.types import InvocationRecord, ReadyEvidence
+from audit.types import InvocationRecord, ReadyEvidence, Replay
 from retrieval.index.milvus.expressions import metadata_clauses
 from retrieval.types import EvidenceStatus, LookupResult, RelevanceLevel
 
@@ -46,6 +46,11 @@ class Evidence:
     commit: str
     excerpt: str
     also_in: tuple[Copy, ...] = ()  # lower-ranked copies of its text, collapsed into it
+    url: str = ""  # where a person reads it (datasets/links.py)
+    lines: dict[str, int] | None = None  # {"start", "end"}: the lines of the file it spans
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "also_in": [asdict(c) for c in self.also_in]}
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,10 @@ class RagToolResult:
                 title=item.chunk.title, breadcrumb=item.chunk.breadcrumb,
                 location=item.chunk.location.as_dict() if item.chunk.location else None,
                 commit=item.chunk.commit, excerpt=item.excerpt,
-                also_in=tuple(Copy(c.evidence_key, c.source) for c in item.chunk.also_in))
+                also_in=tuple(Copy(c.evidence_key, c.source) for c in item.chunk.also_in),
+                url=item.chunk.url, lines=({"start": item.chunk.lines[0],
+                                            "end": item.chunk.lines[1]}
+                                           if item.chunk.lines else None))
                 for item in items),
             relevance_level=result.relevance_level if ready else RelevanceLevel.NONE,
             truncated=result.pack.truncated if ready else False,
@@ -91,8 +99,7 @@ class RagToolResult:
         """The JSON body of REST and MCP."""
         return {"evidence_status": self.evidence_status.value,
                 "tool_call_id": self.tool_call_id, "query": self.query,
-                "evidence": [{**asdict(e), "also_in": [asdict(c) for c in e.also_in]}
-                             for e in self.evidence],
+                "evidence": [e.as_dict() for e in self.evidence],
                 "relevance_level": self.relevance_level.value, "truncated": self.truncated,
                 "returned_count": self.returned_count,
                 "searched_datasets": [{"id": pk, "name": name}
@@ -170,7 +177,11 @@ def invocation_of(result: LookupResult, view: RagToolResult | None = None
         config_version=result.config_version, error=result.error,
         details=trace_details(result), dataset_ids=result.filters.dataset_ids, ready=ready,
         experiment=result.experiment, topic_terms=result.topic_terms,
-        config_id=result.config_id, narrowed=bool(result.filters.call))
+        config_id=result.config_id, narrowed=bool(result.filters.call),
+        replay=Replay(result.index_version, tuple(
+            {**evidence.as_dict(), "revision": item.chunk.revision,
+             "dataset_id": item.chunk.dataset_id}
+            for evidence, item in zip(seen.evidence, result.pack.items, strict=False))))
 
 
 @dataclass(frozen=True)

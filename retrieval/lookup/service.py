@@ -77,6 +77,7 @@ class _Setup:
     experiment: tuple[int, str] | None  # (A/B test, arm) of this call, when one runs
     synonyms: Synonyms  # the tenant's synonym groups
     config_id: int | None  # the RagConfig row that serves; None: the built-in defaults
+    index_version: int | None  # the serving index version searched; None: given, or none
 
 
 class _Unavailable(Exception):
@@ -101,6 +102,7 @@ def _setup(filters: SearchFilters, overrides: dict[str, Any] | None, mode: Searc
         overrides = {**MODE_OVERRIDES[mode], **(overrides or {})}
     if overrides:
         settings = _overridden(settings, overrides, filters.tenant_id)
+    index_version = None
     if search is None and revisions.index is not None:
         try:
             # The serving version's own embedder and collection: never a query vector of
@@ -108,6 +110,7 @@ def _setup(filters: SearchFilters, overrides: dict[str, Any] | None, mode: Searc
             index = serving_index_of(revisions.index)
             search = VectorSearchService(port=milvus.searcher(index.collection),
                                          embedder=index.embedder)
+            index_version = revisions.index.pk
         except IndexNotReady:
             search = None
     filters = configured_filters(filters, settings)
@@ -116,7 +119,7 @@ def _setup(filters: SearchFilters, overrides: dict[str, Any] | None, mode: Searc
     synonyms = (tenant_synonyms(tenant_id=filters.tenant_id, revisions=revisions)
                 if view is not None else NO_SYNONYMS)
     return _Setup(settings, serving.version, filters, search, view, serving.experiment,
-                  synonyms, serving.config_id)
+                  synonyms, serving.config_id, index_version)
 
 
 def _overridden(settings: RagSettings, overrides: dict[str, Any], tenant_id: int
@@ -178,7 +181,10 @@ def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = 
         result = tool.run(request)
     if result.evidence_status is EvidenceStatus.EMPTY and setup.view is not None:
         result = _guided(result, setup.view.l0)
-    return replace(result, experiment=setup.experiment, config_id=setup.config_id)
+    if result.evidence_status is EvidenceStatus.READY and setup.view is not None:
+        result = _linked(result, setup.view)
+    return replace(result, experiment=setup.experiment, config_id=setup.config_id,
+                   index_version=setup.index_version)
 
 
 def _guided(result: LookupResult, l0: L0Index) -> LookupResult:
@@ -191,6 +197,17 @@ def _guided(result: LookupResult, l0: L0Index) -> LookupResult:
         result, searched=tuple(dataset_names(tenant_id=result.filters.tenant_id,
                                              dataset_ids=result.filters.dataset_ids)),
         covered_topics=l0.nearest_domains(result.hints, doc_ids, MAX_COVERED_TOPICS))
+
+
+def _linked(result: LookupResult, view: DocumentsView) -> LookupResult:
+    """Each served chunk with its link (datasets/links.py), from the view's documents."""
+    items = []
+    for item in result.pack.items:
+        chunk = item.chunk
+        link = view.links.get(int(chunk.doc_id)) if chunk.doc_id.isdigit() else None
+        url = link.evidence_url(location=chunk.location, lines=chunk.lines) if link else ""
+        items.append(replace(item, chunk=replace(chunk, url=url)))
+    return replace(result, pack=replace(result.pack, items=tuple(items)))
 
 
 def _narrowed(filters: SearchFilters, view: DocumentsView) -> SearchFilters:

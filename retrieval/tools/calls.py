@@ -25,6 +25,7 @@ from retrieval.answers.service import rag_answer
 from retrieval.answers.verify import served_texts, verify
 from retrieval.lookup.fetch import FETCH_DEFAULT_CHARS, Fetched, FetchRequest, fetch_evidence
 from retrieval.lookup.project import titled
+from retrieval.lookup.replay import replay
 from retrieval.lookup.service import confirmed_evidence, lookup_scope, served_lookup
 from retrieval.types import CallFilters, EvidenceStatus, SearchFilters
 
@@ -102,6 +103,13 @@ class ResearchFetchArgs:
     id: str
 
 
+@dataclass(frozen=True)
+class ReplayArgs:
+    """replay_evidence's input (`ReplayEvidenceInput`: the URL's tool call id)."""
+
+    tool_call_id: str
+
+
 def _scope(who: Caller, args: LookupArgs) -> SearchFilters:
     return lookup_scope(caller=who, requested=args.dataset_ids, narrowed=args.filters)
 
@@ -176,7 +184,7 @@ def search_call(who: Caller, args: SearchArgs) -> ToolCall:
     served = served_lookup(filters=_scope(who, LookupArgs(args.query)), query=args.query)
     view = served.view
     body = {"results": [{"id": e.document_id, "title": titled(e.title, e.breadcrumb),
-                         "text": e.excerpt, "url": ""} for e in view.evidence],
+                         "text": e.excerpt, "url": e.url} for e in view.evidence],
             "evidence_status": view.evidence_status.value, "tool_call_id": view.tool_call_id}
     return ToolCall(body, replace(served.record, tool_name="search"),
                     view.evidence_status is EvidenceStatus.UNAVAILABLE)
@@ -189,7 +197,7 @@ def research_fetch_call(who: Caller, args: ResearchFetchArgs) -> ToolCall:
     section = fetched.section.as_dict()
     body = {"id": section.pop("document_id"),
             "title": titled(section.pop("title"), section["breadcrumb"]),
-            "text": section.pop("text"), "url": "", "metadata": section}
+            "text": section.pop("text"), "url": section.pop("url"), "metadata": section}
     return ToolCall(body, replace(fetched.record, tool_name="fetch"),
                     fetched.section.evidence_status is EvidenceStatus.UNAVAILABLE)
 
@@ -240,6 +248,20 @@ def verify_answer_call(who: Caller, args: VerifyArgs) -> ToolCall:
     return ToolCall({"sentences": [asdict(s) for s in done.sentences],
                      "unsupported": list(done.unsupported), "evidence_checked": done.evidence,
                      "skipped": done.skipped}, record)
+
+
+def replay_evidence_call(who: Caller, args: ReplayArgs) -> ToolCall:
+    """What the call served, as it served it, of documents this key may still be served."""
+    done = replay(tenant_id=who.tenant.pk, readable=who.readable_dataset_ids(),
+                  tool_call_id=args.tool_call_id)
+    record = InvocationRecord(
+        tenant_id=who.tenant.pk, tool_call_id=args.tool_call_id, session_id="", query="",
+        evidence_status=done.evidence_status, relevance_level="NONE",
+        returned_count=len(done.evidence), config_version=done.config_version, error="",
+        details={"replayed": {"evidence": len(done.evidence), "withheld": done.withheld,
+                              "index_version": done.index_version}},
+        tool_name="replay_evidence")
+    return ToolCall(done.as_dict(), record)
 
 
 def rate_evidence_call(who: Caller, args: RateArgs) -> ToolCall:

@@ -57,12 +57,23 @@ def _schemas() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
     for tool in SERVED:
         operation = openapi["paths"][tool.path][tool.method]
         body = operation.get("requestBody", {}).get("content", {}).get("application/json", {})
-        params = _closed(_resolved(body["schema"], components)) if body else {
-            "type": "object", "additionalProperties": False}
+        params = _closed(_resolved(body["schema"], components)) if body else \
+            _arguments(operation.get("parameters", []))
         params.setdefault("properties", {})
         result = operation["responses"]["200"]["content"]["application/json"]["schema"]
         found[tool.name] = (params, _resolved(result, components))
     return found
+
+
+def _arguments(parameters: list[dict[str, Any]]) -> dict[str, Any]:
+    """A tool read by its URL: the path's arguments as its input object."""
+    path = [p for p in parameters if p["in"] == "path"]
+    return {"type": "object", "additionalProperties": False,
+            "properties": {p["name"]: {**p["schema"], **({"description": p["description"]}
+                                                          if p.get("description") else {})}
+                           for p in path},
+            "required": [p["name"] for p in path]} if path else {
+        "type": "object", "additionalProperties": False}
 
 
 def _closed(schema: Any) -> Any:

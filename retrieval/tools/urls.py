@@ -1,3 +1,5 @@
+import re
+
 from django.urls import path
 
 from retrieval.index import apis as index_apis
@@ -6,8 +8,14 @@ from retrieval.tools import compat
 from retrieval.tools import views as apis
 from retrieval.tools.registry import SERVED
 
+
+def _route(documented: str) -> str:
+    """A tool's route from its path as OpenAPI writes it: `{name}` → `<str:name>`."""
+    return re.sub(r"\{(\w+)\}", r"<str:\1>", documented.removeprefix("/api/"))
+
+
 urlpatterns = [
-    *(path(tool.path.removeprefix("/api/"), apis.tool_api(tool).as_view()) for tool in SERVED
+    *(path(_route(tool.path), apis.tool_api(tool).as_view()) for tool in SERVED
       if tool.operation),
     path("tools/schema", apis.ToolSchemaApi.as_view()),
     path("dify/retrieval", compat.DifyApi.as_view()),

@@ -3,9 +3,11 @@ platform's index operations."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from django.core.validators import RegexValidator
 from django.db import DatabaseError
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -42,9 +44,9 @@ def _unavailable(component: str, contract: type[serializers.Serializer[Any]]
                     "when the database is down).")
 
 
-class ToolApi(APIView):
+class ToolView(APIView):
     """A tool of the registry over REST; for an audited one, exactly one audit row per call:
-    `post` writes the answer's, `handle_exception` a failure's, a 401 from `initial` included."""
+    the answer writes its own, `handle_exception` a failure's, a 401 from `initial` included."""
 
     tool: Tool
     audit: AuditOnce
@@ -57,11 +59,7 @@ class ToolApi(APIView):
         self.audit.failed(exc, api_key=self._audit_key, payload=self._audit_payload)
         return super().handle_exception(exc)
 
-    def post(self, request: Request, **path: str) -> Response:
-        """`path`: the URL's own arguments, which a body cannot override."""
-        data = request.data
-        if path:
-            data = {**data, **path} if isinstance(data, Mapping) else path
+    def _answer(self, request: Request, data: Any) -> Response:
         done = self.audit.run(caller(request), data)
         return Response(done.body, status=status.HTTP_503_SERVICE_UNAVAILABLE
                         if done.unavailable else status.HTTP_200_OK)
@@ -81,10 +79,39 @@ class ToolApi(APIView):
         return data if isinstance(data, Mapping) else None
 
 
-def tool_api(tool: Tool) -> type[ToolApi]:
+class ToolApi(ToolView):
+    """A tool called with a JSON body (`method` "post")."""
+
+    def post(self, request: Request, **path: str) -> Response:
+        """`path`: the URL's own arguments, which a body cannot override."""
+        data = request.data
+        if path:
+            data = {**data, **path} if isinstance(data, Mapping) else path
+        return self._answer(request, data)
+
+
+class ToolReadApi(ToolView):
+    """A tool read by its URL (`method` "get"): the path's arguments are its input."""
+
+    def get(self, request: Request, **path: str) -> Response:
+        return self._answer(request, path)
+
+
+def _in_path(tool: Tool) -> list[OpenApiParameter]:
+    """The input contract's fields as the path parameters they are (strings, each with its
+    pattern): the tool schemas read a GET tool's input from them."""
+    assert tool.contract is not None, f"{tool.name}: a GET tool takes its input from its path"
+    return [OpenApiParameter(
+        name, str, OpenApiParameter.PATH, description=str(field.help_text),
+        pattern=next((re.compile(v.regex).pattern for v in field.validators
+                      if isinstance(v, RegexValidator)), None))
+        for name, field in tool.contract().fields.items()]
+
+
+def tool_api(tool: Tool) -> type[ToolView]:
     """The REST view of `tool`, documented by its operation."""
     operation = tool.operation
-    assert operation is not None and tool.method == "post", f"{tool.name} is not served here"
+    assert operation is not None, f"{tool.name} is not served here"
     answered: Any = OpenApiResponse(operation.output, description=operation.answered) \
         if operation.answered else operation.output
     failed = {503: _unavailable(operation.unavailable, operation.output)} \
@@ -94,11 +121,13 @@ def tool_api(tool: Tool) -> type[ToolApi]:
         status: OpenApiResponse(operation.error, description=WHEN[status])
         for status in operation.errors}
     name = "".join(word.title() for word in tool.name.split("_")) + "Api"  # LookupKnowledgeApi
-    view = type(name, (ToolApi,), {"tool": tool})
-    return extend_schema_view(post=extend_schema(
+    view = type(name, (ToolReadApi if tool.method == "get" else ToolApi,), {"tool": tool})
+    read = tool.method == "get"  # its input is the URL's arguments
+    documented = extend_schema(
         operation_id=tool.name, summary=operation.summary, description=operation.description,
-        request=tool.contract,
-        responses={200: answered, **failed, **failures}))(view)
+        request=None if read else tool.contract, parameters=_in_path(tool) if read else None,
+        responses={200: answered, **failed, **failures})
+    return extend_schema_view(**{tool.method: documented})(view)
 
 
 class _ToolFormatNegotiation(DefaultContentNegotiation):

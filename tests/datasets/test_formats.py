@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.core.files.storage import default_storage
 from django.test import Client
 
@@ -128,6 +129,19 @@ def test_a_page_slide_or_sheet_is_in_the_evidence(kb: Any, worker: None, name: s
     assert first["location"] == location
     assert first["breadcrumb"].startswith(crumb)
     assert "<!-- kb:" not in first["excerpt"]
+    assert first["lines"] is None  # a converted file's lines are not the original's
+    change = f"/admin/datasets/document/{document.pk}/change/"
+    if location.get("page"):  # a PDF's page, in the browser's PDF viewer
+        original = f"/admin/datasets/document/{document.pk}/original/"
+        assert first["url"] == f"{original}#page={location['page']}"
+        admin = Client()
+        admin.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+        shown = admin.get(original)
+        assert (shown["Content-Type"], shown["X-Content-Type-Options"]) == (
+            "application/pdf", "nosniff")
+        assert "attachment" not in shown.get("Content-Disposition", "")
+    else:
+        assert first["url"] == change
 
 
 def test_a_failed_conversion_fails_the_document_with_its_reason(kb: Any, worker: None) -> None:

@@ -192,6 +192,8 @@ def test_a_repository_over_http_goes_through_the_outbound_policy(kb, store, root
     job = sync(source)
     assert job.status == Job.Status.SUCCEEDED, job.log
     assert _live(source)["src/a.md"].source_commit == commit
+    # Its page at that commit, GitHub's way for a host of no known kind: evidence links to it.
+    assert _live(source)["src/a.md"].url == f"{base}/r/blob/{commit}/a.md"
 
     settings.KB_OUTBOUND_ALLOWED_HOSTS = []
     job = sync(source)

@@ -56,6 +56,9 @@ def test_crawl_follows_same_site_links_to_max_depth_and_honours_robots(
     assert job.status == Job.Status.SUCCEEDED
     # "/" is HTML, converted like an upload; "/about" answers 404: not a document
     assert job.detail["added"] == 4 and job.detail.get("failed", 0) == 0
+    # Each page's document links to the page as fetched.
+    assert Document.objects.get(source=source, source_path=f"src/{host}/guide/setup.md").url \
+        == f"{site.url}/guide/setup.md"
 
 
 def test_second_sync_asks_with_etags_and_reads_only_the_changed_page(

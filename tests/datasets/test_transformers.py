@@ -169,8 +169,10 @@ def test_transform_document_normalises_then_redacts() -> None:
     # The NBSP after the colon is only matched once it has been normalised.
     text = "密码：\u00a0abc\u200b123  \n\n\n\n完成。"
     redactor = SecretRedactor()
-    assert transform_document(text, redactor=redactor) == "密码： [REDACTED]\n\n完成。"
+    done = transform_document(text, redactor=redactor)
+    assert done.text == "密码： [REDACTED]\n\n完成。"
+    assert done.origins == (0, 1, 4)  # the file's line of each line
 
 
 def test_transform_document_without_redactor_keeps_secrets() -> None:
-    assert transform_document("password: hunter2  ", redactor=None) == "password: hunter2"
+    assert transform_document("password: hunter2  ", redactor=None).text == "password: hunter2"

@@ -31,7 +31,7 @@ class Command(BaseCommand):
         deleted = tool_invocations_prune(older_than_days=days, batch_size=batch_size)
         self.stdout.write(f"Deleted {deleted} tool invocation(s) older than {days} day(s).")
         expired = canonical_prune()
-        self.stdout.write(f"Deleted {expired} expired canonical invocation(s).")
+        self.stdout.write(f"Deleted {expired} expired canonical invocation(s) and replay(s).")
         erased = raw_queries_erase(batch_size=batch_size)
         self.stdout.write(f"Erased the raw query of {erased} call(s) past their tenant's "
                           "retention.")

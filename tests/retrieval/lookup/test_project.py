@@ -10,11 +10,8 @@ from retrieval.lookup.project import Copy, Evidence, RagToolResult, trace_detail
 from retrieval.tools.serializers import EvidenceCopyOutput, EvidenceOutput, RagToolResultOutput
 from retrieval.types import EvidenceStatus, RelevanceLevel
 from tests.retrieval.builders import lookup_result
+from tests.retrieval.conftest import CONTRACT_KEYS, EVIDENCE_KEYS
 
-CONTRACT_KEYS = {"evidence_status", "tool_call_id", "query", "evidence", "relevance_level",
-                 "truncated", "returned_count", "searched_datasets", "covered_topics"}
-EVIDENCE_KEYS = {"document_id", "source", "title", "breadcrumb", "location", "commit",
-                 "excerpt", "also_in"}
 FORBIDDEN = ("score", "quality", "trace", "rank", "l2", "pack", "vector", "metadata", "reason",
              "config", "milvus", "hint")
 
@@ -36,7 +33,8 @@ def test_projection_is_exactly_the_contract() -> None:
     assert out["evidence"][0] == {"document_id": "42#chunk-0", "source": "kb/a.md",
                                   "title": "Title", "breadcrumb": "A > B",
                                   "location": None, "commit": "",
-                                  "excerpt": "Redis TTL body", "also_in": []}
+                                  "excerpt": "Redis TTL body", "also_in": [], "url": "",
+                                  "lines": None}
     assert all(set(item) == EVIDENCE_KEYS for item in out["evidence"])
     json.dumps(out)
 

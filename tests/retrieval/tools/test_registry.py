@@ -4,6 +4,7 @@ audit wrapper writes one row per call of an audited tool on either channel."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import fields
 from typing import Any
 
@@ -15,7 +16,7 @@ from audit.models import Channel, ToolInvocation
 from retrieval.tools.compat import BACKENDS
 from retrieval.tools.mcp_server import build_server, call_tool
 from retrieval.tools.registry import PROFILES, SERVED, TOOLS
-from retrieval.tools.views import ToolApi
+from retrieval.tools.views import ToolView
 from tests.retrieval.conftest import MakeKey, client_for
 
 NAMES = [tool.name for tool in TOOLS]
@@ -32,8 +33,9 @@ def tool_routes() -> dict[str, str]:
                 walk(entry.url_patterns, prefix + str(entry.pattern))
             elif isinstance(entry, URLPattern):
                 view = getattr(entry.callback, "view_class", None)
-                if view is not None and issubclass(view, ToolApi):
-                    routes["/" + prefix + str(entry.pattern)] = view.tool.name
+                if view is not None and issubclass(view, ToolView):
+                    route = re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", prefix + str(entry.pattern))
+                    routes["/" + route] = view.tool.name
 
     walk(get_resolver().url_patterns, "")
     return routes

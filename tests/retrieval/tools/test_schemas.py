@@ -16,7 +16,15 @@ import pytest
 from django.conf import settings
 
 from audit.models import ToolInvocation
-from kbplatform_client import Dataset, Job, KbClient, KbError, LookupFilters
+from kbplatform_client import (
+    Dataset,
+    Evidence,
+    Job,
+    KbClient,
+    KbError,
+    LookupFilters,
+    ReplayedEvidence,
+)
 from retrieval.tools.registry import TOOLS
 from retrieval.tools.schemas import tool_definitions
 from tests.mcp_clients import over_http
@@ -263,6 +271,7 @@ CLIENT_OPERATIONS = {  # method → (HTTP method, path in the OpenAPI schema)
     "datasets": ("get", "/api/datasets"),
     "upload": ("post", "/api/datasets/{dataset_id}/documents"),
     "job": ("get", "/api/jobs/{job_id}"),
+    "replay_evidence": ("get", "/api/evidence/{tool_call_id}"),
 }
 
 
@@ -314,6 +323,14 @@ def test_the_client_uploads_follows_the_job_and_looks_up(acme: Imported, make_ke
     elsewhere = kb.lookup("zookeeper SESSION_EXPIRED", filters={
         "document_ids": [d.doc_key for d in acme.documents.values()]})
     assert not any(e["document_id"].startswith(f"{mine}#") for e in elsewhere["evidence"])
+    replayed = kb.replay_evidence(found["tool_call_id"])
+    assert [e["excerpt"] for e in replayed["evidence"]] == [
+        e["excerpt"] for e in found["evidence"]]
+    assert set(ReplayedEvidence.__annotations__) == {*Evidence.__annotations__, "revision",
+                                                     "current"}
+    with pytest.raises(KbError) as gone:
+        kb.replay_evidence("call_never_made")
+    assert (gone.value.status, gone.value.code) == (404, "not_found")
     with pytest.raises(KbError) as refused:
         KbClient(web, api_key="kb_wrong").lookup("q")
     assert (refused.value.status, refused.value.code) == (401, "authentication_failed")

@@ -1,0 +1,62 @@
+"""Replay: exactly the evidence a past call handed out, byte for byte, for as long as its
+canonical record is kept (audit/canonical.py keeps it beside the record), whatever the
+documents and the index became since.
+
+Scoped like the guard: a call of another tenant, or of datasets the key may not read, is
+the same 404 as one that never was; a piece whose document may no longer be served (deleted,
+switched off, out of the key's datasets) is withheld and counted, never replayed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from audit.canonical import replayed
+from datasets.evidence import EvidenceKey
+from datasets.selectors import db_id, served_revisions
+from kbplatform.errors import NotFound
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """The `EvidenceReplay` contract."""
+
+    tool_call_id: str
+    served_at: str  # ISO 8601
+    evidence_status: str
+    config_version: int | None
+    index_version: int | None  # the index version the call searched
+    # Each piece as served, with `revision` (the content hash of the document version it was
+    # read from) and `current` (the document is still at that version).
+    evidence: tuple[dict[str, Any], ...]
+    withheld: int  # pieces whose document may no longer be served to this key
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "evidence": list(self.evidence)}
+
+
+def replay(*, tenant_id: int, readable: Sequence[int], tool_call_id: str) -> Replayed:
+    """The call's replay; NotFound when this key may not see it (unknown, expired, another
+    tenant's, or of datasets outside the key), in the same words."""
+    row = replayed(tenant_id=tenant_id, tool_call_id=tool_call_id)
+    items = list(row.evidence) if row else []
+    datasets = {*(row.dataset_ids if row else ()), *(item["dataset_id"] for item in items)}
+    if row is None or not datasets & set(readable):
+        raise NotFound(f"no call {tool_call_id!r} this key may replay")
+    docs = {item["document_id"]: _doc_id(item["document_id"]) for item in items}
+    live = served_revisions(tenant_id=tenant_id, dataset_ids=readable,
+                            doc_ids={d for d in docs.values() if d is not None})
+    shown = [{**{k: v for k, v in item.items() if k != "dataset_id"},
+              "current": live[doc] == item["revision"]}
+             for item in items if (doc := docs[item["document_id"]]) in live]
+    return Replayed(tool_call_id=row.tool_call_id, served_at=row.created_at.isoformat(),
+                    evidence_status=row.evidence_status, config_version=row.config_version,
+                    index_version=row.index_version, evidence=tuple(shown),
+                    withheld=len(items) - len(shown))
+
+
+def _doc_id(evidence_id: str) -> int | None:
+    key = EvidenceKey.parse(evidence_id)
+    return db_id(key.doc_id) if key else None
