@@ -22,7 +22,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 from django.utils import timezone
 from redis.exceptions import RedisError
 
@@ -159,20 +159,33 @@ def _backend() -> _Backend:
 
 @_store_errors
 def canonical_store(record: InvocationRecord) -> None:
-    """The call's canonical record, and its replay when it keeps one: both or neither (the
-    replay's row rolls back when Redis refuses the record)."""
+    """The call's canonical record, and its replay when it keeps one: the replay's row is
+    written (committed) first and deleted again when the record cannot be stored, so the
+    guard never confirms a call that has no replay, nor a replay outlives a refused call."""
     ttl = settings.KB_CANONICAL_TTL_SECONDS
-    with transaction.atomic():
-        if record.replay is not None:
-            now = timezone.now()
-            EvidenceReplay.objects.create(
-                tenant_id=record.tenant_id, tool_call_id=record.tool_call_id,
-                evidence_status=record.evidence_status,
-                config_version=record.config_version,
-                index_version=record.replay.index_version,
-                dataset_ids=list(record.dataset_ids), evidence=list(record.replay.evidence),
-                created_at=now, expires_at=now + timedelta(seconds=ttl))
+    replay = None
+    if record.replay is not None:
+        now = timezone.now()
+        replay = EvidenceReplay.objects.create(
+            tenant_id=record.tenant_id, tool_call_id=record.tool_call_id,
+            evidence_status=record.evidence_status, config_version=record.config_version,
+            index_version=record.replay.index_version, dataset_ids=list(record.dataset_ids),
+            evidence=list(record.replay.evidence), created_at=now,
+            expires_at=now + timedelta(seconds=ttl))
+    try:
         _backend().put(record.tenant_id, canonical_document(record), ttl)
+    except Exception:
+        if replay is not None:
+            _forget(replay)
+        raise
+
+
+def _forget(replay: EvidenceReplay) -> None:
+    try:
+        EvidenceReplay.objects.filter(pk=replay.pk).delete()
+    except DatabaseError:  # the database is failing too: the call answers UNAVAILABLE
+        logger.warning("canonical: the replay of %r is kept, its record is not",
+                       replay.tool_call_id)
 
 
 @_store_errors

@@ -9,7 +9,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 from django.utils import timezone
 
-from datasets.evidence import EvidenceKey
+from datasets.evidence import ANCHOR_DIGITS, EvidenceKey
 from datasets.ingestion.formats import Format
 from datasets.ingestion.language import UNKNOWN, Language
 from kbplatform.env import SLUG_PATTERN
@@ -322,19 +322,24 @@ class Chunk(models.Model):
     content = models.TextField()
     breadcrumb = models.CharField(max_length=1000, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
+    # The content-addressed part of its evidence id (datasets/evidence.py); empty: indexed
+    # before anchors were kept, served as `{docId}#chunk-{n}` until re-indexed.
+    anchor = models.CharField(max_length=ANCHOR_DIGITS, blank=True)
 
     class Meta:
         ordering = ["document_id", "chunk_index"]
         constraints = [
             models.UniqueConstraint(fields=["document", "chunk_index"], name="chunk_unique_index"),
         ]
+        indexes = [models.Index(fields=["document", "anchor"], name="chunk_anchor")]
 
     def __str__(self) -> str:
         return self.evidence_key
 
     @property
     def evidence_key(self) -> str:
-        return str(EvidenceKey(str(self.document.doc_id), self.chunk_index))
+        """The id it is served as."""
+        return str(EvidenceKey.served(str(self.document.doc_id), self.chunk_index, self.anchor))
 
 
 class Job(models.Model):

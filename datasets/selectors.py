@@ -12,6 +12,7 @@ from django.db.models import Count, F, Q, QuerySet, Sum, Window
 from django.db.models.functions import Coalesce, RowNumber
 
 from datasets.auth import Caller
+from datasets.evidence import EvidenceKey
 from datasets.links import stored_lines
 from datasets.models import Chunk, Dataset, Document, Job, Source, Tenant
 from datasets.slug_secrets import key_variable_of
@@ -164,15 +165,37 @@ def chunk_count_locked(*, document_pk: int) -> int:
     return count or 0
 
 
-def chunk_contents(*, doc_chunks: Collection[tuple[int, int]]) -> dict[tuple[int, int], str]:
-    """The text of each (doc_id, chunk index) that exists, in one query."""
-    if not doc_chunks:
+def chunk_contents(*, keys: Collection[tuple[int, EvidenceKey]]) -> dict[EvidenceKey, str]:
+    """The text of each (doc_id, key) whose key names a chunk of that document as it is now,
+    by place or by anchor (the first chunk with it), in one query."""
+    if not keys:
         return {}
     wanted = Q()
-    for doc_id, index in doc_chunks:
-        wanted |= Q(document__doc_id=doc_id, chunk_index=index)
-    return {(doc_id, index): content for doc_id, index, content in Chunk.objects.filter(wanted)
-            .values_list("document__doc_id", "chunk_index", "content")}
+    for doc_id, key in keys:
+        wanted |= (Q(document__doc_id=doc_id, anchor=key.anchor) if key.anchor
+                   else Q(document__doc_id=doc_id, chunk_index=key.chunk_index))
+    found: dict[tuple[int, int | str], str] = {}
+    for doc_id, index, anchor, content in (
+            Chunk.objects.filter(wanted).order_by("-chunk_index")
+            .values_list("document__doc_id", "chunk_index", "anchor", "content")):
+        found[doc_id, index] = content
+        if anchor:  # rows come last-first: the first chunk with it is written last
+            found[doc_id, anchor] = content
+    named = ((doc_id, key, key.anchor or key.chunk_index) for doc_id, key in keys)
+    return {key: found[doc_id, part] for doc_id, key, part in named
+            if part is not None and (doc_id, part) in found}
+
+
+def chunk_of_anchor(*, document_pk: int, anchor: str) -> int | None:
+    """The index of the document's first chunk with `anchor`, None when none has it."""
+    return (Chunk.objects.filter(document_id=document_pk, anchor=anchor)
+            .order_by("chunk_index").values_list("chunk_index", flat=True).first())
+
+
+def chunk_anchors(*, document_pk: int, indexes: Collection[int]) -> dict[int, str]:
+    """The anchor of each of the document's chunks at `indexes` ("": none kept)."""
+    return dict(Chunk.objects.filter(document_id=document_pk, chunk_index__in=list(indexes))
+                .values_list("chunk_index", "anchor"))
 
 
 def section_start(*, document_pk: int, breadcrumb: str) -> int | None:
@@ -188,6 +211,7 @@ class ChunkText(NamedTuple):
     overlap: int  # characters it starts with that end the chunk before it (0: none known)
     location: object  # as its metadata stores it
     lines: tuple[int, int] | None  # the lines of the file it spans (markdown)
+    anchor: str  # its id's content-addressed part; "": none kept (datasets/evidence.py)
 
 
 def chunks_from(*, document_pk: int, start: int, step: int, batch: int = 16
@@ -200,15 +224,15 @@ def chunks_from(*, document_pk: int, start: int, step: int, batch: int = 16
         window = (index, index + batch - 1) if step > 0 else (max(index - batch + 1, 0), index)
         rows = list(Chunk.objects.filter(document_id=document_pk, chunk_index__range=window)
                     .order_by("chunk_index" if step > 0 else "-chunk_index")
-                    .values_list("chunk_index", "breadcrumb", "content", "metadata"))
-        for chunk_index, breadcrumb, content, metadata in rows:
+                    .values_list("chunk_index", "breadcrumb", "content", "metadata", "anchor"))
+        for chunk_index, breadcrumb, content, metadata, anchor in rows:
             if chunk_index != index:
                 return
             meta = metadata if isinstance(metadata, dict) else {}
             overlap = meta.get("overlap")
             yield ChunkText(chunk_index, breadcrumb, content,
                             overlap if isinstance(overlap, int) else 0, meta.get("location"),
-                            stored_lines(meta.get("lines")))
+                            stored_lines(meta.get("lines")), anchor)
             index += step
         if len(rows) < batch:
             return

@@ -26,6 +26,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from datasets.evidence import chunk_anchor
 from datasets.ingestion.formats import SUFFIXES, Format, FormatRefused, sniff
 from datasets.ingestion.language import text_language
 from datasets.ingestion.limits import MAX_TITLE_CHARS, shorten
@@ -340,7 +341,8 @@ def chunks_replace(*, document_id: int, drafts: Sequence[ChunkDraft]) -> None:
         Chunk.objects.filter(document_id=document_id).delete()
         Chunk.objects.bulk_create([
             Chunk(document_id=document_id, chunk_index=d.index, content=d.content,
-                  breadcrumb=d.breadcrumb[:1000], metadata=_chunk_metadata(d))
+                  breadcrumb=d.breadcrumb[:1000], metadata=_chunk_metadata(d),
+                  anchor=chunk_anchor(d.breadcrumb, d.content))
             for d in drafts])
 
 

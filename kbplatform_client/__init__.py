@@ -201,7 +201,7 @@ class KbClient:
 
     def fetch_evidence(self, document_id: str, *, section: str = "", max_chars: int = 0,
                        tool_call_id: str = "", session_id: str = "") -> FetchResult:
-        """The section evidence `document_id` (`<docId>#chunk-<n>`, or a bare docId with
+        """The section evidence `document_id` (`<docId>#<anchor>`, or a bare docId with
         `section`, a breadcrumb) belongs to; KbError 404 `not_found` for an id this key may not
         read. `max_chars` 0: the API's default."""
         body: dict[str, Any] = {"document_id": document_id}

@@ -285,7 +285,7 @@ class ScopeMachine(RuleBasedStateMachine):
         found: list[Doc] = []
         ready: list[tuple[str, int]] = []
         for item in answer["evidence"]:
-            doc = self.doc_by_id(item["document_id"].split("#chunk-", 1)[0])
+            doc = self.doc_by_id(item["document_id"].split("#", 1)[0])
             assert doc is not None, f"evidence of a document that does not exist: {item}"
             where = f"{key.label} looked up {query!r} in {sorted(scope)}: {doc}"
             assert tenant_of(doc.dataset) == key.tenant, f"another tenant's evidence: {where}"

@@ -47,19 +47,27 @@ class ChunkDraft:
 class _Lines:
     """The file's line of each offset of the split text."""
 
-    starts: tuple[int, ...]  # the text's line starts, as offsets
-    numbers: tuple[int, ...]  # the file's line (1-based) of each line of the text
+    text: str  # the split text
+    starts: tuple[int, ...]  # its line starts, as offsets
+    numbers: tuple[int, ...]  # the file's line (1-based) of each of its lines
 
     @classmethod
     def of(cls, text: str, origins: tuple[int, ...], first_line: int) -> _Lines:
         starts = (0, *(n + 1 for n, char in enumerate(text) if char == "\n"))
-        return cls(starts, tuple(first_line + origin for origin in origins))
+        return cls(text, starts, tuple(first_line + origin for origin in origins))
 
-    def span(self, start: int, length: int) -> tuple[int, int]:
-        last = start + max(length - 1, 0)
-        lines = len(self.numbers) - 1
-        return (self.numbers[min(bisect_right(self.starts, start) - 1, lines)],
-                self.numbers[min(bisect_right(self.starts, last) - 1, lines)])
+    def span(self, start: int, content: str) -> tuple[int, int] | None:
+        """The file's first and last lines of `content`, which the splitter began at `start`
+        (else the first place it stands whole in the text: the whole-document chunk); None
+        when the text does not hold it as it is (a re-fenced piece of a long code block, a
+        heading cut short)."""
+        if not self.text.startswith(content, start):
+            start = self.text.find(content)
+            if start < 0:
+                return None
+        last = start + max(len(content) - 1, 0)
+        return (self.numbers[bisect_right(self.starts, start) - 1],
+                self.numbers[bisect_right(self.starts, last) - 1])
 
 
 def build_chunks(
@@ -85,7 +93,7 @@ def build_chunks(
         # the document is over without holding (or building search texts for) all of them.
         if count <= max_chunks:
             drafts.append(_draft(parsed.title, segment, marked.at(segment.start),
-                                 lines.span(segment.start, len(segment.content))
+                                 lines.span(segment.start, segment.content)
                                  if lines else None))
     if count > max_chunks:
         raise DocumentTooLarge(

@@ -151,8 +151,14 @@ def _is_placeholder(value: str) -> bool:
 
 
 def _redact_private_key(match: re.Match[str]) -> str:
+    """The block as BEGIN, [REDACTED], END, in as many lines as it had: the lines below it
+    keep their numbers (evidence's line ranges are the file's)."""
     kind = match.group("kind")
-    return f"-----BEGIN {kind}-----\n{REDACTED}\n-----END {kind}-----"
+    lines = match.group(0).count("\n")
+    parts = [f"-----BEGIN {kind}-----", REDACTED, f"-----END {kind}-----"]
+    if lines < 2:
+        return " ".join(parts) if lines == 0 else f"{parts[0]} {parts[1]}\n{parts[2]}"
+    return f"{parts[0]}\n{parts[1]}" + "\n" * (lines - 1) + parts[2]
 
 
 def _keep_group(prefix: str, value: str) -> Callable[[re.Match[str]], str]:

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from datasets.jobs import job_fail, job_update
 from datasets.models import Document, Job, Source
-from datasets.services import document_delete, document_store
+from datasets.services import dataset_documents_changed, document_delete, document_store
 from datasets.sources.base import Deadline, Item, Reader, SyncFailed
 from datasets.sources.folder import FolderReader
 from datasets.sources.git import GitReader
@@ -108,6 +108,10 @@ def _apply(source: Source, commit: str, item: Item,
     if item.failure:
         return "failed", item.failure
     if item.raw is None:
+        if document is not None and item.url and not document.url:
+            # Synced before documents kept their address: the same file, at the commit read.
+            Document.objects.filter(pk=document.pk).update(url=item.url[:2000])
+            dataset_documents_changed(dataset_id=source.dataset_id)  # lookups link to it
         return "unchanged", ""
     path = f"{source.name}/{item.path}"
     if document is None and Document.objects.filter(

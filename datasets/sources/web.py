@@ -62,6 +62,12 @@ def page_path(url: str) -> str:
     return f"{parts.netloc.lower()}{path}"
 
 
+def _link(url: str) -> str:
+    """The page's address as evidence links to it; none for one with a query (a start page
+    given as `…?token=…` would hand its token to every reader of the dataset)."""
+    return "" if urlsplit(url).query else url
+
+
 def links_of(body: bytes, content_type: str, base: str) -> list[str]:
     """The URLs a page links to: an HTML page's <a href>, a markdown page's [..](..), a
     sitemap's <loc>s."""
@@ -158,7 +164,7 @@ class WebReader:
                     self.links_before.get(url, []))
         status = response.status
         if status == 304 and url in self.links_before:
-            return Item(path, version), self._keep(url, self.links_before[url])
+            return Item(path, version, url=_link(url)), self._keep(url, self.links_before[url])
         if status in REDIRECTS:
             target = urldefrag(urljoin(url, response.headers.get("location", "")))[0]
             return None, [target] if self._same_site(target) else []  # followed as a link
@@ -176,7 +182,7 @@ class WebReader:
             if self._same_site(link)))[:self.source.max_pages])
         if "xml" in content_type:
             return None, links  # a sitemap leads to pages, it is none
-        return Item(path, _version(response), raw=response.body, url=url), links
+        return Item(path, _version(response), raw=response.body, url=_link(url)), links
 
     def _keep(self, url: str, links: list[str]) -> list[str]:
         """`links` of the page at `url`, kept for the next sync while the budget lasts."""

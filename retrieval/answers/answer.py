@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from datasets.evidence import SEPARATOR, EvidenceKey
+from datasets.evidence import MARK, EvidenceKey
 from retrieval.analysis import normalize_text
 from retrieval.chat import ChatModel, json_reply
 from retrieval.lexical import query_terms
@@ -29,8 +29,9 @@ MAX_SENTENCES = 3
 TITLE_WEIGHT = 0.5
 MAX_SENTENCE_CHARS = 400
 # A sentence ends at CJK end punctuation, at ".!?;" before a space, or at a line end.
-# A citation marker as an agent reads it: "[3101…#chunk-2]", also "[ a#chunk-1, b#chunk-2 ]".
-CITED = re.compile(rf"\[[^\[\]]*{SEPARATOR}\d[^\[\]]*\]")
+# A citation marker as an agent reads it: "[3101…#a3f09c1d2b7e]", "[3101…#chunk-2]", also
+# "[ a#chunk-1, b#9c… ]".
+CITED = re.compile(rf"\[[^\[\]]*{MARK}[^\[\]]*\]")
 CITED_ID = re.compile(EvidenceKey.IN_TEXT)
 _SPACES = re.compile(r"[ \t]{2,}")
 SENTENCE_END = re.compile(r"(?<=[。！？；])|(?<=[.!?;])\s+|\n+")

@@ -37,7 +37,7 @@ class CheckedSentence:
     supported: bool
     support: float  # the best chunk's share of the sentence's content terms (0: none held)
     evidence: tuple[str, ...]  # served chunks that support it, best first
-    cited: tuple[str, ...]  # the ids it cites (`[docId#chunk-n]`)
+    cited: tuple[str, ...]  # the evidence ids it cites (`[docId#…]`)
 
 
 @dataclass(frozen=True)
@@ -62,10 +62,9 @@ def served_texts(*, tenant_id: int, readable: list[int], tool_call_id: str = "",
             (EvidenceKey.parse(item.document_id) for item in ready) if key]
     live = live_doc_ids(tenant_id=tenant_id, dataset_ids=readable,
                         doc_ids={doc for _, doc in keys if doc is not None})
-    pairs = [(doc, key.chunk_index) for key, doc in keys if doc in live][-MAX_EVIDENCE:]
-    texts = chunk_contents(doc_chunks=pairs)
-    return {str(EvidenceKey(str(doc), index)): texts[doc, index]
-            for doc, index in pairs if (doc, index) in texts}
+    texts = chunk_contents(keys=[(doc, key) for key, doc in keys
+                                 if doc is not None and doc in live][-MAX_EVIDENCE:])
+    return {str(key): text for key, text in texts.items()}
 
 
 def verify(answer: str, served: dict[str, str]) -> Verification:

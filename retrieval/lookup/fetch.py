@@ -23,13 +23,16 @@ from datasets.ingestion.locations import Location
 from datasets.links import DocumentLink
 from datasets.selectors import (
     ChunkText,
+    chunk_anchors,
     chunk_count_locked,
+    chunk_of_anchor,
     chunks_from,
     db_id,
     section_start,
     servable_document,
 )
 from kbplatform.errors import ApiError, ErrorCode, NotFound, ServiceUnavailable
+from retrieval.lookup.project import Evidence
 from retrieval.types import EvidenceStatus, call_id
 
 PARAGRAPH = "\n\n"  # between two chunks that do not overlap
@@ -42,7 +45,7 @@ FETCH_MIN_CHARS, FETCH_DEFAULT_CHARS, FETCH_MAX_CHARS = 500, 6_000, 20_000
 class FetchRequest:
     tenant_id: int
     readable: tuple[int, ...]  # the datasets the key may read
-    document_id: str  # `{docId}#chunk-{n}`, or `{docId}` (with `section`, else its start)
+    document_id: str  # an evidence id, or `{docId}` (with `section`, else its start)
     max_chars: int
     section: str = ""  # a breadcrumb, as evidence carries it
     tool_call_id: str = ""
@@ -76,11 +79,10 @@ class FetchedSection:
 
     def replayed(self, *, revision: str, dataset_id: int) -> dict[str, Any]:
         """The section as its replay keeps it: one piece of evidence, the text its excerpt."""
-        return {"document_id": self.document_id, "source": self.source, "title": self.title,
-                "breadcrumb": self.breadcrumb, "location": self.location,
-                "commit": self.commit, "excerpt": self.text, "also_in": [],
-                "url": self.url, "lines": self.lines, "revision": revision,
-                "dataset_id": dataset_id}
+        piece = Evidence(document_id=self.document_id, source=self.source, title=self.title,
+                         breadcrumb=self.breadcrumb, location=self.location,
+                         commit=self.commit, excerpt=self.text, url=self.url, lines=self.lines)
+        return {**piece.as_dict(), "revision": revision, "dataset_id": dataset_id}
 
 
 @dataclass(frozen=True)
@@ -114,33 +116,41 @@ def fetch_evidence(request: FetchRequest) -> Fetched:
         raise missing
     with transaction.atomic():  # the chunks of one indexing, whatever runs meanwhile
         count = chunk_count_locked(document_pk=document.pk)
-        if key:
-            anchor: int | None = key.chunk_index
+        if key and key.anchor:
+            start = chunk_of_anchor(document_pk=document.pk, anchor=key.anchor)
+        elif key:
+            start = key.chunk_index
         elif request.section:
-            anchor = section_start(document_pk=document.pk, breadcrumb=request.section)
+            start = section_start(document_pk=document.pk, breadcrumb=request.section)
         else:
-            anchor = 0
-        run = _section(document.pk, anchor, request.max_chars) \
-            if anchor is not None and anchor < count else None
+            start = 0
+        run = _section(document.pk, start, request.max_chars) \
+            if start is not None and start < count else None
+        if run:
+            first, last = run.rows[0].chunk_index, run.rows[-1].chunk_index
+            outside = chunk_anchors(document_pk=document.pk, indexes=(first - 1, last + 1))
     if not run:
         raise missing
     rows = run.rows
-    keys = tuple(str(EvidenceKey(document.doc_key, row.chunk_index)) for row in rows)
-    first, last = rows[0].chunk_index, rows[-1].chunk_index
+
+    def served(index: int, anchor: str) -> str:
+        return str(EvidenceKey.served(document.doc_key, index, anchor))
+
+    keys = tuple(served(row.chunk_index, row.anchor) for row in rows)
     location = Location.stored(rows[0].location)
     lines = (rows[0].lines[0], rows[-1].lines[1]) \
         if rows[0].lines and rows[-1].lines else None
     link = DocumentLink(document.pk, document.format, document.url)
     section = FetchedSection(
         evidence_status=EvidenceStatus.READY, tool_call_id=tool_call_id,
-        document_id=str(EvidenceKey(document.doc_key, rows[run.asked].chunk_index)),
+        document_id=keys[run.asked],
         source=document.source_path, title=document.title, breadcrumb=rows[0].breadcrumb,
         location=location.as_dict() if location else None, commit=document.source_commit,
         url=link.evidence_url(location=location, lines=lines),
         lines={"start": lines[0], "end": lines[1]} if lines else None, text=run.text,
         document_ids=keys, truncated=run.truncated,
-        previous=str(EvidenceKey(document.doc_key, first - 1)) if first > 0 else "",
-        next=str(EvidenceKey(document.doc_key, last + 1)) if last + 1 < count else "")
+        previous=served(first - 1, outside[first - 1]) if first - 1 in outside else "",
+        next=served(last + 1, outside[last + 1]) if last + 1 in outside else "")
     record = InvocationRecord(
         tenant_id=request.tenant_id, tool_call_id=section.tool_call_id,
         session_id=request.session_id, query="",

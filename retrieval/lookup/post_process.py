@@ -10,12 +10,13 @@ text (`_judged`).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from audit.types import DropReason
-from datasets.evidence import EvidenceKey
+from datasets.evidence import ANCHOR_DIGITS, EvidenceKey
 from datasets.ingestion.locations import Location
 from datasets.links import stored_lines
 from retrieval.analysis import contains_term, normalize_text
@@ -68,6 +69,9 @@ class RetrievalScoreNormalizer:
         return self.rank_quality(rank, n)
 
 
+_ANCHOR = re.compile(f"[0-9a-f]{{{ANCHOR_DIGITS}}}")
+
+
 def _text(metadata: dict[str, Any], key: str) -> str:
     value = metadata.get(key)
     return "" if value is None else str(value)
@@ -88,8 +92,13 @@ def _chunk_index(metadata: dict[str, Any]) -> int | None:
 
 
 def evidence_key_of(hit: SearchHit) -> str:
-    """docId#chunk-{chunkIndex}; fallback vector:{chunk_id}; fallback rank:{rank} (seed 000 §7)."""
+    """The id the chunk is served as (datasets/evidence.py): docId#{anchor} when its row
+    holds one, else docId#chunk-{chunkIndex}; fallback vector:{chunk_id}; fallback
+    rank:{rank} (seed 000 §7)."""
     doc_id = _text(hit.metadata, "docId").strip()
+    anchor = _text(hit.metadata, "anchor")
+    if doc_id and _ANCHOR.fullmatch(anchor):
+        return str(EvidenceKey(doc_id, anchor=anchor))
     index = _chunk_index(hit.metadata)
     if doc_id and index is not None:
         return str(EvidenceKey(doc_id, index))

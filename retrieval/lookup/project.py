@@ -181,7 +181,8 @@ def invocation_of(result: LookupResult, view: RagToolResult | None = None
         replay=Replay(result.index_version, tuple(
             {**evidence.as_dict(), "revision": item.chunk.revision,
              "dataset_id": item.chunk.dataset_id}
-            for evidence, item in zip(seen.evidence, result.pack.items, strict=False))))
+            for evidence, item in (zip(seen.evidence, result.pack.items, strict=True)
+                                   if seen.evidence else ()))))
 
 
 @dataclass(frozen=True)

@@ -45,10 +45,14 @@ def replay(*, tenant_id: int, readable: Sequence[int], tool_call_id: str) -> Rep
     datasets = {*(row.dataset_ids if row else ()), *(item["dataset_id"] for item in items)}
     if row is None or not datasets & set(readable):
         raise NotFound(f"no call {tool_call_id!r} this key may replay")
-    docs = {item["document_id"]: _doc_id(item["document_id"]) for item in items}
+    ids = {item["document_id"] for item in items} | {
+        copy["document_id"] for item in items for copy in item["also_in"]}
+    docs = {evidence_id: _doc_id(evidence_id) for evidence_id in ids}
     live = served_revisions(tenant_id=tenant_id, dataset_ids=readable,
                             doc_ids={d for d in docs.values() if d is not None})
+    # Neither a piece nor a copy it names (another dataset's, maybe) this key may not read.
     shown = [{**{k: v for k, v in item.items() if k != "dataset_id"},
+              "also_in": [c for c in item["also_in"] if docs[c["document_id"]] in live],
               "current": live[doc] == item["revision"]}
              for item in items if (doc := docs[item["document_id"]]) in live]
     return Replayed(tool_call_id=row.tool_call_id, served_at=row.created_at.isoformat(),

@@ -204,7 +204,8 @@ def _linked(result: LookupResult, view: DocumentsView) -> LookupResult:
     items = []
     for item in result.pack.items:
         chunk = item.chunk
-        link = view.links.get(int(chunk.doc_id)) if chunk.doc_id.isdigit() else None
+        doc_id = db_id(chunk.doc_id)
+        link = view.links.get(doc_id) if doc_id is not None else None
         url = link.evidence_url(location=chunk.location, lines=chunk.lines) if link else ""
         items.append(replace(item, chunk=replace(chunk, url=url)))
     return replace(result, pack=replace(result.pack, items=tuple(items)))

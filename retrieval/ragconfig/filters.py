@@ -36,7 +36,7 @@ class LookupFiltersInput(serializers.Serializer[CallFilters]):
     document_ids = BoundedListField(
         child=serializers.CharField(max_length=200), required=False, min_length=1,
         max_length=100, help_text="Only these documents: a `docId`, or an evidence id "
-                                  "`docId#chunk-n` naming its document.")
+                                  "naming its document.")
     category = _filter_values("frontmatter category")
     domain = _filter_values("frontmatter domain")
     business_key = _filter_values("frontmatter business key")

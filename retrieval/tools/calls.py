@@ -256,8 +256,9 @@ def replay_evidence_call(who: Caller, args: ReplayArgs) -> ToolCall:
                   tool_call_id=args.tool_call_id)
     record = InvocationRecord(
         tenant_id=who.tenant.pk, tool_call_id=args.tool_call_id, session_id="", query="",
-        evidence_status=done.evidence_status, relevance_level="NONE",
-        returned_count=len(done.evidence), config_version=done.config_version, error="",
+        evidence_status=(EvidenceStatus.READY if done.evidence else EvidenceStatus.EMPTY).value,
+        relevance_level="NONE", returned_count=len(done.evidence),
+        config_version=done.config_version, error="",
         details={"replayed": {"evidence": len(done.evidence), "withheld": done.withheld,
                               "index_version": done.index_version}},
         tool_name="replay_evidence")

@@ -309,7 +309,7 @@ class VectorSearchContentOutput(serializers.Serializer[dict[str, Any]]):
 
 @extend_schema_serializer(component_name="VectorStoreSearchHit")
 class VectorSearchHitOutput(serializers.Serializer[dict[str, Any]]):
-    file_id = serializers.CharField(help_text="The evidence id `<docId>#chunk-<n>`: cite it.")
+    file_id = serializers.CharField(help_text="The evidence id (`<docId>#<anchor>`): cite it.")
     filename = serializers.CharField()
     score = serializers.FloatField(help_text="The gate's calibrated quality, 0-1.")
     attributes = serializers.DictField(help_text="title, breadcrumb, commit, tool_call_id.")

@@ -102,4 +102,8 @@ def _resolved(schema: Any, components: Mapping[str, Any]) -> Any:
            if key not in ("readOnly", "writeOnly", "nullable")}
     if schema.get("nullable") and isinstance(out.get("type"), str):
         out["type"] = [out["type"], "null"]
+    elif schema.get("nullable") and "allOf" in out:  # a nullable component: it, or null
+        inner = out.pop("allOf")
+        out["anyOf"] = [*inner, {"type": "null"}] if len(inner) == 1 else [
+            {"allOf": inner}, {"type": "null"}]
     return out

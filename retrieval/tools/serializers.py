@@ -39,7 +39,8 @@ class LinesOutput(serializers.Serializer[dict[str, Any]]):
 
 @extend_schema_serializer(component_name="Evidence")
 class EvidenceOutput(serializers.Serializer[dict[str, Any]]):
-    document_id = serializers.CharField(help_text="The evidence key `<docId>#chunk-<n>`: cite "
+    document_id = serializers.CharField(help_text="The evidence id `<docId>#<anchor>` (or "
+                                                  "`<docId>#chunk-<n>`, see docs/api.md): cite "
                                                   "it, and check it with the evidence guard.")
     # DRF takes declared fields off the class, so this does not shadow Field.source at runtime.
     source = serializers.CharField(allow_blank=True)  # type: ignore[assignment]
@@ -285,15 +286,16 @@ class RateEvidenceOutput(serializers.Serializer[dict[str, Any]]):
                                   "rated: all that was asked (else nothing is rated: 404).")
 
 
-EVIDENCE_ID = r"^[0-9]{1,19}(#chunk-[0-9]{1,9})?$"  # `<docId>#chunk-<n>`, or a bare `<docId>`
+# An evidence id (`<docId>#<anchor>`, `<docId>#chunk-<n>`), or a bare `<docId>`.
+EVIDENCE_ID = r"^[0-9]{1,19}(#chunk-[0-9]{1,9}|#[0-9a-f]{12})?$"
 
 
 @extend_schema_serializer(component_name="FetchEvidence")
 class FetchEvidenceInput(serializers.Serializer[dict[str, Any]]):
     document_id = serializers.RegexField(
         EVIDENCE_ID, help_text="An evidence `document_id` "
-        "(`<docId>#chunk-<n>`): its section. Or a bare `<docId>`: the section `section` "
-        "names, else the document's first.")
+        "(`<docId>#<anchor>`, or `<docId>#chunk-<n>`): its section. Or a bare `<docId>`: "
+        "the section `section` names, else the document's first.")
     section = serializers.CharField(required=False, allow_blank=True, max_length=1000,
                                     help_text="With a bare docId: a `breadcrumb` as evidence "
                                               "carries it.")
@@ -399,7 +401,7 @@ MAX_ANSWER_CHARS = 20_000  # verify_answer's answer
 class VerifyAnswerInput(serializers.Serializer[dict[str, Any]]):
     answer = serializers.CharField(max_length=MAX_ANSWER_CHARS, help_text="The answer to "
                                    "check, as the agent wrote it (citation markers "
-                                   "`[docId#chunk-n]` may stay in it).")
+                                   "`[docId#…]` may stay in it).")
     tool_call_id = serializers.RegexField(IDENT, required=False, help_text="The call that "
                                           "served the evidence.")
     session_id = serializers.RegexField(IDENT, required=False, help_text="Or the session: the "

@@ -91,10 +91,16 @@ class ToolApi(ToolView):
 
 
 class ToolReadApi(ToolView):
-    """A tool read by its URL (`method` "get"): the path's arguments are its input."""
+    """A tool read by its URL (`method` "get"): the path's arguments are its input, and
+    what a refused call is audited with. No HEAD: it would run the tool."""
+
+    http_method_names = ["get", "options"]
 
     def get(self, request: Request, **path: str) -> Response:
         return self._answer(request, path)
+
+    def _audit_payload(self) -> Mapping[str, Any] | None:
+        return dict(self.kwargs)
 
 
 def _in_path(tool: Tool) -> list[OpenApiParameter]:

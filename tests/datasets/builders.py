@@ -55,13 +55,13 @@ def lookup(client: APIClient, query: str, **body: Any) -> dict[str, Any]:
 
 def found_doc_ids(answer: dict[str, Any]) -> set[str]:
     """The document ids behind an agent-facing answer's evidence."""
-    return {item["document_id"].split("#chunk-")[0] for item in answer["evidence"]}
+    return {item["document_id"].split("#")[0] for item in answer["evidence"]}
 
 
 def top_doc_id(answer: dict[str, Any]) -> str:
     """The document behind the best evidence of a READY answer."""
     assert answer["evidence_status"] == "READY", answer
-    return str(answer["evidence"][0]["document_id"].split("#chunk-")[0])
+    return str(answer["evidence"][0]["document_id"].split("#")[0])
 
 
 def milvus_rows(store: Any, doc_id: int, *fields: str) -> list[dict[str, Any]]:

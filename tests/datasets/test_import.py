@@ -182,4 +182,6 @@ def test_reimport_after_an_edit_on_the_embedded_defaults(store, tmp_path, make_k
     _, secret = make_key(tenant="default")
     answer = lookup(api_client(secret), "DNS failures: pods log no such host, coredns restarts")
     assert answer["evidence_status"] == "READY"
-    assert [item["document_id"] for item in answer["evidence"]] == [f"{document.doc_key}#chunk-0"]
+    # Served by its anchor; stored in Milvus by its place.
+    assert [item["document_id"] for item in answer["evidence"]] == [
+        document.chunks.get().evidence_key]

@@ -120,8 +120,9 @@ def test_private_key_block_is_redacted_with_its_armour_kept() -> None:
         "部署密钥如下：\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n"
         "QyNTUxOQAAACD\n-----END OPENSSH PRIVATE KEY-----\n之后重启。"
     )
+    # In as many lines as the key had: what follows keeps its line numbers.
     assert SecretRedactor().redact(text) == (
-        "部署密钥如下：\n-----BEGIN OPENSSH PRIVATE KEY-----\n[REDACTED]\n"
+        "部署密钥如下：\n-----BEGIN OPENSSH PRIVATE KEY-----\n[REDACTED]\n\n"
         "-----END OPENSSH PRIVATE KEY-----\n之后重启。"
     )
 

@@ -55,7 +55,7 @@ def test_upload_is_indexed_by_the_worker_and_found(celery_worker, store, make_ke
     assert answer.status_code == 200, answer.content
     body = answer.json()
     assert body["evidence_status"] == "READY"
-    assert body["evidence"][0]["document_id"].startswith(f"{document.doc_id}#chunk-")
+    assert body["evidence"][0]["document_id"].startswith(f"{document.doc_id}#")
 
 
 def _file(name: str, content: bytes):  # type: ignore[no-untyped-def]

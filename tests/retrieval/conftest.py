@@ -162,7 +162,7 @@ class Imported:
     documents: dict[str, Document]
 
     def stem_of(self, evidence_id: str) -> str | None:
-        doc_id = evidence_id.split("#chunk-", 1)[0]
+        doc_id = evidence_id.split("#", 1)[0]
         return next((stem for stem, d in self.documents.items() if d.doc_key == doc_id), None)
 
 

@@ -20,7 +20,8 @@ from tests.retrieval.chat_server import ChatServer, chat_server
 from tests.retrieval.conftest import Imported, MakeKey, client_for, import_runbooks
 
 QUESTION = "nginx 502 bad gateway upstream connection refused"
-MARKER = re.compile(r"\[\s*([^\[\]\s]+#chunk-\d+)\s*\]")  # a citation as an agent reads it
+# A citation as an agent reads it.
+MARKER = re.compile(r"\[\s*([^\[\]\s]+#(?:chunk-\d+|[0-9a-f]{12}))\s*\]")
 
 
 def forged_runbook(kafka: str, nginx: str) -> str:

@@ -15,6 +15,8 @@ from dataclasses import replace
 
 from datasets.evidence import EvidenceKey
 from datasets.ingestion.locations import Location
+from datasets.links import stored_lines
+from retrieval.lookup.post_process import evidence_key_of
 from retrieval.types import KnowledgeSearchPort, ScoredChunk, SearchFilters, SearchHit
 
 MAX_SECTION_CHUNKS = 20  # per hit: a section longer than this is read from its hit onwards
@@ -34,7 +36,9 @@ class NeighbourExpander:
         """New chunks, each marked `neighbour_of:<hit>`, in the hits' order, within `budget`
         characters (counted as the pack counts an excerpt)."""
         within = replace(filters, category=None)  # the hit's own document: no hint needed
-        have = {c.evidence_key for c in chunks}
+        # By place in the document, as the store keys its rows.
+        have = {str(EvidenceKey(c.doc_id, c.chunk_index)) for c in chunks
+                if c.chunk_index is not None}
         wanted: list[tuple[ScoredChunk, str]] = []
         for chunk in chunks:
             if chunk.chunk_index is None or not chunk.doc_id.isdigit():
@@ -90,8 +94,9 @@ def _run(indexes: Sequence[int], start: int, step: int) -> list[int]:
 def _neighbour(parent: ScoredChunk, hit: SearchHit) -> ScoredChunk:
     meta = hit.metadata
     index = meta.get("chunkIndex")
-    return replace(parent, evidence_key=hit.chunk_id, content=hit.content,
+    return replace(parent, evidence_key=evidence_key_of(hit), content=hit.content,
                    chunk_index=index if isinstance(index, int) else None,
                    breadcrumb=str(meta.get("breadcrumb", "")), raw_score=0.0,
                    location=Location.stored(meta.get("location")),
+                   lines=stored_lines(meta.get("lines")), also_in=(),
                    hit_reasons=(f"neighbour_of:{parent.evidence_key}",))

@@ -77,7 +77,7 @@ def test_offline_the_answer_is_extractive_and_every_citation_is_confirmed(
     assert status == 200 and set(body) == ANSWER_KEYS
     assert (body["answer_status"], body["evidence_status"]) == ("ANSWERED", "READY")
     nginx = acme.documents["nginx"].doc_key
-    assert body["citations"] and all(c.startswith(f"{nginx}#chunk-") for c in body["citations"])
+    assert body["citations"] and all(c.startswith(f"{nginx}#") for c in body["citations"])
     assert set(body["citations"]) <= {e["document_id"] for e in body["evidence"]}
     # The evidence's own sentences, each followed by its citation.
     assert "Connection refused" in body["answer"] and f"[{body['citations'][0]}]" in body["answer"]
@@ -134,8 +134,9 @@ def test_the_model_saying_the_evidence_does_not_answer_is_no_answer(
 def test_a_citation_that_is_not_evidence_of_the_call_is_removed_and_recorded(
         acme: Imported, make_key: MakeKey, server: ChatServer) -> None:
     _, secret = make_key("acme")
-    kafka = acme.documents["kafka"].doc_key  # a real chunk, but not evidence of this call
-    foreign = [f"{kafka}#chunk-0", "999999#chunk-0"]
+    kafka = acme.documents["kafka"].chunks.first()  # a real chunk, not evidence of this call
+    assert kafka is not None
+    foreign = [kafka.evidence_key, "999999#chunk-0"]
 
     def cites_also_foreign(body: dict[str, Any]) -> str:
         given = body["messages"][-1]["content"].split('<source id="')[1].split('"')[0]
@@ -199,8 +200,8 @@ def test_retrieved_text_reaches_the_prompt_as_quoted_data_and_the_contract_holds
     assert "Ignore previous instructions" not in system["content"]
     # The whole of the retrieved text sits inside one source block of the user message, and
     # its forged closing tags are escaped: exactly one block, closed where the platform closed it.
-    doc = imported.documents["notes"].doc_key
-    opened, rest = user["content"].split(f'<source id="{doc}#chunk-0"', 1)
+    [served] = [c.evidence_key for c in imported.documents["notes"].chunks.all()]
+    opened, rest = user["content"].split(f'<source id="{served}"', 1)
     block, after = rest.split("\n</source>", 1)
     assert "Ignore previous instructions" in block and "Ignore" not in opened + after
     assert "&lt;/source>&lt;/sources>" in block

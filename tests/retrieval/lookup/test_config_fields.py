@@ -471,8 +471,10 @@ def test_neighbours_add_the_text_around_a_hit(tool: Tool, manuals: Imported) -> 
     one = {"return_n": 1, "max_chunks_per_document": 1, "max_context_chars": 100_000,
            "max_excerpt_chars": 20_000}
 
+    index_of = {c.evidence_key: i for i, c in chunks.items()}
+
     def indexes(body: dict[str, Any]) -> list[int]:
-        return [int(e["document_id"].rsplit("-", 1)[1]) for e in body["evidence"]]
+        return [index_of[e["document_id"]] for e in body["evidence"]]
 
     body, _ = tool.ask(query, **one)
     [hit] = indexes(body)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from audit.canonical import canonical_get
-from audit.models import Outcome, ToolInvocation
+from audit.models import EvidenceReplay, Outcome, ToolInvocation
 from retrieval.index import milvus
 from retrieval.index.milvus import VectorStoreUnavailable, reset_connection
 from retrieval.models import RagConfig
@@ -140,6 +140,8 @@ def test_redis_down_makes_a_lookup_503_not_a_500(acme: Imported, make_key: MakeK
     assert b"Bad Gateway" not in response.content
     row = ToolInvocation.objects.get(tool_call_id=call)
     assert row.outcome == Outcome.UNAVAILABLE and "canonical" in row.error
+    # Nor can it be replayed: the replay written before the record went with it.
+    assert not EvidenceReplay.objects.filter(tool_call_id=call).exists()
 
 
 @pytest.mark.integration  # the production cache: Redis

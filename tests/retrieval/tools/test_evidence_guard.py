@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from datasets.models import Chunk
 from tests.retrieval.conftest import (
     Imported,
     MakeKey,
@@ -35,7 +36,7 @@ def guard(client: APIClient, **body: Any) -> dict[str, list[str]]:
 
 def chunk_ids(imported: Imported, stem: str) -> list[str]:
     document = imported.documents[stem]
-    return [f"{document.doc_key}#chunk-{n}" for n in range(document.chunk_count)]
+    return [chunk.evidence_key for chunk in Chunk.objects.filter(document=document)]
 
 
 @pytest.mark.django_db

@@ -105,6 +105,10 @@ def test_a_call_outside_the_key_is_the_same_404_as_one_that_never_was(
 
     never = replay(kb.tool, "call_never_made")
     assert never.status_code == 404 and never.json()["code"] == "not_found"
+    # The id asked is in the refused call's audit row: probing by id leaves a trace.
+    probe = ToolInvocation.objects.get(tool_name="replay_evidence", tool_call_id="call_never_made")
+    assert probe.outcome != "ok"
+    assert kb.tool.head("/api/evidence/call_replay_2").status_code == 405  # no HEAD: no run
     for secret in (narrow, foreign):
         refused = replay(client_for(secret), "call_replay_2")
         assert refused.status_code == 404
@@ -127,3 +131,19 @@ def test_a_deleted_document_is_withheld_and_expired_replays_are_pruned(
     EvidenceReplay.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
     assert replay(kb.tool, "call_replay_3").status_code == 404
     assert canonical_prune() >= 1 and not EvidenceReplay.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_copy_in_a_dataset_the_key_may_not_read_is_not_named(
+        kb: Kb, ingest: Any, make_key: MakeKey) -> None:
+    hidden = dataset_create(tenant=kb.tenant, name="team-b")
+    ingest(kb.dataset, "kafka/lag.md", RUNBOOK.encode())
+    ingest(hidden, "notes/lag-copy.md", RUNBOOK.encode())
+    lookup = served(kb.tool, tool_call_id="call_replay_4")  # the tenant's key reads both
+    assert any(e["also_in"] for e in lookup["evidence"]), lookup
+
+    _, narrow = make_key(role="tool", datasets=(kb.dataset,))
+    body = replay(client_for(narrow), "call_replay_4").json()
+    shown = [e for e in body["evidence"] if e["source"] == "kafka/lag.md"]
+    assert shown and all(e["also_in"] == [] for e in shown)
+    assert "notes/lag-copy.md" not in str(body)

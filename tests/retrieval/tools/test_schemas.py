@@ -74,6 +74,27 @@ def test_the_schemas_are_the_rest_apis_own() -> None:
         set(node["input_schema"]["properties"])
 
 
+def test_the_result_schemas_take_what_the_tools_answer_nulls_included() -> None:
+    """MCP clients check each result against its output schema: a nullable object (`lines`
+    of a PDF's evidence, or of a chunk indexed before lines were kept) must pass."""
+    from jsonschema import validate
+
+    from retrieval.lookup.project import RagToolResult
+    from retrieval.tools.schemas import output_schema
+    from tests.retrieval.builders import lookup_result
+
+    body = RagToolResult.of(lookup_result()).as_dict()
+    assert body["evidence"][0]["lines"] is None
+    validate(body, output_schema("lookup_knowledge"))
+    body["evidence"][0]["lines"] = {"start": 3, "end": 9}
+    validate(body, output_schema("lookup_knowledge"))
+    replayed = {"tool_call_id": "c", "served_at": "2026-12-06T12:00:00+00:00",
+                "evidence_status": "READY", "config_version": None, "index_version": None,
+                "withheld": 0, "evidence": [{**e, "revision": "", "current": False}
+                                            for e in body["evidence"]]}
+    validate(replayed, output_schema("replay_evidence"))
+
+
 def test_an_unknown_format_is_a_clear_400() -> None:
     response = client_for(None).get("/api/tools/schema?format=gemini")
     assert response.status_code == 400 and response.json()["code"] == "invalid_format"

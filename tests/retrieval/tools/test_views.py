@@ -82,7 +82,7 @@ def test_the_answer_is_the_agent_contract_with_no_score_or_trace(
     first = body["evidence"][0]
     assert set(first) == EVIDENCE_KEYS
     nginx = acme.documents["nginx"]
-    assert first["document_id"].startswith(f"{nginx.doc_key}#chunk-")
+    assert first["document_id"].startswith(f"{nginx.doc_key}#")
     assert (first["source"], first["title"]) == ("nginx.md", "Nginx 502 Bad Gateway")
     assert first["breadcrumb"].startswith("Nginx 502 Bad Gateway > ")
     excerpts = " ".join(e["excerpt"] for e in body["evidence"])
@@ -238,5 +238,5 @@ def test_chunks_are_deduplicated_by_evidence_key_and_limited_per_document(
     # each with its own chunk-level identity (not folded into one per document).
     assert len(ids) == len(set(ids)) == 2
     assert {acme.stem_of(e) for e in ids} == {"kafka"}
-    assert len({e.split("#chunk-")[1] for e in ids}) == 2
+    assert len({e.split("#")[1] for e in ids}) == 2
     assert acme.documents["kafka"].chunk_count == 5
