@@ -28,6 +28,7 @@ from audit.gaps import (
 )
 from audit.glance import DAYS, glances
 from audit.models import ToolInvocation
+from audit.selectors import STALE_SHOWN, stale_served
 from audit.types import RELEVANCE_LEVELS
 from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, admin_datasets, tenant_filter
 from datasets.models import Dataset
@@ -173,6 +174,7 @@ class ToolInvocationAdmin(ReadOnlyAdmin, TenantScopedAdmin[ToolInvocation]):
                      name="audit_knowledge_gaps"),
                 path("datasets/<int:dataset_id>/gaps.csv", view(self.knowledge_gaps_csv),
                      name="audit_knowledge_gaps_csv"),
+                path("stale/", view(self.stale_evidence), name="audit_stale_evidence"),
                 *super().get_urls()]
 
     def _may_glance(self, request: HttpRequest) -> None:
@@ -189,6 +191,18 @@ class ToolInvocationAdmin(ReadOnlyAdmin, TenantScopedAdmin[ToolInvocation]):
                    "opts": self.model._meta, "page": page, "days": DAYS,
                    "glances": glances(list(page))}
         return TemplateResponse(request, "admin/audit/datasets_glance.html", context)
+
+    def stale_evidence(self, request: HttpRequest) -> HttpResponse:
+        """Documents past their `valid_until` that lookups still served, of the datasets the
+        user may see: the runbooks to review or retire first."""
+        self._may_glance(request)
+        days = db_id(request.GET.get("days", "")) or WINDOW_DAYS
+        rows = stale_served(dataset_ids=list(admin_datasets(request).values_list("pk", flat=True)),
+                            days=days)
+        context = {**self.admin_site.each_context(request), "title": "Stale evidence",
+                   "opts": self.model._meta, "rows": rows, "days": days,
+                   "shown": STALE_SHOWN}
+        return TemplateResponse(request, "admin/audit/stale_evidence.html", context)
 
     def render_change_form(self, request: HttpRequest, context: dict[str, Any],
                            add: bool = False, change: bool = False, form_url: str = "",

@@ -85,10 +85,15 @@ class _RedisBackend:
         return f"kb:{kind}:{tenant_id}:{ident}"
 
     def put(self, tenant_id: int, document: dict[str, Any], ttl: int) -> None:
-        cache.set(self._key(tenant_id, "canonical", document["tool_call_id"]),
-                  json.dumps(document, ensure_ascii=False), ttl)
+        key = self._key(tenant_id, "canonical", document["tool_call_id"])
+        cache.set(key, json.dumps(document, ensure_ascii=False), ttl)
         if document["session_id"]:
-            self._session_append(tenant_id, document["session_id"], ttl, document)
+            try:
+                self._session_append(tenant_id, document["session_id"], ttl, document)
+            except Exception:
+                # The call answers UNAVAILABLE: the guard must not confirm it by its id.
+                cache.delete(key)
+                raise
 
     def _session_append(self, tenant_id: int, session_id: str, ttl: int,
                         document: dict[str, Any]) -> None:

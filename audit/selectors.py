@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any
 
-from django.db.models import Count, Sum
+from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
 
 from audit.models import InvocationDataset, Outcome, ServedEvidence, ToolInvocation
+from datasets.models import Document
 
 TRACE_LIMIT = 1000  # a session longer than this shows its latest calls
 
@@ -132,3 +133,36 @@ def served_config(*, tenant_id: int, tool_call_id: str = "", session_id: str = "
         else rows.filter(session_id=session_id)
     found = rows.order_by("-pk").values_list("config_id", "config_version").first()
     return (found[0], found[1]) if found is not None else None
+
+
+STALE_SHOWN = 500  # documents the stale evidence page lists at most
+
+
+@dataclass(frozen=True)
+class StaleServed:
+    """A document past its `valid_until` whose evidence was served in the window."""
+
+    document: Document
+    served: int  # evidence items of it handed out as READY
+    cited: int  # of them, those their caller cited
+    last_served: date
+
+
+def stale_served(*, dataset_ids: Collection[int], days: int,
+                 today: date | None = None) -> list[StaleServed]:
+    """The documents of `dataset_ids` that are stale today yet were served in the last `days`
+    days, most cited first, then most served; at most STALE_SHOWN."""
+    today = today or timezone.localdate()
+    stale = Document.objects.filter(dataset_id__in=list(dataset_ids), deleted=False,
+                                    valid_until__lt=today)
+    counts = (ServedEvidence.objects
+              .filter(dataset_id__in=list(dataset_ids), day__gt=today - timedelta(days=days),
+                      document_id__in=stale.values("doc_id"))
+              .values("document_id")
+              .annotate(served=Count("id"), cited=Count("id", filter=Q(cited=True)),
+                        last=Max("day"))
+              .order_by("-cited", "-served", "document_id")[:STALE_SHOWN])
+    documents = {d.doc_id: d for d in stale.select_related("dataset").filter(
+        doc_id__in=[row["document_id"] for row in counts])}
+    return [StaleServed(documents[row["document_id"]], row["served"], row["cited"], row["last"])
+            for row in counts if row["document_id"] in documents]

@@ -11,7 +11,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import (
     FileResponse,
     Http404,
@@ -36,10 +36,11 @@ from datasets.admin_display import (
 from datasets.admin_panels import document_panels
 from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, scoped, tenant_filter
 from datasets.auth import api_key_create, may_mint_platform_keys
+from datasets.evidence import EvidenceKey
 from datasets.ingestion.formats import SUFFIXES, Format
 from datasets.models import ApiKey, Chunk, Dataset, Document, Job, Source, Tenant
 from datasets.originals import original_open
-from datasets.selectors import with_document_counts
+from datasets.selectors import db_id, with_document_counts
 from datasets.services import (
     UploadOutcome,
     document_delete,
@@ -573,7 +574,16 @@ class ChunkAdmin(ReadOnlyAdmin, TenantScopedAdmin[Chunk]):
     raw_id_fields = ["document"]
     search_fields = ["=document__doc_id", "document__source_path", "document__title",
                      "breadcrumb"]
-    search_help_text = "A document id, part of a document's path or title, or of a breadcrumb."
+    search_help_text = ("An evidence id (`docId#anchor`, `docId#chunk-n`), a document id, "
+                        "part of a document's path or title, or of a breadcrumb.")
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Chunk],
+                           search_term: str) -> tuple[QuerySet[Chunk], bool]:
+        key = EvidenceKey.parse(search_term.strip())
+        if key is None:
+            return super().get_search_results(request, queryset, search_term)
+        chunk = Q(anchor=key.anchor) if key.anchor else Q(chunk_index=key.chunk_index)
+        return queryset.filter(chunk, document__doc_id=db_id(key.doc_id) or 0), False
 
     @admin.display(description="chunk", ordering="chunk_index")
     def chunk(self, chunk: Chunk) -> str:

@@ -3,11 +3,12 @@
 
 - `{docId}#{anchor}`: what agents are served and cite. The anchor is the first 12 hex digits
   of the SHA-256 of the chunk's breadcrumb and text, so the id means the same text for as
-  long as that text is in the document, whatever is edited elsewhere in it (two chunks with
-  the same breadcrumb and text share it: the same evidence).
-- `{docId}#chunk-{n}`: the chunk's place in its document, the Milvus primary key, and what
-  chunks indexed before anchors existed are still served as. Accepted everywhere an id is
-  given, meaning the document's chunk `n` as it is now.
+  long as that text is in the document, whatever is edited elsewhere in it. Only the first
+  chunk with a given breadcrumb and text has it (datasets/ingestion/pipeline.py): an anchor
+  names exactly one chunk.
+- `{docId}#chunk-{n}`: the chunk's place in its document, the Milvus primary key, and what a
+  repeat of an earlier chunk and chunks indexed before anchors existed are served as.
+  Accepted everywhere an id is given, meaning the document's chunk `n` as it is now.
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ class EvidenceKey:
     anchor: str = ""  # the content-addressed spelling's anchor (then chunk_index is None)
 
     # An id inside free text (a citation marker): no space, comma, semicolon or bracket in it.
-    IN_TEXT: ClassVar[str] = (rf"[^\s,;\[\]#]+#(?:chunk-\d+"
+    # It starts where a run of id characters starts (a lookbehind): tried from inside a run,
+    # the scan is quadratic on a long one.
+    IN_TEXT: ClassVar[str] = (rf"(?<![^\s,;\[\]#])[^\s,;\[\]#]+#(?:chunk-\d+"
                               rf"|[0-9a-f]{{{ANCHOR_DIGITS}}}(?![0-9A-Za-z]))")
     _WHOLE: ClassVar[re.Pattern[str]] = re.compile(
         rf"([^#]+)(?:{SEPARATOR}([0-9]+)|#([0-9a-f]{{{ANCHOR_DIGITS}}}))")

@@ -278,6 +278,13 @@ class Document(models.Model):
     source_commit = models.CharField(
         max_length=64, blank=True, editable=False,
         help_text="git: the commit the document's content came from (agents see it).")
+    reviewed_at = models.DateField(null=True, blank=True, editable=False,
+                                   help_text="Frontmatter: when it was last reviewed.")
+    valid_until = models.DateField(
+        null=True, blank=True, editable=False,
+        help_text="Frontmatter: until when it holds; past it, its evidence is served `stale`.")
+    owner = models.CharField(max_length=200, blank=True, editable=False,
+                             help_text="Frontmatter: who answers for it.")
     url = models.CharField(
         max_length=2000, blank=True, editable=False,
         help_text="Where the original can be read, when it has an address: a web page's URL; "

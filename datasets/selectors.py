@@ -150,7 +150,8 @@ def servable_document(*, tenant_id: int, dataset_ids: Sequence[int], doc_id: int
     None: another tenant's answers as one that does not exist."""
     return (Document.objects.filter(_servable(tenant_id, dataset_ids), doc_id=doc_id)
             .only("pk", "doc_id", "dataset_id", "title", "source_path", "source_commit",
-                  "indexed_hash", "format", "url")
+                  "indexed_hash", "format", "url", "content_updated_at", "reviewed_at",
+                  "valid_until", "owner")
             .first())
 
 

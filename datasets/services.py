@@ -26,7 +26,6 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from datasets.evidence import chunk_anchor
 from datasets.ingestion.formats import SUFFIXES, Format, FormatRefused, sniff
 from datasets.ingestion.language import text_language
 from datasets.ingestion.limits import MAX_TITLE_CHARS, shorten
@@ -254,6 +253,8 @@ def _fill(document: Document, valid: Validated) -> None:
     document.category = parsed.category[:100]
     document.keywords = list(parsed.keywords)
     document.business_key = parsed.business_key[:200]
+    document.reviewed_at, document.valid_until = parsed.reviewed_at, parsed.valid_until
+    document.owner = parsed.owner
     document.source_text = valid.source
     document.language = text_language(valid.source)
     document.content_hash = valid.digest
@@ -342,7 +343,7 @@ def chunks_replace(*, document_id: int, drafts: Sequence[ChunkDraft]) -> None:
         Chunk.objects.bulk_create([
             Chunk(document_id=document_id, chunk_index=d.index, content=d.content,
                   breadcrumb=d.breadcrumb[:1000], metadata=_chunk_metadata(d),
-                  anchor=chunk_anchor(d.breadcrumb, d.content))
+                  anchor=d.anchor)
             for d in drafts])
 
 

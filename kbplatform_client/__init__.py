@@ -46,6 +46,11 @@ class Evidence(TypedDict):
     also_in: list[EvidenceCopy]  # the same text found elsewhere, ranked lower: collapsed here
     url: str  # where a person reads it: the web page, the git file at its lines, the admin
     lines: Lines | None  # the lines of the file it spans (markdown)
+    updated_at: str | None  # ISO 8601: when its document's content last changed
+    reviewed_at: str | None  # frontmatter dates, ISO 8601
+    valid_until: str | None
+    owner: str
+    stale: bool  # served after valid_until
 
 
 class SearchedDataset(TypedDict):
@@ -96,6 +101,11 @@ class FetchResult(TypedDict):
     commit: str
     url: str
     lines: Lines | None
+    updated_at: str | None
+    reviewed_at: str | None
+    valid_until: str | None
+    owner: str
+    stale: bool
     text: str  # the section, at most max_chars: untrusted data
     document_ids: list[str]  # the chunks `text` holds: each may be cited
     truncated: bool  # the section goes on: fetch `next` (or `previous`)

@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Any, Literal, Protocol
 
 from datasets.ingestion.locations import Location
+from datasets.validity import Validity
 
 SearchMode = Literal["dense", "hybrid", "bm25", "milvus_hybrid"]
 
@@ -180,6 +181,7 @@ class ScoredChunk:
     revision: str = ""  # the content hash of the document version it was indexed from
     lines: tuple[int, int] | None = None  # the lines of the file it spans (markdown)
     url: str = ""  # where a person reads it (datasets/links.py); set when it is served
+    validity: Validity | None = None  # how current its document is; set when it is served
     # Lower-ranked candidates with the same text (an upload and a source's copy, two
     # datasets): collapsed into this one, so they spend no slot of their own.
     also_in: tuple[ScoredChunk, ...] = ()

@@ -442,6 +442,10 @@ def test_the_admin_in_a_browser_is_styled_and_its_pages_render(
         assert int(demo_row.locator(".glance-lookups").inner_text()) >= 2
         assert demo_row.locator("svg.glance-chart rect").count() > 14  # today has a bar
         page.screenshot(path=str(screenshots / "datasets-at-a-glance.png"), full_page=True)
+        page.click("#stale-link")  # the sample's runbooks hold until no date: none is stale
+        page.wait_for_selector("#stale")
+        assert "No stale document was served" in page.inner_text("#stale")
+        page.screenshot(path=str(screenshots / "stale-evidence.png"))
 
         browser.close()
     assert not failed, failed

@@ -49,6 +49,7 @@ MAX_FRONTMATTER_CHARS = 32_768
 # the author chose, and a silently cut one would not match what the author filters on.
 MAX_DOMAIN_CHARS = 100  # Document.domain
 MAX_BUSINESS_KEY_CHARS = 200  # Document.business_key
+MAX_OWNER_CHARS = 200  # Document.owner
 # Milvus VARCHAR(100) counts UTF-8 bytes, not characters: 33 Chinese characters at most.
 MAX_CATEGORY_BYTES = 100
 MAX_KEYWORDS = 50

@@ -25,6 +25,7 @@ from datasets.ingestion.limits import (
     MAX_KEYWORDS,
     MAX_LINES,
     MAX_MARKDOWN_TOKENS,
+    MAX_OWNER_CHARS,
     MAX_TITLE_CHARS,
     shorten,
 )
@@ -36,7 +37,8 @@ _MAX_CONTROL_SHARE = 0.05
 _ALLOWED_CONTROLS = frozenset("\t\n\r\f\v")
 _KEYWORD_SEPARATORS = re.compile(r"[,，、]")
 _LEADING_BLANK_LINES = re.compile(r"\A(?:[ \t]*\n)+")
-_KNOWN_FIELDS = frozenset({"title", "domain", "keywords", "category", "business_key"})
+_KNOWN_FIELDS = frozenset({"title", "domain", "keywords", "category", "business_key",
+                           "reviewed_at", "valid_until", "owner"})
 
 
 class DocumentParseError(ValueError):
@@ -82,6 +84,11 @@ class ParsedDocument:
     business_key: str
     extra: dict[str, str] = field(default_factory=dict)
     first_line: int = 1  # the file's line `body` begins on (after the frontmatter)
+    # How current it is, as its author says: when it was last reviewed, until when it holds,
+    # who answers for it.
+    reviewed_at: dt.date | None = None
+    valid_until: dt.date | None = None
+    owner: str = ""
 
 
 def parse_markdown(raw: bytes, *, file_name: str, max_bytes: int) -> ParsedDocument:
@@ -103,6 +110,8 @@ def parse_markdown(raw: bytes, *, file_name: str, max_bytes: int) -> ParsedDocum
     business_key = _bounded(
         "business_key", _business_key(metadata.get("business_key")), MAX_BUSINESS_KEY_CHARS
     )
+    reviewed_at, valid_until = (_date(metadata, key) for key in ("reviewed_at", "valid_until"))
+    owner = _bounded("owner", _text_field(metadata, "owner").strip(), MAX_OWNER_CHARS)
     tokens = _MD.parse(body)  # always: it is also the check on the number of blocks
     # A title written in the frontmatter is kept whole (or rejected above); one derived from
     # a heading or the file name is cut, as it was not written to be a title.
@@ -116,6 +125,9 @@ def parse_markdown(raw: bytes, *, file_name: str, max_bytes: int) -> ParsedDocum
         business_key=business_key,
         extra=_extra(metadata),
         first_line=first_line,
+        reviewed_at=reviewed_at,
+        valid_until=valid_until,
+        owner=owner,
     )
 
 
@@ -243,6 +255,24 @@ def _scalar_text(key: str, value: object) -> str:
     if isinstance(value, dt.date):  # datetime is a subclass of date
         return value.isoformat()
     raise DocumentParseError(f"frontmatter field {key!r} must be text, got a {_type_name(value)}")
+
+
+def _date(metadata: dict[str, Any], key: str) -> dt.date | None:
+    """A date field (`2026-03-01`, quoted or not; a date-time's day); None when absent."""
+    value = metadata.get(key)
+    if value is None or value == "":
+        return None
+    if isinstance(value, dt.datetime):
+        return value.date()
+    if isinstance(value, dt.date):
+        return value
+    if isinstance(value, str):
+        try:
+            return dt.datetime.fromisoformat(value.strip()).date()
+        except ValueError:
+            pass
+    raise DocumentParseError(f"frontmatter field {key!r} must be a date (YYYY-MM-DD), got "
+                             f"{str(value)[:40]!r}")
 
 
 def _text_field(metadata: dict[str, Any], key: str) -> str:

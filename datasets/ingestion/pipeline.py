@@ -4,8 +4,9 @@ chunk drafts."""
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from datasets.evidence import chunk_anchor
 from datasets.ingestion.limits import MAX_CHUNKS_PER_DOCUMENT, MAX_SEARCH_TEXT_CHARS, shorten
 from datasets.ingestion.locations import Location, take_markers
 from datasets.ingestion.parse import DocumentTooLarge, ParsedDocument
@@ -41,6 +42,9 @@ class ChunkDraft:
     # The lines of the file it spans, first and last (1-based): a file whose lines are its
     # text's (markdown); None for the others (a converted original).
     lines: tuple[int, int] | None = None
+    # Its evidence id's content-addressed part (datasets/evidence.py); "" for a repeat of an
+    # earlier chunk's breadcrumb and text, served by its place: an anchor names one chunk.
+    anchor: str = ""
 
 
 @dataclass(frozen=True)
@@ -56,15 +60,22 @@ class _Lines:
         starts = (0, *(n + 1 for n, char in enumerate(text) if char == "\n"))
         return cls(text, starts, tuple(first_line + origin for origin in origins))
 
-    def span(self, start: int, content: str) -> tuple[int, int] | None:
-        """The file's first and last lines of `content`, which the splitter began at `start`
-        (else the first place it stands whole in the text: the whole-document chunk); None
-        when the text does not hold it as it is (a re-fenced piece of a long code block, a
-        heading cut short)."""
-        if not self.text.startswith(content, start):
-            start = self.text.find(content)
-            if start < 0:
-                return None
+    def find(self, start: int, content: str, after: int) -> int | None:
+        """Where `content` stands in the text as it is: at `start`, where the splitter began
+        it; else first at or after `after`, where the chunk before it ended less their
+        overlap (the whole-document chunk, the pieces of a block too long for one chunk);
+        None when the text does not hold it as it is (a re-fenced piece of a long code
+        block, a heading cut short)."""
+        after = max(after, 0)
+        # Chunks follow each other in the text: one never begins before the end of the one
+        # before it less their overlap (a later piece of a cut block keeps the block's start).
+        if start >= after and self.text.startswith(content, start):
+            return start
+        found = self.text.find(content, after)
+        return found if found >= 0 else None
+
+    def span(self, start: int, content: str) -> tuple[int, int]:
+        """The file's first and last lines of `content`, found at `start`."""
         last = start + max(len(content) - 1, 0)
         return (self.numbers[bisect_right(self.starts, start) - 1],
                 self.numbers[bisect_right(self.starts, last) - 1])
@@ -86,15 +97,24 @@ def build_chunks(
              if numbered and body.origins and not marked.locations else None)
     splitter = chunking.splitter()
     drafts: list[ChunkDraft] = []
-    count = 0
+    anchors: set[str] = set()
+    count = end = 0  # `end`: where the last chunk found ended in the text
     for segment in splitter.iter_split(marked.text):
         count += 1
         # Past the limit the segments are only counted, so the error can say by how much
         # the document is over without holding (or building search texts for) all of them.
-        if count <= max_chunks:
-            drafts.append(_draft(parsed.title, segment, marked.at(segment.start),
-                                 lines.span(segment.start, segment.content)
-                                 if lines else None))
+        if count > max_chunks:
+            continue
+        draft = _draft(parsed.title, segment, marked.at(segment.start))
+        anchor = chunk_anchor(draft.breadcrumb, draft.content)
+        found = (lines.find(segment.start, segment.content, end - segment.overlap)
+                 if lines else None)
+        if found is not None:
+            end = found + len(segment.content)
+        drafts.append(replace(draft, anchor="" if anchor in anchors else anchor,
+                              lines=lines.span(found, segment.content)
+                              if lines and found is not None else None))
+        anchors.add(anchor)
     if count > max_chunks:
         raise DocumentTooLarge(
             f"the document splits into {count:,} chunks; the limit is {max_chunks:,} per "
@@ -103,14 +123,13 @@ def build_chunks(
     return drafts
 
 
-def _draft(title: str, segment: Segment, location: Location | None,
-           lines: tuple[int, int] | None) -> ChunkDraft:
+def _draft(title: str, segment: Segment, location: Location | None) -> ChunkDraft:
     breadcrumb = segment.breadcrumb
     if location is not None:
         breadcrumb = BREADCRUMB_SEPARATOR.join(p for p in (location.label(), breadcrumb) if p)
     return ChunkDraft(index=segment.index, content=segment.content, breadcrumb=breadcrumb,
                       search_text=search_text(title, breadcrumb, segment.content),
-                      location=location, overlap=segment.overlap, lines=lines)
+                      location=location, overlap=segment.overlap)
 
 
 def search_text(title: str, breadcrumb: str, content: str) -> str:

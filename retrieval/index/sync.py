@@ -26,7 +26,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from datasets.conversion import document_convert
-from datasets.evidence import EvidenceKey, chunk_anchor
+from datasets.evidence import EvidenceKey
 from datasets.ingestion.formats import CONVERTER_VERSION, ConversionFailed, Format
 from datasets.ingestion.parse import parse_markdown
 from datasets.ingestion.pipeline import ChunkDraft, Chunking, build_chunks
@@ -154,7 +154,7 @@ def chunk_rows(document: Document, prepared: Prepared) -> list[ChunkRow]:
                   "contentHash": document.content_hash, "commit": document.source_commit,
                   "location": draft.location.as_dict() if draft.location else None,
                   "lines": list(draft.lines) if draft.lines else None,
-                  "anchor": chunk_anchor(draft.breadcrumb, draft.content)})
+                  "anchor": draft.anchor})
         for draft, vector in zip(prepared.drafts, prepared.vectors, strict=True)]
 
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from audit.canonical import canonical_get, canonical_store
 from audit.types import InvocationRecord, ReadyEvidence, Replay
@@ -31,6 +32,7 @@ from datasets.selectors import (
     section_start,
     servable_document,
 )
+from datasets.validity import Validity
 from kbplatform.errors import ApiError, ErrorCode, NotFound, ServiceUnavailable
 from retrieval.lookup.project import Evidence
 from retrieval.types import EvidenceStatus, call_id
@@ -66,6 +68,12 @@ class FetchedSection:
     commit: str = ""
     url: str = ""  # where a person reads it (datasets/links.py)
     lines: dict[str, int] | None = None  # {"start", "end"}: the lines of the file it spans
+    # How current its document is (datasets/validity.py), as evidence says it.
+    updated_at: str | None = None
+    reviewed_at: str | None = None
+    valid_until: str | None = None
+    owner: str = ""
+    stale: bool = False
     text: str = ""  # retrieved text: untrusted data
     document_ids: tuple[str, ...] = ()  # the chunks the text holds, in order: each citable
     truncated: bool = False  # the section goes on beyond the text (see previous / next)
@@ -81,7 +89,9 @@ class FetchedSection:
         """The section as its replay keeps it: one piece of evidence, the text its excerpt."""
         piece = Evidence(document_id=self.document_id, source=self.source, title=self.title,
                          breadcrumb=self.breadcrumb, location=self.location,
-                         commit=self.commit, excerpt=self.text, url=self.url, lines=self.lines)
+                         commit=self.commit, excerpt=self.text, url=self.url, lines=self.lines,
+                         updated_at=self.updated_at, reviewed_at=self.reviewed_at,
+                         valid_until=self.valid_until, owner=self.owner, stale=self.stale)
         return {**piece.as_dict(), "revision": revision, "dataset_id": dataset_id}
 
 
@@ -150,7 +160,9 @@ def fetch_evidence(request: FetchRequest) -> Fetched:
         lines={"start": lines[0], "end": lines[1]} if lines else None, text=run.text,
         document_ids=keys, truncated=run.truncated,
         previous=served(first - 1, outside[first - 1]) if first - 1 in outside else "",
-        next=served(last + 1, outside[last + 1]) if last + 1 in outside else "")
+        next=served(last + 1, outside[last + 1]) if last + 1 in outside else "",
+        **Validity(document.content_updated_at, document.reviewed_at, document.valid_until,
+                   document.owner).as_dict(timezone.localdate()))
     record = InvocationRecord(
         tenant_id=request.tenant_id, tool_call_id=section.tool_call_id,
         session_id=request.session_id, query="",

@@ -21,6 +21,7 @@ from django.db.models import F, Q, QuerySet
 from datasets.ingestion.language import UNKNOWN
 from datasets.links import DocumentLink
 from datasets.models import Document
+from datasets.validity import Validity
 from retrieval.lookup.revisions import Revisions
 from retrieval.lookup.transform import L0Document, L0Index
 from retrieval.types import DocumentMatch
@@ -46,8 +47,9 @@ class DocumentsView:
     # DocumentMatch reads.
     facts: Mapping[int, tuple[str, str, frozenset[str]]] = field(
         default_factory=lambda: MappingProxyType({}))
-    # Each live document's link parts: where its evidence links to.
+    # Each live document's link parts and validity: what its evidence says of it.
     links: Mapping[int, DocumentLink] = field(default_factory=lambda: MappingProxyType({}))
+    validity: Mapping[int, Validity] = field(default_factory=lambda: MappingProxyType({}))
 
     def matching(self, match: DocumentMatch) -> frozenset[int]:
         """The live documents the call's source / format / tags match (each key given)."""
@@ -81,10 +83,15 @@ def documents_view(*, tenant_id: int, dataset_ids: Sequence[int],
             return cached[1]
     rows = list(_documents(tenant_id, key[1]).filter(deleted=False, activated=True)
                 .values_list("doc_id", "title", "domain", "keywords", "category", "language",
-                             "source_path", "format", "pk", "url"))
+                             "source_path", "format", "pk", "url", "content_updated_at",
+                             "reviewed_at", "valid_until", "owner"))
     documents = [L0Document(doc_id=str(doc_id), title=title, domain=domain,
                             keywords=tuple(keywords or ()), category=category)
                  for doc_id, title, domain, keywords, category, *_ in rows]
+    links, validity = {}, {}
+    for doc_id, *_, fmt, pk, url, updated_at, reviewed_at, valid_until, owner in rows:
+        links[doc_id] = DocumentLink(pk=pk, format=fmt, url=url)
+        validity[doc_id] = Validity(updated_at, reviewed_at, valid_until, owner)
     excluded = (_documents(tenant_id, key[1])
                 .filter(Q(deleted=False, activated=False) | Q(deleted=True,
                                                              synced_revision__lt=F("revision")))
@@ -96,9 +103,7 @@ def documents_view(*, tenant_id: int, dataset_ids: Sequence[int],
                              doc_id: (path, fmt, frozenset(str(k).casefold()
                                                            for k in keywords or ()))
                              for doc_id, _, _, keywords, _, _, path, fmt, *_ in rows}),
-                         links=MappingProxyType({
-                             doc_id: DocumentLink(pk, fmt, url)
-                             for doc_id, *_, fmt, pk, url in rows}))
+                         links=MappingProxyType(links), validity=MappingProxyType(validity))
     with _lock:
         _cache[key] = (fingerprint, view)
     return view

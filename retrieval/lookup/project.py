@@ -11,6 +11,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from django.utils import timezone
+
 from audit.types import InvocationRecord, ReadyEvidence, Replay
 from retrieval.index.milvus.expressions import metadata_clauses
 from retrieval.types import EvidenceStatus, LookupResult, RelevanceLevel
@@ -48,6 +50,12 @@ class Evidence:
     also_in: tuple[Copy, ...] = ()  # lower-ranked copies of its text, collapsed into it
     url: str = ""  # where a person reads it (datasets/links.py)
     lines: dict[str, int] | None = None  # {"start", "end"}: the lines of the file it spans
+    # How current its document is (datasets/validity.py), judged when it was served.
+    updated_at: str | None = None
+    reviewed_at: str | None = None
+    valid_until: str | None = None
+    owner: str = ""
+    stale: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "also_in": [asdict(c) for c in self.also_in]}
@@ -73,6 +81,7 @@ class RagToolResult:
         empty = result.evidence_status is EvidenceStatus.EMPTY
         # EMPTY and UNAVAILABLE never carry evidence, whatever a stage left in the pack.
         items = result.pack.items if ready else ()
+        today = timezone.localdate()
         return cls(
             evidence_status=result.evidence_status, tool_call_id=result.tool_call_id,
             query=result.query,
@@ -84,7 +93,8 @@ class RagToolResult:
                 also_in=tuple(Copy(c.evidence_key, c.source) for c in item.chunk.also_in),
                 url=item.chunk.url, lines=({"start": item.chunk.lines[0],
                                             "end": item.chunk.lines[1]}
-                                           if item.chunk.lines else None))
+                                           if item.chunk.lines else None),
+                **(item.chunk.validity.as_dict(today) if item.chunk.validity else {}))
                 for item in items),
             relevance_level=result.relevance_level if ready else RelevanceLevel.NONE,
             truncated=result.pack.truncated if ready else False,

@@ -182,7 +182,7 @@ def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = 
     if result.evidence_status is EvidenceStatus.EMPTY and setup.view is not None:
         result = _guided(result, setup.view.l0)
     if result.evidence_status is EvidenceStatus.READY and setup.view is not None:
-        result = _linked(result, setup.view)
+        result = _described(result, setup.view)
     return replace(result, experiment=setup.experiment, config_id=setup.config_id,
                    index_version=setup.index_version)
 
@@ -199,15 +199,17 @@ def _guided(result: LookupResult, l0: L0Index) -> LookupResult:
         covered_topics=l0.nearest_domains(result.hints, doc_ids, MAX_COVERED_TOPICS))
 
 
-def _linked(result: LookupResult, view: DocumentsView) -> LookupResult:
-    """Each served chunk with its link (datasets/links.py), from the view's documents."""
+def _described(result: LookupResult, view: DocumentsView) -> LookupResult:
+    """Each served chunk with what it says of its document, from the view: its link
+    (datasets/links.py) and how current it is (datasets/validity.py)."""
     items = []
     for item in result.pack.items:
         chunk = item.chunk
         doc_id = db_id(chunk.doc_id)
         link = view.links.get(doc_id) if doc_id is not None else None
         url = link.evidence_url(location=chunk.location, lines=chunk.lines) if link else ""
-        items.append(replace(item, chunk=replace(chunk, url=url)))
+        validity = view.validity.get(doc_id) if doc_id is not None else None
+        items.append(replace(item, chunk=replace(chunk, url=url, validity=validity)))
     return replace(result, pack=replace(result.pack, items=tuple(items)))
 
 

@@ -78,3 +78,24 @@ def test_an_id_survives_an_edit_elsewhere_in_its_document(kb: Kb, ingest: Any) -
     # Its old place names another chunk now: only the anchored id kept its meaning.
     assert moved.chunk_index == place + 1
     assert "lag graph" not in Chunk.objects.get(document=document, chunk_index=place).content
+
+
+@pytest.mark.django_db
+def test_a_repeated_chunk_is_served_by_its_place_and_paging_reads_each_once(
+        kb: Kb, ingest: Any) -> None:
+    """Two chunks with the same heading and text: the first has the anchor, the repeat its
+    place, so every served id names one chunk and reading on by `next` ends."""
+    same = "The same log line, again and again, as a log repeats itself."
+    document = ingest(kb.dataset, "logs/repeat.md",
+                      ("# Log\n\n## Lines\n\n" + "\n\n".join([same] * 60) + "\n").encode())
+    ids = [c.evidence_key for c in Chunk.objects.filter(document=document)]
+    assert len(ids) == len(set(ids)) > 3
+    assert sum(1 for i in ids if EvidenceKey.require(i).anchor) < len(ids)
+    read, asked = [], ids[0]
+    while asked:
+        body = kb.tool.post("/api/tools/fetch_evidence",
+                            {"document_id": asked, "max_chars": 500}, format="json").json()
+        read += body["document_ids"]
+        asked = body["next"]
+        assert len(read) <= len(ids)
+    assert read == ids

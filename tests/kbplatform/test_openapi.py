@@ -129,7 +129,9 @@ def test_the_lookup_answers_the_agent_contract(schema: dict[str, Any]) -> None:
     assert components["EvidenceStatusEnum"]["enum"] == ["READY", "EMPTY", "UNAVAILABLE"]
     assert set(components["Evidence"]["properties"]) == {"document_id", "source", "title",
                                                          "breadcrumb", "location", "commit",
-                                                         "excerpt", "also_in", "url", "lines"}
+                                                         "excerpt", "also_in", "url", "lines",
+                                                         "updated_at", "reviewed_at",
+                                                         "valid_until", "owner", "stale"}
     assert components["Evidence"]["properties"]["location"]["nullable"] is True
     body = op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
     assert components[body.rsplit("/", 1)[1]]["required"] == ["query"]

@@ -150,7 +150,8 @@ RUNBOOKS_B = {"nginx-globex.md": NGINX_B, "coolant.md": COOLANT}
 CONTRACT_KEYS = {"evidence_status", "tool_call_id", "query", "evidence", "relevance_level",
                  "truncated", "returned_count", "searched_datasets", "covered_topics"}
 EVIDENCE_KEYS = {"document_id", "source", "title", "breadcrumb", "location", "commit",
-                 "excerpt", "also_in", "url", "lines"}
+                 "excerpt", "also_in", "url", "lines", "updated_at", "reviewed_at",
+                 "valid_until", "owner", "stale"}
 
 
 @dataclass(frozen=True)

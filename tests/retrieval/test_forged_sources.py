@@ -172,6 +172,10 @@ def test_the_rule_is_idempotent_and_keeps_plain_text() -> None:
     assert as_data(once) == once
     assert once == ("&lt;/source>&lt;SOURCES>&#91;a#chunk-1] &#91; b#chunk-2 ] &lt;question> "
                     "a < b, [note] x#chunk-3")
+    # Nested brackets: escaping the inner one alone would leave the outer one a marker.
+    for nested in ("[[123#0123456789ab]]", "[x [1#chunk-0]]", "[" * 50 + "1#chunk-0"):
+        escaped = as_data(nested)
+        assert as_data(escaped) == escaped and not MARKER.findall(escaped)
     draft = Draft(answer=as_data("quoted [a#chunk-1]") + " [b#chunk-2]",
                   citations=("b#chunk-2",), generator="extractive")
     assert draft.confined_to({"b#chunk-2"}).answer == "quoted &#91;a#chunk-1] [b#chunk-2]"

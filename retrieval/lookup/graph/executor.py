@@ -42,7 +42,7 @@ from retrieval.lookup.graph.translate import (
     searched_together_first,
     vector_with,
 )
-from retrieval.lookup.post_process import searchable_text
+from retrieval.lookup.post_process import evidence_key_of, searchable_text
 from retrieval.lookup.transform import KnowledgeQueryTransformer
 from retrieval.types import (
     PostProcessed,
@@ -329,7 +329,8 @@ class GraphExecutor:
                 lists += self._retrieve(plan, group, queries, vectors, bm25, filters, deadline)
             clock.record(stage, note=f"{plan.execution}: " + ", ".join(
                 f"{c.retriever} {len(c.hits)}" for c in lists[-len(group) * len(queries):]),
-                hits=tuple((h.chunk_id, round(h.score, 6)) for c in lists for h in c.hits)[:50])
+                hits=tuple((evidence_key_of(h), round(h.score, 6))
+                           for c in lists for h in c.hits)[:50])
             result = self._finish(plan, query, lists, filters, hints, clock, deadline)
             if plan.execution == "SEQUENTIAL" and number + 1 < len(groups):
                 quality = self.assessor.assess(query, result.chunks)
@@ -405,11 +406,12 @@ class GraphExecutor:
             hits = aggregator.aggregate(lists)
         if len(lists) > 1:
             clock.record("aggregate", note=f"{plan.aggregation} of {len(lists)} lists",
-                         hits=tuple((h.chunk_id, round(h.score, 6)) for h in hits))
+                         hits=tuple((evidence_key_of(h), round(h.score, 6)) for h in hits))
         with clock.stage("guard"):
             served = self._guard(hits, filters)
         if len(served) < len(hits):
-            dropped = sorted({h.chunk_id for h in hits} - {h.chunk_id for h in served})
+            dropped = sorted({evidence_key_of(h) for h in hits}
+                             - {evidence_key_of(h) for h in served})
             clock.record("guard", hits=tuple((key, 0.0) for key in dropped),
                          note=f"dropped {len(dropped)} hit(s) of deactivated or deleted "
                               "documents")
@@ -443,7 +445,7 @@ class GraphExecutor:
         reordered = [replace(hits[r.index], rank=rank, score=float(r.score))
                      for rank, r in enumerate(ranked, 1)]
         clock.record("rerank", note=f"{reranker.name}: top {len(reordered)} of {len(hits)}",
-                     hits=tuple((h.chunk_id, round(h.score, 6)) for h in reordered))
+                     hits=tuple((evidence_key_of(h), round(h.score, 6)) for h in reordered))
         return reordered
 
     def _distances_needed(self, plan: RetrievalGraph) -> bool:

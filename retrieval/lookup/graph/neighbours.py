@@ -52,10 +52,12 @@ class NeighbourExpander:
         found = {hit.chunk_id: hit for hit in self.port.fetch(
             within, ids=[key for _, key in wanted], limit=len(wanted))}
         out: list[ScoredChunk] = []
+        served = {c.evidence_key for c in chunks}  # as served: never one id twice
         for parent, key in wanted:
             hit = found.get(key)
-            if hit is None:
+            if hit is None or evidence_key_of(hit) in served:
                 continue
+            served.add(evidence_key_of(hit))
             size = min(len(hit.content.strip()), excerpt_chars)
             if size > budget:
                 break

@@ -34,7 +34,8 @@ def test_projection_is_exactly_the_contract() -> None:
                                   "title": "Title", "breadcrumb": "A > B",
                                   "location": None, "commit": "",
                                   "excerpt": "Redis TTL body", "also_in": [], "url": "",
-                                  "lines": None}
+                                  "lines": None, "updated_at": None, "reviewed_at": None,
+                                  "valid_until": None, "owner": "", "stale": False}
     assert all(set(item) == EVIDENCE_KEYS for item in out["evidence"])
     json.dumps(out)
 

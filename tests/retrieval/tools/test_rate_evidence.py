@@ -26,7 +26,7 @@ def test_a_key_rates_what_its_own_call_served_and_nothing_else(
     _, secret = make_key("acme")
     agent = client_for(secret)
     served = evidence_ids(ready(lookup(agent, BAD_GATEWAY, tool_call_id="r1")))
-    zebra = f"{acme.documents['zebra'].doc_key}#chunk-0"
+    zebra = acme.documents['zebra'].chunks.first().evidence_key  # served by its anchor
 
     answer = rate(agent, tool_call_id="r1", document_ids=served[:1], rating="helpful")
     assert answer.status_code == 200
