@@ -20,6 +20,7 @@ from django.utils.html import format_html
 from audit.admin_display import trace_tables
 from audit.gaps import (
     CLOSE_AFTER,
+    MAX_WINDOW_DAYS,
     WINDOW_DAYS,
     GapReport,
     failing_chart,
@@ -196,7 +197,7 @@ class ToolInvocationAdmin(ReadOnlyAdmin, TenantScopedAdmin[ToolInvocation]):
         """Documents past their `valid_until` that lookups still served, of the datasets the
         user may see: the runbooks to review or retire first."""
         self._may_glance(request)
-        days = db_id(request.GET.get("days", "")) or WINDOW_DAYS
+        days = min(db_id(request.GET.get("days", "")) or WINDOW_DAYS, MAX_WINDOW_DAYS)
         rows = stale_served(dataset_ids=list(admin_datasets(request).values_list("pk", flat=True)),
                             days=days)
         context = {**self.admin_site.each_context(request), "title": "Stale evidence",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any
 
-from django.db.models import Count, Max, Q, Sum
+from django.db.models import Count, Max, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
 from audit.models import InvocationDataset, Outcome, ServedEvidence, ToolInvocation
@@ -150,19 +150,23 @@ class StaleServed:
 
 def stale_served(*, dataset_ids: Collection[int], days: int,
                  today: date | None = None) -> list[StaleServed]:
-    """The documents of `dataset_ids` that are stale today yet were served in the last `days`
-    days, most cited first, then most served; at most STALE_SHOWN."""
+    """The live documents of `dataset_ids` that are stale today and were served stale (after
+    their valid_until) in the last `days` days, most cited first, then most served; at most
+    STALE_SHOWN."""
     today = today or timezone.localdate()
     stale = Document.objects.filter(dataset_id__in=list(dataset_ids), deleted=False,
-                                    valid_until__lt=today)
+                                    activated=True, valid_until__lt=today)
+    # Only what was served stale: on a day after the document's valid_until.
+    until = Document.objects.filter(doc_id=OuterRef("document_id")).values("valid_until")[:1]
     counts = (ServedEvidence.objects
               .filter(dataset_id__in=list(dataset_ids), day__gt=today - timedelta(days=days),
                       document_id__in=stale.values("doc_id"))
+              .filter(day__gt=Subquery(until))
               .values("document_id")
               .annotate(served=Count("id"), cited=Count("id", filter=Q(cited=True)),
                         last=Max("day"))
               .order_by("-cited", "-served", "document_id")[:STALE_SHOWN])
-    documents = {d.doc_id: d for d in stale.select_related("dataset").filter(
+    documents = {d.doc_id: d for d in stale.select_related("dataset__tenant").filter(
         doc_id__in=[row["document_id"] for row in counts])}
     return [StaleServed(documents[row["document_id"]], row["served"], row["cited"], row["last"])
             for row in counts if row["document_id"] in documents]

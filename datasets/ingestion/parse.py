@@ -91,8 +91,12 @@ class ParsedDocument:
     owner: str = ""
 
 
-def parse_markdown(raw: bytes, *, file_name: str, max_bytes: int) -> ParsedDocument:
-    """Validate and parse one markdown file; raise DocumentParseError on bad input."""
+def parse_markdown(raw: bytes, *, file_name: str, max_bytes: int,
+                   stored: bool = False) -> ParsedDocument:
+    """Validate and parse one markdown file; raise DocumentParseError on bad input.
+    `stored`: text the platform took before (indexing it again): a field a later version
+    checks (a `valid_until` that is no date, an owner too long) is left out, not refused, so
+    that no document stored before can fail a rebuild."""
     if max_bytes <= 0:
         raise ValueError(f"max_bytes must be positive, got {max_bytes}")
     text = _decode(raw, max_bytes=max_bytes)
@@ -110,8 +114,18 @@ def parse_markdown(raw: bytes, *, file_name: str, max_bytes: int) -> ParsedDocum
     business_key = _bounded(
         "business_key", _business_key(metadata.get("business_key")), MAX_BUSINESS_KEY_CHARS
     )
-    reviewed_at, valid_until = (_date(metadata, key) for key in ("reviewed_at", "valid_until"))
-    owner = _bounded("owner", _text_field(metadata, "owner").strip(), MAX_OWNER_CHARS)
+    try:
+        reviewed_at, valid_until = (_date(metadata, k) for k in ("reviewed_at", "valid_until"))
+    except DocumentParseError:
+        if not stored:
+            raise
+        reviewed_at = valid_until = None
+    try:
+        owner = _bounded("owner", _text_field(metadata, "owner").strip(), MAX_OWNER_CHARS)
+    except DocumentParseError:
+        if not stored:
+            raise
+        owner = ""
     tokens = _MD.parse(body)  # always: it is also the check on the number of blocks
     # A title written in the frontmatter is kept whole (or rejected above); one derived from
     # a heading or the file name is cut, as it was not written to be a title.

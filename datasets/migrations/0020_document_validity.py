@@ -3,6 +3,34 @@
 from django.db import migrations, models
 
 
+def fill_validity(apps, schema_editor):
+    """Documents stored before: their frontmatter's reviewed_at, valid_until and owner, read
+    as indexing reads stored text (a value that is no date is left out)."""
+    import secrets
+
+    from datasets.ingestion.parse import parse_markdown
+
+    document = apps.get_model("datasets", "Document")
+    touched = set()
+    rows = (document.objects.filter(format="md", source_text__startswith="---")
+            .only("pk", "dataset_id", "file_name", "source_text"))
+    for row in rows.iterator(chunk_size=200):
+        raw = row.source_text.encode("utf-8")
+        try:
+            parsed = parse_markdown(raw, file_name=row.file_name, max_bytes=len(raw) + 1,
+                                    stored=True)
+        except Exception:  # noqa: BLE001 - its next indexing says why, as before
+            continue
+        if parsed.reviewed_at or parsed.valid_until or parsed.owner:
+            document.objects.filter(pk=row.pk).update(
+                reviewed_at=parsed.reviewed_at, valid_until=parsed.valid_until,
+                owner=parsed.owner)
+            touched.add(row.dataset_id)
+    for pk in touched:  # lookups in every process read the datasets' documents anew
+        apps.get_model("datasets", "Dataset").objects.filter(pk=pk).update(
+            documents_revision=secrets.randbits(62))
+
+
 def forget_query_links(apps, schema_editor):
     """A web page's link kept with its query string (a start URL's token) before links
     left those out: no link, as now."""
@@ -31,5 +59,6 @@ class Migration(migrations.Migration):
             name='valid_until',
             field=models.DateField(blank=True, editable=False, help_text='Frontmatter: until when it holds; past it, its evidence is served `stale`.', null=True),
         ),
+        migrations.RunPython(fill_validity, migrations.RunPython.noop),
         migrations.RunPython(forget_query_links, migrations.RunPython.noop),
     ]

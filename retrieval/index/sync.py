@@ -28,7 +28,7 @@ from django.db.models import Q
 from datasets.conversion import document_convert
 from datasets.evidence import EvidenceKey
 from datasets.ingestion.formats import CONVERTER_VERSION, ConversionFailed, Format
-from datasets.ingestion.parse import parse_markdown
+from datasets.ingestion.parse import DocumentParseError, parse_markdown
 from datasets.ingestion.pipeline import ChunkDraft, Chunking, build_chunks
 from datasets.models import Document
 from datasets.services import (
@@ -78,22 +78,24 @@ def lock_scope(document: Document) -> str:
 def chunk_drafts(document: Document, *, chunking: Chunking) -> list[ChunkDraft]:
     """The document's chunks, converted from its original first when that is due."""
     raw = document_convert(document=document).source_text.encode("utf-8")
-    return build_chunks(parse_markdown(raw, file_name=document.file_name, max_bytes=len(raw) + 1),
-                        chunking=chunking, redact=settings.KB_REDACT_SECRETS,
+    parsed = parse_markdown(raw, file_name=document.file_name, max_bytes=len(raw) + 1,
+                            stored=True)
+    return build_chunks(parsed, chunking=chunking, redact=settings.KB_REDACT_SECRETS,
                         numbered=document.format == Format.MARKDOWN)
 
 
 def prepare(documents: Sequence[Document], *, chunking: Chunking,
             embedder: Embedder) -> list[Prepared]:
     """Split every document and embed all their chunks in one call. A document whose
-    conversion fails (a rebuild after the converters changed) is marked FAILED with its
-    reason and left out: one file must not stop a rebuild."""
+    conversion fails (a rebuild after the converters changed), or that no longer splits
+    (more chunks than the limit at the index's chunk size), is marked FAILED with its reason
+    and left out: one file must not stop a rebuild."""
     kept: list[Document] = []
     drafts: list[list[ChunkDraft]] = []
     for document in documents:
         try:
             drafts.append(chunk_drafts(document, chunking=chunking))
-        except ConversionFailed as exc:
+        except (ConversionFailed, DocumentParseError) as exc:
             document_mark_failed(document_id=document.pk, error=str(exc))
             continue
         kept.append(document)

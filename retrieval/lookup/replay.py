@@ -18,6 +18,10 @@ from datasets.evidence import EvidenceKey
 from datasets.selectors import db_id, served_revisions
 from kbplatform.errors import NotFound
 
+# What a piece kept before evidence said how current it is reads as: nothing known.
+KEPT_BEFORE: dict[str, Any] = {"updated_at": None, "reviewed_at": None, "valid_until": None,
+                               "owner": "", "stale": False}
+
 
 @dataclass(frozen=True)
 class Replayed:
@@ -51,7 +55,7 @@ def replay(*, tenant_id: int, readable: Sequence[int], tool_call_id: str) -> Rep
     live = served_revisions(tenant_id=tenant_id, dataset_ids=readable,
                             doc_ids={d for d in docs.values() if d is not None})
     # Neither a piece nor a copy it names (another dataset's, maybe) this key may not read.
-    shown = [{**{k: v for k, v in item.items() if k != "dataset_id"},
+    shown = [{**KEPT_BEFORE, **{k: v for k, v in item.items() if k != "dataset_id"},
               "also_in": [c for c in item["also_in"] if docs[c["document_id"]] in live],
               "current": live[doc] == item["revision"]}
              for item in items if (doc := docs[item["document_id"]]) in live]

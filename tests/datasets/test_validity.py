@@ -37,6 +37,35 @@ def test_the_frontmatter_dates_and_owner_are_read_and_checked() -> None:
 
 
 @pytest.mark.pure
+def test_stored_text_with_a_field_checked_later_still_indexes() -> None:
+    """A document taken before the dates were checked is indexed again (a rebuild) with the
+    field left out, never refused."""
+    raw = runbook(valid_until="next quarter", owner="x" * 300)
+    with pytest.raises(DocumentParseError):
+        parse_markdown(raw, file_name="k.md", max_bytes=10_000)
+    parsed = parse_markdown(raw, file_name="k.md", max_bytes=10_000, stored=True)
+    assert (parsed.valid_until, parsed.owner) == (None, "")
+
+
+@pytest.mark.django_db
+def test_documents_stored_before_get_their_dates_from_their_frontmatter(
+        kb: Kb, ingest: Any) -> None:
+    import importlib
+
+    from django.apps import apps
+
+    from datasets.models import Document
+
+    document = ingest(kb.dataset, "kafka/old.md", runbook(valid_until="2025-01-01",
+                                                          owner="sre-team"))
+    Document.objects.filter(pk=document.pk).update(valid_until=None, owner="")
+    migration = importlib.import_module("datasets.migrations.0020_document_validity")
+    migration.fill_validity(apps, None)
+    document.refresh_from_db()
+    assert (document.valid_until, document.owner) == (dt.date(2025, 1, 1), "sre-team")
+
+
+@pytest.mark.pure
 def test_stale_is_past_the_day_it_holds_until() -> None:
     now = timezone.now()
     today = now.date()
@@ -100,6 +129,12 @@ def test_the_console_lists_stale_runbooks_served_and_cited_to_their_tenants_staf
     assert f"/admin/datasets/document/{old.pk}/change/" in html
     glance = staff.get("/admin/audit/toolinvocation/datasets/").content.decode()
     assert "/admin/audit/toolinvocation/stale/" in glance
+    assert staff.get("/admin/audit/toolinvocation/stale/?days=1000000").status_code == 200
+
+    # Served before it lapsed: no stale serving, not listed.
+    from audit.models import ServedEvidence
+    ServedEvidence.objects.update(day=yesterday - dt.timedelta(days=1))
+    assert "kafka/old.md" not in staff.get("/admin/audit/toolinvocation/stale/").content.decode()
 
     other = Client()
     staff_of(other, Tenant.objects.create(slug="globex"), name="other")

@@ -147,3 +147,23 @@ def test_a_copy_in_a_dataset_the_key_may_not_read_is_not_named(
     shown = [e for e in body["evidence"] if e["source"] == "kafka/lag.md"]
     assert shown and all(e["also_in"] == [] for e in shown)
     assert "notes/lag-copy.md" not in str(body)
+
+
+@pytest.mark.django_db
+def test_a_piece_kept_before_evidence_said_how_current_it_is_reads_as_unknown(
+        kb: Kb, ingest: Any) -> None:
+    from jsonschema import validate
+
+    from retrieval.tools.schemas import output_schema
+
+    ingest(kb.dataset, "kafka/lag.md", RUNBOOK.encode())
+    served(kb.tool, tool_call_id="call_replay_5")
+    row = EvidenceReplay.objects.get(tool_call_id="call_replay_5")
+    row.evidence = [{k: v for k, v in piece.items()
+                     if k not in ("updated_at", "reviewed_at", "valid_until", "owner", "stale")}
+                    for piece in row.evidence]
+    row.save()
+    body = replay(kb.tool, "call_replay_5").json()
+    assert {(e["stale"], e["owner"], e["updated_at"]) for e in body["evidence"]} == {
+        (False, "", None)}
+    validate(body, output_schema("replay_evidence"))
