@@ -103,13 +103,13 @@ def test_rebuild_on_the_worker_switches_the_index_while_lookups_keep_working(
 
 
 def test_a_failed_rebuild_leaves_the_old_index_serving(kb, store, ingest, eager_tasks,
-                                                       operator, applied) -> None:
+                                                       operator, applied, stub,
+                                                       openai_settings, settings) -> None:
     redis = ingest(kb.dataset, "redis.md", runbook("redis"))
     old = store.serving
-    # A stored row the parser refuses (written before a stricter release, say).
-    Document.objects.create(dataset=kb.dataset, source_path="broken.md", file_name="broken.md",
-                            source_text="   ", content_hash="0" * 64,
-                            status=Document.Status.READY)
+    # The rebuild's new embedder is an endpoint that fails every request.
+    settings.KB_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
+    openai_settings(stub(500).url)
 
     with applied():
         response = operator.post(f"{REBUILD}?confirm=REBUILD")
@@ -118,13 +118,35 @@ def test_a_failed_rebuild_leaves_the_old_index_serving(kb, store, ingest, eager_
     job = operator.get(f"/api/jobs/{response.json()['job']['id']}").json()
     assert job["status"] == "failed"
     # The owner reads a general message; the exception is for operators (admin, logs).
-    assert "DocumentParseError" not in job["error"]
-    assert "DocumentParseError" in Job.objects.get(pk=job["id"]).error_detail
+    assert "EmbeddingError" not in job["error"]
+    assert "EmbeddingError" in Job.objects.get(pk=job["id"]).error_detail
     assert store.serves(old)
     assert store.collections() == [old]  # the half-built collection is gone
     failed = IndexVersion.objects.exclude(collection_name=old).get()
-    assert failed.status == IndexVersion.Status.DROPPED and "empty" in failed.error
+    assert failed.status == IndexVersion.Status.DROPPED
     assert IndexVersion.objects.get(collection_name=old).status == IndexVersion.Status.ACTIVE
+    answer = lookup(kb.tool, "redis dashboard restart")  # with the old index's own embedder
+    assert answer["evidence_status"] == "READY"
+    assert top_doc_id(answer) == redis.doc_key
+
+
+def test_a_stored_row_that_no_longer_parses_fails_alone_and_the_rebuild_goes_on(
+        kb, store, ingest, eager_tasks, operator, applied) -> None:
+    redis = ingest(kb.dataset, "redis.md", runbook("redis"))
+    old = store.serving
+    # A stored row the parser refuses (written before a stricter release, say).
+    broken = Document.objects.create(
+        dataset=kb.dataset, source_path="broken.md", file_name="broken.md",
+        source_text="   ", content_hash="0" * 64, status=Document.Status.READY)
+
+    with applied():
+        response = operator.post(f"{REBUILD}?confirm=REBUILD")
+
+    job = operator.get(f"/api/jobs/{response.json()['job']['id']}").json()
+    assert job["status"] == "succeeded", job
+    broken.refresh_from_db()
+    assert broken.status == Document.Status.FAILED and "empty" in broken.error
+    assert not store.serves(old)
     answer = lookup(kb.tool, "redis dashboard restart")
     assert answer["evidence_status"] == "READY"
     assert top_doc_id(answer) == redis.doc_key
