@@ -10,9 +10,8 @@ from typing import Any
 from django.urls import reverse
 
 from audit.types import DropReason
-from datasets.evidence import EvidenceKey
 from datasets.models import Document
-from datasets.selectors import documents_by_doc_id
+from datasets.selectors import document_of, documents_by_doc_id
 
 # The pack stage records the excerpt length handed to the agent for each item, not a score.
 CHARS_STAGES = frozenset({"pack"})
@@ -44,14 +43,8 @@ class Stage:
     dropped: list[Candidate]  # what the stage did not keep, each with its reason
 
 
-def doc_id_of(evidence_key: str) -> int | None:
-    """The document id of a `{docId}#chunk-{n}` key; None for a fallback key."""
-    key = EvidenceKey.parse(evidence_key)
-    return int(key.doc_id) if key and key.doc_id.isascii() and key.doc_id.isdigit() else None
-
-
 def _labels(tenant_id: int | None, keys: Iterable[str]) -> dict[int, DocumentLabel]:
-    doc_ids = {doc_id for key in keys if (doc_id := doc_id_of(key)) is not None}
+    doc_ids = {doc_id for key in keys if (doc_id := document_of(key)) is not None}
     if tenant_id is None or not doc_ids:
         return {}
     documents: Mapping[int, Document] = documents_by_doc_id(tenant_id=tenant_id,
@@ -88,7 +81,7 @@ def trace_tables(details: Mapping[str, Any], tenant_id: int | None) -> dict[str,
     labels = _labels(tenant_id, [*keys, *pack_keys])
 
     def candidate(key: str, value: Any = None, *, chars: bool = False) -> Candidate:
-        document = labels.get(doc_id) if (doc_id := doc_id_of(key)) is not None else None
+        document = labels.get(doc_id) if (doc_id := document_of(key)) is not None else None
         if chars:  # stored as a JSON number like the scores: 14.0 reads as 14
             count = int(value) if isinstance(value, float) and value.is_integer() else value
             return Candidate(key, document, chars=count)

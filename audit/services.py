@@ -23,9 +23,8 @@ from audit.models import (
 )
 from audit.privacy import query_fingerprint, raw_queries, texts_hidden
 from audit.types import InvocationRecord
-from datasets.evidence import EvidenceKey
 from datasets.models import ApiKey, Tenant
-from datasets.selectors import db_id
+from datasets.selectors import document_of
 from kbplatform.errors import ErrorCode, NotFound, raised_codes, raised_status
 
 logger = logging.getLogger(__name__)
@@ -93,8 +92,7 @@ def _served_rows(row: ToolInvocation, result: InvocationRecord) -> list[ServedEv
     day = timezone.localtime(row.created_at).date()
     rows: dict[str, ServedEvidence] = {}
     for item in result.ready:
-        key = EvidenceKey.parse(item.document_id)
-        document_id = db_id(key.doc_id) if key else None
+        document_id = document_of(item.document_id)
         if document_id is None or item.document_id in rows:
             continue
         hit = item.document_id in cited

@@ -28,6 +28,11 @@ def stored_lines(value: Any) -> tuple[int, int] | None:
     return None
 
 
+def lines_json(lines: tuple[int, int] | None) -> dict[str, int] | None:
+    """A chunk's lines as evidence carries them: {"start", "end"} (null: none known)."""
+    return {"start": lines[0], "end": lines[1]} if lines else None
+
+
 def git_file_url(location: str, commit: str, path: str) -> str:
     """A repository file's page at `commit` on its host, for a repository reached over
     http(s) ("" for a local one): GitLab's `/-/blob/`, Gitea's and Forgejo's `/src/commit/`,

@@ -31,6 +31,12 @@ def db_id(value: int | str) -> int | None:
     return number if 0 < number <= MAX_DB_ID else None
 
 
+def document_of(evidence_id: str) -> int | None:
+    """The document id an evidence id names (either spelling), else None."""
+    key = EvidenceKey.parse(evidence_id)
+    return db_id(key.doc_id) if key else None
+
+
 def dataset_list(*, caller: Caller) -> QuerySet[Dataset]:
     return caller.datasets().order_by("name")
 
@@ -126,11 +132,7 @@ def live_doc_ids(*, tenant_id: int, dataset_ids: Sequence[int],
                  doc_ids: Collection[int]) -> set[int]:
     """Of `doc_ids`, those a lookup may serve right now. Lookups check every hit against
     this, whatever Milvus says."""
-    if not doc_ids:
-        return set()
-    return set(Document.objects.filter(_servable(tenant_id, dataset_ids),
-                                       doc_id__in=list(doc_ids))
-               .values_list("doc_id", flat=True))
+    return set(served_revisions(tenant_id=tenant_id, dataset_ids=dataset_ids, doc_ids=doc_ids))
 
 
 def served_revisions(*, tenant_id: int, dataset_ids: Sequence[int],

@@ -21,7 +21,7 @@ from audit.types import InvocationRecord, ReadyEvidence, Replay
 from datasets.evidence import EvidenceKey
 from datasets.ingestion.limits import shorten
 from datasets.ingestion.locations import Location
-from datasets.links import DocumentLink
+from datasets.links import DocumentLink, lines_json
 from datasets.selectors import (
     ChunkText,
     chunk_anchors,
@@ -157,7 +157,7 @@ def fetch_evidence(request: FetchRequest) -> Fetched:
         source=document.source_path, title=document.title, breadcrumb=rows[0].breadcrumb,
         location=location.as_dict() if location else None, commit=document.source_commit,
         url=link.evidence_url(location=location, lines=lines),
-        lines={"start": lines[0], "end": lines[1]} if lines else None, text=run.text,
+        lines=lines_json(lines), text=run.text,
         document_ids=keys, truncated=run.truncated,
         previous=served(first - 1, outside[first - 1]) if first - 1 in outside else "",
         next=served(last + 1, outside[last + 1]) if last + 1 in outside else "",

@@ -14,6 +14,7 @@ from typing import Any
 from django.utils import timezone
 
 from audit.types import InvocationRecord, ReadyEvidence, Replay
+from datasets.links import lines_json
 from retrieval.index.milvus.expressions import metadata_clauses
 from retrieval.types import EvidenceStatus, LookupResult, RelevanceLevel
 
@@ -91,9 +92,7 @@ class RagToolResult:
                 location=item.chunk.location.as_dict() if item.chunk.location else None,
                 commit=item.chunk.commit, excerpt=item.excerpt,
                 also_in=tuple(Copy(c.evidence_key, c.source) for c in item.chunk.also_in),
-                url=item.chunk.url, lines=({"start": item.chunk.lines[0],
-                                            "end": item.chunk.lines[1]}
-                                           if item.chunk.lines else None),
+                url=item.chunk.url, lines=lines_json(item.chunk.lines),
                 **(item.chunk.validity.as_dict(today) if item.chunk.validity else {}))
                 for item in items),
             relevance_level=result.relevance_level if ready else RelevanceLevel.NONE,

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from audit.canonical import replayed
-from datasets.evidence import EvidenceKey
-from datasets.selectors import db_id, served_revisions
+from datasets.selectors import document_of, served_revisions
 from kbplatform.errors import NotFound
 
 # What a piece kept before evidence said how current it is reads as: nothing known.
@@ -51,7 +50,7 @@ def replay(*, tenant_id: int, readable: Sequence[int], tool_call_id: str) -> Rep
         raise NotFound(f"no call {tool_call_id!r} this key may replay")
     ids = {item["document_id"] for item in items} | {
         copy["document_id"] for item in items for copy in item["also_in"]}
-    docs = {evidence_id: _doc_id(evidence_id) for evidence_id in ids}
+    docs = {evidence_id: document_of(evidence_id) for evidence_id in ids}
     live = served_revisions(tenant_id=tenant_id, dataset_ids=readable,
                             doc_ids={d for d in docs.values() if d is not None})
     # Neither a piece nor a copy it names (another dataset's, maybe) this key may not read.
@@ -63,8 +62,3 @@ def replay(*, tenant_id: int, readable: Sequence[int], tool_call_id: str) -> Rep
                     evidence_status=row.evidence_status, config_version=row.config_version,
                     index_version=row.index_version, evidence=tuple(shown),
                     withheld=len(items) - len(shown))
-
-
-def _doc_id(evidence_id: str) -> int | None:
-    key = EvidenceKey.parse(evidence_id)
-    return db_id(key.doc_id) if key else None

@@ -13,7 +13,13 @@ from audit.canonical import canonical_store, ready_evidence
 from datasets.auth import Caller
 from datasets.evidence import EvidenceKey
 from datasets.models import Tenant
-from datasets.selectors import dataset_names, datasets_in_scope, db_id, live_doc_ids
+from datasets.selectors import (
+    dataset_names,
+    datasets_in_scope,
+    db_id,
+    document_of,
+    live_doc_ids,
+)
 from kbplatform.errors import ApiError, ErrorCode, ServiceUnavailable
 from retrieval.chat import chat_model_for, translation_model_for
 from retrieval.index import milvus
@@ -284,15 +290,10 @@ def confirmed_evidence(*, tenant_id: int, readable: Sequence[int], document_ids:
     datasets = ready_evidence(tenant_id=tenant_id, document_ids=document_ids,
                               tool_call_id=tool_call_id, session_id=session_id)
     in_scope = [key for key, dataset in datasets.items() if dataset in readable]
-    doc_ids = {_document_of(key) for key in in_scope}
+    doc_ids = {document_of(key) for key in in_scope}
     live = live_doc_ids(tenant_id=tenant_id, dataset_ids=readable,
                         doc_ids={d for d in doc_ids if d is not None})
-    return [key for key in in_scope if _document_of(key) in live]
-
-
-def _document_of(key: str) -> int | None:
-    parsed = EvidenceKey.parse(key)
-    return db_id(parsed.doc_id) if parsed else None
+    return [key for key in in_scope if document_of(key) in live]
 
 
 def _tool(settings: RagSettings, version: int | None, search: VectorSearchService | None,

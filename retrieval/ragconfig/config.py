@@ -203,7 +203,6 @@ def call_filters(raw: Mapping[str, Any]) -> CallFilters:
     return CallFilters(metadata, tuple(documents), match)
 
 
-
 def _parse_kb_scope(raw: object) -> str:
     if not isinstance(raw, str):
         raise ValueError("must be a string")

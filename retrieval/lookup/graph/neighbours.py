@@ -55,9 +55,10 @@ class NeighbourExpander:
         served = {c.evidence_key for c in chunks}  # as served: never one id twice
         for parent, key in wanted:
             hit = found.get(key)
-            if hit is None or evidence_key_of(hit) in served:
+            served_as = evidence_key_of(hit) if hit is not None else ""
+            if hit is None or served_as in served:
                 continue
-            served.add(evidence_key_of(hit))
+            served.add(served_as)
             size = min(len(hit.content.strip()), excerpt_chars)
             if size > budget:
                 break
