@@ -3,6 +3,7 @@ file), chunks."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, cast
 
 from django import forms
@@ -48,6 +49,7 @@ from datasets.services import (
     document_set_activation,
     document_store,
     document_validate,
+    tenant_documents_changed,
 )
 from datasets.slug_secrets import tenant_rename_refusals
 from datasets.sources.locations import source_refusals
@@ -56,8 +58,22 @@ from kbplatform.admin_columns import cut, stacked, when
 from kbplatform.errors import ApiError
 
 
+class FieldNamesField(forms.CharField):
+    """Names written as "team, service", kept as a list."""
+
+    def prepare_value(self, value: Any) -> Any:
+        return ", ".join(value) if isinstance(value, list) else value
+
+    def to_python(self, value: Any) -> list[str]:  # type: ignore[override]
+        return [name for name in re.split(r"[,\s]+", super().to_python(value) or "") if name]
+
+
 class TenantForm(forms.ModelForm[Tenant]):
     may_keep_more = False  # a superuser's form (TenantAdmin.get_form)
+    filterable_fields = FieldNamesField(
+        required=False, label="Filterable fields",
+        help_text=Tenant._meta.get_field("filterable_fields").help_text
+        + " Separated by commas, e.g. team, service.")
 
     def clean_slug(self) -> str:
         slug: str = self.cleaned_data["slug"]
@@ -104,7 +120,8 @@ class TenantAdmin(admin.ModelAdmin[Tenant]):
         return scoped(super().get_queryset(request), request, "pk")
 
     def get_fields(self, request: HttpRequest, obj: Tenant | None = None) -> Any:
-        fields = ["slug", "name", "store_raw_queries", "raw_query_retention_days"]
+        fields = ["slug", "name", "store_raw_queries", "raw_query_retention_days",
+                  "filterable_fields"]
         return [*fields, "staff"] if request.user.is_superuser else fields
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False,
@@ -118,6 +135,11 @@ class TenantAdmin(admin.ModelAdmin[Tenant]):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return request.user.is_superuser and super().has_add_permission(request)
+
+    def save_model(self, request: HttpRequest, obj: Tenant, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        if change and "filterable_fields" in form.changed_data:
+            tenant_documents_changed(tenant_id=obj.pk)
 
 
 class ApiKeyForm(forms.ModelForm[ApiKey]):
@@ -296,7 +318,8 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
     search_fields = ["source_path", "title", "=doc_id"]
     actions = ["activate", "deactivate", "reindex", "delete_documents"]
     readonly_fields = ["doc_id", "dataset", "source_path", "file_name", "title", "domain",
-                       "keywords", "category", "business_key", "language", "content_hash",
+                       "keywords", "category", "business_key", "fields", "owner",
+                       "reviewed_at", "valid_until", "url", "language", "content_hash",
                        "activated", "deleted", "status", "error", "chunk_count", "indexed_hash",
                        "revision", "synced_revision", "source", "source_commit",
                        "source_version", "created_at", "updated_at",

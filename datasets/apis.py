@@ -52,8 +52,9 @@ class DatasetListApi(APIView):
     @extend_schema(operation_id="datasets_list", summary="The datasets this key may see",
                    responses={200: DatasetListOutput, **errors(401, 503)})
     def get(self, request: Request) -> Response:
-        return Response({"datasets": DatasetOutput(dataset_list(caller=caller(request)),
-                                                   many=True).data})
+        who = caller(request)
+        return Response({"datasets": DatasetOutput(dataset_list(caller=who), many=True).data,
+                         "filterable_fields": who.tenant.filterable_fields})
 
     @extend_schema(operation_id="dataset_create", summary="Create a dataset",
                    description="Needs an admin (or platform) key of the whole tenant.",

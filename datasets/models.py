@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
@@ -12,6 +13,8 @@ from django.utils import timezone
 from datasets.evidence import ANCHOR_DIGITS, EvidenceKey
 from datasets.ingestion.formats import Format
 from datasets.ingestion.language import UNKNOWN, Language
+from datasets.ingestion.limits import FIELD_NAME
+from datasets.ingestion.parse import KNOWN_FIELDS
 from kbplatform.env import SLUG_PATTERN
 
 SLUG = RegexValidator(SLUG_PATTERN, "lowercase letters, digits, - and _")
@@ -27,6 +30,34 @@ def new_doc_id() -> int:
     # A stable, globally unique id that is part of every Milvus primary key of the document;
     # 62 bits so that it fits a signed BIGINT. It travels as a string in JSON.
     return secrets.randbits(62) | 1 << 61
+
+
+MAX_FILTERABLE_FIELDS = 10
+# Names a declared field may not take: the frontmatter fields kept apart, the keys of a
+# call's `filters` (retrieval/ragconfig/filters.py) and the names Dify's and OpenAI's filters
+# give the built-in ones (retrieval/tools/compat.py); a test holds them to those.
+RESERVED_FIELD_NAMES = KNOWN_FIELDS | {
+    "document_ids", "source", "format", "tags", "file_name", "updated_after",
+    "updated_before", "fields", "document_id", "updated_at"}
+
+
+def validate_filterable_fields(value: object) -> None:
+    """Names of frontmatter fields, each an identifier no other filter or field uses."""
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise ValidationError("a list of field names")
+    if len(value) > MAX_FILTERABLE_FIELDS:
+        raise ValidationError(f"{MAX_FILTERABLE_FIELDS} fields at most")
+    for name in value:
+        if not FIELD_NAME.fullmatch(name):
+            raise ValidationError(f"{name[:40]!r}: a lower-case identifier (a-z, 0-9, _) of "
+                                  "40 characters at most, starting with a letter")
+        if name in KNOWN_FIELDS:
+            raise ValidationError(f"{name!r} is a frontmatter field of its own (the filters "
+                                  "domain, category, business_key and tags read those)")
+        if name in RESERVED_FIELD_NAMES:
+            raise ValidationError(f"{name!r} names a filter of its own (docs/api.md)")
+    if len(set(value)) != len(value):
+        raise ValidationError("a field is named twice")
 
 
 class Tenant(models.Model):
@@ -49,6 +80,10 @@ class Tenant(models.Model):
         verbose_name="raw query retention (days)",
         help_text="Kept question text is erased after this many days; empty: the deployment's "
                   "KB_AUDIT_RAW_QUERY_RETENTION_DAYS, which is also the most it can be.")
+    filterable_fields = models.JSONField(
+        default=list, db_default=[], blank=True, validators=[validate_filterable_fields],
+        help_text="Frontmatter fields of this tenant's documents an agent's call may filter "
+                  "on, as `filters: {\"fields\": {\"team\": [\"sre\"]}}` (docs/api.md).")
 
     class Meta:
         ordering = ["slug"]
@@ -285,6 +320,10 @@ class Document(models.Model):
         help_text="Frontmatter: until when it holds; past it, its evidence is served `stale`.")
     owner = models.CharField(max_length=200, blank=True, editable=False,
                              help_text="Frontmatter: who answers for it.")
+    fields = models.JSONField(
+        default=dict, db_default={}, blank=True, editable=False,
+        help_text="Frontmatter: its other fields, {name: [values as text]}; the tenant's "
+                  "filterable fields are read from them.")
     url = models.CharField(
         max_length=2000, blank=True, editable=False,
         help_text="Where the original can be read, when it has an address: a web page's URL; "

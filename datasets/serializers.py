@@ -64,6 +64,9 @@ class JobOutput(serializers.ModelSerializer[Job]):
 @extend_schema_serializer(component_name="DatasetList")
 class DatasetListOutput(serializers.Serializer[dict[str, Any]]):
     datasets = DatasetOutput(many=True)
+    filterable_fields = serializers.ListField(
+        child=serializers.CharField(), help_text="The frontmatter fields a call's "
+        "`filters.fields` may name: those the key's tenant declared filterable.")
 
 
 @extend_schema_serializer(component_name="DocumentList")

@@ -38,7 +38,14 @@ from datasets.ingestion.parse import (
 from datasets.ingestion.pipeline import ChunkDraft, Chunking, build_chunks
 from datasets.ingestion.source import stored_source
 from datasets.jobs import JOB_ID, job_create
-from datasets.models import Chunk, Dataset, Document, Job, Tenant
+from datasets.models import (
+    Chunk,
+    Dataset,
+    Document,
+    Job,
+    Tenant,
+    validate_filterable_fields,
+)
 from datasets.originals import (
     original_delete_on_commit,
     original_discard,
@@ -255,6 +262,7 @@ def _fill(document: Document, valid: Validated) -> None:
     document.business_key = parsed.business_key[:200]
     document.reviewed_at, document.valid_until = parsed.reviewed_at, parsed.valid_until
     document.owner = parsed.owner
+    document.fields = {name: list(values) for name, values in parsed.fields.items()}
     document.source_text = valid.source
     document.language = text_language(valid.source)
     document.content_hash = valid.digest
@@ -298,6 +306,22 @@ def dataset_documents_changed(*, dataset_id: int) -> None:
     # A fresh random value, not a count: a count reached again after a rolled-back change
     # (a savepoint, a failed request) would pass a view of the discarded state for current.
     Dataset.objects.filter(pk=dataset_id).update(documents_revision=secrets.randbits(62))
+
+
+def tenant_fields_declare(*, tenant: Tenant, names: list[str]) -> None:
+    """`names` are the frontmatter fields the tenant's calls may filter on (ValidationError
+    naming what is wrong)."""
+    validate_filterable_fields(names)
+    with transaction.atomic():
+        tenant.filterable_fields = list(names)
+        tenant.save(update_fields=["filterable_fields"])
+        tenant_documents_changed(tenant_id=tenant.pk)
+
+
+def tenant_documents_changed(*, tenant_id: int) -> None:
+    """Lookups in every process see each of the tenant's datasets anew: the view of its
+    documents keeps the fields the tenant declared, and those only (retrieval/lookup/l0.py)."""
+    Dataset.objects.filter(tenant_id=tenant_id).update(documents_revision=secrets.randbits(62))
 
 
 def document_delete(*, document: Document) -> None:

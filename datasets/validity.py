@@ -15,6 +15,13 @@ class Validity:
     valid_until: dt.date | None = None  # frontmatter: until when it holds
     owner: str = ""  # frontmatter: who answers for it
 
+    def freshest(self, today: dt.date) -> dt.date:
+        """The last day someone changed or vouched for it: its content's change, or its
+        review if later (a review dated after `today` vouches for nothing yet)."""
+        changed = self.updated_at.date()
+        reviewed = self.reviewed_at if self.reviewed_at and self.reviewed_at <= today else None
+        return max(changed, reviewed) if reviewed else changed
+
     def stale(self, today: dt.date) -> bool:
         """Past the day it holds until."""
         return self.valid_until is not None and self.valid_until < today

@@ -40,6 +40,7 @@ from evaluation.question_sets import (
     BatchQuestion,
     QuestionSetError,
     question_set_parse,
+    undeclared_question,
 )
 from evaluation.runs import (
     MAX_SUITE_QUERIES,
@@ -93,11 +94,16 @@ class BatchRunForm(ConfigVersionForm):
             cleaned["questions"] = [BatchQuestion.of_json(q) for q in stored.questions]
             cleaned["name"] = (cleaned.get("name") or stored.name)[:200]
             return cleaned
+        where = "questions_file" if upload else "questions_text"
         try:
             raw = upload.read(MAX_BYTES + 1) if upload else text.encode("utf-8", "replace")
             cleaned["questions"] = question_set_parse(raw)
         except QuestionSetError as exc:
-            self.add_error("questions_file" if upload else "questions_text", str(exc))
+            self.add_error(where, str(exc))
+        tenant = cleaned.get("tenant")
+        if tenant is not None and (refusal := undeclared_question(
+                cleaned.get("questions", ()), tenant.filterable_fields)):
+            self.add_error(where, refusal)
         name = cleaned.get("name") or (upload.name if upload else "pasted questions")
         cleaned["name"] = name[:200]
         return cleaned

@@ -28,6 +28,7 @@ from evaluation.question_sets import (
     MAX_QUESTIONS,
     QuestionSetError,
     question_set_parse,
+    undeclared_question,
 )
 from kbplatform.admin_columns import cut, stacked, when
 from retrieval.ragconfig.config import RagConfigError
@@ -82,7 +83,11 @@ class QuestionSetForm(forms.ModelForm[QuestionSet]):
             return cleaned
         try:
             raw = upload.read(MAX_BYTES + 1) if upload else text.encode("utf-8", "replace")
-            self.instance.questions = [q.as_json() for q in question_set_parse(raw)]
+            questions = question_set_parse(raw)
+            if tenant is not None and (refusal := undeclared_question(
+                    questions, tenant.filterable_fields)):
+                raise QuestionSetError(refusal)
+            self.instance.questions = [q.as_json() for q in questions]
         except QuestionSetError as exc:
             self.add_error("questions_file" if upload else "questions_text", str(exc))
         else:

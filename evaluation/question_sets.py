@@ -8,10 +8,11 @@ of the one right runbook, or null when nothing in the knowledge base answers it)
 A batch hit test's set, as people upload or paste it in the admin: JSON lines or CSV. JSON
 lines: one object per line with `query` (or `question`), an optional `id`, and the expected
 documents as `expected` (a list, one string, or null) or `expect` (as in the hit-test file;
-other keys are ignored). CSV: a header row naming a `query` (or `question`) column, optional
-`id` and `expected` columns; several expected documents are separated by `|`. An expected
-document is a source path (`web/nginx-502.md`) or a document id; none means off-topic: the
-right answer is EMPTY.
+other keys are ignored), and optionally the question's `filters`, as an agent's call gives
+them (docs/api.md). CSV: a header row naming a `query` (or `question`) column, optional `id`,
+`expected` and `filters` (JSON) columns; several expected documents are separated by `|`. An
+expected document is a source path (`web/nginx-502.md`) or a document id; none means
+off-topic: the right answer is EMPTY.
 """
 
 from __future__ import annotations
@@ -20,11 +21,15 @@ import csv
 import io
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+
+from retrieval.ragconfig.filters import filters_of, undeclared_refusal
+from retrieval.types import CallFilters
 
 MAX_BYTES = 1_000_000
 MAX_QUESTIONS = 2_000
@@ -55,13 +60,31 @@ class BatchQuestion:
     id: str
     query: str
     expected: tuple[str, ...]  # empty: off-topic
+    filters: dict[str, Any] = field(default_factory=dict)  # its call's, as given (checked)
 
     def as_json(self) -> dict[str, Any]:
-        return {"id": self.id, "query": self.query, "expected": list(self.expected)}
+        row = {"id": self.id, "query": self.query, "expected": list(self.expected)}
+        return {**row, "filters": self.filters} if self.filters else row
 
     @classmethod
     def of_json(cls, row: dict[str, Any]) -> BatchQuestion:
-        return cls(id=row["id"], query=row["query"], expected=tuple(row["expected"]))
+        return cls(id=row["id"], query=row["query"], expected=tuple(row["expected"]),
+                   filters=row.get("filters") or {})
+
+    @cached_property
+    def narrowed(self) -> CallFilters:
+        """What its lookup narrows to (read once)."""
+        return filters_of(self.filters)
+
+
+def undeclared_question(questions: Iterable[BatchQuestion], declared: list[str]) -> str | None:
+    """Why a set may not run for a tenant that declared `declared` filterable (a question
+    filtering on a field it did not declare), else None."""
+    for question in questions:
+        refusal = undeclared_refusal(question.narrowed, declared)
+        if refusal:
+            return f"question {question.id}: {refusal}"
+    return None
 
 
 def _text(value: str) -> bool:
@@ -109,7 +132,26 @@ def _question(line: int, row: dict[str, Any]) -> BatchQuestion:
                                "at most")
     expected = row["expected"] if "expected" in row else row.get("expect")
     return BatchQuestion(id=question_id, query=query.strip(),
-                         expected=_expected(line, expected))
+                         expected=_expected(line, expected), filters=_filters(line, row))
+
+
+def _filters(line: int, row: dict[str, Any]) -> dict[str, Any]:
+    """The question's `filters`, checked as a call's are (a CSV cell holds their JSON)."""
+    raw = row.get("filters")
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw) if raw.strip() else None
+        except (ValueError, RecursionError) as exc:
+            raise QuestionSetError(f"line {line}: filters are not JSON") from exc
+    if raw is None or raw == {}:
+        return {}
+    if not isinstance(raw, dict):
+        raise QuestionSetError(f"line {line}: filters are a JSON object")
+    try:
+        filters_of(raw)
+    except ValueError as exc:
+        raise QuestionSetError(f"line {line}: filters: {exc}"[:500]) from exc
+    return raw
 
 
 def _json_lines(text: str) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -141,7 +183,7 @@ def _csv_rows(text: str) -> list[tuple[int, dict[str, Any]]]:
         columns = {(name or "").strip().lower() for name in reader.fieldnames or []}
         if not columns & {"query", "question"}:
             raise QuestionSetError("line 1: a CSV needs a header row with a `query` column "
-                                   "(and optionally `id` and `expected`)")
+                                   "(and optionally `id`, `expected` and `filters`)")
         for row in reader:
             values = {(k or "").strip().lower(): v for k, v in row.items() if k is not None}
             if not any((v or "").strip() for v in values.values() if isinstance(v, str)):
@@ -175,7 +217,7 @@ def question_set_parse(raw: bytes) -> list[BatchQuestion]:
     for place, (line, row) in enumerate(rows, 1):
         question = _question(line, row)
         if not question.id:
-            question = BatchQuestion(f"q{place}", question.query, question.expected)
+            question = replace(question, id=f"q{place}")
         _unique(seen, line, question.id)
         questions.append(question)
     return questions

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +204,8 @@ def run_batch(run: EvaluationRun, job: Job | None,
     first: list[float] = []
     for question in questions:
         started = time.perf_counter()
-        result = lookup_knowledge(filters=filters, query=question.query, overrides=run.settings)
+        result = lookup_knowledge(filters=replace(filters, call=question.narrowed),
+                                  query=question.query, overrides=run.settings)
         latency = (time.perf_counter() - started) * 1000
         if result.evidence_status == "UNAVAILABLE":
             raise RunUnavailable(f"question {question.id}: {result.error}")

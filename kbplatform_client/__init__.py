@@ -83,6 +83,7 @@ class LookupFilters(TypedDict, total=False):
     file_name: list[str]
     updated_after: str  # ISO 8601 date or date-time
     updated_before: str
+    fields: dict[str, list[str]]  # frontmatter fields the tenant declared filterable
 
 
 class GuardResult(TypedDict):
@@ -134,6 +135,7 @@ class CheckedSentence(TypedDict):
     support: float  # the best served chunk's share of its content terms
     evidence: list[str]  # served chunks that support it, best first
     cited: list[str]
+    judged_by: str  # words | model
 
 
 class VerifyResult(TypedDict):
@@ -141,6 +143,7 @@ class VerifyResult(TypedDict):
     unsupported: list[str]  # the sentences nothing served supports
     evidence_checked: int
     skipped: int
+    judge: str | None  # the chat model that judged (judge=True)
 
 
 class RatingResult(TypedDict):
@@ -226,10 +229,11 @@ class KbClient:
         return cast(ReplayResult, self._json(
             "GET", f"/api/evidence/{urllib.parse.quote(tool_call_id, safe='')}"))
 
-    def verify_answer(self, answer: str, *, tool_call_id: str = "",
-                      session_id: str = "") -> VerifyResult:
-        """Which sentences of `answer` the evidence served to the call (or session) supports."""
-        body: dict[str, Any] = {"answer": answer}
+    def verify_answer(self, answer: str, *, tool_call_id: str = "", session_id: str = "",
+                      judge: bool = False) -> VerifyResult:
+        """Which sentences of `answer` the evidence served to the call (or session) supports;
+        `judge`: the tenant's chat model decides too."""
+        body: dict[str, Any] = {"answer": answer, **({"judge": True} if judge else {})}
         body.update({k: v for k, v in (("tool_call_id", tool_call_id),
                                        ("session_id", session_id)) if v})
         return cast(VerifyResult, self._json("POST", "/api/tools/verify_answer", body))
@@ -261,7 +265,9 @@ class KbClient:
     def call_tool(self, name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """A tool by the name of GET /api/tools/schema, with an agent's arguments."""
         if name == "list_datasets":  # what lookups may search, as the MCP tool lists them
-            return {"datasets": [d for d in self.datasets() if d["activated"]]}
+            listed = self._json("GET", "/api/datasets")
+            return {"datasets": [d for d in listed["datasets"] if d["activated"]],
+                    "filterable_fields": listed["filterable_fields"]}
         if name in ("evidence_guard", "rate_evidence", "verify_answer"):
             return dict(self._json("POST", f"/api/tools/{name}", dict(arguments)))
         paths = {"lookup_knowledge": "/api/tools/lookup_knowledge",
@@ -295,6 +301,10 @@ class KbClient:
 
     def datasets(self) -> list[Dataset]:
         return cast(list[Dataset], self._json("GET", "/api/datasets")["datasets"])
+
+    def filterable_fields(self) -> list[str]:
+        """The frontmatter fields a call's `filters={"fields": …}` may name (the tenant's)."""
+        return cast(list[str], self._json("GET", "/api/datasets")["filterable_fields"])
 
     def upload(self, dataset_id: int, file_name: str, content: bytes) -> dict[str, Any]:
         """Upload (admin keys) one document, in any format the API reads (markdown, PDF,

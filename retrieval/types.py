@@ -49,19 +49,26 @@ class MetadataFilter:
 @dataclass(frozen=True)
 class DocumentMatch:
     """A call's filters on what the documents' rows hold and the chunks in Milvus do not: its
-    source path, format and frontmatter tags. Resolved to the documents they match among
-    those the lookup may serve, which narrow it as `document_ids` do. An empty tuple matches
-    everything."""
+    source path, format, frontmatter tags and the frontmatter fields its tenant declared
+    filterable. Resolved to the documents they match among those the lookup may serve, which
+    narrow it as `document_ids` do. An empty tuple matches everything."""
 
     source: tuple[str, ...] = ()  # path prefixes (a folder, a file's path)
     format: tuple[str, ...] = ()  # md, pdf, docx...
     tags: tuple[str, ...] = ()  # frontmatter keywords, case aside
+    # (field, its values): each field must hold one of its values, case aside.
+    fields: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.field_names())
 
     def field_names(self) -> list[str]:
-        return [f.name for f in fields(self) if getattr(self, f.name)]
+        named = [f.name for f in fields(self) if f.name != "fields" and getattr(self, f.name)]
+        return [*named, *(f"fields.{name}" for name, _ in self.fields)]
+
+    def undeclared(self, declared: Sequence[str]) -> list[str]:
+        """The fields it filters on that are not among `declared` (the tenant's)."""
+        return [name for name, _ in self.fields if name not in declared]
 
 
 @dataclass(frozen=True)

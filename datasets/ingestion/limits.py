@@ -8,6 +8,8 @@ With these bounds a chunk's search text is at most MAX_SEARCH_TEXT_CHARS whateve
 
 from __future__ import annotations
 
+import re
+
 # A title is read in result lists and repeated into every chunk's search text; 200
 # characters is a long sentence, and a derived title (H1 or file name) longer than that is
 # a paragraph written as a heading.
@@ -54,6 +56,13 @@ MAX_OWNER_CHARS = 200  # Document.owner
 MAX_CATEGORY_BYTES = 100
 MAX_KEYWORDS = 50
 MAX_KEYWORD_CHARS = 100
+# Other frontmatter fields (`team: sre`, `service: [billing, orders]`) are kept for the filters
+# a tenant declares: named by a lower-case identifier, with a few short values. A field past
+# these bounds is left out, not refused: nobody filters on it, and no upload fails for it.
+MAX_FIELDS = 20
+MAX_FIELD_VALUES = 20
+MAX_FIELD_VALUE_CHARS = 200
+FIELD_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 
 ELLIPSIS = "…"
 

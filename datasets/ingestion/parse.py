@@ -16,9 +16,13 @@ from markdown_it.rules_core import StateCore
 from markdown_it.token import Token
 
 from datasets.ingestion.limits import (
+    FIELD_NAME,
     MAX_BUSINESS_KEY_CHARS,
     MAX_CATEGORY_BYTES,
     MAX_DOMAIN_CHARS,
+    MAX_FIELD_VALUE_CHARS,
+    MAX_FIELD_VALUES,
+    MAX_FIELDS,
     MAX_FRONTMATTER_CHARS,
     MAX_FRONTMATTER_TITLE_CHARS,
     MAX_KEYWORD_CHARS,
@@ -37,7 +41,8 @@ _MAX_CONTROL_SHARE = 0.05
 _ALLOWED_CONTROLS = frozenset("\t\n\r\f\v")
 _KEYWORD_SEPARATORS = re.compile(r"[,，、]")
 _LEADING_BLANK_LINES = re.compile(r"\A(?:[ \t]*\n)+")
-_KNOWN_FIELDS = frozenset({"title", "domain", "keywords", "category", "business_key",
+# Frontmatter fields kept on the document as its own columns; the others are its `fields`.
+KNOWN_FIELDS = frozenset({"title", "domain", "keywords", "category", "business_key",
                            "reviewed_at", "valid_until", "owner"})
 
 
@@ -82,7 +87,8 @@ class ParsedDocument:
     keywords: tuple[str, ...]
     category: str
     business_key: str
-    extra: dict[str, str] = field(default_factory=dict)
+    # Its other frontmatter fields, each value as text: what a tenant's declared filters read.
+    fields: dict[str, tuple[str, ...]] = field(default_factory=dict)
     first_line: int = 1  # the file's line `body` begins on (after the frontmatter)
     # How current it is, as its author says: when it was last reviewed, until when it holds,
     # who answers for it.
@@ -137,12 +143,18 @@ def parse_markdown(raw: bytes, *, file_name: str, max_bytes: int,
         keywords=keywords,
         category=category,
         business_key=business_key,
-        extra=_extra(metadata),
+        fields=_fields(metadata),
         first_line=first_line,
         reviewed_at=reviewed_at,
         valid_until=valid_until,
         owner=owner,
     )
+
+
+def frontmatter_fields(text: str) -> dict[str, tuple[str, ...]]:
+    """A stored document's other frontmatter fields, as parse_markdown keeps them, without
+    parsing its markdown (DocumentParseError when the frontmatter does not read)."""
+    return _fields(_split_frontmatter(text)[0])
 
 
 def _decode(raw: bytes, *, max_bytes: int) -> str:
@@ -362,17 +374,32 @@ def _keywords(value: object) -> tuple[str, ...]:
     return tuple(keywords)
 
 
-def _extra(metadata: dict[str, Any]) -> dict[str, str]:
-    """Other scalar fields as text; lists, mappings and sets (e.g. a tool's `tags`) are dropped."""
-    extra: dict[str, str] = {}
+def _field_text(value: object) -> str | None:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float | dt.date):
+        text = _scalar_text("", value).strip()
+        return text if 0 < len(text) <= MAX_FIELD_VALUE_CHARS else None
+    return None  # a mapping, a null: nothing to filter on
+
+
+def _fields(metadata: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """The other fields, named by a lower-case identifier, each a scalar or a list of them,
+    as text (MAX_FIELDS of them at most, in their order; what is past the bounds is left
+    out)."""
+    kept: dict[str, tuple[str, ...]] = {}
     for key, value in metadata.items():
-        if key in _KNOWN_FIELDS:
+        name = str(key).strip().lower()
+        if name in KNOWN_FIELDS or name in kept or not FIELD_NAME.fullmatch(name):
             continue
-        if isinstance(value, bool):
-            extra[key] = "true" if value else "false"
-        elif value is None or isinstance(value, str | int | float | dt.date):
-            extra[key] = _scalar_text(key, value)
-    return extra
+        items = value if isinstance(value, list) else [value]
+        texts = [text for item in items[:MAX_FIELD_VALUES]
+                 if (text := _field_text(item)) is not None]
+        if texts:
+            kept[name] = tuple(dict.fromkeys(texts))
+        if len(kept) == MAX_FIELDS:
+            break
+    return kept
 
 
 def _first_h1(tokens: list[Token]) -> str:

@@ -22,7 +22,7 @@ from audit.admin_display import trace_tables
 from retrieval.admin.forms import ConfigVersionForm
 from retrieval.lookup.hit_test import HitTest, compared, hit_test_question
 from retrieval.ragconfig.config import RagConfigConverter, RagConfigError
-from retrieval.ragconfig.filters import filters_from
+from retrieval.ragconfig.filters import filters_from, undeclared_refusal
 from retrieval.ragconfig.models import RagConfig, RagConfigChange
 from retrieval.ragconfig.selectors import draft_settings
 from retrieval.types import CallFilters
@@ -70,6 +70,11 @@ class HitTestForm(ConfigVersionForm):
         cleaned = super().clean()
         tenant = cleaned.get("tenant")
         cleaned["compared"] = self.tenant_change(tenant, "compare") if tenant else None
+        narrowed = cleaned.get("filters")
+        refusal = undeclared_refusal(narrowed, tenant.filterable_fields) if (
+            tenant is not None and narrowed is not None) else None
+        if refusal:
+            self.add_error("filters", refusal)
         cleaned["draft_settings"] = None
         if tenant is not None and cleaned.get("draft"):
             try:

@@ -20,7 +20,7 @@ from django.db.models import F, Q, QuerySet
 
 from datasets.ingestion.language import UNKNOWN
 from datasets.links import DocumentLink
-from datasets.models import Document
+from datasets.models import Document, Tenant
 from datasets.validity import Validity
 from retrieval.lookup.revisions import Revisions
 from retrieval.lookup.transform import L0Document, L0Index
@@ -29,6 +29,24 @@ from retrieval.types import DocumentMatch
 # Deactivated documents excluded in the Milvus filter itself, so that they do not take places
 # in the top-k. Beyond this many, the rest are dropped by the lookup's guard after the search.
 MAX_EXCLUDED = 1000
+
+
+@dataclass(frozen=True)
+class DocumentFacts:
+    """What a call's DocumentMatch reads of one document, case folded where it compares
+    case aside."""
+
+    path: str
+    format: str
+    tags: frozenset[str]
+    fields: Mapping[str, frozenset[str]]
+
+    def matches(self, match: DocumentMatch, tags: set[str]) -> bool:
+        return ((not match.source or self.path.startswith(match.source))
+                and (not match.format or self.format in match.format)
+                and (not tags or bool(self.tags & tags))
+                and all(self.fields.get(name, frozenset()).intersection(values)
+                        for name, values in match.fields))
 
 
 @dataclass(frozen=True)
@@ -43,21 +61,19 @@ class DocumentsView:
     # The languages the live documents are written in (zh, en; a document without text yet
     # has none): a question in another one is translated (lookup/graph/translate.py).
     languages: frozenset[str]
-    # Each live document's source path, format and tags (lower-cased): what a call's
-    # DocumentMatch reads.
-    facts: Mapping[int, tuple[str, str, frozenset[str]]] = field(
+    # Each live document's source path, format, tags and the fields its tenant declared: what
+    # a call's DocumentMatch reads.
+    facts: Mapping[int, DocumentFacts] = field(
         default_factory=lambda: MappingProxyType({}))
     # Each live document's link parts and validity: what its evidence says of it.
     links: Mapping[int, DocumentLink] = field(default_factory=lambda: MappingProxyType({}))
     validity: Mapping[int, Validity] = field(default_factory=lambda: MappingProxyType({}))
 
     def matching(self, match: DocumentMatch) -> frozenset[int]:
-        """The live documents the call's source / format / tags match (each key given)."""
+        """The live documents the call's source / format / tags / fields match (each key
+        given)."""
         tags = {tag.casefold() for tag in match.tags}
-        return frozenset(doc for doc, (path, fmt, keywords) in self.facts.items()
-                         if (not match.source or path.startswith(match.source))
-                         and (not match.format or fmt in match.format)
-                         and (not tags or keywords & tags))
+        return frozenset(doc for doc, facts in self.facts.items() if facts.matches(match, tags))
 
 
 # (tenant, datasets) → (the datasets' (pk, created_at, revision), the view). created_at tells
@@ -81,15 +97,19 @@ def documents_view(*, tenant_id: int, dataset_ids: Sequence[int],
         cached = _cache.get(key)
         if cached and cached[0] == fingerprint:
             return cached[1]
+    # The fields the tenant declared filterable: the only ones a call's filters may name
+    # (declaring them renews the tenant's views: datasets/services.py).
+    declared = Tenant.objects.filter(pk=tenant_id).values_list(
+        "filterable_fields", flat=True).first() or []
     rows = list(_documents(tenant_id, key[1]).filter(deleted=False, activated=True)
                 .values_list("doc_id", "title", "domain", "keywords", "category", "language",
                              "source_path", "format", "pk", "url", "content_updated_at",
-                             "reviewed_at", "valid_until", "owner"))
+                             "reviewed_at", "valid_until", "owner", "fields"))
     documents = [L0Document(doc_id=str(doc_id), title=title, domain=domain,
                             keywords=tuple(keywords or ()), category=category)
                  for doc_id, title, domain, keywords, category, *_ in rows]
     links, validity = {}, {}
-    for doc_id, *_, fmt, pk, url, updated_at, reviewed_at, valid_until, owner in rows:
+    for doc_id, *_, fmt, pk, url, updated_at, reviewed_at, valid_until, owner, _ in rows:
         links[doc_id] = DocumentLink(pk=pk, format=fmt, url=url)
         validity[doc_id] = Validity(updated_at, reviewed_at, valid_until, owner)
     excluded = (_documents(tenant_id, key[1])
@@ -100,9 +120,12 @@ def documents_view(*, tenant_id: int, dataset_ids: Sequence[int],
                          live=frozenset(int(d.doc_id) for d in documents),
                          languages=frozenset(row[5] for row in rows if row[5] != UNKNOWN),
                          facts=MappingProxyType({
-                             doc_id: (path, fmt, frozenset(str(k).casefold()
-                                                           for k in keywords or ()))
-                             for doc_id, _, _, keywords, _, _, path, fmt, *_ in rows}),
+                             doc_id: DocumentFacts(
+                                 path, fmt, frozenset(str(k).casefold() for k in keywords or ()),
+                                 {name: frozenset(str(v).casefold() for v in values)
+                                  for name, values in (named or {}).items()
+                                  if name in declared})
+                             for doc_id, _, _, keywords, _, _, path, fmt, *_, named in rows}),
                          links=MappingProxyType(links), validity=MappingProxyType(validity))
     with _lock:
         _cache[key] = (fingerprint, view)

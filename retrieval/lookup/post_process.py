@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -22,6 +22,7 @@ from datasets.links import stored_lines
 from retrieval.analysis import contains_term, normalize_text
 from retrieval.lexical import QueryTerms, query_terms, vocabulary_terms
 from retrieval.types import (
+    RRF_K,
     PostProcessed,
     QueryHints,
     RelevanceLevel,
@@ -156,9 +157,13 @@ class KnowledgeEvidencePostProcessor:
         self.normalizer = RetrievalScoreNormalizer(max_l2_distance)
 
     def process(self, hits: Sequence[SearchHit], mode: SearchMode, hints: QueryHints,
-                query: str = "") -> PostProcessed:
+                query: str = "", prior: Callable[[str], float] | None = None
+                ) -> PostProcessed:
         """The gate reads each chunk's quality and its lexical support (see `_judged`);
-        `query` is the caller's question, whose own words the chunks' text is checked for."""
+        `query` is the caller's question, whose own words the chunks' text is checked for.
+        `prior` (the recency prior: a document id → its weight, 0.5-1) orders the judged
+        chunks by weight / (RRF_K + place) before the limits pick: their qualities, and so
+        the answer's relevance level, are those of their places in the store's order."""
         ordered = sorted(hits, key=lambda h: h.rank)  # stable: ties keep the store's order
         terms = query_terms(query)
         judged: list[tuple[ScoredChunk, float]] = []
@@ -178,6 +183,10 @@ class KnowledgeEvidencePostProcessor:
             judged.append((self._scored(hit, key, quality, mode), support))
             hit_of[key] = hit
 
+        if prior is not None:
+            weighted = sorted(enumerate(judged, 1), key=lambda pair: -prior(pair[1][0].doc_id)
+                              / (RRF_K + pair[0]))
+            judged = [pair for _, pair in weighted]
         top_quality = max((c.quality for c, _ in judged), default=0.0)
         top_support = max((support for _, support in judged), default=0.0)
         level = (RelevanceLevel.PRECISE if top_quality >= self.precise_threshold else

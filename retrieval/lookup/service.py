@@ -39,6 +39,7 @@ from retrieval.ragconfig.config import (
     RagConfigError,
     metadata_filter,
 )
+from retrieval.ragconfig.filters import undeclared_refusal
 from retrieval.ragconfig.selectors import checked_settings, rag_config_for
 from retrieval.ragconfig.settings import RagSettings
 from retrieval.types import (
@@ -60,6 +61,7 @@ def lookup_scope(*, caller: Caller, requested: Sequence[int] | None,
     """Tenant and datasets come from the key; `requested` and the call's filters (`narrowed`,
     compared inside the Milvus query) may only narrow them.
 
+    A filter on a field the tenant did not declare filterable is refused (400).
     A dataset the key may not read (another tenant's, out of its scope, deactivated) is
     refused in exactly the words of one that does not exist: the answer reveals nothing.
     """
@@ -70,7 +72,16 @@ def lookup_scope(*, caller: Caller, requested: Sequence[int] | None,
         if unknown:
             raise ApiError(f"unknown dataset ids: {unknown}", code=ErrorCode.UNKNOWN_DATASET)
         allowed = wanted
+    declared_fields_checked(caller, narrowed)
     return SearchFilters(tenant_id=caller.tenant.pk, dataset_ids=tuple(allowed), call=narrowed)
+
+
+def declared_fields_checked(caller: Caller, narrowed: CallFilters) -> None:
+    """A 400 when the call filters on a field its tenant did not declare filterable."""
+    refusal = undeclared_refusal(narrowed, caller.tenant.filterable_fields)
+    if refusal:
+        raise ApiError(refusal, code=ErrorCode.INVALID,
+                       extra={"fields": {"filters": {"fields": [refusal]}}})
 
 
 @dataclass(frozen=True)
@@ -305,4 +316,5 @@ def _tool(settings: RagSettings, version: int | None, search: VectorSearchServic
         settings=settings, config_version=version, reranker=configured_reranker(),
         chat=chat_model_for(config), synonyms=synonyms,
         translation_model=translation_model_for(config),
-        languages=view.languages if view else frozenset())
+        languages=view.languages if view else frozenset(),
+        validity=view.validity if view else None)

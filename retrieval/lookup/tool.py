@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
+from django.utils import timezone
+
+from datasets.validity import Validity
 from retrieval.analysis import normalize_text
 from retrieval.chat import ChatModel
 from retrieval.index.search import VectorSearchService
@@ -15,6 +18,7 @@ from retrieval.lookup.graph.model_transform import ModelQueryTransformer
 from retrieval.lookup.graph.plan import build_graph
 from retrieval.lookup.graph.ports import QueryTransformPort, RerankPort
 from retrieval.lookup.graph.query_transform import DeterministicQueryTransformer
+from retrieval.lookup.graph.recency import RecencyPrior
 from retrieval.lookup.graph.retrievers import REGISTRY
 from retrieval.lookup.graph.run import (
     BACKEND_ERRORS,
@@ -63,7 +67,8 @@ class LookupKnowledgeTool:
                  config_version: int | None = None,
                  reranker: RerankPort | None = None, chat: ChatModel | None = None,
                  synonyms: Synonyms = NO_SYNONYMS, translation_model: ChatModel | None = None,
-                 languages: frozenset[str] = frozenset()) -> None:
+                 languages: frozenset[str] = frozenset(),
+                 validity: Mapping[int, Validity] | None = None) -> None:
         self.search = search  # None: nothing to search (the result is EMPTY or UNAVAILABLE)
         self.l0_index = l0_index
         self.live_documents = live_documents
@@ -77,6 +82,8 @@ class LookupKnowledgeTool:
         # and the languages of the searched documents, which say whether it is asked.
         self.translation_model = translation_model
         self.languages = languages
+        # How current each servable document is: what the recency prior reads.
+        self.validity = validity or {}
         self.graph = build_graph(settings, REGISTRY)
 
     def run(self, request: LookupRequest) -> LookupResult:
@@ -95,7 +102,9 @@ class LookupKnowledgeTool:
             judge=ModelQualityJudge(self.chat) if self.chat else None, synonyms=self.synonyms,
             translator=QueryTranslator(model=self.translation_model,
                                        tenant_id=request.filters.tenant_id),
-            languages=self.languages)
+            languages=self.languages,
+            recency=RecencyPrior(s.recency_half_life_days, self.validity, timezone.localdate())
+            if s.recency_half_life_days else None)
         clock = Clock()
         log = GraphRun(plan=self.graph.describe())
         try:

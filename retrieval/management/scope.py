@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from django.core.management.base import CommandError, CommandParser
 
 from datasets.models import Dataset, Tenant
-from retrieval.ragconfig.filters import filters_from
+from retrieval.ragconfig.filters import filters_from, undeclared_refusal
 from retrieval.types import CallFilters, SearchFilters
 
 
@@ -32,11 +32,15 @@ def command_filters(*, tenant_slug: str, dataset_names: Sequence[str],
             raise CommandError(f"tenant {tenant.slug} has no active dataset {sorted(missing)}")
     return SearchFilters(tenant_id=tenant.pk,
                          dataset_ids=tuple(datasets.values_list("pk", flat=True)),
-                         call=_call_filters(narrowed))
+                         call=_call_filters(narrowed, tenant))
 
 
-def _call_filters(text: str) -> CallFilters:
+def _call_filters(text: str, tenant: Tenant) -> CallFilters:
     try:
-        return filters_from(text)
+        filters = filters_from(text)
     except ValueError as exc:
         raise CommandError(f"--filters: {exc}") from exc
+    refusal = undeclared_refusal(filters, tenant.filterable_fields)
+    if refusal:
+        raise CommandError(f"--filters: {refusal}")
+    return filters

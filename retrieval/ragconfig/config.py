@@ -189,8 +189,11 @@ def call_filters(raw: Mapping[str, Any]) -> CallFilters:
     contract's validated data (ragconfig/filters.py); ValueError on what it leaves."""
     values = dict(raw)
     named = values.pop("document_ids", None)
+    asked_fields = values.pop("fields", {})
     match = DocumentMatch(**{key: tuple(dict.fromkeys(values.pop(key)))
-                             for key in DOCUMENT_MATCH_KEYS if key in values})
+                             for key in DOCUMENT_MATCH_KEYS if key in values},
+                          fields=tuple((name, tuple(dict.fromkeys(v.casefold() for v in items)))
+                                       for name, items in asked_fields.items()))
     metadata = metadata_filter(_parse_filters(values)) if values else MetadataFilter()
     if named is None:
         return CallFilters(metadata, match=match)

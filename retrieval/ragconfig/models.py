@@ -99,6 +99,7 @@ class RagConfig(models.Model):
     retrieve_k = models.PositiveIntegerField(**_setting("retrieve_k"))
     return_n = models.PositiveIntegerField(**_setting("return_n"))
     max_chunks_per_document = models.PositiveIntegerField(**_setting("max_chunks_per_document"))
+    recency_half_life_days = models.PositiveIntegerField(**_setting("recency_half_life_days"))
     reference_threshold = models.FloatField(**_setting("reference_threshold"))
     precise_threshold = models.FloatField(**_setting("precise_threshold"))
     max_l2_distance = models.FloatField(null=True, blank=True, **_setting("max_l2_distance"))
@@ -144,6 +145,9 @@ class RagConfig(models.Model):
             _check(Q(agentic_quality_threshold__gte=0, agentic_quality_threshold__lte=1),
                    "agentic_threshold_in_unit_range",
                    "agentic_quality_threshold must lie between 0 and 1"),
+            _check(Q(recency_half_life_days__gte=0, recency_half_life_days__lte=3650),
+                   "recency_half_life_in_range",
+                   "recency_half_life_days must lie between 0 and 3650"),
             _check(Q(translation_budget_ms__gte=100, translation_budget_ms__lte=60_000),
                    "translation_budget_in_range",
                    "translation_budget_ms must lie between 100 and 60000"),

@@ -235,6 +235,17 @@ class RagSettings:
              "return_n (at least return_n). More may find more, and takes longer.")
     return_n: int = knob(
         5, bounds=(1, 200), help="The most evidence items a lookup hands the agent.")
+    # Off by default: on the held-out question sets it changes nothing where the documents
+    # are of one age, and costs 1-5 of 142 right-first answers where their ages say nothing of
+    # relevance (docs/benchmarks.md, "Recency prior").
+    recency_half_life_days: int = knob(
+        0, bounds=(0, 3650),
+        help="0: off. Otherwise a document's candidates count less the older it is: the age "
+             "(since its content last changed, or its frontmatter reviewed_at if later) at "
+             "which they count three quarters, halving the rest each such period again, "
+             "never below half. It orders the candidates the relevance gate keeps; their "
+             "qualities, and the answer's relevance level, stay those of their places in "
+             "the search.")
     max_chunks_per_document: int = knob(
         2, bounds=(1, 50),
         help="The most items one document may give one answer, so that a long document "

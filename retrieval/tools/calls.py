@@ -8,7 +8,7 @@ key.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from audit.models import Rating
@@ -18,15 +18,24 @@ from audit.types import InvocationRecord
 from datasets.auth import Caller
 from datasets.selectors import dataset_list, readable_datasets
 from datasets.serializers import DatasetOutput
+from kbplatform.errors import ApiError, ErrorCode, ServiceUnavailable
 from retrieval.answers.agentic import agentic_answer
 from retrieval.answers.answer import AnswerStatus
 from retrieval.answers.rag_node import DatasetRef, NodeInput, NodeStatus, rag_node
 from retrieval.answers.service import rag_answer
-from retrieval.answers.verify import served_texts, verify
+from retrieval.answers.verify import Verification, judged, served_texts, verify
+from retrieval.chat import ChatModelError, chat_model_for
 from retrieval.lookup.fetch import FETCH_DEFAULT_CHARS, Fetched, FetchRequest, fetch_evidence
 from retrieval.lookup.project import titled
 from retrieval.lookup.replay import replay
-from retrieval.lookup.service import confirmed_evidence, lookup_scope, served_lookup
+from retrieval.lookup.service import (
+    confirmed_evidence,
+    declared_fields_checked,
+    lookup_scope,
+    served_lookup,
+)
+from retrieval.ragconfig.config import RagConfigConverter, RagConfigError
+from retrieval.ragconfig.selectors import rag_config_for
 from retrieval.types import CallFilters, EvidenceStatus, SearchFilters
 
 
@@ -87,6 +96,7 @@ class VerifyArgs:
     answer: str
     tool_call_id: str = ""
     session_id: str = ""
+    judge: bool = False  # the tenant's chat model judges the sentences too
 
 
 @dataclass(frozen=True)
@@ -147,6 +157,7 @@ def rag_agentic_call(who: Caller, args: LookupArgs) -> ToolCall:
 
 
 def rag_node_call(who: Caller, node: NodeInput) -> ToolCall:
+    declared_fields_checked(who, node.filters)
     readable = [DatasetRef(pk, name) for pk, name in readable_datasets(caller=who)]
     done = rag_node(tenant_id=who.tenant.pk, readable=readable, node=node)
     outcome = done.outcome
@@ -205,7 +216,8 @@ def research_fetch_call(who: Caller, args: ResearchFetchArgs) -> ToolCall:
 def list_datasets_call(who: Caller, args: None) -> ToolCall:
     """The datasets the key's lookups may search (GET /api/datasets' shape)."""
     readable = dataset_list(caller=who).filter(activated=True)
-    return ToolCall({"datasets": DatasetOutput(readable, many=True).data})
+    return ToolCall({"datasets": DatasetOutput(readable, many=True).data,
+                     "filterable_fields": who.tenant.filterable_fields})
 
 
 def evidence_guard_call(who: Caller, args: GuardArgs) -> ToolCall:
@@ -229,11 +241,15 @@ def verify_answer_call(who: Caller, args: VerifyArgs) -> ToolCall:
     served = served_texts(tenant_id=who.tenant.pk, readable=who.readable_dataset_ids(),
                           tool_call_id=args.tool_call_id, session_id=args.session_id)
     done = verify(args.answer, served)
+    if args.judge:
+        done = _judged(who, done, served)
     config = served_config(tenant_id=who.tenant.pk, tool_call_id=args.tool_call_id,
                            session_id=args.session_id)
     config_id, version = config or (None, None)
     counts = {"sentences": len(done.sentences), "unsupported": len(done.unsupported),
-              "evidence": done.evidence, "skipped": done.skipped}
+              "evidence": done.evidence, "skipped": done.skipped,
+              "judge": done.judge or None,
+              "judged": sum(s.judged_by == "model" for s in done.sentences)}
     # Counted for a config only when its evidence was read (not after the call's record
     # expired, nor for a call that served this key nothing) and the config is known.
     counted = bool(served) and config is not None and bool(done.sentences)
@@ -245,9 +261,30 @@ def verify_answer_call(who: Caller, args: VerifyArgs) -> ToolCall:
         config_id=config_id, error="", details={"verified": counts},
         tool_name="verify_answer",
         checked=(len(done.sentences), len(done.unsupported)) if counted else None)
-    return ToolCall({"sentences": [asdict(s) for s in done.sentences],
+    return ToolCall({"sentences": [s.as_dict() for s in done.sentences],
                      "unsupported": list(done.unsupported), "evidence_checked": done.evidence,
-                     "skipped": done.skipped}, record)
+                     "skipped": done.skipped, "judge": done.judge or None}, record)
+
+
+def _judged(who: Caller, done: Verification, served: dict[str, str]) -> Verification:
+    """`done` judged by the chat model of the config serving the key's datasets: a 400 when
+    none is configured, a 503 when it fails (the words' verdicts are no answer to a judge
+    asked for)."""
+    try:
+        serving = rag_config_for(tenant_id=who.tenant.pk,
+                                 dataset_ids=who.readable_dataset_ids())
+    except RagConfigError as exc:
+        raise ServiceUnavailable("the tenant's RAG config does not validate; the chat model "
+                                 "cannot be named") from exc
+    model = chat_model_for(RagConfigConverter.to_dict(serving.settings))
+    if model is None:
+        raise ApiError("judge: no chat model is configured for this tenant (its RagConfig's "
+                       "chat_base_url, or the deployment's KB_CHAT_BASE_URL)",
+                       code=ErrorCode.INVALID, extra={"fields": {"judge": ["no chat model"]}})
+    try:
+        return judged(done, served, model)
+    except ChatModelError as exc:
+        raise ServiceUnavailable(f"the chat model could not judge the answer: {exc}") from exc
 
 
 def replay_evidence_call(who: Caller, args: ReplayArgs) -> ToolCall:

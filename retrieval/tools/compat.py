@@ -17,6 +17,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 
 from datasets.auth import Caller
+from datasets.ingestion.limits import FIELD_NAME
 from datasets.selectors import db_id, readable_datasets
 from kbplatform.errors import ErrorCode, NotFound
 from retrieval.lookup.project import Evidence, LookupViews
@@ -30,6 +31,7 @@ from retrieval.types import CallFilters, EvidenceStatus
 
 FIELDS = ("category", "domain", "business_key", "file_name")  # frontmatter, and file name
 UPDATED = "updated_at"  # when a document's content last changed
+_DATES = ("updated_after", "updated_before")
 MAX_CONDITIONS = 10
 
 
@@ -45,10 +47,25 @@ def _knowledge(who: Caller, name: str) -> int:
     return found
 
 
+def _field_key(name: object) -> str | None:
+    """The key under which a condition on `name` is kept: a built-in filter's own, or
+    `fields.<name>` for a field the tenant may have declared filterable (lookup_scope refuses
+    one it did not); None for no name a filter could have."""
+    if name in FIELDS:
+        return str(name)
+    if isinstance(name, str) and FIELD_NAME.fullmatch(name) and name not in (UPDATED,
+                                                                             "document_id"):
+        return f"fields.{name}"
+    return None
+
+
 def _narrowed(asked: dict[str, Any]) -> CallFilters:
     """The conditions as a call's `filters`, under the tools' own contract (its keys, its
     bounds: at most 50 values of 200 characters, 100 documents)."""
-    data = LookupFiltersInput(data=asked)
+    declared = {key.removeprefix("fields."): values for key, values in asked.items()
+                if key.startswith("fields.")}
+    asked = {key: values for key, values in asked.items() if not key.startswith("fields.")}
+    data = LookupFiltersInput(data={**asked, "fields": declared} if declared else asked)
     if not data.is_valid():
         raise serializers.ValidationError(data.errors)
     filters: CallFilters = data.validated_data
@@ -97,7 +114,8 @@ class DifyRetrievalInput(serializers.Serializer[dict[str, Any]]):
     metadata_condition = serializers.JSONField(
         required=False, allow_null=True, help_text="{logical_operator, conditions: [{name, "
         "comparison_operator, value}]}: `is`/`in` on category, domain, business_key, "
-        "file_name, document_id; `after`/`before` on updated_at (ISO 8601 or epoch seconds). "
+        "file_name, document_id or a field the tenant declared filterable; `after`/`before` "
+        "on updated_at (ISO 8601 or epoch seconds). "
         "`or` joins one condition. Null, or no conditions: no narrowing.")
 
     def validate_retrieval_setting(self, value: dict[str, Any]) -> Trim:
@@ -131,19 +149,21 @@ def _dify_condition(condition: Any) -> tuple[str, Any]:
         raise serializers.ValidationError("each condition is an object")
     name, operator = condition.get("name"), condition.get("comparison_operator")
     value = condition.get("value")
-    if name in (*FIELDS, "document_id") and operator in ("is", "in"):
+    key = "document_ids" if name == "document_id" else _field_key(name)
+    if key is not None and operator in ("is", "in"):
         values = [value] if operator == "is" else value
         if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
             raise serializers.ValidationError(f"{name} {operator}: a string (is) or a list of "
                                               "strings (in)")
-        return ("document_ids" if name == "document_id" else name), values
+        return key, values
     when = _epoch_or_iso(value)
     if name == UPDATED and operator in ("after", "before") and when is not None:
         return f"updated_{operator}", when
     raise serializers.ValidationError(
         f"not a condition this knowledge base filters by: {str(name)[:40]!r} "
-        f"{str(operator)[:20]!r} (is / in on {', '.join((*FIELDS, 'document_id'))}; "
-        f"after / before on {UPDATED}, a date or epoch seconds)")
+        f"{str(operator)[:20]!r} (is / in on {', '.join((*FIELDS, 'document_id'))} or a "
+        f"field the tenant declared filterable; after / before on {UPDATED}, a date or "
+        "epoch seconds)")
 
 
 @dataclass(frozen=True)
@@ -230,7 +250,8 @@ class VectorSearchInput(serializers.Serializer[dict[str, Any]]):
     max_num_results = serializers.IntegerField(min_value=1, max_value=50, default=10)
     filters = serializers.JSONField(required=False, help_text=(
         "A comparison filter {type, key, value} or a compound {type: and|or, filters}: eq / in "
-        "on category, domain, business_key, file_name; gte / lt on updated_at (epoch seconds "
+        "on category, domain, business_key, file_name or a field the tenant declared "
+        "filterable; gte / lt on updated_at (epoch seconds "
         "or ISO 8601); `or` of eq / in on one key."))
     ranking_options = serializers.JSONField(required=False, help_text="{ranker, "
                                             "score_threshold}: the threshold is kept.")
@@ -270,7 +291,8 @@ def _openai_filter(value: Any, *, top: bool) -> dict[str, Any]:
         asked: dict[str, Any] = {}
         for part in parts:
             for key, values in _openai_filter(part, top=False).items():
-                if kind == "or" and key in FIELDS and (not asked or key in asked):
+                if kind == "or" and key not in _DATES and (
+                        not asked or key in asked):
                     asked[key] = [*asked.get(key, []), *values]
                 elif kind == "and" and key not in asked:
                     asked[key] = values
@@ -279,16 +301,18 @@ def _openai_filter(value: Any, *, top: bool) -> dict[str, Any]:
                         "`and` joins filters of different keys, `or` eq / in on one key")
         return asked
     field, operator, operand = value.get("key"), kind, value.get("value")
-    if field in FIELDS and operator in ("eq", "in"):
+    named = _field_key(field)
+    if named is not None and operator in ("eq", "in"):
         values = [operand] if operator == "eq" else operand
         if isinstance(values, list) and all(isinstance(v, str) for v in values):
-            return {field: values}
+            return {named: values}
     when = _epoch_or_iso(operand)
     if field == UPDATED and operator in ("gte", "lt") and when is not None:
         return {"updated_after" if operator == "gte" else "updated_before": when}
     raise serializers.ValidationError(
         f"not a filter this vector store keeps: {str(field)[:40]!r} {str(operator)[:10]!r} "
-        f"(eq / in on {', '.join(FIELDS)}; gte / lt on {UPDATED})")
+        f"(eq / in on {', '.join(FIELDS)} or a field the tenant declared filterable; gte / "
+        f"lt on {UPDATED})")
 
 
 @dataclass(frozen=True)

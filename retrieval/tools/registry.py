@@ -201,7 +201,8 @@ TOOLS = (
     Tool("list_datasets",
          "The datasets (knowledge bases) this key may read, with their ids and names: "
          "use them to narrow lookup_knowledge (dataset_ids) or rag_node "
-         "(target_dataset_ids, target_dataset_name).",
+         "(target_dataset_ids, target_dataset_name); and the frontmatter fields a call's "
+         "filters.fields may name.",
          "/api/datasets", list_datasets_call, json_text, method="get"),
     Tool("rag_answer",
          "Answer a question from the knowledge base, with citations: one lookup, then an "

@@ -15,7 +15,7 @@ from kbplatform.fields import BoundedListField
 from retrieval.answers.agentic import Route
 from retrieval.answers.answer import MAX_SENTENCE_CHARS, AnswerStatus
 from retrieval.answers.rag_node import NodeStatus
-from retrieval.answers.verify import MAX_SENTENCES, SHOWN
+from retrieval.answers.verify import MAX_JUDGED, MAX_SENTENCES, SHOWN
 from retrieval.lookup.fetch import FETCH_DEFAULT_CHARS, FETCH_MAX_CHARS, FETCH_MIN_CHARS
 from retrieval.ragconfig.filters import LookupFiltersInput
 from retrieval.types import EvidenceStatus, RelevanceLevel
@@ -422,6 +422,12 @@ class VerifyAnswerInput(serializers.Serializer[dict[str, Any]]):
                                           "served the evidence.")
     session_id = serializers.RegexField(IDENT, required=False, help_text="Or the session: the "
                                         "evidence of its every call.")
+    judge = serializers.BooleanField(default=False, help_text=(
+        "Also ask the tenant's chat model: it reads each sentence a served chunk could support "
+        f"beside those chunks (the first {MAX_JUDGED}) and decides, catching a sentence that "
+        "contradicts the evidence in its own words and one that says it in others; one lacking "
+        "a number or identifier of every chunk stays unsupported. 400 without a chat model, "
+        "503 when it fails."))
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if bool(attrs.get("tool_call_id")) == bool(attrs.get("session_id")):
@@ -439,6 +445,9 @@ class CheckedSentenceOutput(serializers.Serializer[dict[str, Any]]):
     evidence = serializers.ListField(child=serializers.CharField(), help_text="Served chunks "
                                      f"that support it, best first (at most {SHOWN}).")
     cited = serializers.ListField(child=serializers.CharField(), help_text="The ids it cites.")
+    judged_by = serializers.ChoiceField(choices=["words", "model"], help_text="What decided "
+                                        "`supported`: the words it shares with the evidence, "
+                                        "or the chat model (`judge`).")
 
 
 @extend_schema_serializer(component_name="VerifyAnswerResult")
@@ -451,6 +460,8 @@ class VerifyAnswerOutput(serializers.Serializer[dict[str, Any]]):
     skipped = serializers.IntegerField(min_value=0, help_text="Sentences too short to judge, "
                                        f"over {MAX_SENTENCE_CHARS} characters, or past the "
                                        f"{MAX_SENTENCES} checked.")
+    judge = serializers.CharField(allow_null=True, help_text="The chat model that judged "
+                                  "(`judge`), else null.")
 
 
 @extend_schema_serializer(component_name="ReplayEvidenceInput")

@@ -257,6 +257,27 @@ def test_a_superuser_decides_a_tenants_questions_are_kept_its_staff_only_keep_th
     assert (alpha.tenant.store_raw_queries, alpha.tenant.raw_query_retention_days) == (False, 7)
 
 
+def test_a_tenants_staff_declare_its_filterable_fields(
+        client: Client, two: tuple[Owned, Owned]) -> None:
+    alpha, _ = two
+    staff_of(client, alpha.tenant)
+    url = reverse("admin:datasets_tenant_change", args=[alpha.tenant.pk])
+    form = {"slug": "alpha", "name": "A"}
+    before = alpha.dataset.documents_revision
+    saved = client.post(url, {**form, "filterable_fields": "team, service\nregion"})
+    assert saved.status_code == 302, saved.content.decode()[:2000]
+    alpha.dataset.refresh_from_db()  # lookups read its documents' fields anew
+    assert alpha.dataset.documents_revision != before
+    alpha.tenant.refresh_from_db()
+    assert alpha.tenant.filterable_fields == ["team", "service", "region"]
+    assert 'value="team, service, region"' in page(client, url)
+    refused = client.post(url, {**form, "filterable_fields": "team, owner"}).content.decode()
+    assert "a frontmatter field of its own" in refused
+    assert client.post(url, {**form, "filterable_fields": ""}).status_code == 302
+    alpha.tenant.refresh_from_db()
+    assert alpha.tenant.filterable_fields == []
+
+
 def test_a_tenant_filter_value_that_is_no_id_filters_to_nothing(
         admin_client: Client, two: tuple[Owned, Owned]) -> None:
     for value in ("²", "9" * 40, "x"):

@@ -53,14 +53,29 @@ def test_frontmatter_fields_are_typed_and_cleaned() -> None:
     assert "---" not in doc.body and "owner" not in doc.body
 
 
-def test_other_scalar_fields_become_text_and_containers_are_dropped() -> None:
+def test_other_fields_are_kept_as_text_values_and_mappings_are_dropped() -> None:
     doc = parse(RUNBOOK)
     assert doc.owner == "sre-team"  # a field of its own (how current evidence is)
-    assert doc.extra == {
-        "version": "3",
-        "reviewed": "2024-05-01",
-        "draft": "false",
+    assert doc.fields == {
+        "version": ("3",),
+        "reviewed": ("2024-05-01",),
+        "draft": ("false",),
+        "tags": ("obsidian", "imported"),  # a list: each value (a set or mapping is dropped)
     }
+
+
+def test_other_fields_past_their_bounds_are_left_out_never_refused() -> None:
+    many = "\n".join(f"f{n}: {n}" for n in range(25))
+    long = "x" * 201
+    doc = parse(f"---\n{many}\nTeam: SRE\nbad name: 1\n9lives: 1\nlong: {long}\n"
+                f"values: [{', '.join(str(n) for n in range(30))}, 1]\n---\nbody\n")
+    assert list(doc.fields) == [f"f{n}" for n in range(20)]
+    doc = parse(f"---\nTeam: SRE\nOwner: me\nbad name: 1\n9lives: 1\nlong: {long}\n"
+                f"values: [{', '.join(str(n) for n in range(30))}, 1, [a], null]\n"
+                "---\nbody\n")
+    # Names lower-cased (a known field's spelled otherwise is still the known field's), a
+    # value too long left out, 20 values at most, each once.
+    assert doc.fields == {"team": ("SRE",), "values": tuple(str(n) for n in range(20))}
 
 
 def test_keywords_as_comma_separated_string_with_full_width_commas() -> None:
@@ -70,7 +85,7 @@ def test_keywords_as_comma_separated_string_with_full_width_commas() -> None:
 
 def test_absent_fields_default_to_empty() -> None:
     doc = parse("# Kafka lag\n\nConsumer lag grows when...\n")
-    assert (doc.domain, doc.category, doc.business_key, doc.keywords, doc.extra) == (
+    assert (doc.domain, doc.category, doc.business_key, doc.keywords, doc.fields) == (
         "",
         "",
         "",
@@ -106,7 +121,7 @@ def test_thematic_breaks_in_a_body_without_frontmatter_are_not_frontmatter() -> 
     text = "Intro\n\n---\n\ntitle: not metadata\n\n---\n\nEnd"
     doc = parse(text)
     assert doc.body == text
-    assert doc.extra == {}
+    assert doc.fields == {}
 
 
 def test_leading_brace_line_is_not_read_as_json_frontmatter() -> None:
@@ -117,7 +132,7 @@ def test_leading_brace_line_is_not_read_as_json_frontmatter() -> None:
 def test_reserved_library_key_names_are_plain_fields() -> None:
     # python-frontmatter's loads() raises TypeError on these keys.
     doc = parse("---\ncontent: summary\nhandler: oncall\n---\nbody text")
-    assert doc.extra == {"content": "summary", "handler": "oncall"}
+    assert doc.fields == {"content": ("summary",), "handler": ("oncall",)}
 
 
 @pytest.mark.parametrize("raw", [b"", b"   \n\t\n", "\u3000\n".encode()])

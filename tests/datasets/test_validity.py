@@ -30,7 +30,7 @@ def test_the_frontmatter_dates_and_owner_are_read_and_checked() -> None:
                                     owner="sre-team"), file_name="k.md", max_bytes=10_000)
     assert (parsed.reviewed_at, parsed.valid_until, parsed.owner) == (
         dt.date(2026, 3, 1), dt.date(2027, 3, 1), "sre-team")
-    assert "owner" not in parsed.extra  # a field of its own, not free metadata
+    assert "owner" not in parsed.fields  # a field of its own, not free metadata
     for bad in ("next spring", "'2026-13-01'", "[2026]"):
         with pytest.raises(DocumentParseError, match="valid_until.*must be a date"):
             parse_markdown(runbook(valid_until=bad), file_name="k.md", max_bytes=10_000)

@@ -12,6 +12,7 @@ from evaluation.question_sets import (
     BatchQuestion,
     QuestionSetError,
     question_set_parse,
+    undeclared_question,
 )
 
 ROOT_QUESTIONS = "knowledge_base/eval/questions.jsonl"
@@ -49,8 +50,27 @@ def test_csv_with_a_header_row_and_several_expected_documents() -> None:
         BatchQuestion("q2", "a, quoted query", ())]
 
 
+def test_a_question_may_narrow_its_lookup_as_a_calls_filters_do() -> None:
+    narrowed = {"domain": ["web"], "fields": {"team": ["sre"]}}
+    questions = parse(json.dumps({"query": "a", "expected": "a.md", "filters": narrowed})
+                      + '\n{"query": "b", "filters": null}\n')
+    assert questions[0].filters == narrowed and questions[1].filters == {}
+    assert questions[0].narrowed.match.fields == (("team", ("sre",)),)
+    assert BatchQuestion.of_json(questions[0].as_json()) == questions[0]
+    assert "filters" not in questions[1].as_json()
+    csv_set = parse('query,filters\nnginx 502,"{""format"": [""md""]}"\nplain,\n')
+    assert [q.filters for q in csv_set] == [{"format": ["md"]}, {}]
+    assert undeclared_question(questions, ["team"]) is None
+    assert "question q1: not a filterable field of this tenant: 'team'" in (
+        undeclared_question(questions, []) or "")
+
+
 @pytest.mark.parametrize("text, message", [
     ("", "no questions"),
+    ('{"query": "a", "filters": {"colour": ["red"]}}\n', "line 1: filters: .*not a filter"),
+    ('{"query": "a", "filters": ["md"]}\n', "line 1: filters"),
+    ('query,filters\na,{oops\n', "line 2: filters are not JSON"),
+    ('{"query": "a", "filters": {"updated_after": "soon"}}\n', "line 1: filters"),
     ('{"query": "a"}\nnot json\n', "line 2: not JSON"),
     ('["a"]\n', "line 1: not a JSON object"),
     ('{"query": "  "}\n', "line 1: no query"),

@@ -18,6 +18,7 @@ from django.test import Client
 from django.urls import reverse
 
 from datasets.models import Job
+from datasets.services import tenant_fields_declare
 from evaluation.models import EvaluationQuery, EvaluationRun
 from retrieval.models import RagConfig
 from retrieval.ragconfig.services import rag_config_update
@@ -109,6 +110,30 @@ def test_runs_of_two_versions_are_charted_and_compared_query_by_query(
     assert 'data-change="same"' not in compared  # the changed ones only, by default
     everything = admin_client.get(response["Location"] + "&all=1").content.decode()
     assert everything.count('class="compare-row"') == 4
+
+
+def test_each_question_narrows_its_lookup_by_its_own_filters(
+        admin_client: Client, acme: Imported, applied: Any) -> None:
+    tenant_fields_declare(tenant=acme.tenant, names=["team"])
+    narrowed = "\n".join(json.dumps(q) for q in [
+        # Narrowed away from its runbook: a miss; narrowed to it: a hit.
+        {"id": "away", "query": "nginx 502 bad gateway upstream connection refused",
+         "expected": "nginx.md", "filters": {"domain": ["messaging"]}},
+        {"id": "to", "query": "nginx 502 bad gateway upstream connection refused",
+         "expected": "nginx.md", "filters": {"fields": {"team": ["web-platform"]}}},
+        {"id": "plain", "query": "Kafka consumer lag alerting", "expected": "kafka.md"}])
+    with applied():
+        run = the_run(admin_client.post(reverse(ADD), {"tenant": acme.tenant.pk,
+                                                       "questions_text": narrowed}))
+    results = {r.query_id: r for r in run.results.all()}
+    assert [results[q].hit for q in ("away", "to", "plain")] == [False, True, True]
+    assert run.questions[1]["filters"] == {"fields": {"team": ["web-platform"]}}
+    # A field the tenant does not declare is refused before anything runs.
+    tenant_fields_declare(tenant=acme.tenant, names=[])
+    page = admin_client.post(reverse(ADD), {"tenant": acme.tenant.pk,
+                                            "questions_text": narrowed})
+    assert page.status_code == 200
+    assert "question to: not a filterable field of this tenant" in page.content.decode()
 
 
 def test_a_bad_question_set_or_version_is_refused_with_the_reason(

@@ -63,6 +63,7 @@ title: Nginx 502 Bad Gateway
 domain: web
 keywords: [openresty, php-fpm]
 category: web
+team: Web-Platform
 ---
 # Nginx 502 Bad Gateway
 
@@ -85,6 +86,7 @@ title: Kafka consumer lag
 domain: messaging
 keywords: [kafka, consumer lag]
 category: messaging
+team: [data, sre]
 ---
 # Kafka consumer lag
 

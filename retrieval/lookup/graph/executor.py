@@ -418,8 +418,14 @@ class GraphExecutor:
         if plan.rerank_top_n is not None and served:
             deadline.check("rerank")
             served = self._rerank(plan.rerank_top_n, query, served, clock, deadline)
+        recency = self.parts.recency
+        if recency is not None and served:
+            clock.record("recency", note=f"half-life {recency.half_life_days} days", hits=tuple(
+                (evidence_key_of(h), round(recency.weight(str(h.metadata.get("docId", ""))),
+                                           4)) for h in served))
         with clock.stage("post_process"):
-            result = post.process(served, _gate_mode(plan), hints, query)
+            result = post.process(served, _gate_mode(plan), hints, query,
+                                  prior=recency.weight if recency is not None else None)
         clock.record("post_process", result, note=f"top_quality={result.top_quality:.4f}")
         return result
 

@@ -26,6 +26,7 @@ from retrieval.lookup.graph.ports import (
 )
 from retrieval.lookup.graph.quality import Quality
 from retrieval.lookup.graph.query_transform import DeterministicQueryTransformer
+from retrieval.lookup.graph.recency import RecencyPrior
 from retrieval.lookup.graph.registry import (
     RetrieverEvent,
     RetrieverRegistry,
@@ -185,3 +186,5 @@ class GraphParts:
     # `languages` (the searched datasets'); None: no translation stage.
     translator: TranslatePort | None = None
     languages: frozenset[str] = frozenset()
+    # The recency prior (graph/recency.py); None: off.
+    recency: RecencyPrior | None = None

@@ -188,7 +188,7 @@ def test_the_mcp_tool_and_the_answering_tools_take_the_same_filters(
 
 def test_the_tools_filter_keys_are_the_configs_and_document_ids() -> None:
     """One whitelist: the tool's contract declares exactly metadata_filters' keys,
-    document_ids and the documents' own (source, format, tags), which is what call_filters
+    document_ids and the documents' own (source, format, tags, fields), which is what call_filters
     (the commands', the admin's) accepts."""
     from retrieval.ragconfig.config import DOCUMENT_MATCH_KEYS
     from retrieval.ragconfig.filters import LookupFiltersInput

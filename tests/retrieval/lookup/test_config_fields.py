@@ -494,6 +494,31 @@ def test_neighbours_add_the_text_around_a_hit(tool: Tool, manuals: Imported) -> 
     assert indexes(body) == [hit]
 
 
+@pytest.mark.django_db
+@proves("recency_half_life_days")
+def test_the_recency_prior_weighs_each_candidate_by_its_documents_age(tool: Tool) -> None:
+    """Which of two runbooks alike comes first: tests/retrieval/lookup/test_recency.py."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from datasets.models import Document
+    from datasets.services import dataset_documents_changed
+
+    kafka = tool.imported.documents["kafka"]
+    Document.objects.filter(pk=kafka.pk).update(
+        content_updated_at=timezone.now() - timedelta(days=730))
+    dataset_documents_changed(dataset_id=kafka.dataset_id)
+    body, trace = tool.ask(recency_half_life_days=365)
+    weights = {c["evidence_key"]: c["score"] for c in stage(trace, "recency")["candidates"]}
+    assert stage(trace, "recency")["note"] == "half-life 365 days"
+    assert {round(w, 3) for key, w in weights.items() if key.startswith(kafka.doc_key)} \
+        == {0.625}  # two half-lives: ½ + ½ · ¼
+    assert "kafka" in tool.stems(body)
+    _, trace = tool.ask(recency_half_life_days=0)
+    assert "recency" not in [s["stage"] for s in trace["stages"]]
+
+
 def test_every_field_has_its_test() -> None:
     assert sorted(set(SETTING_NAMES) - set(FIELD_TESTS)) == []
 

@@ -289,7 +289,7 @@ CLIENT_OPERATIONS = {  # method → (HTTP method, path in the OpenAPI schema)
     "experiment_cited_rates": ("get", "/api/rag/experiments/{experiment_id}/cited-rates"),
     "rag_answer": ("post", "/api/rag/answer"), "rag_agentic": ("post", "/api/rag/agentic"),
     "rag_node": ("post", "/api/rag/node"), "tool_schemas": ("get", "/api/tools/schema"),
-    "datasets": ("get", "/api/datasets"),
+    "datasets": ("get", "/api/datasets"), "filterable_fields": ("get", "/api/datasets"),
     "upload": ("post", "/api/datasets/{dataset_id}/documents"),
     "job": ("get", "/api/jobs/{job_id}"),
     "replay_evidence": ("get", "/api/evidence/{tool_call_id}"),

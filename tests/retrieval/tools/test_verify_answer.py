@@ -5,13 +5,16 @@ rate."""
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 import pytest
 
 from audit.models import AnswerCheck, ToolInvocation
-from retrieval.answers.verify import verify
+from retrieval.answers.verify import JUDGE_PROMPT, judged, verify
 from retrieval.tools.mcp_server import call_tool
+from tests.retrieval.chat_server import chat_server
 from tests.retrieval.conftest import Imported, MakeKey, client_for, evidence_ids, lookup, ready
 
 VERIFY = "/api/tools/verify_answer"
@@ -85,6 +88,79 @@ def test_an_answer_is_checked_against_its_call_scoped_audited_and_counted(
     for invalid in ({"answer": answer}, {"answer": answer, "tool_call_id": "a",
                                          "session_id": "b"}, {"tool_call_id": "v-1"}):
         assert check(agent, **invalid).status_code == 400
+
+
+@pytest.mark.django_db
+def test_the_chat_model_judges_the_sentences_the_words_leave_to_it(
+        acme: Imported, make_key: MakeKey, settings: Any) -> None:
+    """The model decides what the words cannot: a negation that shares every word, a
+    paraphrase sharing few. A sentence missing a number of every chunk is never asked."""
+    _, secret = make_key("acme")
+    agent = client_for(secret)
+    ready(lookup(agent, BAD_GATEWAY, tool_call_id="v-j"))
+    answer = ("Nginx answers 502 Bad Gateway when the upstream refuses the connection. "
+              "Never restart php-fpm or the upstream application. "
+              "Nginx answers 502 when port 9999 refuses the upstream connection.")
+    assert check(agent, answer=answer, tool_call_id="v-j", judge=True).status_code == 400
+    asked: list[str] = []
+
+    def judge(body: dict[str, Any]) -> str:
+        prompt = body["messages"][-1]["content"]
+        assert body["messages"][0]["content"] == JUDGE_PROMPT
+        asked.append(prompt)
+        sentences = re.findall(r'<sentence n="(\d+)">(.*?)</sentence>', prompt)
+        return json.dumps({"verdicts": [{"sentence": int(n), "supported": "Never" not in text}
+                                        for n, text in sentences]})
+
+    with chat_server() as server:
+        server.reply = judge
+        settings.KB_CHAT_BASE_URL, settings.KB_CHAT_MODEL = server.url, "local-judge"
+        words = check(agent, answer=answer, tool_call_id="v-j").json()
+        assert [s["supported"] for s in words["sentences"]] == [True, True, False]
+        assert words["judge"] is None and not asked
+        body = check(agent, answer=answer, tool_call_id="v-j", judge=True).json()
+        assert [(s["supported"], s["judged_by"]) for s in body["sentences"]] == [
+            (True, "model"), (False, "model"), (False, "words")]
+        assert body["judge"] == "openai/local-judge" and len(asked) == 1
+        assert "9999" not in asked[0]  # no chunk holds the number: not the model's to say
+        assert '<source id="' in asked[0] and "untrusted" in asked[0]
+        row = ToolInvocation.objects.filter(tool_name="verify_answer").latest("id")
+        assert row.details["retrievalDetails"]["verified"]["judged"] == 2
+        # No verdict on any sentence asked: no judgement, a 503 as for a model that fails.
+        for reply in ({"verdicts": []}, {"verdicts": [{"sentence": 7, "supported": True}]},
+                      {"verdicts": [{"sentence": True, "supported": True}]}, {"ok": 1}):
+            server.reply = lambda body, reply=reply: json.dumps(reply)
+            silent = check(agent, answer=answer, tool_call_id="v-j", judge=True)
+            assert silent.status_code == 503, reply
+        server.behaviour = "500"
+        failed = check(agent, answer=answer, tool_call_id="v-j", judge=True)
+        assert failed.status_code == 503 and failed.json()["code"] == "unavailable"
+
+
+@pytest.mark.pure
+def test_the_judge_reads_each_sentence_beside_its_own_chunks() -> None:
+    """Sentences whose candidates no longer fit the judge's budget keep the words' verdict:
+    none is judged without its evidence."""
+    served = {f"{n}#chunk-0": f"Service alpha{n} restarts with systemctl restart alpha{n}."
+              for n in range(1, 16)}
+    answer = " ".join(f"Restart alpha{n} with systemctl restart alpha{n}." for n in range(1, 16))
+    done = verify(answer, served)
+    assert all(len(s.candidates) == 1 for s in done.sentences)
+
+    class Judge:
+        name = "scripted"
+        prompt = ""
+
+        def complete(self, messages: Any, **_: Any) -> Any:
+            Judge.prompt = messages[-1]["content"]
+            n = Judge.prompt.count("<sentence ")
+            return type("Reply", (), {"text": json.dumps({"verdicts": [
+                {"sentence": i, "supported": False} for i in range(1, n + 1)]})})()
+
+    verdict = judged(done, served, Judge())
+    assert Judge.prompt.count("<source ") == 10 and Judge.prompt.count("<sentence ") == 10
+    assert [s.judged_by for s in verdict.sentences] == ["model"] * 10 + ["words"] * 5
+    assert [s.supported for s in verdict.sentences] == [False] * 10 + [True] * 5
 
 
 @pytest.mark.django_db(transaction=True)  # call_tool closes its connections
