@@ -53,6 +53,7 @@ from datasets.services import (
 )
 from datasets.slug_secrets import tenant_rename_refusals
 from datasets.sources.locations import source_refusals
+from datasets.sources.secrets import secret_resolves, slug_refusals
 from datasets.sources.services import SyncRunning, source_delete, source_sync_request
 from kbplatform.admin_columns import cut, stacked, when
 from kbplatform.errors import ApiError
@@ -77,10 +78,14 @@ class TenantForm(forms.ModelForm[Tenant]):
 
     def clean_slug(self) -> str:
         slug: str = self.cleaned_data["slug"]
-        if self.instance.pk is not None and slug != self.instance.slug:
+        if self.instance.pk is None:
+            refusals = slug_refusals(slug)
+        elif slug != self.instance.slug:
             refusals = tenant_rename_refusals(tenant=self.instance, slug=slug)
-            if refusals:
-                raise forms.ValidationError(refusals)
+        else:
+            refusals = []
+        if refusals:
+            raise forms.ValidationError(refusals)
         return slug
 
     def clean(self) -> dict[str, Any]:
@@ -473,8 +478,9 @@ class SourceForm(forms.ModelForm[Source]):
     class Meta:
         model = Source
         fields = ["dataset", "name", "kind", "location", "branch", "subfolder", "include",
-                  "max_depth", "max_pages", "max_page_bytes", "interval_minutes"]
-        widgets = {"location": forms.TextInput(attrs={"size": 80})}  # URLs and paths are long
+                  "secret_env", "max_depth", "max_pages", "max_page_bytes", "interval_minutes"]
+        widgets = {"location": forms.TextInput(attrs={"size": 80}),  # URLs and paths are long
+                   "secret_env": forms.TextInput(attrs={"size": 60})}
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -482,7 +488,8 @@ class SourceForm(forms.ModelForm[Source]):
         if dataset is None:
             return data  # the dataset's own error says why; a location is its tenant's
         probe = Source(dataset=dataset, **{name: data.get(name, getattr(self.instance, name))
-                                           for name in self.Meta.fields if name != "dataset"})
+                                           for name in SourceForm.Meta.fields
+                                           if name != "dataset"})
         refusals = source_refusals(probe)
         for field, why in refusals.items():
             self.add_error(field if field in self.fields else None, why)
@@ -502,9 +509,19 @@ class SourceAdmin(TenantScopedAdmin[Source]):
     list_select_related = ["dataset__tenant"]
     search_fields = ["name", "location"]
     actions = ["sync_now", "delete_sources"]
-    readonly_fields = ["last_revision", "last_sync_at", "last_status", "last_error",
-                       "syncing_since", "created_at"]
+    readonly_fields = ["credential", "last_revision", "last_sync_at", "last_status",
+                       "last_error", "syncing_since", "created_at"]
     change_form_template = "admin/datasets/source/change_form.html"  # the Sync now button
+
+    @admin.display(description="credential")
+    def credential(self, source: Source) -> str:
+        """Whether the variable it names is set where this page runs (never its value)."""
+        resolves = secret_resolves(source)
+        if resolves is None:
+            return "none named"
+        return (f"{source.secret_env} is set" if resolves else
+                f"{source.secret_env} is not set in this deployment, or not this tenant's to "
+                "name: syncs fail until it is")
 
     @admin.display(description="source", ordering="name")
     def source_name(self, source: Source) -> str:
@@ -536,7 +553,10 @@ class SourceAdmin(TenantScopedAdmin[Source]):
     def get_fields(self, request: HttpRequest, obj: Source | None = None) -> Any:
         # What the source is first, also once those are read-only (Django puts them last).
         identity = ["dataset", "name", "kind"]
-        return [*identity, *(f for f in super().get_fields(request, obj) if f not in identity)]
+        rest = [f for f in super().get_fields(request, obj) if f not in (*identity, "credential")]
+        # Whether its credential variable is set, beside the variable.
+        at = rest.index("secret_env") + 1 if "secret_env" in rest else len(rest)
+        return [*identity, *rest[:at], "credential", *rest[at:]]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # its documents must leave Milvus too: the "delete" action

@@ -218,6 +218,12 @@ class Source(models.Model):
     interval_minutes = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)],
         help_text="Sync every this many minutes; empty: only on demand.")
+    secret_env = models.CharField(
+        max_length=120, blank=True, default="", db_default="", verbose_name="credential variable",
+        help_text="git over https: the environment variable holding the credential, "
+                  "`token` or `user:token` (its name, never the credential itself; "
+                  "<VARIABLE>_FILE may name a file holding it): KB_SOURCE_SECRET_<SLUG>, or "
+                  "KB_SOURCE_SECRET_<SLUG>_<NAME>, of the source's tenant. Empty: none.")
     last_revision = models.CharField(max_length=64, blank=True, editable=False,
                                      help_text="git: the commit the last sync reached.")
     last_sync_at = models.DateTimeField(null=True, blank=True, editable=False)

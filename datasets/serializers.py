@@ -12,6 +12,7 @@ from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
 from datasets.models import Dataset, Document, Job, Source
+from datasets.sources.secrets import secret_resolves
 
 
 @extend_schema_serializer(component_name="Dataset")
@@ -92,13 +93,20 @@ class DocumentReindexOutput(serializers.Serializer[dict[str, Any]]):
 class SourceOutput(serializers.ModelSerializer[Source]):
     dataset_id = serializers.IntegerField()
     include = serializers.ListField(child=serializers.CharField())
+    secret_resolves = serializers.SerializerMethodField(help_text=(
+        "Whether the credential variable it names is set in this deployment (null: it names "
+        "none); never the credential."))
 
     class Meta:
         model = Source
         fields = ["id", "dataset_id", "name", "kind", "location", "branch", "subfolder",
-                  "include", "max_depth", "max_pages", "max_page_bytes", "interval_minutes",
-                  "last_revision", "last_sync_at", "last_status", "last_error", "created_at"]
+                  "include", "secret_env", "secret_resolves", "max_depth", "max_pages",
+                  "max_page_bytes", "interval_minutes", "last_revision", "last_sync_at",
+                  "last_status", "last_error", "created_at"]
         read_only_fields = fields
+
+    def get_secret_resolves(self, source: Source) -> bool | None:
+        return secret_resolves(source)
 
 
 @extend_schema_serializer(component_name="SourceList")

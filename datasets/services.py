@@ -52,6 +52,7 @@ from datasets.originals import (
     original_name,
     original_save,
 )
+from datasets.sources.secrets import slug_refusals
 from kbplatform.errors import ApiError, ErrorCode, ServiceUnavailable
 from kbplatform.tasks import enqueue_on_commit
 
@@ -104,6 +105,14 @@ class Validated:
 
 
 def tenant_get_or_create(*, slug: str) -> Tenant:
+    """The tenant `slug`, made when there is none (not under a slug whose credential
+    variables another tenant's sources name: datasets/sources/secrets.py)."""
+    tenant = Tenant.objects.filter(slug=slug).first()
+    if tenant is not None:
+        return tenant
+    refusals = slug_refusals(slug)
+    if refusals:
+        raise ApiError(refusals[0], code=ErrorCode.INVALID)
     tenant, _ = Tenant.objects.get_or_create(slug=slug, defaults={"name": slug})
     return tenant
 

@@ -75,6 +75,16 @@ def address_refusal(address: Address) -> str | None:
     return None if address.is_global else "not a public address"
 
 
+def url_allowed(url: str) -> bool:
+    """Is the URL's host one KB_OUTBOUND_ALLOWED_HOSTS names (on any port or the URL's)?"""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        return False
+    return _allowed(parts.hostname or "", port)
+
+
 def _allowed(host: str, port: int | None) -> bool:
     """Is `host` (as the URL names it) one the deployment allows, on any port or this one?"""
     host = _bare(host)

@@ -22,6 +22,7 @@ from datasets.sources.services import (
     source_sync_request,
     source_update,
 )
+from kbplatform.errors import ApiError, ErrorCode
 from kbplatform.fields import BoundedListField
 from kbplatform.openapi import errors, path_id
 
@@ -42,6 +43,17 @@ class SourceSettings(serializers.Serializer[dict[str, Any]]):
                                               required=False)
     interval_minutes = serializers.IntegerField(min_value=1, max_value=10**6, allow_null=True,
                                                 required=False)
+    secret_env = serializers.CharField(max_length=120, required=False, allow_blank=True,
+                                       help_text="git over http(s): the name of the variable "
+                                                 "holding its credential (docs/operations.md).")
+
+
+def _credential_allowed(request: Request, fields: dict[str, Any]) -> None:
+    """A credential variable is the tenant's: named by its tenant-wide keys only (a
+    dataset-scoped key could point a source of its own at another's token)."""
+    if fields.get("secret_env") and caller(request).is_scoped:
+        raise ApiError("a dataset-scoped key may not name a credential variable (a tenant-wide "
+                       "admin key or the admin may)", code=ErrorCode.FORBIDDEN, status_code=403)
 
 
 class SourceListApi(APIView):
@@ -70,6 +82,7 @@ class SourceListApi(APIView):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         fields = dict(data.validated_data)
+        _credential_allowed(request, fields)
         dataset = dataset_get(caller=caller(request), dataset_id=fields.pop("dataset_id"))
         source = source_create(dataset=dataset, **fields)
         return Response(SourceOutput(source).data, status=status.HTTP_201_CREATED)
@@ -96,6 +109,7 @@ class SourceDetailApi(APIView):
         data = self.InputSerializer(data=request.data, partial=True)
         data.is_valid(raise_exception=True)
         source = source_get(caller=caller(request), source_id=source_id)
+        _credential_allowed(request, data.validated_data)
         return Response(SourceOutput(source_update(source=source,
                                                    **data.validated_data)).data)
 

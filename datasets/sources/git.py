@@ -4,6 +4,7 @@ blob id differs from the one its document came from."""
 
 from __future__ import annotations
 
+import base64
 import functools
 import ipaddress
 import logging
@@ -22,6 +23,7 @@ from datasets.links import git_file_url
 from datasets.models import Source
 from datasets.sources.base import Deadline, Globs, Item, SyncFailed, file_item, too_many
 from datasets.sources.locations import Refused, is_url, local_repository
+from datasets.sources.secrets import source_secret
 from kbplatform.outbound import OutboundRefused, check_url, url_port
 
 logger = logging.getLogger(__name__)
@@ -57,6 +59,7 @@ class GitReader:
         self.expected = 0
         self.globs = Globs(source.include)
         self.max_bytes = settings.KB_MAX_UPLOAD_BYTES
+        self.hidden: tuple[str, ...] = ()  # the credential, as read and as sent
 
     def items(self, known: Mapping[str, str]) -> Iterator[Item]:
         self.commit = self._fetch()
@@ -80,7 +83,8 @@ class GitReader:
         # `<path>/.git` nor `<path>.git` of its own).
         strict = ["--upload-pack=git-upload-pack --strict"] if protocol == "file" else []
         self._git("fetch", "--no-tags", "--quiet", "--no-recurse-submodules", *strict, "--",
-                  url, f"+refs/heads/{branch}:{HEAD}", protocol=protocol, config=pins)
+                  url, f"+refs/heads/{branch}:{HEAD}", protocol=protocol, config=pins,
+                  credential=self._authorization() if protocol != "file" else {})
         return self._git("rev-parse", "--verify", f"{HEAD}^{{commit}}").decode().strip()
 
     def _remote(self) -> tuple[str, str, list[str]]:
@@ -111,6 +115,20 @@ class GitReader:
             raise SyncFailed(str(exc)) from None
         self._no_links_out(git_dir)
         return str(git_dir), "file", []
+
+    def _authorization(self) -> dict[str, str]:
+        """git's configuration, in its environment (no other user's process reads it there,
+        as any could its arguments), that sends the source's credential on each request: HTTP
+        Basic of `user:token` as the variable holds it, or of a token alone (GitHub, GitLab
+        and Gitea take a token with any user name). {} without a credential."""
+        if not self.source.secret_env:
+            return {}
+        secret = source_secret(self.source)
+        pair = secret if ":" in secret else f"kbplatform:{secret}"
+        basic = base64.b64encode(pair.encode()).decode()
+        self.hidden = tuple(h for h in (secret, pair.partition(":")[2], basic) if h)
+        return {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
+                "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}"}
 
     def _no_links_out(self, git_dir: Path) -> None:
         """A symbolic link among what git serves of a repository (its refs and objects) would
@@ -153,17 +171,19 @@ class GitReader:
                     raise too_many()
         return files
 
-    def _git(self, *args: str, protocol: str = "file", config: Sequence[str] = ()) -> bytes:
+    def _git(self, *args: str, protocol: str = "file", config: Sequence[str] = (),
+             credential: Mapping[str, str] | None = None) -> bytes:
         """One git command in the cache, no shell, bounded in time, with no user or system
         config, no prompt, no hooks, redirects not followed, one transport allowed, and
-        `config` (name=value) on top."""
+        `config` (name=value) and `credential` (its environment) on top."""
         options = ["protocol.allow=never", f"protocol.{protocol}.allow=always",
                    "http.followRedirects=false", "core.hooksPath=/dev/null", *config]
         command = ["git", *(part for item in options for part in ("-c", item)),
                    "-C", str(self.cache), *args]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.cache),
                "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
-               "GIT_TERMINAL_PROMPT": "0", "GIT_ALLOW_PROTOCOL": protocol, "LC_ALL": "C"}
+               "GIT_TERMINAL_PROMPT": "0", "GIT_ALLOW_PROTOCOL": protocol, "LC_ALL": "C",
+               **(credential or {})}
         timeout = min(settings.KB_SOURCE_GIT_TIMEOUT_SECONDS, self.deadline.left())
         try:
             done = subprocess.run(command, env=env, capture_output=True, timeout=timeout,
@@ -171,11 +191,27 @@ class GitReader:
         except subprocess.TimeoutExpired:
             raise SyncFailed(f"git {args[0]} took longer than {timeout:.0f} s") from None
         if done.returncode != 0:
+            said = done.stderr.decode("utf-8", "replace")
+            for hidden in self.hidden:  # git does not echo them; a host's error page might
+                said = said.replace(hidden, "***")
             logger.warning("git %s of source %s failed: %s", args[0], self.source.pk,
-                           done.stderr[-2000:].decode("utf-8", "replace"))
-            reason = "could not fetch the branch" if args[0] == "fetch" else f"git {args[0]} failed"
-            raise SyncFailed(reason)
+                           said[-2000:])
+            raise SyncFailed(self._failure(args[0], said))
         return done.stdout
+
+    def _failure(self, command: str, said: str) -> str:
+        """What the sync's log says of a failed git command (git's own words go to the
+        operators' log only)."""
+        if command != "fetch":
+            return f"git {command} failed"
+        name = self.source.secret_env
+        if re.search(r"returned error: 40[13]\b|Authentication failed for|"
+                     r"could not read (Username|Password)", said):
+            return (f"the repository refused the credential in {name}" if name else
+                    "the repository asks for a credential: name its variable (secret_env)")
+        if name and re.search(r"returned error: 404\b|repository '[^']*' not found", said):
+            return f"the repository was not found, or the credential in {name} cannot read it"
+        return "could not fetch the branch"
 
 
 def _unreadable(exc: OSError) -> None:

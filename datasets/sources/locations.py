@@ -13,7 +13,8 @@ from urllib.parse import urlsplit
 from django.conf import settings
 
 from datasets.models import Source
-from kbplatform.outbound import host_refusal, url_refusal
+from datasets.sources.secrets import secret_refusal
+from kbplatform.outbound import host_refusal, url_allowed, url_refusal
 
 BRANCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 # A host name as curl looks it up (lower case: urlsplit's hostname), or an address.
@@ -169,6 +170,16 @@ def source_refusals(source: Source) -> dict[str, str]:
         refusals["max_page_bytes"] = (f"at most KB_MAX_UPLOAD_BYTES "
                                       f"({settings.KB_MAX_UPLOAD_BYTES}): a larger page could "
                                       "not be stored")
+    if source.secret_env:
+        refusal = secret_refusal(source.secret_env, slug=source.dataset.tenant.slug)
+        if refusal is None and not (source.kind == Source.Kind.GIT and is_url(source.location)):
+            refusal = "only a git source over http(s) takes a credential"
+        elif refusal is None and source.location.lower().startswith("http://") and not (
+                url_allowed(source.location)):
+            refusal = ("a credential travels over https only (plain http to a host "
+                       "KB_OUTBOUND_ALLOWED_HOSTS names)")
+        if refusal:
+            refusals["secret_env"] = refusal
     include = source.include
     if not isinstance(include, list) or len(include) > MAX_GLOBS or not all(
             isinstance(g, str) and 0 < len(g) <= 200 for g in include):

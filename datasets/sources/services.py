@@ -50,9 +50,13 @@ def source_create(*, dataset: Dataset, **fields: Any) -> Source:
 
 
 def source_update(*, source: Source, **fields: Any) -> Source:
-    """Change the source's settings; its kind and name (its documents' paths) stay."""
+    """Change the source's settings; its kind and name (its documents' paths) stay. A new
+    location drops the credential variable unless it is named again: the credential goes
+    where the location points."""
     with transaction.atomic():
         locked = Source.objects.select_for_update().get(pk=source.pk)
+        if fields.get("location", locked.location) != locked.location:
+            fields = {"secret_env": "", **fields}
         for name, value in fields.items():
             if name not in ("kind", "name"):
                 setattr(locked, name, value)

@@ -3,7 +3,9 @@ served from a thread (robots.txt, ETag, sitemap), sources made through the servi
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import os
 import subprocess
 import threading
 import time
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from datasets.models import Job, Source
 from datasets.sources.services import source_create, source_sync_request
@@ -131,5 +134,86 @@ def web_site(site: Site) -> Iterator[Site]:
     finally:
         if site.gate is not None:
             site.gate.set()
+        server.shutdown()
+        server.server_close()
+
+
+@dataclass
+class GitHost:
+    """A git host over smart HTTP (git's own `git http-backend`, as GitHub, GitLab and Gitea
+    speak it) that asks for HTTP Basic of `user:token` (any user) on every request; each
+    request's path and status in `hits`."""
+
+    root: Path
+    token: str
+    url: str = ""
+    hits: list[tuple[str, int]] = field(default_factory=list)
+    seen_authorization: list[str] = field(default_factory=list)
+    # Answer with an error page quoting what the request sent (a careless proxy's).
+    echo: bool = False
+
+
+@contextmanager
+def git_host(host: GitHost) -> Iterator[GitHost]:
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            given = self.headers.get("Authorization", "")
+            host.seen_authorization.append(given)
+            token = ""
+            if given.startswith("Basic "):
+                token = base64.b64decode(given[6:]).decode().partition(":")[2]
+            if host.echo:
+                page = f"bad gateway; you sent {given} ({token})".encode()
+                host.hits.append((self.path, 502))
+                self.send_response(502)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+                return
+            if token != host.token:
+                host.hits.append((self.path, 401))
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="git"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            parts = urlsplit(self.path)
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                   "GIT_PROJECT_ROOT": str(host.root), "GIT_HTTP_EXPORT_ALL": "1",
+                   "PATH_INFO": parts.path, "QUERY_STRING": parts.query,
+                   "REQUEST_METHOD": self.command, "REMOTE_USER": "kb",
+                   "REMOTE_ADDR": "127.0.0.1", "CONTENT_LENGTH": str(len(body)),
+                   "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+                   "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
+                   "GIT_PROTOCOL": self.headers.get("Git-Protocol", "")}
+            out = subprocess.run(["git", "http-backend"], input=body, env=env,
+                                 capture_output=True, timeout=60).stdout
+            head, _, payload = out.partition(b"\r\n\r\n")
+            if not payload and b"\n\n" in out:
+                head, _, payload = out.partition(b"\n\n")
+            headers = [line.split(":", 1) for line in head.decode().splitlines() if ":" in line]
+            status = next((int(v.split()[0]) for k, v in headers if k.lower() == "status"), 200)
+            host.hits.append((self.path, status))
+            self.send_response(status)
+            for name, value in headers:
+                if name.lower() != "status":
+                    self.send_header(name, value.strip())
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        do_GET = do_POST = _answer  # noqa: N815 (the http.server API)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host.url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield host
+    finally:
         server.shutdown()
         server.server_close()

@@ -124,6 +124,7 @@ title: Globex edge proxy 502
 domain: web
 keywords: [openresty]
 category: web
+team: web-platform
 ---
 # Globex edge proxy 502
 

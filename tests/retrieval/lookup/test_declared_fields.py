@@ -48,6 +48,21 @@ def test_a_declared_field_narrows_to_the_documents_holding_one_of_its_values(
     assert audited["fields"] == ["fields.team"] and "platform" not in json.dumps(audited).lower()
 
 
+@pytest.mark.django_db
+def test_a_declared_field_never_reaches_another_tenants_documents(
+        acme: Imported, globex: Imported, make_key: MakeKey) -> None:
+    """Both tenants' 502 runbooks say `team: web-platform`; each key is served its own."""
+    for tenant in (acme.tenant, globex.tenant):
+        _declare(tenant, "team")
+    for imported, other in ((acme, globex), (globex, acme)):
+        _, secret = make_key(imported.tenant.slug)
+        found = lookup(client_for(secret), BAD_GATEWAY, tool_call_id=f"x-{imported.tenant.pk}",
+                       filters={"fields": {"team": ["web-platform"]}}).json()
+        served = evidence_ids(found)
+        assert served and all(imported.stem_of(e) for e in served)
+        assert not any(other.stem_of(e) for e in served)
+
+
 @pytest.mark.django_db(transaction=True)  # call_tool closes its connections
 def test_a_field_the_tenant_did_not_declare_is_refused_naming_the_declared(
         acme: Imported, make_key: MakeKey) -> None:
