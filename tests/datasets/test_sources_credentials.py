@@ -53,9 +53,16 @@ def _nowhere(token: str, job: Job, source: Source, logged: str) -> None:
 
 
 def test_a_private_repository_syncs_with_the_token_its_variable_holds(
-        kb: Any, store: Any, host: Any, monkeypatch: Any, capfd: Any) -> None:
-    """The operators' log is the process's stderr (the logging settings' handler)."""
+        kb: Any, store: Any, host: Any, monkeypatch: Any, capfd: Any, caplog: Any) -> None:
     running, _ = host
+
+    def logged() -> str:
+        """The operators' log: the process's stderr (the logging settings' handler) and what
+        reaches the root logger (the services' settings), read once each."""
+        text = capfd.readouterr().err + caplog.text
+        caplog.clear()
+        return text
+
     url = f"{running.url}/r.git"
     # Without a credential the host refuses: said so, nothing touched.
     source = make_source(kb.dataset, kind="git", location=url)
@@ -75,7 +82,7 @@ def test_a_private_repository_syncs_with_the_token_its_variable_holds(
     monkeypatch.setenv(VARIABLE, "wrong-token")
     job = sync(source)
     assert job.error == f"the repository refused the credential in {VARIABLE}"
-    _nowhere("wrong-token", job, source, capfd.readouterr().err)
+    _nowhere("wrong-token", job, source, logged())
 
     monkeypatch.setenv(VARIABLE, TOKEN)
     job = sync(source)
@@ -84,18 +91,18 @@ def test_a_private_repository_syncs_with_the_token_its_variable_holds(
     # git's smart protocol, the token on each request of it.
     assert ("/r.git/git-upload-pack", 200) in running.hits
     assert all(status != 401 for _, status in running.hits[-2:])
-    _nowhere(TOKEN, job, source, capfd.readouterr().err)
+    _nowhere(TOKEN, job, source, logged())
     # `user:token` names the user too; a secret file's last newline is no part of it.
     monkeypatch.setenv(VARIABLE, f"deploy-bot:{TOKEN}\n")
     assert sync(source).status == Job.Status.SUCCEEDED
     # A host whose error page quotes what it was sent: the operators' log reads it redacted.
     running.echo = True
-    capfd.readouterr()
+    logged()
     job = sync(source)
-    logged = capfd.readouterr().err
-    assert job.error == "could not fetch the branch" and "you sent Basic ***" in logged
-    _nowhere(TOKEN, job, source, logged)
-    assert "ZGVwbG95LWJvd" not in logged  # nor its Basic form
+    text = logged()
+    assert job.error == "could not fetch the branch" and "you sent Basic ***" in text
+    _nowhere(TOKEN, job, source, text)
+    assert "ZGVwbG95LWJvd" not in text  # nor its Basic form
 
 
 def test_a_source_names_only_its_own_tenants_variables(kb: Any, host: Any) -> None:
