@@ -23,7 +23,7 @@ from pathlib import PurePosixPath
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from datasets.ingestion.formats import SUFFIXES, Format, FormatRefused, sniff
@@ -312,9 +312,13 @@ def document_set_activation(*, document: Document, activated: bool) -> Document:
 
 def dataset_documents_changed(*, dataset_id: int) -> None:
     """Lookups in every process see the dataset's documents anew (retrieval/lookup/l0.py)."""
+    _documents_renewed(Dataset.objects.filter(pk=dataset_id))
+
+
+def _documents_renewed(datasets: QuerySet[Dataset]) -> None:
     # A fresh random value, not a count: a count reached again after a rolled-back change
     # (a savepoint, a failed request) would pass a view of the discarded state for current.
-    Dataset.objects.filter(pk=dataset_id).update(documents_revision=secrets.randbits(62))
+    datasets.update(documents_revision=secrets.randbits(62))
 
 
 def tenant_fields_declare(*, tenant: Tenant, names: list[str]) -> None:
@@ -330,7 +334,7 @@ def tenant_fields_declare(*, tenant: Tenant, names: list[str]) -> None:
 def tenant_documents_changed(*, tenant_id: int) -> None:
     """Lookups in every process see each of the tenant's datasets anew: the view of its
     documents keeps the fields the tenant declared, and those only (retrieval/lookup/l0.py)."""
-    Dataset.objects.filter(tenant_id=tenant_id).update(documents_revision=secrets.randbits(62))
+    _documents_renewed(Dataset.objects.filter(tenant_id=tenant_id))
 
 
 def document_delete(*, document: Document) -> None:

@@ -77,7 +77,7 @@ class LookupFiltersInput(serializers.Serializer[CallFilters]):
     fields = FieldFilters(  # type: ignore[assignment]
         required=False, help_text="Only documents whose frontmatter field holds one of the "
         "values given (case aside), for each field given: fields the tenant declared "
-        "filterable (its admin page names them), e.g. {\"team\": [\"sre\"]}.")
+        "filterable (list_datasets names them), e.g. {\"team\": [\"sre\"]}.")
     updated_after = serializers.CharField(
         required=False, max_length=64, help_text="Only documents whose content changed at or "
         "after this ISO 8601 date or date-time (UTC unless it says otherwise).")

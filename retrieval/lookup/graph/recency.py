@@ -10,6 +10,7 @@ import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from datasets.selectors import db_id
 from datasets.validity import Validity
 
 FLOOR = 0.5  # what the oldest document still counts
@@ -24,7 +25,8 @@ class RecencyPrior:
     def weight(self, doc_id: str) -> float:
         """1 for a document changed or reviewed today (or unknown), 0.75 one half-life ago,
         tending to FLOOR."""
-        known = self.validity.get(int(doc_id)) if doc_id.isdigit() else None
+        document = db_id(doc_id)
+        known = self.validity.get(document) if document is not None else None
         if known is None:
             return 1.0
         age = (self.today - known.freshest(self.today)).days
