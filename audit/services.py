@@ -23,7 +23,8 @@ from audit.models import (
 )
 from audit.privacy import query_fingerprint, raw_queries, texts_hidden
 from audit.types import InvocationRecord
-from datasets.models import ApiKey, Tenant
+from datasets.models import ApiKey, Document, Tenant
+from datasets.permissions import Access
 from datasets.selectors import document_of
 from kbplatform.errors import ErrorCode, NotFound, raised_codes, raised_status
 
@@ -140,16 +141,23 @@ def _cite(tenant_id: int, dataset_ids: Collection[int], evidence_keys: list[str]
 
 
 def evidence_rate(*, tenant_id: int, api_key_id: int, dataset_ids: Collection[int],
-                  tool_call_id: str, evidence_keys: Sequence[str], rating: Rating) -> list[str]:
-    """Rate evidence served to the call `tool_call_id` of the key `api_key_id`: every key must
-    be such evidence, or nothing is rated (NotFound, code not_served, naming the others: a
-    call of another key or tenant looks like one that served nothing). A new rating replaces
-    the previous one. The rated keys."""
+                  access: Access, tool_call_id: str, evidence_keys: Sequence[str],
+                  rating: Rating) -> list[str]:
+    """Rate evidence served to the call `tool_call_id` of the key `api_key_id`, of documents
+    `access` may read: every key must be such evidence, or nothing is rated (NotFound, code
+    not_served, naming the others: a call of another key or tenant, or a document restricted
+    to others, looks like one that served nothing). A new rating replaces the previous one.
+    The rated keys."""
     keys = list(dict.fromkeys(evidence_keys))
     served = dict(ServedEvidence.objects.filter(
         tenant_id=tenant_id, tool_call_id=tool_call_id, dataset_id__in=dataset_ids,
         invocation__api_key_id=api_key_id, evidence_key__in=keys)
         .order_by("pk").values_list("evidence_key", "pk"))  # a reused call id: its latest call
+    readers = dict(Document.objects.filter(
+        dataset__tenant_id=tenant_id, doc_id__in={document_of(key) for key in served} - {None})
+        .values_list("doc_id", "readers"))
+    served = {key: pk for key, pk in served.items()
+              if (doc := document_of(key)) is None or access.may_read(readers.get(doc))}
     missing = [key for key in keys if key not in served]
     if missing:
         raise NotFound("not evidence served to this key's call", code=ErrorCode.NOT_SERVED,

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
 from django.contrib.auth.models import User
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Q, QuerySet
 from django.http import (
     FileResponse,
@@ -39,16 +39,19 @@ from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, scoped, tenan
 from datasets.auth import api_key_create, may_mint_platform_keys
 from datasets.evidence import EvidenceKey
 from datasets.ingestion.formats import SUFFIXES, Format
-from datasets.models import ApiKey, Chunk, Dataset, Document, Job, Source, Tenant
+from datasets.models import ApiKey, Chunk, Dataset, Document, Job, PrincipalAlias, Source, Tenant
 from datasets.originals import original_open
+from datasets.permissions import readers_checked
 from datasets.selectors import db_id, with_document_counts
 from datasets.services import (
     UploadOutcome,
     document_delete,
+    document_readers_set,
     document_reindex,
     document_set_activation,
     document_store,
     document_validate,
+    source_readers_due,
     tenant_documents_changed,
 )
 from datasets.slug_secrets import tenant_rename_refusals
@@ -67,6 +70,25 @@ class FieldNamesField(forms.CharField):
 
     def to_python(self, value: Any) -> list[str]:  # type: ignore[override]
         return [name for name in re.split(r"[,\s]+", super().to_python(value) or "") if name]
+
+
+class ReadersFormField(forms.CharField):
+    """Readers written as "group:sre, user:alice@example.com" (or one a line), checked and
+    kept as a list (datasets/permissions.py)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(required=False, widget=forms.Textarea(attrs={"rows": 2, "cols": 80}),
+                         **kwargs)
+
+    def prepare_value(self, value: Any) -> Any:
+        return ", ".join(value) if isinstance(value, list) else value
+
+    def to_python(self, value: Any) -> list[str]:  # type: ignore[override]
+        text = super().to_python(value) or ""
+        try:
+            return readers_checked(v for v in re.split(r"[,\n]", text) if v.strip())
+        except ValidationError as exc:
+            raise forms.ValidationError(exc.messages) from exc
 
 
 class TenantForm(forms.ModelForm[Tenant]):
@@ -150,7 +172,7 @@ class TenantAdmin(admin.ModelAdmin[Tenant]):
 class ApiKeyForm(forms.ModelForm[ApiKey]):
     class Meta:
         model = ApiKey
-        fields = ["tenant", "name", "role", "datasets", "revoked"]
+        fields = ["tenant", "name", "role", "datasets", "acts_for_people", "revoked"]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -168,6 +190,18 @@ def roles_offered(request: HttpRequest, key: ApiKey | None) -> list[tuple[str, s
         key is None or key.role == ApiKey.Role.PLATFORM)
     return [(value, label) for value, label in ApiKey.Role.choices
             if platform or value != ApiKey.Role.PLATFORM]
+
+
+@admin.register(PrincipalAlias)
+class PrincipalAliasAdmin(TenantScopedAdmin[PrincipalAlias]):
+    """A tenant's aliases: one person or group as a source names it and as its agents name
+    it in `on_behalf_of` (docs/api.md, "Document permissions")."""
+
+    list_display = ["alias", "principal", "tenant"]
+    list_filter = [tenant_filter("tenant")]
+    list_select_related = ["tenant"]
+    search_fields = ["alias", "principal"]
+    fields = ["tenant", "alias", "principal"]
 
 
 @admin.register(ApiKey)
@@ -216,7 +250,7 @@ class ApiKeyAdmin(TenantScopedAdmin[ApiKey]):
         maker = request.user
         assert isinstance(maker, User)  # the admin's pages need a login
         key, plaintext = api_key_create(tenant=obj.tenant, role=obj.role, name=obj.name,
-                                        created_by=maker)
+                                        created_by=maker, acts_for_people=obj.acts_for_people)
         obj.pk, obj.prefix, obj.key_hash = key.pk, key.prefix, key.key_hash
         obj._state.adding = False
         messages.warning(request, f"New API key (shown once, store it now): {plaintext}")
@@ -266,6 +300,17 @@ class DatasetAdmin(TenantScopedAdmin[Dataset]):
     @admin.display(description="chunks", ordering="chunks")
     def chunk_count(self, dataset: Any) -> int:
         return int(dataset.chunks)
+
+
+class DocumentReadersForm(forms.ModelForm[Document]):
+    """A document's page: its readers are all it edits (an uploaded one's: a synced one's are
+    its source's)."""
+
+    readers = ReadersFormField(help_text=Document._meta.get_field("readers").help_text)
+
+    class Meta:
+        model = Document
+        fields = ["readers"]
 
 
 class DocumentUploadForm(forms.ModelForm[Document]):
@@ -403,28 +448,37 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
 
     def get_form(self, request: HttpRequest, obj: Document | None = None,
                  change: bool = False, **kwargs: Any) -> Any:
-        if obj is None:
-            kwargs["form"] = DocumentUploadForm
+        kwargs["form"] = DocumentReadersForm if obj else DocumentUploadForm
         return super().get_form(request, obj, change, **kwargs)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Document | None = None) -> Any:
-        return self.readonly_fields if obj else []
+        if obj is None:
+            return []
+        return [*self.readonly_fields, "readers"] if obj.source_id else self.readonly_fields
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        # Nothing on this page is edited: a document changes through an upload or an action
-        # (which need the change permission, so it stays), never through Save.
-        read_only = {"title": "View document", "show_save": False,
-                     "show_save_and_continue": False, "show_save_and_add_another": False}
-        return super().change_view(request, object_id, form_url,
-                                   {**(extra_context or {}), **read_only})
+        # Only an uploaded document's readers are edited here: a document's content changes
+        # through an upload or an action (which need the change permission, so it stays).
+        document = self.viewed_object(request, object_id)
+        editable = document is not None and document.source_id is None
+        read_only = {} if editable else {"show_save": False, "show_save_and_continue": False}
+        return super().change_view(request, object_id, form_url, {
+            **(extra_context or {}), "title": "View document",
+            "show_save_and_add_another": False, **read_only})
 
     def get_fields(self, request: HttpRequest, obj: Document | None = None) -> Any:
-        return self.readonly_fields if obj else ["dataset", "upload"]
+        if obj is None:
+            return ["dataset", "upload"]
+        fields = list(self.readonly_fields)
+        return [*fields[:fields.index("owner")], "readers", *fields[fields.index("owner"):]]
 
     def save_model(self, request: HttpRequest, obj: Document, form: Any, change: bool) -> None:
         if change:
-            return  # documents change through actions and uploads, never by editing fields
+            # Its readers, and nothing else: the rest changes through actions and uploads.
+            if "readers" in form.changed_data and obj.source_id is None:
+                document_readers_set(document=obj, readers=form.cleaned_data["readers"])
+            return
         data = form.cleaned_data
         outcome = document_store(dataset=data["dataset"], file_name=data["upload"].name,
                                  raw=data["raw"], max_bytes=settings.KB_MAX_UPLOAD_BYTES)
@@ -475,10 +529,13 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
 
 
 class SourceForm(forms.ModelForm[Source]):
+    readers = ReadersFormField(help_text=Source._meta.get_field("readers").help_text)
+
     class Meta:
         model = Source
         fields = ["dataset", "name", "kind", "location", "branch", "subfolder", "include",
-                  "secret_env", "max_depth", "max_pages", "max_page_bytes", "interval_minutes"]
+                  "secret_env", "readers", "max_depth", "max_pages", "max_page_bytes",
+                  "interval_minutes"]
         widgets = {"location": forms.TextInput(attrs={"size": 80}),  # URLs and paths are long
                    "secret_env": forms.TextInput(attrs={"size": 60})}
 
@@ -545,6 +602,11 @@ class SourceAdmin(TenantScopedAdmin[Source]):
             return source.get_last_status_display()
         commit = f" · {source.last_revision[:7]}" if source.last_revision else ""
         return stacked(source.get_last_status_display(), when(source.last_sync_at) + commit)
+
+    def save_model(self, request: HttpRequest, obj: Source, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        if change and "readers" in form.changed_data:
+            source_readers_due(source=obj)  # its documents are read by whom it names, at once
 
     def get_readonly_fields(self, request: HttpRequest, obj: Source | None = None) -> Any:
         # The name and kind name the source's documents (their paths): fixed once made.

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from drf_spectacular.utils import extend_schema, extend_schema_serializer, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -25,11 +26,13 @@ from datasets.serializers import (
     DocumentReindexOutput,
     DocumentUploadOutput,
     JobOutput,
+    ReadersField,
 )
 from datasets.services import (
     DocumentTooBig,
     dataset_create,
     document_delete,
+    document_readers_set,
     document_reindex,
     document_set_activation,
     document_store,
@@ -131,24 +134,41 @@ class DocumentListApi(APIView):
 class DocumentDetailApi(APIView):
     permission_classes = [IsAdminKey]
 
-    @extend_schema_serializer(component_name="DocumentActivation")
+    @extend_schema_serializer(component_name="DocumentChange")
     class InputSerializer(serializers.Serializer[dict[str, Any]]):
-        activated = serializers.BooleanField()
+        activated = serializers.BooleanField(required=False)
+        readers = ReadersField(required=False, help_text=(
+            "Who may read it: `user:<name>` and `group:<name>`; empty: every caller of the "
+            "dataset. A synced document's are its source's (400)."))
+
+        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+            if not attrs:
+                raise serializers.ValidationError("give activated, readers or both")
+            return attrs
 
     @extend_schema(operation_id="document_get", summary="One document", parameters=[DOC_ID],
                    responses={200: DocumentOutput, **errors(401, 403, 404, 503)})
     def get(self, request: Request, doc_id: str) -> Response:
         return Response(DocumentOutput(document_get(caller=caller(request), doc_id=doc_id)).data)
 
-    @extend_schema(operation_id="document_activate", summary="Activate or deactivate",
+    @extend_schema(operation_id="document_activate",
+                   summary="Activate or deactivate; set who may read it",
                    parameters=[DOC_ID], request=InputSerializer,
                    responses={200: DocumentOutput, **errors(400, 401, 403, 404, 415, 503)})
     def patch(self, request: Request, doc_id: str) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         document = document_get(caller=caller(request), doc_id=doc_id)
-        document = document_set_activation(document=document,
-                                           activated=data.validated_data["activated"])
+        if "readers" in data.validated_data:
+            try:
+                document = document_readers_set(document=document,
+                                                readers=data.validated_data["readers"])
+            except ValidationError as exc:
+                raise ApiError(" ".join(exc.messages), code=ErrorCode.INVALID,
+                               extra={"fields": {"readers": exc.messages}}) from exc
+        if "activated" in data.validated_data:
+            document = document_set_activation(document=document,
+                                               activated=data.validated_data["activated"])
         return Response(DocumentOutput(document).data)
 
     @extend_schema(operation_id="document_delete",

@@ -6,7 +6,7 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import PermissionDenied
@@ -16,16 +16,19 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
-from datasets.models import ApiKey, Dataset, Tenant
+from datasets.models import ApiKey, Dataset, PrincipalAlias, Tenant
+from datasets.permissions import ANONYMOUS, Access
 
 KEY_PREFIX = "kb"
 
 
 @dataclass(frozen=True)
 class Caller:
-    """The authenticated principal of an API request (request.user)."""
+    """The authenticated principal of an API request (request.user), and the person its
+    call reads for: none unless the key may act for people and the call names one."""
 
     api_key: ApiKey
+    access: Access = ANONYMOUS
 
     @property
     def tenant(self) -> Tenant:
@@ -57,6 +60,21 @@ class Caller:
             datasets = datasets.filter(activated=True)
         return datasets
 
+    def acting_for(self, person: Access | None) -> Caller:
+        """The caller reading for `person` (a call's `on_behalf_of`), widened by the tenant's
+        aliases of its user and groups; a 403 when the key may not act for people."""
+        from kbplatform.errors import Forbidden  # here: DRF's settings import this module
+
+        if person is None:
+            return self
+        if not self.api_key.acts_for_people:
+            raise Forbidden("this API key may not act for people: on_behalf_of needs a key "
+                            "allowed to (its 'may act for people' setting)")
+        aliases = PrincipalAlias.objects.filter(
+            tenant_id=self.api_key.tenant_id, principal__in=sorted(person.principals or ())
+        ).values_list("alias", flat=True)
+        return replace(self, access=person.widened(aliases))
+
     def readable_dataset_ids(self) -> list[int]:
         """The datasets a lookup of this key searches: visible and activated."""
         return sorted(self.datasets().filter(activated=True).values_list("pk", flat=True))
@@ -87,8 +105,8 @@ def platform_key_vouched(key: ApiKey) -> bool:
 
 
 def api_key_create(*, tenant: Tenant, role: str = ApiKey.Role.TOOL, name: str = "",
-                   datasets: Sequence[Dataset] = (),
-                   created_by: User | None = None) -> tuple[ApiKey, str]:
+                   datasets: Sequence[Dataset] = (), created_by: User | None = None,
+                   acts_for_people: bool = False) -> tuple[ApiKey, str]:
     """Returns the row and the plaintext key; the key is not stored and cannot be shown again.
     `created_by`: the admin's user who makes it; None for an operator's command. Raises
     PermissionDenied for a platform key of a user who may not make one."""
@@ -101,7 +119,8 @@ def api_key_create(*, tenant: Tenant, role: str = ApiKey.Role.TOOL, name: str = 
     with transaction.atomic():
         key = ApiKey.objects.create(tenant=tenant, role=role, name=name, prefix=prefix,
                                     key_hash=hash_key(plaintext), scoped=bool(datasets),
-                                    origin=origin, created_by=created_by)
+                                    origin=origin, created_by=created_by,
+                                    acts_for_people=acts_for_people)
         if datasets:
             key.datasets.set(datasets)
     return key, plaintext

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -15,6 +16,7 @@ from datasets.ingestion.formats import Format
 from datasets.ingestion.language import UNKNOWN, Language
 from datasets.ingestion.limits import FIELD_NAME
 from datasets.ingestion.parse import KNOWN_FIELDS
+from datasets.permissions import principal
 from kbplatform.env import SLUG_PATTERN
 
 SLUG = RegexValidator(SLUG_PATTERN, "lowercase letters, digits, - and _")
@@ -157,6 +159,11 @@ class ApiKey(models.Model):
     # reads nothing, instead of falling back to "every dataset".
     scoped = models.BooleanField(default=False, editable=False)
     revoked = models.BooleanField(default=False)
+    acts_for_people = models.BooleanField(
+        default=False, db_default=False, verbose_name="may act for people",
+        help_text="Its calls may name the person they are made for (`on_behalf_of`: a user "
+                  "and groups), and read the documents restricted to them. Off: its calls read "
+                  "only documents without readers.")
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
 
@@ -174,6 +181,34 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant.slug}:{self.prefix}… ({self.role})"
+
+
+class PrincipalAlias(models.Model):
+    """One person or group as a source names it and as the tenant's agents name it: a call
+    made for `principal` also reads the documents whose readers name `alias`
+    (datasets/permissions.py)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="aliases")
+    alias = models.CharField(max_length=200, help_text=(
+        "As a source names it: `user:557058:f1c2…`, `group:confluence-sre`."))
+    principal = models.CharField(max_length=200, help_text=(
+        "As the agents name it in `on_behalf_of`: `user:alice@example.com`, `group:sre`."))
+
+    class Meta:
+        ordering = ["tenant_id", "principal", "alias"]
+        verbose_name_plural = "principal aliases"
+        constraints = [models.UniqueConstraint(fields=["tenant", "alias", "principal"],
+                                               name="principal_alias_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.alias} = {self.principal}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.clean()  # compared as written: never a row that no call could match
+        super().save(*args, **kwargs)
+
+    def clean(self) -> None:
+        self.alias, self.principal = principal(self.alias), principal(self.principal)
 
 
 class Source(models.Model):
@@ -224,6 +259,11 @@ class Source(models.Model):
                   "`token` or `user:token` (its name, never the credential itself; "
                   "<VARIABLE>_FILE may name a file holding it): KB_SOURCE_SECRET_<SLUG>, or "
                   "KB_SOURCE_SECRET_<SLUG>_<NAME>, of the source's tenant. Empty: none.")
+    readers = models.JSONField(
+        default=list, db_default=[], blank=True,
+        help_text="Who may read its documents: `user:<name>` and `group:<name>` principals "
+                  "(docs/api.md, \"Document permissions\"); empty: every caller of the "
+                  "dataset. Its documents take them at once.")
     last_revision = models.CharField(max_length=64, blank=True, editable=False,
                                      help_text="git: the commit the last sync reached.")
     last_sync_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -330,6 +370,16 @@ class Document(models.Model):
         default=dict, db_default={}, blank=True, editable=False,
         help_text="Frontmatter: its other fields, {name: [values as text]}; the tenant's "
                   "filterable fields are read from them.")
+    readers = models.JSONField(
+        default=list, db_default=[], blank=True,
+        help_text="Who may read it: `user:<name>` and `group:<name>` principals "
+                  "(docs/api.md, \"Document permissions\"), its source's for a synced "
+                  "document; empty: every caller of the dataset.")
+    indexed_readers = models.JSONField(
+        default=list, db_default=[], blank=True, editable=False,
+        help_text="The readers its rows in the serving index name: a change of `readers` "
+                  "is written there by the indexing worker (lookups hold the new readers "
+                  "by the document's id until then).")
     url = models.CharField(
         max_length=2000, blank=True, editable=False,
         help_text="Where the original can be read, when it has an address: a web page's URL; "

@@ -15,6 +15,7 @@ from datasets.auth import Caller
 from datasets.evidence import EvidenceKey
 from datasets.links import stored_lines
 from datasets.models import Chunk, Dataset, Document, Job, Source, Tenant
+from datasets.permissions import Access
 from datasets.slug_secrets import key_variable_of
 from kbplatform.errors import NotFound
 
@@ -74,12 +75,13 @@ def dataset_get(*, caller: Caller, dataset_id: int | str) -> Dataset:
     return dataset
 
 
-def document_list(*, caller: Caller, dataset: Dataset) -> QuerySet[Document]:
-    """Live documents; a tool key sees the activated ones only (what a lookup may serve)."""
-    documents = Document.objects.filter(dataset=dataset, deleted=False)
-    if not caller.is_admin:
-        documents = documents.filter(activated=True)
-    return documents.order_by("source_path")
+def document_list(*, caller: Caller, dataset: Dataset) -> list[Document]:
+    """Live documents; a tool key sees what its lookups may serve: the activated ones it may
+    read, for no one in particular (documents without readers)."""
+    documents = Document.objects.filter(dataset=dataset, deleted=False).order_by("source_path")
+    if caller.is_admin:
+        return list(documents)
+    return [d for d in documents.filter(activated=True) if caller.access.may_read(d.readers)]
 
 
 def document_get(*, caller: Caller, doc_id: str) -> Document:
@@ -128,33 +130,36 @@ def _servable(tenant_id: int, dataset_ids: Sequence[int]) -> Q:
              dataset__activated=True, activated=True, deleted=False)
 
 
-def live_doc_ids(*, tenant_id: int, dataset_ids: Sequence[int],
-                 doc_ids: Collection[int]) -> set[int]:
-    """Of `doc_ids`, those a lookup may serve right now. Lookups check every hit against
-    this, whatever Milvus says."""
-    return set(served_revisions(tenant_id=tenant_id, dataset_ids=dataset_ids, doc_ids=doc_ids))
+def live_doc_ids(*, tenant_id: int, dataset_ids: Sequence[int], doc_ids: Collection[int],
+                 access: Access) -> set[int]:
+    """Of `doc_ids`, those a lookup with `access` may serve right now. Lookups check every
+    hit against this, whatever Milvus says."""
+    return set(served_revisions(tenant_id=tenant_id, dataset_ids=dataset_ids, doc_ids=doc_ids,
+                                access=access))
 
 
-def served_revisions(*, tenant_id: int, dataset_ids: Sequence[int],
-                     doc_ids: Collection[int]) -> dict[int, str]:
-    """Of `doc_ids`, those a lookup may serve right now, with the content hash of what the
-    serving index holds of each."""
+def served_revisions(*, tenant_id: int, dataset_ids: Sequence[int], doc_ids: Collection[int],
+                     access: Access) -> dict[int, str]:
+    """Of `doc_ids`, those a lookup with `access` may serve right now, with the content hash
+    of what the serving index holds of each."""
     if not doc_ids:
         return {}
-    return dict(Document.objects.filter(_servable(tenant_id, dataset_ids),
-                                        doc_id__in=list(doc_ids))
-                .values_list("doc_id", "indexed_hash"))
+    rows = (Document.objects.filter(_servable(tenant_id, dataset_ids), doc_id__in=list(doc_ids))
+            .values_list("doc_id", "indexed_hash", "readers"))
+    return {doc_id: hashed for doc_id, hashed, readers in rows if access.may_read(readers)}
 
 
-def servable_document(*, tenant_id: int, dataset_ids: Sequence[int], doc_id: int
-                      ) -> Document | None:
-    """The document `doc_id` if a lookup of these datasets may serve it right now, else
-    None: another tenant's answers as one that does not exist."""
-    return (Document.objects.filter(_servable(tenant_id, dataset_ids), doc_id=doc_id)
-            .only("pk", "doc_id", "dataset_id", "title", "source_path", "source_commit",
-                  "indexed_hash", "format", "url", "content_updated_at", "reviewed_at",
-                  "valid_until", "owner")
-            .first())
+def servable_document(*, tenant_id: int, dataset_ids: Sequence[int], doc_id: int,
+                      access: Access) -> Document | None:
+    """The document `doc_id` if a lookup of these datasets with `access` may serve it right
+    now, else None: another tenant's, or one restricted to others, answers as one that does
+    not exist."""
+    document = (Document.objects.filter(_servable(tenant_id, dataset_ids), doc_id=doc_id)
+                .only("pk", "doc_id", "dataset_id", "title", "source_path", "source_commit",
+                      "indexed_hash", "format", "url", "content_updated_at", "reviewed_at",
+                      "valid_until", "owner", "readers")
+                .first())
+    return document if document is not None and access.may_read(document.readers) else None
 
 
 def chunk_count_locked(*, document_pk: int) -> int:

@@ -8,11 +8,28 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
 from datasets.models import Dataset, Document, Job, Source
+from datasets.permissions import MAX_PRINCIPAL_CHARS, MAX_READERS, readers_checked
 from datasets.sources.secrets import secret_resolves
+from kbplatform.fields import BoundedListField
+
+
+class ReadersField(BoundedListField):
+    """A document's or a source's readers (datasets/permissions.py), checked and sorted."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(child=serializers.CharField(max_length=MAX_PRINCIPAL_CHARS),
+                         max_length=MAX_READERS, **kwargs)
+
+    def to_internal_value(self, data: Any) -> list[str]:
+        try:
+            return readers_checked(super().to_internal_value(data))
+        except ValidationError as exc:
+            raise serializers.ValidationError(exc.messages) from exc
 
 
 @extend_schema_serializer(component_name="Dataset")
@@ -44,12 +61,16 @@ class DocumentOutput(serializers.ModelSerializer[Document]):
                                          help_text="The source that made it; null: uploaded.")
     source_commit = serializers.CharField(
         allow_blank=True, help_text="git sources: the commit its content came from.")
+    readers = serializers.ListField(child=serializers.CharField(), help_text=(
+        "Who may read it (`user:<name>`, `group:<name>`); empty: every caller of the "
+        "dataset."))
 
     class Meta:
         model = Document
         fields = ["document_id", "dataset_id", "source_path", "title", "domain", "keywords",
                   "category", "format", "activated", "status", "error", "conversion_notes",
-                  "chunk_count", "sync_pending", "source_id", "source_commit", "updated_at"]
+                  "chunk_count", "sync_pending", "source_id", "source_commit", "readers",
+                  "updated_at"]
         read_only_fields = fields
 
 
@@ -100,9 +121,9 @@ class SourceOutput(serializers.ModelSerializer[Source]):
     class Meta:
         model = Source
         fields = ["id", "dataset_id", "name", "kind", "location", "branch", "subfolder",
-                  "include", "secret_env", "secret_resolves", "max_depth", "max_pages",
-                  "max_page_bytes", "interval_minutes", "last_revision", "last_sync_at",
-                  "last_status", "last_error", "created_at"]
+                  "include", "secret_env", "secret_resolves", "readers", "max_depth",
+                  "max_pages", "max_page_bytes", "interval_minutes", "last_revision",
+                  "last_sync_at", "last_status", "last_error", "created_at"]
         read_only_fields = fields
 
     def get_secret_resolves(self, source: Source) -> bool | None:

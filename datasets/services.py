@@ -22,6 +22,7 @@ from datetime import timedelta
 from pathlib import PurePosixPath
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
@@ -43,6 +44,7 @@ from datasets.models import (
     Dataset,
     Document,
     Job,
+    Source,
     Tenant,
     validate_filterable_fields,
 )
@@ -52,6 +54,7 @@ from datasets.originals import (
     original_name,
     original_save,
 )
+from datasets.permissions import readers_checked
 from datasets.sources.secrets import slug_refusals
 from kbplatform.errors import ApiError, ErrorCode, ServiceUnavailable
 from kbplatform.tasks import enqueue_on_commit
@@ -310,6 +313,34 @@ def document_set_activation(*, document: Document, activated: bool) -> Document:
     return locked
 
 
+def document_readers_set(*, document: Document, readers: Sequence[str]) -> Document:
+    """Who may read it (datasets/permissions.py; ValidationError naming what is wrong); a
+    synced document's readers are its source's, set there. Lookups hold them at once (by
+    the document's id until the indexing worker has written them into its rows)."""
+    checked = readers_checked(readers)
+    with transaction.atomic():
+        locked = Document.objects.select_for_update().get(pk=document.pk)
+        if locked.source_id is not None:
+            raise ValidationError(f"its readers are its source's: set them on source "
+                                  f"{locked.source_id}")
+        if locked.readers != checked and not locked.deleted:
+            _due(locked, readers=checked)
+            enqueue_on_commit(SYNC_TASK, locked.pk, None)
+    return locked
+
+
+def source_readers_due(*, source: Source) -> None:
+    """The source's documents take its readers, as document_readers_set gives one its own:
+    lookups hold them at once (by the documents' ids until the indexing worker has written
+    them into their rows)."""
+    documents = Document.objects.filter(source=source, deleted=False)
+    pks = list(documents.values_list("pk", flat=True))
+    documents.update(readers=source.readers, revision=F("revision") + 1)
+    dataset_documents_changed(dataset_id=source.dataset_id)
+    for pk in pks:
+        enqueue_on_commit(SYNC_TASK, pk, None)
+
+
 def dataset_documents_changed(*, dataset_id: int) -> None:
     """Lookups in every process see the dataset's documents anew (retrieval/lookup/l0.py)."""
     _documents_renewed(Dataset.objects.filter(pk=dataset_id))
@@ -413,18 +444,22 @@ def document_synced(*, document_id: int, revision: int) -> None:
 
 
 def document_indexed(*, document_id: int, drafts: Sequence[ChunkDraft], revision: int,
-                     content_hash: str) -> None:
-    """The row says what the index holds: READY with these chunks, synced up to `revision`.
+                     content_hash: str, readers: Sequence[str]) -> None:
+    """The row says what the index holds: READY with these chunks naming these readers,
+    synced up to `revision`.
     The row is locked first, so a reader that locks it (fetch_evidence) waits for the whole
     change rather than deadlocking against the chunks' inserts."""
     with transaction.atomic():
-        Document.objects.select_for_update().filter(pk=document_id).values_list(
-            "pk", flat=True).first()
+        before = Document.objects.select_for_update().filter(pk=document_id).values_list(
+            "dataset_id", "indexed_readers").first()
         chunks_replace(document_id=document_id, drafts=drafts)
         Document.objects.filter(pk=document_id).update(
             status=Document.Status.READY, chunk_count=len(drafts), indexed_hash=content_hash,
-            error="")
+            indexed_readers=list(readers), error="")
         document_synced(document_id=document_id, revision=revision)
+        if before is not None and before[1] != list(readers):
+            # Lookups compare its rows' readers again, no longer its id.
+            dataset_documents_changed(dataset_id=before[0])
 
 
 def document_mark_failed(*, document_id: int, error: str) -> None:

@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from datasets.jobs import GOING, JOB_ID, job_create, job_update
 from datasets.models import Job, Tenant
+from datasets.permissions import PLATFORM
 from evaluation.benchmarks import Timing
 from evaluation.models import EvaluationQuery, EvaluationRun
 from evaluation.question_sets import BatchQuestion
@@ -192,7 +193,8 @@ def _ranking(result: LookupResult, expected: Sequence[str]) -> list[str]:
 def run_batch(run: EvaluationRun, job: Job | None,
                progress: Callable[[int], None] | None = None) -> None:
     questions = [BatchQuestion.of_json(q) for q in run.questions]
-    filters = SearchFilters(tenant_id=run.tenant_id, dataset_ids=tuple(run.dataset_ids))
+    filters = SearchFilters(tenant_id=run.tenant_id, dataset_ids=tuple(run.dataset_ids),
+                            access=PLATFORM)
     try:
         index = serving_index()
         collection, embedder = index.collection, index.embedder.name

@@ -23,6 +23,7 @@ from django.conf import settings
 
 from datasets.evidence import EvidenceKey
 from datasets.models import Dataset, Document
+from datasets.permissions import PLATFORM
 from datasets.services import (
     configured_chunking,
     content_hash,
@@ -181,7 +182,8 @@ def eval_index_load(*, suite: Suite, embedder: Embedder, progress: Progress,
                                       indexed_hash=eval_marker(document, collection))
         progress(f"indexed {min(start + batch_size, len(stale))}/{len(stale)} changed documents")
     sources = dict(Document.objects.filter(dataset=dataset).values_list("doc_id", "source_path"))
-    return EvalIndex(filters=SearchFilters(tenant_id=tenant.pk, dataset_ids=(dataset.pk,)),
+    return EvalIndex(filters=SearchFilters(tenant_id=tenant.pk, dataset_ids=(dataset.pk,),
+                                           access=PLATFORM),
                      collection=collection,
                      source_of_doc={str(k): v for k, v in sources.items()},
                      indexed_documents=len(stale), seconds=time.perf_counter() - started)

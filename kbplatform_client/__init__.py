@@ -191,11 +191,28 @@ class KbError(RuntimeError):
         self.body = body or {}
 
 
+class OnBehalfOf(TypedDict, total=False):
+    """The person a call is made for (`on_behalf_of`): the user and their groups, as the
+    tenant's documents name readers."""
+
+    user: str
+    groups: list[str]
+
+
 class KbClient:
-    def __init__(self, base_url: str, *, api_key: str, timeout_s: float = 60.0) -> None:
+    def __init__(self, base_url: str, *, api_key: str, timeout_s: float = 60.0,
+                 on_behalf_of: OnBehalfOf | None = None) -> None:
+        """`on_behalf_of`: every tool call is made for this person (a key that may act for
+        people; else 403); None: for nobody, reading documents without readers only."""
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.timeout_s = timeout_s
+        self.on_behalf_of = on_behalf_of
+
+    def acting_for(self, user: str, groups: Sequence[str] = ()) -> KbClient:
+        """This client, its tool calls made for `user` of `groups`."""
+        return KbClient(self.base_url, api_key=self.api_key, timeout_s=self.timeout_s,
+                        on_behalf_of={"user": user, "groups": list(groups)})
 
     # --- the tools ---------------------------------------------------------------------------
 
@@ -210,7 +227,8 @@ class KbClient:
         body: dict[str, Any] = {"document_ids": list(document_ids)}
         body.update({k: v for k, v in (("tool_call_id", tool_call_id),
                                        ("session_id", session_id)) if v})
-        return cast(GuardResult, self._json("POST", "/api/tools/evidence_guard", body))
+        return cast(GuardResult, self._json("POST", "/api/tools/evidence_guard",
+                                            self._for(body)))
 
     def fetch_evidence(self, document_id: str, *, section: str = "", max_chars: int = 0,
                        tool_call_id: str = "", session_id: str = "") -> FetchResult:
@@ -226,8 +244,13 @@ class KbClient:
     def replay_evidence(self, tool_call_id: str) -> ReplayResult:
         """Exactly what the call `tool_call_id` served, while its record is kept; KbError 404
         `not_found` for a call this key may not see (or past its time)."""
+        person = self.on_behalf_of
+        query = urllib.parse.urlencode(
+            {"user": person.get("user", ""), "group": person.get("groups", [])}, doseq=True
+        ) if person else ""
         return cast(ReplayResult, self._json(
-            "GET", f"/api/evidence/{urllib.parse.quote(tool_call_id, safe='')}"))
+            "GET", f"/api/evidence/{urllib.parse.quote(tool_call_id, safe='')}"
+                   + (f"?{query}" if query else "")))
 
     def verify_answer(self, answer: str, *, tool_call_id: str = "", session_id: str = "",
                       judge: bool = False) -> VerifyResult:
@@ -236,15 +259,16 @@ class KbClient:
         body: dict[str, Any] = {"answer": answer, **({"judge": True} if judge else {})}
         body.update({k: v for k, v in (("tool_call_id", tool_call_id),
                                        ("session_id", session_id)) if v})
-        return cast(VerifyResult, self._json("POST", "/api/tools/verify_answer", body))
+        return cast(VerifyResult, self._json("POST", "/api/tools/verify_answer",
+                                             self._for(body)))
 
     def rate_evidence(self, tool_call_id: str, document_ids: Sequence[str], *,
                       rating: str) -> RatingResult:
         """`rating` "helpful" or "not_helpful" for evidence the call `tool_call_id` of this key
         served; KbError 404 `not_served` (nothing rated) for anything else."""
-        return cast(RatingResult, self._json("POST", "/api/tools/rate_evidence", {
+        return cast(RatingResult, self._json("POST", "/api/tools/rate_evidence", self._for({
             "tool_call_id": tool_call_id, "document_ids": list(document_ids),
-            "rating": rating}))
+            "rating": rating})))
 
     def rag_answer(self, query: str, *, dataset_ids: Sequence[int] = (), tool_call_id: str = "",
                    session_id: str = "", filters: LookupFilters | None = None) -> AnswerResult:
@@ -269,7 +293,7 @@ class KbClient:
             return {"datasets": [d for d in listed["datasets"] if d["activated"]],
                     "filterable_fields": listed["filterable_fields"]}
         if name in ("evidence_guard", "rate_evidence", "verify_answer"):
-            return dict(self._json("POST", f"/api/tools/{name}", dict(arguments)))
+            return dict(self._json("POST", f"/api/tools/{name}", self._for(arguments)))
         paths = {"lookup_knowledge": "/api/tools/lookup_knowledge",
                  "fetch_evidence": "/api/tools/fetch_evidence",
                  "rag_answer": "/api/rag/answer", "rag_agentic": "/api/rag/agentic",
@@ -338,12 +362,18 @@ class KbClient:
         """A tool's result; its UNAVAILABLE (503 with the tool's own result) is a result too.
         Any other 503 (the API's error, a proxy's page) raises KbError."""
         try:
-            return self._json("POST", path, body)
+            return self._json("POST", path, self._for(body))
         except KbError as exc:
             if exc.status == 503 and any(exc.body.get(field) == "UNAVAILABLE" for field in
                                          ("evidence_status", "answer_status", "status")):
                 return exc.body
             raise
+
+    def _for(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """A tool's body, made for the client's person (one the body names stays)."""
+        if self.on_behalf_of is None:
+            return dict(body)
+        return {"on_behalf_of": dict(self.on_behalf_of), **body}
 
     def _json(self, method: str, path: str, body: Mapping[str, Any] | None = None
               ) -> dict[str, Any]:

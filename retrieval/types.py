@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Any, Literal, Protocol
 
 from datasets.ingestion.locations import Location
+from datasets.permissions import ANONYMOUS, Access
 from datasets.validity import Validity
 
 SearchMode = Literal["dense", "hybrid", "bm25", "milvus_hybrid"]
@@ -92,6 +93,22 @@ class CallFilters:
 
 
 @dataclass(frozen=True)
+class Withheld:
+    """The live documents restricted to others than a search's access, as its lookup resolves
+    them from its view of the documents: all of them (left out by id where the collection's
+    rows do not name readers), and, where they do, the documents whose rows may not name their
+    readers yet (the indexing worker writes a change there): those withheld, and those the
+    access may read."""
+
+    all: tuple[int, ...] = ()
+    unsynced: tuple[int, ...] = ()
+    unsynced_readable: tuple[int, ...] = ()
+    # False: no live document of the searched datasets has readers or rows that may still
+    # name some, so the search compares no readers at all.
+    restricted: bool = True
+
+
+@dataclass(frozen=True)
 class SearchFilters:
     """Built on the server from the caller's API key and the tenant's RagConfig; never taken
     from a request body."""
@@ -103,6 +120,10 @@ class SearchFilters:
     excluded_doc_ids: tuple[int, ...] = ()
     metadata: MetadataFilter = MetadataFilter()  # the config's metadata_filters
     call: CallFilters = CallFilters()  # what the call itself narrowed to
+    # For whom it reads (the person an agent acts for; datasets/permissions.py): compared with
+    # the rows' readers inside the Milvus filter, with the documents the lookup resolved.
+    access: Access = ANONYMOUS
+    withheld: Withheld = Withheld()
 
 
 # The default fusion: RagSettings' defaults (its knobs are declared in ragconfig, which this base

@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 from datasets.auth import IsAdminKey, caller
 from datasets.models import Source
 from datasets.selectors import dataset_get, source_get, source_list
-from datasets.serializers import JobOutput, SourceListOutput, SourceOutput
+from datasets.serializers import JobOutput, ReadersField, SourceListOutput, SourceOutput
 from datasets.sources.locations import MAX_GLOBS
 from datasets.sources.services import (
     source_create,
@@ -46,6 +46,9 @@ class SourceSettings(serializers.Serializer[dict[str, Any]]):
     secret_env = serializers.CharField(max_length=120, required=False, allow_blank=True,
                                        help_text="git over http(s): the name of the variable "
                                                  "holding its credential (docs/operations.md).")
+    readers = ReadersField(required=False, help_text=(
+        "Who may read its documents: `user:<name>` and `group:<name>`; empty: every caller "
+        "of the dataset. Its documents take them at once."))
 
 
 def _credential_allowed(request: Request, fields: dict[str, Any]) -> None:

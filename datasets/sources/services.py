@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from datasets.jobs import GOING, JOB_ID, job_create
 from datasets.models import Dataset, Job, Source
-from datasets.services import DuplicateName, document_delete
+from datasets.services import DuplicateName, document_delete, source_readers_due
 from datasets.sources.git import cache_dir
 from datasets.sources.locations import source_refusals
 from kbplatform.errors import ApiError, ErrorCode
@@ -52,16 +52,20 @@ def source_create(*, dataset: Dataset, **fields: Any) -> Source:
 def source_update(*, source: Source, **fields: Any) -> Source:
     """Change the source's settings; its kind and name (its documents' paths) stay. A new
     location drops the credential variable unless it is named again: the credential goes
-    where the location points."""
+    where the location points. New readers are its documents' at once."""
     with transaction.atomic():
         locked = Source.objects.select_for_update().get(pk=source.pk)
         if fields.get("location", locked.location) != locked.location:
             fields = {"secret_env": "", **fields}
+        readers = locked.readers
         for name, value in fields.items():
             if name not in ("kind", "name"):
                 setattr(locked, name, value)
         _checked(locked)
         locked.save()
+        if locked.readers != readers:
+            # Its documents are read by whom it names from now on, not after the next sync.
+            source_readers_due(source=locked)
     return locked
 
 

@@ -122,7 +122,12 @@ def _apply(source: Source, commit: str, item: Item,
             outcome = document_store(dataset=source.dataset, file_name=basename(item.path),
                                      raw=item.raw, max_bytes=settings.KB_MAX_UPLOAD_BYTES,
                                      source_path=path, replace=True)
-            fields = {"source": source, "source_version": item.version[:300]}
+            # The source's readers as they are now, its row locked until this document is in:
+            # a change of them (source_update locks the row too) waits, then applies to it.
+            readers = Source.objects.select_for_update().filter(pk=source.pk).values_list(
+                "readers", flat=True).get()
+            fields = {"source": source, "source_version": item.version[:300],
+                      "readers": readers}
             if outcome.changed:
                 fields.update(source_commit=commit, url=item.url[:2000])
             Document.objects.filter(pk=outcome.document.pk).update(**fields)

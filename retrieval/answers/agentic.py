@@ -345,6 +345,7 @@ class _Run:
             return self.outcome(AnswerStatus.UNAVAILABLE, str(exc))
         confirmed = confirmed_evidence(tenant_id=self.filters.tenant_id,
                                        readable=self.filters.dataset_ids,
+                                       access=self.filters.access,
                                        document_ids=draft.citations, session_id=self.session)
         state.answer = draft.confined_to(frozenset(confirmed))
         return self.outcome(state.answer.status)

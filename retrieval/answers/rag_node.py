@@ -27,6 +27,7 @@ from enum import StrEnum
 from typing import Any
 
 from audit.types import InvocationRecord
+from datasets.permissions import Access
 from retrieval.answers.agentic import AgenticOutcome, Route, agentic_answer, run_session
 from retrieval.answers.answer import AnswerStatus
 from retrieval.ragconfig.selectors import rag_agent_named
@@ -157,7 +158,8 @@ def rag_sub_agent(names: Sequence[str]) -> str:
     return ""
 
 
-def rag_node(*, tenant_id: int, readable: Sequence[DatasetRef], node: NodeInput) -> NodeResult:
+def rag_node(*, tenant_id: int, readable: Sequence[DatasetRef], access: Access,
+             node: NodeInput) -> NodeResult:
     call = call_id(node.tool_call_id)
     session = run_session(node.session_id)
     query, source = node_query(node)
@@ -175,7 +177,7 @@ def rag_node(*, tenant_id: int, readable: Sequence[DatasetRef], node: NodeInput)
     delegated = agent.name if agent else rag_sub_agent(names)
     outcome = agentic_answer(
         filters=SearchFilters(tenant_id=tenant_id, dataset_ids=tuple(d.id for d in targets),
-                              call=node.filters),
+                              call=node.filters, access=access),
         query=query, tool_call_id=call, session_id=session,
         overrides=agent.overrides() if agent else None)
     by = "rag_agent" if agent else "rag_word" if delegated else ""

@@ -64,7 +64,7 @@ def rag_answer(*, filters: SearchFilters, query: str, tool_call_id: str = "",
     if answered.draft is None or not answered.draft.citations:
         return answered
     confirmed = confirmed_evidence(tenant_id=filters.tenant_id, readable=filters.dataset_ids,
-                                   document_ids=answered.draft.citations,
+                                   access=filters.access, document_ids=answered.draft.citations,
                                    tool_call_id=lookup.view.tool_call_id)
     draft = answered.draft.confined_to(frozenset(confirmed))
     return replace(answered, status=draft.status, draft=draft)

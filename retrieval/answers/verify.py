@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 
 from audit.canonical import served_ready
 from datasets.evidence import EvidenceKey
+from datasets.permissions import Access
 from datasets.selectors import chunk_contents, db_id, live_doc_ids
 from retrieval.analysis import normalize_text
 from retrieval.answers.answer import CITED, CITED_ID, MAX_SENTENCE_CHARS, SENTENCE_END
@@ -82,17 +83,17 @@ class Verification:
         return tuple(s.text for s in self.sentences if not s.supported)
 
 
-def served_texts(*, tenant_id: int, readable: list[int], tool_call_id: str = "",
-                 session_id: str = "") -> dict[str, str]:
-    """The text of each chunk served as READY to the call (or session) that this key may
-    still read, the latest MAX_EVIDENCE: key → text."""
+def served_texts(*, tenant_id: int, readable: list[int], access: Access,
+                 tool_call_id: str = "", session_id: str = "") -> dict[str, str]:
+    """The text of each chunk served as READY to the call (or session) that this key, for
+    `access`, may still read, the latest MAX_EVIDENCE: key → text."""
     ready = [item for item in served_ready(tenant_id=tenant_id, tool_call_id=tool_call_id,
                                            session_id=session_id)
              if item.dataset_id in readable]
     keys = [(key, db_id(key.doc_id)) for key in
             (EvidenceKey.parse(item.document_id) for item in ready) if key]
     live = live_doc_ids(tenant_id=tenant_id, dataset_ids=readable,
-                        doc_ids={doc for _, doc in keys if doc is not None})
+                        doc_ids={doc for _, doc in keys if doc is not None}, access=access)
     texts = chunk_contents(keys=[(doc, key) for key, doc in keys
                                  if doc is not None and doc in live][-MAX_EVIDENCE:])
     return {str(key): text for key, text in texts.items()}

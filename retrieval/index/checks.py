@@ -14,7 +14,7 @@ from kbplatform.processes import served_uri
 from retrieval.index import milvus
 from retrieval.index.milvus.collections import has_partitions
 from retrieval.index.milvus.connection import is_local
-from retrieval.index.milvus.expressions import DATE_FIELD, TEXT_FIELDS
+from retrieval.index.milvus.expressions import DATE_FIELD, READERS_FIELD, TEXT_FIELDS
 from retrieval.index.versions import active_version, spec_difference
 
 FILTER_FIELDS = frozenset((*TEXT_FIELDS, DATE_FIELD))
@@ -73,6 +73,14 @@ def check_services(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             "partitions: every lookup filters every tenant's rows, so its cost grows with "
             "theirs; a rebuild puts each tenant's rows in its own partition",
             id="kbplatform.W015",
+            hint="python manage.py rebuild_hybrid_knowledge --confirm REBUILD"))
+    if READERS_FIELD not in layout.fields:
+        found.append(Warning(
+            f"the serving index {version.collection_name} was built before chunks named "
+            "their documents' readers: every lookup leaves out the documents restricted to "
+            "others by their ids, a cost that grows with their number; a rebuild writes the "
+            "readers into the rows",
+            id="kbplatform.W021",
             hint="python manage.py rebuild_hybrid_knowledge --confirm REBUILD"))
     return found
 

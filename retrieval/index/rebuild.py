@@ -52,6 +52,7 @@ class Written:
 
     revision: int
     content_hash: str
+    readers: list[str]
 
 
 def live_documents() -> Iterator[int]:
@@ -68,16 +69,16 @@ def index_lock() -> AbstractContextManager[None]:
 def _copy(prepared: Sequence[Prepared], *, version: IndexVersion) -> dict[int, Written]:
     """Write `prepared` into the new collection as the rows are now (not yet serving)."""
     written = write_prepared(prepared, collection=version.collection_name, record=False)
-    return {d.pk: Written(d.revision, d.content_hash) for d in written}
+    return {d.pk: Written(d.revision, d.content_hash, list(d.readers)) for d in written}
 
 
 def _catch_up(version: IndexVersion, written: dict[int, Written]) -> dict[int, Written]:
     """Under the writer lock: bring over every change made while copying."""
     writer = milvus.writer()
     rows = Document.objects.filter(dataset__evaluation=False).values_list(
-        "pk", "doc_id", "revision", "deleted", "content_hash")
+        "pk", "doc_id", "revision", "deleted", "content_hash", "readers")
     reindex: list[int] = []
-    for pk, doc_id, revision, deleted, content_hash in rows.iterator():
+    for pk, doc_id, revision, deleted, content_hash, readers in rows.iterator():
         before = written.get(pk)
         if before is not None and before.revision == revision:
             continue
@@ -85,10 +86,10 @@ def _catch_up(version: IndexVersion, written: dict[int, Written]) -> dict[int, W
             if before is not None:
                 writer.delete_document(doc_id, collection=version.collection_name)
                 del written[pk]
-        elif before is None or before.content_hash != content_hash:
-            reindex.append(pk)
+        elif before is None or (before.content_hash, before.readers) != (content_hash, readers):
+            reindex.append(pk)  # its rows name its readers too
         else:
-            written[pk] = Written(revision, content_hash)
+            written[pk] = Written(revision, content_hash, readers)
     for documents in document_batches(reindex):
         written.update(_copy(prepare(documents, chunking=version.chunking,
                                      embedder=embedder_named(version.embedder)),
@@ -132,8 +133,8 @@ def _rebuild(job: Job | None, progress: Progress | None) -> IndexVersion:
         with milvus_writer():
             written = _catch_up(version, written)
             index_version_activate(version=version, collections=collections)
-            record_written({pk: (w.revision, w.content_hash) for pk, w in written.items()},
-                           version=version)
+            record_written({pk: (w.revision, w.content_hash, w.readers)
+                            for pk, w in written.items()}, version=version)
     except Exception as exc:
         abandon(version, exc)
         raise

@@ -43,7 +43,8 @@ class ReconcileReport:
     drift: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     repaired: bool = False
-    revisions: dict[int, tuple[int, str]] = field(default_factory=dict)  # pk → as it holds
+    # pk → as it holds: revision, content hash, readers
+    revisions: dict[int, tuple[int, str, list[str]]] = field(default_factory=dict)
 
     def add(self, kind: str, what: str) -> None:
         self.drift[kind] += 1
@@ -93,7 +94,8 @@ def reconcile(*, version: IndexVersion, repair: bool = False) -> ReconcileReport
             if _drift(report, version, document, stored.get(document.doc_id, []),
                       chunk_ids[document.doc_id]):
                 reindex.append(document.pk)
-            report.revisions[document.pk] = (document.revision, document.content_hash)
+            report.revisions[document.pk] = (document.revision, document.content_hash,
+                                             list(document.readers))
     if repair:
         _repair(version, orphans, reindex)
         report.repaired = True
@@ -114,7 +116,9 @@ def _drift(report: ReconcileReport, version: IndexVersion, document: Document,
         report.add("missing", str(doc_id))
         return True
     if have - expected or any(c.content_hash != document.content_hash
-                              or c.dataset_id != document.dataset_id for c in rows):
+                              or c.dataset_id != document.dataset_id
+                              or c.readers not in (None, tuple(document.readers))
+                              for c in rows):
         report.add("stale", str(doc_id))
         return True
     return chunk_ids != expected  # Milvus is right, the Chunk rows are not

@@ -148,7 +148,8 @@ def chunk_rows(document: Document, prepared: Prepared) -> list[ChunkRow]:
         category=document.category, domain=document.domain,
         business_key=document.business_key, file_name=document.file_name,
         updated_at=int(document.content_updated_at.timestamp()),
-        content=draft.content, search_text=draft.search_text, vector=vector,
+        readers=tuple(document.readers), content=draft.content,
+        search_text=draft.search_text, vector=vector,
         metadata={"docId": str(document.doc_id), "chunkIndex": draft.index,
                   "title": document.title, "breadcrumb": draft.breadcrumb,
                   "source": document.source_path, "category": document.category,
@@ -185,7 +186,8 @@ def write_prepared(prepared: Sequence[Prepared], *, collection: str, scope: str 
         with transaction.atomic():
             for document, p in current:
                 document_indexed(document_id=document.pk, drafts=p.drafts,
-                                 revision=document.revision, content_hash=document.content_hash)
+                                 revision=document.revision, content_hash=document.content_hash,
+                                 readers=document.readers)
     return [document for document, _ in current]
 
 
@@ -198,8 +200,9 @@ def document_sync(*, document_id: int) -> Document | None:
     scope = lock_scope(document)
     if document.deleted:
         return _remove(document, scope=scope)
-    if document.status == Document.Status.READY and document.indexed_hash == document.content_hash:
-        # indexed already: nothing to follow
+    if document.status == Document.Status.READY and document.indexed_hash == \
+            document.content_hash and document.indexed_readers == document.readers:
+        # indexed already, its rows naming its readers: nothing to follow
         document_synced(document_id=document.pk, revision=document.revision)
         return document
     document_indexing(document_id=document.pk, content_hash=document.content_hash)
@@ -232,15 +235,17 @@ def _remove(document: Document, *, scope: str) -> Document | None:
         return fresh
 
 
-def record_written(written: dict[int, tuple[int, str]], *, version: IndexVersion) -> None:
+def record_written(written: dict[int, tuple[int, str, list[str]]], *,
+                   version: IndexVersion) -> None:
     """After a switch to `version`: the rows say what it holds, {pk: (revision, content
-    hash)}, and their Chunk rows follow its splitter settings."""
+    hash, readers)}, and their Chunk rows follow its splitter settings."""
     for batch in document_batches(list(written)):
         with transaction.atomic():
             for document in batch:
-                revision, content_hash = written[document.pk]
+                revision, content_hash, readers = written[document.pk]
                 if document.content_hash != content_hash:
                     continue  # new content since: its own sync writes it
                 document_indexed(document_id=document.pk,
                                  drafts=chunk_drafts(document, chunking=version.chunking),
-                                 revision=revision, content_hash=content_hash)
+                                 revision=revision, content_hash=content_hash,
+                                 readers=readers)

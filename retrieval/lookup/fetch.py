@@ -22,6 +22,7 @@ from datasets.evidence import EvidenceKey
 from datasets.ingestion.limits import shorten
 from datasets.ingestion.locations import Location
 from datasets.links import DocumentLink, lines_json
+from datasets.permissions import Access
 from datasets.selectors import (
     ChunkText,
     chunk_anchors,
@@ -47,6 +48,7 @@ FETCH_MIN_CHARS, FETCH_DEFAULT_CHARS, FETCH_MAX_CHARS = 500, 6_000, 20_000
 class FetchRequest:
     tenant_id: int
     readable: tuple[int, ...]  # the datasets the key may read
+    access: Access  # for whom: a document restricted to others is not found
     document_id: str  # an evidence id, or `{docId}` (with `section`, else its start)
     max_chars: int
     section: str = ""  # a breadcrumb, as evidence carries it
@@ -121,7 +123,7 @@ def fetch_evidence(request: FetchRequest) -> Fetched:
     doc_id = db_id(key.doc_id if key else asked)
     missing = NotFound(f"no evidence {asked!r} this key may read")
     document = servable_document(tenant_id=request.tenant_id, dataset_ids=request.readable,
-                                 doc_id=doc_id) if doc_id else None
+                                 doc_id=doc_id, access=request.access) if doc_id else None
     if document is None:
         raise missing
     with transaction.atomic():  # the chunks of one indexing, whatever runs meanwhile

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from datasets.permissions import PLATFORM
 from retrieval.lookup.project import RagToolResult, trace_details
 from retrieval.lookup.service import lookup_knowledge
 from retrieval.types import CallFilters, SearchFilters
@@ -26,7 +27,8 @@ def hit_test_question(*, tenant_id: int, dataset_ids: Sequence[int], query: str,
     `filters` narrow it; nothing is audited or stored."""
     result = lookup_knowledge(filters=SearchFilters(tenant_id=tenant_id,
                                                     dataset_ids=tuple(dataset_ids),
-                                                    call=narrowed or CallFilters()),
+                                                    call=narrowed or CallFilters(),
+                                                    access=PLATFORM),
                               query=query, overrides=overrides)
     if overrides is not None:
         result = replace(result, config_version=version)

@@ -21,14 +21,20 @@ from django.db.models import F, Q, QuerySet
 from datasets.ingestion.language import UNKNOWN
 from datasets.links import DocumentLink
 from datasets.models import Document, Tenant
+from datasets.permissions import Access
 from datasets.validity import Validity
 from retrieval.lookup.revisions import Revisions
 from retrieval.lookup.transform import L0Document, L0Index
-from retrieval.types import DocumentMatch
+from retrieval.types import DocumentMatch, Withheld
 
 # Deactivated documents excluded in the Milvus filter itself, so that they do not take places
 # in the top-k. Beyond this many, the rest are dropped by the lookup's guard after the search.
 MAX_EXCLUDED = 1000
+# What a view keeps for calls that may not read all of its documents: the documents withheld
+# from each set of principals, and an L0 index for each set of documents withheld (a person's
+# groups decide it); all dropped once this many are kept.
+MAX_ACCESSES = 64
+MAX_L0S = 32
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,61 @@ class DocumentsView:
     # Each live document's link parts and validity: what its evidence says of it.
     links: Mapping[int, DocumentLink] = field(default_factory=lambda: MappingProxyType({}))
     validity: Mapping[int, Validity] = field(default_factory=lambda: MappingProxyType({}))
+    # The readers of each live document that has any (datasets/permissions.py), the live
+    # documents whose rows in the index may not name their readers yet, and the documents'
+    # frontmatter, for the L0 index of a call that may not read them all.
+    restricted: Mapping[int, frozenset[str]] = field(
+        default_factory=lambda: MappingProxyType({}))
+    unsynced: frozenset[int] = frozenset()
+    documents: tuple[L0Document, ...] = ()
+    _withheld: dict[frozenset[str] | None, Withheld] = field(
+        default_factory=dict, compare=False, repr=False)
+    _l0s: dict[tuple[int, ...], L0Index] = field(default_factory=dict, compare=False,
+                                                 repr=False)
+
+    def withheld(self, access: Access) -> Withheld:
+        """The live documents `access` may not read, those of them the index's rows may not
+        say so of yet, and the readable ones whose rows may still name others (worked out
+        once a view for each set of principals: a lookup asks several times)."""
+        if not self.restricted and not self.unsynced:
+            return Withheld(restricted=False)
+        with _lock:
+            found = self._withheld.get(access.principals)
+        if found is None:
+            hidden = frozenset(doc for doc, readers in self.restricted.items()
+                               if not access.may_read(readers))
+            # The unsynced ones by id, the most MAX_EXCLUDED each: a longer list costs every
+            # search more than the guard after it (which drops any other restricted hit).
+            found = Withheld(tuple(sorted(hidden)),
+                             tuple(sorted(self.unsynced & hidden))[:MAX_EXCLUDED],
+                             tuple(sorted(self.unsynced - hidden))[:MAX_EXCLUDED])
+            with _lock:
+                if len(self._withheld) >= MAX_ACCESSES:
+                    self._withheld.clear()
+                self._withheld[access.principals] = found
+        return found
+
+    def readable(self, access: Access) -> frozenset[int]:
+        """The live documents `access` may read."""
+        withheld = self.withheld(access).all
+        return self.live.difference(withheld) if withheld else self.live
+
+    def l0_for(self, access: Access) -> L0Index:
+        """The L0 index of the documents `access` may read: the topics an EMPTY answer names
+        and the hints a question gets never come of a document restricted to others."""
+        withheld = self.withheld(access).all
+        if not withheld:
+            return self.l0
+        with _lock:
+            index = self._l0s.get(withheld)
+        if index is None:
+            hidden = set(withheld)
+            index = L0Index(d for d in self.documents if int(d.doc_id) not in hidden)
+            with _lock:
+                if len(self._l0s) >= MAX_L0S:
+                    self._l0s.clear()
+                self._l0s[withheld] = index
+        return index
 
     def matching(self, match: DocumentMatch) -> frozenset[int]:
         """The live documents the call's source / format / tags / fields match (each key
@@ -104,12 +165,13 @@ def documents_view(*, tenant_id: int, dataset_ids: Sequence[int],
     rows = list(_documents(tenant_id, key[1]).filter(deleted=False, activated=True)
                 .values_list("doc_id", "title", "domain", "keywords", "category", "language",
                              "source_path", "format", "pk", "url", "content_updated_at",
-                             "reviewed_at", "valid_until", "owner", "fields"))
+                             "reviewed_at", "valid_until", "owner", "fields", "readers",
+                             "indexed_readers"))
     documents = [L0Document(doc_id=str(doc_id), title=title, domain=domain,
                             keywords=tuple(keywords or ()), category=category)
                  for doc_id, title, domain, keywords, category, *_ in rows]
     links, validity = {}, {}
-    for doc_id, *_, fmt, pk, url, updated_at, reviewed_at, valid_until, owner, _ in rows:
+    for doc_id, *_, fmt, pk, url, updated_at, reviewed_at, valid_until, owner, _, _, _ in rows:
         links[doc_id] = DocumentLink(pk=pk, format=fmt, url=url)
         validity[doc_id] = Validity(updated_at, reviewed_at, valid_until, owner)
     excluded = (_documents(tenant_id, key[1])
@@ -125,8 +187,13 @@ def documents_view(*, tenant_id: int, dataset_ids: Sequence[int],
                                  {name: frozenset(str(v).casefold() for v in values)
                                   for name, values in (named or {}).items()
                                   if name in declared})
-                             for doc_id, _, _, keywords, _, _, path, fmt, *_, named in rows}),
-                         links=MappingProxyType(links), validity=MappingProxyType(validity))
+                             for doc_id, _, _, keywords, _, _, path, fmt, *_, named, _, _
+                             in rows}),
+                         links=MappingProxyType(links), validity=MappingProxyType(validity),
+                         restricted=MappingProxyType({row[0]: frozenset(row[-2]) for row in rows
+                                                      if row[-2]}),
+                         unsynced=frozenset(row[0] for row in rows if row[-1] != row[-2]),
+                         documents=tuple(documents))
     with _lock:
         _cache[key] = (fingerprint, view)
     return view

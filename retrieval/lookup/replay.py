@@ -4,7 +4,8 @@ documents and the index became since.
 
 Scoped like the guard: a call of another tenant, or of datasets the key may not read, is
 the same 404 as one that never was; a piece whose document may no longer be served (deleted,
-switched off, out of the key's datasets) is withheld and counted, never replayed.
+switched off, out of the key's datasets, restricted to others than the person the replay is
+for) is withheld and counted, never replayed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from audit.canonical import replayed
+from datasets.permissions import Access
 from datasets.selectors import document_of, served_revisions
 from kbplatform.errors import NotFound
 
@@ -40,7 +42,8 @@ class Replayed:
         return {**self.__dict__, "evidence": list(self.evidence)}
 
 
-def replay(*, tenant_id: int, readable: Sequence[int], tool_call_id: str) -> Replayed:
+def replay(*, tenant_id: int, readable: Sequence[int], access: Access,
+           tool_call_id: str) -> Replayed:
     """The call's replay; NotFound when this key may not see it (unknown, expired, another
     tenant's, or of datasets outside the key), in the same words."""
     row = replayed(tenant_id=tenant_id, tool_call_id=tool_call_id)
@@ -52,7 +55,7 @@ def replay(*, tenant_id: int, readable: Sequence[int], tool_call_id: str) -> Rep
         copy["document_id"] for item in items for copy in item["also_in"]}
     docs = {evidence_id: document_of(evidence_id) for evidence_id in ids}
     live = served_revisions(tenant_id=tenant_id, dataset_ids=readable,
-                            doc_ids={d for d in docs.values() if d is not None})
+                            doc_ids={d for d in docs.values() if d is not None}, access=access)
     # Neither a piece nor a copy it names (another dataset's, maybe) this key may not read.
     shown = [{**KEPT_BEFORE, **{k: v for k, v in item.items() if k != "dataset_id"},
               "also_in": [c for c in item["also_in"] if docs[c["document_id"]] in live],

@@ -13,6 +13,7 @@ from audit.canonical import canonical_store, ready_evidence
 from datasets.auth import Caller
 from datasets.evidence import EvidenceKey
 from datasets.models import Tenant
+from datasets.permissions import ANONYMOUS, Access
 from datasets.selectors import (
     dataset_names,
     datasets_in_scope,
@@ -73,7 +74,8 @@ def lookup_scope(*, caller: Caller, requested: Sequence[int] | None,
             raise ApiError(f"unknown dataset ids: {unknown}", code=ErrorCode.UNKNOWN_DATASET)
         allowed = wanted
     declared_fields_checked(caller, narrowed)
-    return SearchFilters(tenant_id=caller.tenant.pk, dataset_ids=tuple(allowed), call=narrowed)
+    return SearchFilters(tenant_id=caller.tenant.pk, dataset_ids=tuple(allowed), call=narrowed,
+                         access=caller.access)
 
 
 def declared_fields_checked(caller: Caller, narrowed: CallFilters) -> None:
@@ -187,7 +189,7 @@ def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = 
     if setup.view is not None:
         request = replace(request, filters=_narrowed(setup.filters, setup.view))
     tool = _tool(setup.settings, setup.config_version, setup.search, setup.view,
-                 setup.synonyms)
+                 setup.synonyms, filters.access)
     if setup.view is None or setup.search is None:
         # Nothing to search: EMPTY, without a search that would need a dataset or an index.
         result = tool.empty_result(request, reason="no readable dataset")
@@ -197,7 +199,7 @@ def lookup_knowledge(*, filters: SearchFilters, query: str, tool_call_id: str = 
     else:
         result = tool.run(request)
     if result.evidence_status is EvidenceStatus.EMPTY and setup.view is not None:
-        result = _guided(result, setup.view.l0)
+        result = _guided(result, setup.view.l0_for(filters.access))
     if result.evidence_status is EvidenceStatus.READY and setup.view is not None:
         result = _described(result, setup.view)
     return replace(result, experiment=setup.experiment, config_id=setup.config_id,
@@ -231,16 +233,19 @@ def _described(result: LookupResult, view: DocumentsView) -> LookupResult:
 
 
 def _narrowed(filters: SearchFilters, view: DocumentsView) -> SearchFilters:
-    """The documents no lookup may serve left out, and the call's `document_ids` cut to those
-    a lookup may serve in these datasets (another tenant's id is dropped like an unknown one),
-    and to those its source / format / tags match."""
+    """The documents no lookup may serve left out, those restricted to others too, and the
+    call's `document_ids` cut to those this lookup may serve in these datasets (another
+    tenant's id, or one restricted to others, is dropped like an unknown one), and to those
+    its source / format / tags match."""
     call = filters.call
-    allowed = view.matching(call.match) if call.match else view.live
+    readable = view.readable(filters.access)
+    allowed = view.matching(call.match) & readable if call.match else readable
     if call.documents is not None:
         call = replace(call, documents=tuple(d for d in call.documents if d in allowed))
     elif call.match:
         call = replace(call, documents=tuple(sorted(allowed)))
-    return replace(filters, excluded_doc_ids=view.excluded, call=call)
+    return replace(filters, excluded_doc_ids=view.excluded,
+                   withheld=view.withheld(filters.access), call=call)
 
 
 @dataclass(frozen=True)
@@ -294,25 +299,28 @@ def served_lookup(*, filters: SearchFilters, query: str, tool_call_id: str = "",
     return served
 
 
-def confirmed_evidence(*, tenant_id: int, readable: Sequence[int], document_ids: Sequence[str],
-                       tool_call_id: str = "", session_id: str = "") -> list[str]:
+def confirmed_evidence(*, tenant_id: int, readable: Sequence[int], access: Access,
+                       document_ids: Sequence[str], tool_call_id: str = "",
+                       session_id: str = "") -> list[str]:
     """The evidence guard: of `document_ids`, those that were READY evidence of the call (or
-    session), from a dataset in `readable`, of a document that may still be served."""
+    session), from a dataset in `readable`, of a document that may still be served to
+    `access`."""
     datasets = ready_evidence(tenant_id=tenant_id, document_ids=document_ids,
                               tool_call_id=tool_call_id, session_id=session_id)
     in_scope = [key for key, dataset in datasets.items() if dataset in readable]
     doc_ids = {document_of(key) for key in in_scope}
     live = live_doc_ids(tenant_id=tenant_id, dataset_ids=readable,
-                        doc_ids={d for d in doc_ids if d is not None})
+                        doc_ids={d for d in doc_ids if d is not None}, access=access)
     return [key for key in in_scope if document_of(key) in live]
 
 
 def _tool(settings: RagSettings, version: int | None, search: VectorSearchService | None,
-          view: DocumentsView | None, synonyms: Synonyms = NO_SYNONYMS) -> LookupKnowledgeTool:
+          view: DocumentsView | None, synonyms: Synonyms = NO_SYNONYMS,
+          access: Access = ANONYMOUS) -> LookupKnowledgeTool:
     config = RagConfigConverter.to_dict(settings)
     return LookupKnowledgeTool(
-        search=search, l0_index=lambda: view.l0 if view else L0Index(()),
-        live_documents=lambda f, ids: set(ids) & view.live if view else set(),
+        search=search, l0_index=lambda: view.l0_for(access) if view else L0Index(()),
+        live_documents=lambda f, ids: set(ids) & view.readable(f.access) if view else set(),
         settings=settings, config_version=version, reranker=configured_reranker(),
         chat=chat_model_for(config), synonyms=synonyms,
         translation_model=translation_model_for(config),

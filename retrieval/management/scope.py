@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from django.core.management.base import CommandError, CommandParser
 
 from datasets.models import Dataset, Tenant
+from datasets.permissions import PLATFORM
 from retrieval.ragconfig.filters import filters_from, undeclared_refusal
 from retrieval.types import CallFilters, SearchFilters
 
@@ -32,7 +33,7 @@ def command_filters(*, tenant_slug: str, dataset_names: Sequence[str],
             raise CommandError(f"tenant {tenant.slug} has no active dataset {sorted(missing)}")
     return SearchFilters(tenant_id=tenant.pk,
                          dataset_ids=tuple(datasets.values_list("pk", flat=True)),
-                         call=_call_filters(narrowed, tenant))
+                         call=_call_filters(narrowed, tenant), access=PLATFORM)
 
 
 def _call_filters(text: str, tenant: Tenant) -> CallFilters:

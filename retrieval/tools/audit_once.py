@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from audit.services import invocation_record
@@ -28,9 +29,16 @@ class AuditOnce:
     def run(self, who: Caller, arguments: Any) -> ToolCall:
         """Validate, call, then write the answer's row: last, so that anything raising
         before it is audited once, by `failed`."""
-        done = self.tool.call(who, self.tool.valid(arguments))
+        valid, person = self.tool.valid(arguments)
+        who = who.acting_for(person)
+        done = self.tool.call(who, valid)
         if self.pending:
-            invocation_record(api_key=who.api_key, result=done.record, channel=self.channel,
+            record = done.record
+            if record is not None and person is not None:
+                # Whom it was for: how many principals and a keyed hash, never a name.
+                record = replace(record, details={**record.details,
+                                                  "on_behalf_of": person.audited()})
+            invocation_record(api_key=who.api_key, result=record, channel=self.channel,
                               latency_ms=self._elapsed_ms())
             self.pending = False
         return done

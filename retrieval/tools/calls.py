@@ -159,7 +159,7 @@ def rag_agentic_call(who: Caller, args: LookupArgs) -> ToolCall:
 def rag_node_call(who: Caller, node: NodeInput) -> ToolCall:
     declared_fields_checked(who, node.filters)
     readable = [DatasetRef(pk, name) for pk, name in readable_datasets(caller=who)]
-    done = rag_node(tenant_id=who.tenant.pk, readable=readable, node=node)
+    done = rag_node(tenant_id=who.tenant.pk, readable=readable, access=who.access, node=node)
     outcome = done.outcome
     body = {"status": done.status.value, "result": done.text,
             "answer": outcome.answer if outcome else "",
@@ -171,15 +171,16 @@ def rag_node_call(who: Caller, node: NodeInput) -> ToolCall:
             "evidence": list(outcome.state.candidates.values()) if outcome else [],
             "tool_call_id": done.tool_call_id, "session_id": done.session_id}
     filters = SearchFilters(tenant_id=who.tenant.pk,
-                            dataset_ids=tuple(d.id for d in done.target_datasets))
+                            dataset_ids=tuple(d.id for d in done.target_datasets),
+                            access=who.access)
     return ToolCall(body, done.invocation(filters), done.status is NodeStatus.UNAVAILABLE)
 
 
 def _fetched(who: Caller, args: FetchArgs) -> Fetched:
     return fetch_evidence(FetchRequest(
         tenant_id=who.tenant.pk, readable=tuple(who.readable_dataset_ids()),
-        document_id=args.document_id, max_chars=args.max_chars, section=args.section,
-        tool_call_id=args.tool_call_id, session_id=args.session_id))
+        access=who.access, document_id=args.document_id, max_chars=args.max_chars,
+        section=args.section, tool_call_id=args.tool_call_id, session_id=args.session_id))
 
 
 def fetch_evidence_call(who: Caller, args: FetchArgs) -> ToolCall:
@@ -226,8 +227,8 @@ def evidence_guard_call(who: Caller, args: GuardArgs) -> ToolCall:
     asked = list(dict.fromkeys(args.document_ids))
     readable = who.readable_dataset_ids()
     ready = confirmed_evidence(tenant_id=who.tenant.pk, readable=readable,
-                               document_ids=asked, tool_call_id=args.tool_call_id,
-                               session_id=args.session_id)
+                               access=who.access, document_ids=asked,
+                               tool_call_id=args.tool_call_id, session_id=args.session_id)
     # What the caller confirmed counts as cited, for the cited rates (audit/cited.py).
     evidence_cite(tenant_id=who.tenant.pk, dataset_ids=readable, evidence_keys=ready,
                   tool_call_id=args.tool_call_id, session_id=args.session_id)
@@ -239,7 +240,8 @@ def verify_answer_call(who: Caller, args: VerifyArgs) -> ToolCall:
     datasets this key may read; audited with the config version that served the call, for
     the unsupported rate beside the cited rate."""
     served = served_texts(tenant_id=who.tenant.pk, readable=who.readable_dataset_ids(),
-                          tool_call_id=args.tool_call_id, session_id=args.session_id)
+                          access=who.access, tool_call_id=args.tool_call_id,
+                          session_id=args.session_id)
     done = verify(args.answer, served)
     if args.judge:
         done = _judged(who, done, served)
@@ -290,7 +292,7 @@ def _judged(who: Caller, done: Verification, served: dict[str, str]) -> Verifica
 def replay_evidence_call(who: Caller, args: ReplayArgs) -> ToolCall:
     """What the call served, as it served it, of documents this key may still be served."""
     done = replay(tenant_id=who.tenant.pk, readable=who.readable_dataset_ids(),
-                  tool_call_id=args.tool_call_id)
+                  access=who.access, tool_call_id=args.tool_call_id)
     record = InvocationRecord(
         tenant_id=who.tenant.pk, tool_call_id=args.tool_call_id, session_id="", query="",
         evidence_status=(EvidenceStatus.READY if done.evidence else EvidenceStatus.EMPTY).value,
@@ -307,7 +309,7 @@ def rate_evidence_call(who: Caller, args: RateArgs) -> ToolCall:
     (audit.services.evidence_rate refuses anything else, rating nothing)."""
     rating = Rating(args.rating)
     rated = evidence_rate(tenant_id=who.tenant.pk, api_key_id=who.api_key.pk,
-                          dataset_ids=who.readable_dataset_ids(),
+                          dataset_ids=who.readable_dataset_ids(), access=who.access,
                           tool_call_id=args.tool_call_id,
                           evidence_keys=args.document_ids, rating=rating)
     record = InvocationRecord(

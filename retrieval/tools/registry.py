@@ -11,6 +11,7 @@ from typing import Any
 from rest_framework import serializers
 
 from datasets.auth import Caller
+from datasets.permissions import Access
 from retrieval.answers.rag_node import NodeInput
 from retrieval.answers.verify import SUPPORT
 from retrieval.tools.calls import (
@@ -100,16 +101,19 @@ class Tool:
         if (self.contract is None) != (self.arguments is None):
             raise TypeError(f"{self.name}: an input contract and its typed input go together")
 
-    def valid(self, arguments: Any) -> Any:
-        """The validated input, typed (None for a tool that takes none); raises a
-        ValidationError (400) on anything else."""
+    def valid(self, arguments: Any) -> tuple[Any, Access | None]:
+        """The validated input, typed (None for a tool that takes none), and the person it
+        is made for (`on_behalf_of`; None: nobody named); raises a ValidationError (400) on
+        anything else."""
         if self.contract is None:
-            return None
+            return None, None
         data = self.contract(data=arguments)
         data.is_valid(raise_exception=True)
         assert self.arguments is not None  # __post_init__
+        values = dict(data.validated_data)
+        person = values.pop("on_behalf_of", None)
         return self.arguments(**{name: tuple(value) if isinstance(value, list) else value
-                                 for name, value in data.validated_data.items()})
+                                 for name, value in values.items()}), person
 
 
 TOOLS = (

@@ -60,6 +60,10 @@ def _schemas() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
         params = _closed(_resolved(body["schema"], components)) if body else \
             _arguments(operation.get("parameters", []))
         params.setdefault("properties", {})
+        if not body and tool.contract is not None and "on_behalf_of" in tool.contract().fields:
+            # Its query's `user` and `group` over REST: the object every other tool takes.
+            params["properties"]["on_behalf_of"] = _closed(_resolved(
+                {"$ref": "#/components/schemas/OnBehalfOfRequest"}, components))
         result = operation["responses"]["200"]["content"]["application/json"]["schema"]
         found[tool.name] = (params, _resolved(result, components))
     return found
@@ -67,7 +71,7 @@ def _schemas() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
 
 def _arguments(parameters: list[dict[str, Any]]) -> dict[str, Any]:
     """A tool read by its URL: the path's arguments as its input object."""
-    path = [p for p in parameters if p["in"] == "path"]
+    path = [p for p in parameters if p["in"] == "path"]  # its query's `on_behalf_of`: _schemas
     return {"type": "object", "additionalProperties": False,
             "properties": {p["name"]: {**p["schema"], **({"description": p["description"]}
                                                           if p.get("description") else {})}

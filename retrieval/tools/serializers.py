@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
+from datasets.permissions import GROUP, MAX_GROUPS, MAX_PRINCIPAL_CHARS, USER, Access
 from datasets.selectors import MAX_DB_ID
 from kbplatform.fields import BoundedListField
 from retrieval.answers.agentic import Route
@@ -21,6 +23,33 @@ from retrieval.ragconfig.filters import LookupFiltersInput
 from retrieval.types import EvidenceStatus, RelevanceLevel
 
 IDENT = r"^[A-Za-z0-9_.:\-]{1,128}$"
+
+
+@extend_schema_serializer(component_name="OnBehalfOf")
+class OnBehalfOfInput(serializers.Serializer[Access]):
+    """The person a call is made for: the documents restricted to readers are read for them
+    (datasets/permissions.py). Only a key that may act for people may name one (else 403)."""
+
+    user = serializers.CharField(max_length=MAX_PRINCIPAL_CHARS - len(USER), help_text=(
+        "The user, as the tenant's documents name readers (`user:<this>`), e.g. an email."))
+    groups = BoundedListField(
+        child=serializers.CharField(max_length=MAX_PRINCIPAL_CHARS - len(GROUP)),
+        required=False, max_length=MAX_GROUPS, help_text="The user's groups (`group:<each>`).")
+
+    def validate(self, attrs: dict[str, Any]) -> Access:
+        try:
+            return Access.person(attrs["user"], attrs.get("groups", ()))
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.messages) from exc
+
+
+class ActingInput(serializers.Serializer[dict[str, Any]]):
+    """A tool's input: what it takes, and for whom (`on_behalf_of`)."""
+
+    on_behalf_of = OnBehalfOfInput(required=False, help_text=(
+        "The person the call is made for, when the key may act for people: documents "
+        "restricted to readers are served only to those they name. Without it, only "
+        "documents without readers."))
 
 
 # --- the agent contract (DESIGN.md "Agent-facing result"), as RagToolResult declares it -----
@@ -124,7 +153,7 @@ class EvidenceGuardOutput(serializers.Serializer[dict[str, Any]]):
 
 
 @extend_schema_serializer(component_name="Lookup")
-class LookupInput(serializers.Serializer[dict[str, Any]]):
+class LookupInput(ActingInput):
     query = serializers.CharField(trim_whitespace=True, max_length=settings.KB_MAX_QUERY_CHARS)
     tool_call_id = serializers.RegexField(IDENT, required=False)
     session_id = serializers.RegexField(IDENT, required=False)
@@ -193,7 +222,7 @@ class RagAgenticOutput(serializers.Serializer[dict[str, Any]]):
 
 
 @extend_schema_serializer(component_name="RagNode")
-class RagNodeInput(serializers.Serializer[dict[str, Any]]):
+class RagNodeInput(ActingInput):
     query = serializers.CharField(required=False, allow_blank=True,
                                   max_length=settings.KB_MAX_QUERY_CHARS,
                                   help_text="The task's query parameter: searched when given.")
@@ -268,7 +297,7 @@ class RagNodeOutput(serializers.Serializer[dict[str, Any]]):
     session_id = serializers.CharField()
 
 @extend_schema_serializer(component_name="EvidenceGuard")
-class EvidenceGuardInput(serializers.Serializer[dict[str, Any]]):
+class EvidenceGuardInput(ActingInput):
     tool_call_id = serializers.RegexField(IDENT, required=False)
     session_id = serializers.RegexField(IDENT, required=False)
     document_ids = BoundedListField(child=serializers.CharField(max_length=200),
@@ -281,7 +310,7 @@ class EvidenceGuardInput(serializers.Serializer[dict[str, Any]]):
 
 
 @extend_schema_serializer(component_name="RateEvidence")
-class RateEvidenceInput(serializers.Serializer[dict[str, Any]]):
+class RateEvidenceInput(ActingInput):
     tool_call_id = serializers.RegexField(IDENT, help_text="The call that served the evidence "
                                           "(a call of this key).")
     document_ids = BoundedListField(child=serializers.CharField(max_length=200),
@@ -302,7 +331,7 @@ EVIDENCE_ID = r"^[0-9]{1,19}(#chunk-[0-9]{1,9}|#[0-9a-f]{12})?$"
 
 
 @extend_schema_serializer(component_name="FetchEvidence")
-class FetchEvidenceInput(serializers.Serializer[dict[str, Any]]):
+class FetchEvidenceInput(ActingInput):
     document_id = serializers.RegexField(
         EVIDENCE_ID, help_text="An evidence `document_id` "
         "(`<docId>#<anchor>`, or `<docId>#chunk-<n>`): its section. Or a bare `<docId>`: "
@@ -364,6 +393,8 @@ class FetchEvidenceOutput(serializers.Serializer[dict[str, Any]]):
 
 
 # --- the research profile: `search` and `fetch` as OpenAI's deep-research clients call them --
+# One string each, as those clients send it: no `on_behalf_of`, so they read the documents
+# without readers only.
 
 @extend_schema_serializer(component_name="ResearchSearch")
 class ResearchSearchInput(serializers.Serializer[dict[str, Any]]):
@@ -414,7 +445,7 @@ MAX_ANSWER_CHARS = 20_000  # verify_answer's answer
 
 
 @extend_schema_serializer(component_name="VerifyAnswer")
-class VerifyAnswerInput(serializers.Serializer[dict[str, Any]]):
+class VerifyAnswerInput(ActingInput):
     answer = serializers.CharField(max_length=MAX_ANSWER_CHARS, help_text="The answer to "
                                    "check, as the agent wrote it (citation markers "
                                    "`[docId#…]` may stay in it).")
@@ -465,7 +496,7 @@ class VerifyAnswerOutput(serializers.Serializer[dict[str, Any]]):
 
 
 @extend_schema_serializer(component_name="ReplayEvidenceInput")
-class ReplayEvidenceInput(serializers.Serializer[dict[str, Any]]):
+class ReplayEvidenceInput(ActingInput):
     tool_call_id = serializers.RegexField(IDENT, help_text="The call to replay: its "
                                           "`tool_call_id` as its result named it.")
 
@@ -495,4 +526,5 @@ class ReplayEvidenceOutput(serializers.Serializer[dict[str, Any]]):
         "piece: its section, `excerpt` its text."))
     withheld = serializers.IntegerField(help_text=(
         "Pieces not replayed: their document may no longer be served to this key (deleted, "
-        "switched off, or of a dataset it may not read)."))
+        "switched off, of a dataset it may not read, or restricted to others than the "
+        "person named)."))

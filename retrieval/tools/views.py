@@ -97,7 +97,12 @@ class ToolReadApi(ToolView):
     http_method_names = ["get", "options"]
 
     def get(self, request: Request, **path: str) -> Response:
-        return self._answer(request, path)
+        """`?user=` (and `?group=`, once each) name the person it is made for."""
+        data: dict[str, Any] = dict(path)
+        if "user" in request.query_params or "group" in request.query_params:
+            data["on_behalf_of"] = {"user": request.query_params.get("user", ""),
+                                    "groups": request.query_params.getlist("group")}
+        return self._answer(request, data)
 
     def _audit_payload(self) -> Mapping[str, Any] | None:
         return dict(self.kwargs)
@@ -105,13 +110,23 @@ class ToolReadApi(ToolView):
 
 def _in_path(tool: Tool) -> list[OpenApiParameter]:
     """The input contract's fields as the path parameters they are (strings, each with its
-    pattern): the tool schemas read a GET tool's input from them."""
+    pattern), and `on_behalf_of` as query parameters: the tool schemas read a GET tool's
+    input from them."""
     assert tool.contract is not None, f"{tool.name}: a GET tool takes its input from its path"
-    return [OpenApiParameter(
+    return [*(OpenApiParameter(
         name, str, OpenApiParameter.PATH, description=str(field.help_text),
         pattern=next((re.compile(v.regex).pattern for v in field.validators
                       if isinstance(v, RegexValidator)), None))
-        for name, field in tool.contract().fields.items()]
+        for name, field in tool.contract().fields.items() if name != "on_behalf_of"),
+        *ON_BEHALF_OF]
+
+
+# A GET tool's `on_behalf_of`, in its query.
+ON_BEHALF_OF = (
+    OpenApiParameter("user", str, description="The person the call is made for (a key that "
+                     "may act for people): `on_behalf_of.user`."),
+    OpenApiParameter("group", str, many=True, description="Their groups, once each: "
+                     "`on_behalf_of.groups`."))
 
 
 def tool_api(tool: Tool) -> type[ToolView]:

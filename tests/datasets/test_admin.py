@@ -143,8 +143,17 @@ def assert_read_only_page(client: Client, url: str) -> None:
     assert ">Close</a>" in html, url
 
 
+def synced_document(n: int) -> Document:
+    row = document(n)
+    row.source = Source.objects.create(dataset=row.dataset, name=f"s{n}",
+                                       kind=Source.Kind.FOLDER, location=f"/nowhere/{n}")
+    row.save(update_fields=["source"])
+    return row
+
+
 READ_ONLY: list[tuple[str, Callable[[int], Any]]] = [
-    ("/admin/datasets/job/", job), ("/admin/datasets/chunk/", chunk), (DOCUMENTS, document)]
+    ("/admin/datasets/job/", job), ("/admin/datasets/chunk/", chunk),
+    (DOCUMENTS, synced_document)]
 
 
 @BOTH_RUNTIMES
@@ -152,6 +161,26 @@ READ_ONLY: list[tuple[str, Callable[[int], Any]]] = [
 def test_read_only_pages_show_no_save_button(runtime: str, admin_client: Client, url: str,
                                              add_row: Callable[[int], Any]) -> None:
     assert_read_only_page(admin_client, f"{url}{add_row(1).pk}/change/")
+
+
+def test_an_uploaded_documents_page_edits_its_readers_and_nothing_else(
+        admin_client: Client) -> None:
+    row = document(1)
+    page = admin_client.get(f"{DOCUMENTS}{row.pk}/change/").content.decode()
+    assert 'name="_save"' in page and 'name="readers"' in page
+    assert 'name="title"' not in page  # every other field is shown, not edited
+    response = admin_client.post(f"{DOCUMENTS}{row.pk}/change/", {
+        "readers": "Group:SRE, user:alice@example.com", "title": "forged"})
+    assert response.status_code == 302
+    row.refresh_from_db()
+    assert (row.readers, row.title) == (["group:sre", "user:alice@example.com"], "")
+    refused = admin_client.post(f"{DOCUMENTS}{row.pk}/change/", {"readers": "sre"})
+    assert refused.status_code == 200 and "no principal" in refused.content.decode()
+    synced = synced_document(2)
+    forged = admin_client.post(f"{DOCUMENTS}{synced.pk}/change/", {"readers": "group:x"})
+    assert forged.status_code in (302, 403)
+    synced.refresh_from_db()
+    assert synced.readers == []  # a synced document's readers are its source's
 
 
 def test_a_job_cannot_be_changed_by_a_post(admin_client: Client) -> None:

@@ -13,6 +13,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from datasets.models import Document
 from evaluation.suites import mrr_at, ndcg_at, recall_at
 from tests.retrieval.chat_server import asks_to_translate, chat_server
 
@@ -184,7 +185,11 @@ def test_bench_lookup_compares_the_rest_call_with_the_floor(store: Any) -> None:
         assert row["ratio_p50"] == round(row["rest_p50_ms"] / row["floor_p50_ms"], 2)
         assert row["filtered_p50_ms"] > 0 and row["filtered_vs_rest_p50"] == round(
             row["filtered_p50_ms"] / row["rest_p50_ms"], 2)
+        # Calls for a person while about half the documents are restricted, against open ones.
+        assert row["restricted_documents"] > 0
+        assert row["open_p50_ms"] > 0 and row["person_p50_ms"] > 0
     assert "p50_growth_vs_first" in rows[-1]
+    assert not any(Document.objects.values_list("readers", flat=True))  # restored
 
 
 @pytest.mark.django_db

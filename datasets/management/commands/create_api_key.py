@@ -16,6 +16,9 @@ class Command(BaseCommand):
         parser.add_argument("--dataset", action="append", default=[],
                             help="limit the key to this dataset (repeatable)")
         parser.add_argument("--name", default="")
+        parser.add_argument("--acts-for-people", action="store_true",
+                            help="its calls may name the person they are made for "
+                                 "(on_behalf_of) and read the documents restricted to them")
 
     def handle(self, *args: Any, **options: Any) -> None:
         tenant = tenant_get_or_create(slug=options["tenant"])
@@ -26,7 +29,10 @@ class Command(BaseCommand):
                 raise CommandError(f"tenant {tenant.slug!r} has no dataset {name!r}")
             datasets.append(dataset)
         key, plaintext = api_key_create(tenant=tenant, role=options["role"],
-                                        name=options["name"], datasets=datasets)
+                                        name=options["name"], datasets=datasets,
+                                        acts_for_people=options["acts_for_people"])
         scope = ", ".join(d.name for d in datasets) or "all datasets"
-        self.stdout.write(f"created {key.role} key {key.prefix} for tenant {tenant.slug} ({scope})")
+        people = ", acts for people" if key.acts_for_people else ""
+        self.stdout.write(f"created {key.role} key {key.prefix} for tenant {tenant.slug} "
+                          f"({scope}{people})")
         self.stdout.write("store it now, it is not shown again: " + plaintext)

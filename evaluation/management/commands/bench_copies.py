@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from datasets.importer import knowledge_import
 from datasets.models import Dataset, Document
+from datasets.permissions import PLATFORM
 from evaluation.question_sets import QuestionSetError, questions_load, questions_of_split
 from retrieval.index.sync import document_sync
 from retrieval.lookup.service import served_lookup
@@ -49,7 +50,7 @@ class Command(BaseCommand):
         path_of = {d.doc_key: d.source_path.removeprefix("copies/")
                    for d in Document.objects.filter(dataset_id__in=datasets)}
         filters = SearchFilters(tenant_id=Dataset.objects.get(pk=datasets[0]).tenant_id,
-                                dataset_ids=datasets)
+                                dataset_ids=datasets, access=PLATFORM)
         places = on_copies = right = answered = named = collapsed = 0
         for question in questions:
             evidence = served_lookup(filters=filters, query=question.query).view.evidence

@@ -1,5 +1,6 @@
 import json
 import random
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -9,7 +10,7 @@ from django.db import transaction
 from datasets.auth import api_key_create
 from datasets.evidence import EvidenceKey
 from datasets.models import Dataset, Document
-from datasets.services import tenant_get_or_create
+from datasets.services import dataset_documents_changed, tenant_get_or_create
 from evaluation.benchmarks import (
     Timing,
     in_process_client,
@@ -22,12 +23,13 @@ from evaluation.benchmarks import (
 from retrieval.index import milvus
 from retrieval.index.embedders import CachedEmbedder, get_embedder
 from retrieval.index.milvus.collections import TENANT_PARTITIONS
+from retrieval.index.milvus.expressions import READERS_FIELD
 from retrieval.index.milvus.writer import ChunkRow
 from retrieval.index.models import IndexVersion
 from retrieval.index.versions import wanted_spec
 from retrieval.index.writer_lock import milvus_writer
 from retrieval.ragconfig.settings import RagSettings
-from retrieval.types import SearchFilters
+from retrieval.types import SearchFilters, Withheld
 
 OTHER_TENANT = 10**12  # rows of "other tenants" that every filter must skip
 BENCH_DOC_BASE = 2**60  # doc ids of the bench rows, far from the random ones of uploads
@@ -36,12 +38,24 @@ SERVED_BEFORE = "served_before"  # on the bench's version row: the versions to s
 DOMAINS = 10
 
 
+def doc_base(size: int) -> int:
+    """The doc id of the bench's row 0 at `size` (doc ids are unique across sizes)."""
+    return BENCH_DOC_BASE + size * 2**24
+
+
+def bench_readers(n: int) -> tuple[str, ...]:
+    """Who may read row `n`'s document in the permission-filtered calls: every other one is
+    restricted to a group of DOMAINS."""
+    return (f"group:d{n // 2 % DOMAINS}",) if n % 2 == 0 else ()
+
+
 class Command(BaseCommand):
     help = ("Lookup latency of the full REST call (its audit committed) against the floor "
             "measured in the same run: query embedding + one raw pymilvus hybrid_search with "
             "the same filters; and of the same call narrowed by its `filters` to one domain "
-            f"of {DOMAINS}. Its collection serves while it runs: run it where no one else "
-            "looks up.")
+            f"of {DOMAINS}; and of calls made for a person while a share of the documents is "
+            "restricted to readers against unfiltered ones. Its collection serves while it "
+            "runs: run it where no one else looks up.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--sizes", default="10000,100000",
@@ -67,12 +81,15 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps({"lookup": rows}))
             return
         self.stdout.write(f"{'chunks':>8} {'REST p50':>9} {'p95':>8} {'floor p50':>10} "
-                          f"{'p95':>8} {'ratio p50':>10} {'filtered p50':>13} {'p95':>8}")
+                          f"{'p95':>8} {'ratio p50':>10} {'filtered p50':>13} {'p95':>8} "
+                          f"{'open p50':>9} {'person p50':>11} {'p95':>8}")
         for row in rows:
             self.stdout.write(
                 f"{row['chunks']:>8} {row['rest_p50_ms']:>9} {row['rest_p95_ms']:>8} "
                 f"{row['floor_p50_ms']:>10} {row['floor_p95_ms']:>8} {row['ratio_p50']:>10} "
-                f"{row['filtered_p50_ms']:>13} {row['filtered_p95_ms']:>8}")
+                f"{row['filtered_p50_ms']:>13} {row['filtered_p95_ms']:>8} "
+                f"{row.get('open_p50_ms', '-'):>9} {row.get('person_p50_ms', '-'):>11} "
+                f"{row.get('person_p95_ms', '-'):>8}")
         if len(rows) > 1:
             self.stdout.write(f"REST p50 growth {sizes[0]} → {sizes[-1]}: "
                               f"{rows[-1]['p50_growth_vs_first']}x")
@@ -87,10 +104,12 @@ class Command(BaseCommand):
         # One data collection per size and dimension: reused by the next run.
         collection = f"bench_{size}_domains_{embedder.dimension}d"
         self.fill(collection, size, share, tenant.pk, dataset, embedder.dimension)
-        _, secret = api_key_create(tenant=tenant, name="bench", datasets=[dataset])
+        _, secret = api_key_create(tenant=tenant, name="bench", datasets=[dataset],
+                                   acts_for_people=True)
         rng = random.Random(size)
         texts = [synthetic_text(rng, 6) + f" q{rng.random()}" for _ in range(queries)]
-        filters = SearchFilters(tenant_id=tenant.pk, dataset_ids=(dataset.pk,))
+        filters = SearchFilters(tenant_id=tenant.pk, dataset_ids=(dataset.pk,),
+                                withheld=Withheld(restricted=False))
         k = RagSettings().retrieve_k
         client = in_process_client()
         connection = milvus.collections().connection
@@ -105,6 +124,11 @@ class Command(BaseCommand):
 
         def filtered(i: int) -> None:
             rest(i, filters={"domain": [f"d{i % DOMAINS}"]})
+
+        def person(i: int) -> None:
+            # A member of one group of ten: the restricted documents of the nine others are
+            # left out inside the Milvus filter.
+            rest(i, on_behalf_of={"user": "bench", "groups": [f"d{i % DOMAINS}"]})
 
         def floor(i: int) -> None:
             raw_hybrid_search(connection, collection, filters=filters,
@@ -137,6 +161,7 @@ class Command(BaseCommand):
                 floor_ms.append(timed_ms(floor, i))
                 rest_ms.append(timed_ms(rest, i))
                 filtered_ms.append(timed_ms(filtered, i))
+            permissions = self.permissions(dataset, doc_base(size), queries, rest, person)
         finally:
             with transaction.atomic():
                 bench.delete()
@@ -148,7 +173,43 @@ class Command(BaseCommand):
                 "ratio_p50": round(r.p50 / f.p50, 2),
                 "filtered_p50_ms": n.p50, "filtered_p95_ms": n.p95,
                 "filtered_vs_rest_p50": round(n.p50 / r.p50, 2), "queries": queries,
-                "embedder": embedder.name}
+                "embedder": embedder.name, **permissions}
+
+    def permissions(self, dataset: Dataset, base: int, queries: int,
+                    open_call: Callable[[int], None], person: Callable[[int], None]
+                    ) -> dict[str, Any]:
+        """Calls made for a person while half the documents are restricted (to a group of ten
+        each, their rows naming it as the indexing worker writes them), against unfiltered
+        calls while none is: in alternating blocks of ten, the documents' readers set or
+        cleared between blocks (the first call after, which renews the view, untimed)."""
+        groups: dict[str, list[int]] = {}
+        for doc_id in Document.objects.filter(dataset=dataset).values_list("doc_id", flat=True):
+            for reader in bench_readers(doc_id - base):
+                groups.setdefault(reader, []).append(doc_id)
+
+        def readers(on: bool) -> None:
+            for reader, doc_ids in groups.items():
+                named = [reader] if on else []
+                Document.objects.filter(dataset=dataset, doc_id__in=doc_ids).update(
+                    readers=named, indexed_readers=named)
+            dataset_documents_changed(dataset_id=dataset.pk)
+
+        open_ms: list[float] = []
+        person_ms: list[float] = []
+        try:
+            for block in range(0, queries, 10):
+                for on, call, times in ((False, open_call, open_ms), (True, person, person_ms)):
+                    readers(on)
+                    call(block)
+                    times.extend(timed_ms(call, i) for i in range(block, min(block + 10,
+                                                                             queries)))
+        finally:
+            readers(False)
+        o, p = Timing.of(open_ms), Timing.of(person_ms)
+        return {"restricted_documents": sum(len(ids) for ids in groups.values()),
+                "open_p50_ms": o.p50, "open_p95_ms": o.p95,
+                "person_p50_ms": p.p50, "person_p95_ms": p.p95,
+                "person_minus_open_p50_ms": round(p.p50 - o.p50, 2)}
 
     def fill(self, collection: str, size: int, share: float, tenant_id: int, dataset: Dataset,
              dimension: int) -> None:
@@ -156,11 +217,12 @@ class Command(BaseCommand):
         rng, vectors_rng = random.Random(7), np.random.default_rng(7)
         mine = [n for n in range(size) if rng.random() < share]
         documents = Document.objects.filter(dataset=dataset)
-        base = BENCH_DOC_BASE + size * 2**24  # doc ids are unique across sizes
+        base = doc_base(size)
         # Reused if it holds the rows, as the collections of this version lay them out.
         if collection in collections.names() and collections.count(collection) == size \
                 and documents.count() == len(mine) \
-                and collections.layout(collection).tenant_partitions == TENANT_PARTITIONS:
+                and collections.layout(collection).tenant_partitions == TENANT_PARTITIONS \
+                and READERS_FIELD in collections.layout(collection).fields:
             collections.load(collection)
             return
         with milvus_writer():
@@ -182,6 +244,7 @@ class Command(BaseCommand):
                 tenant_id=tenant_id if n in owned else OTHER_TENANT,
                 dataset_id=dataset.pk if n in owned else OTHER_TENANT,
                 doc_id=base + n, activated=True, category="", domain=f"d{n % DOMAINS}",
+                readers=bench_readers(n),
                 content=synthetic_text(rng), search_text=synthetic_text(rng),
                 vector=vectors[offset].tolist(),
                 metadata={"docId": str(base + n), "chunkIndex": 0,

@@ -19,7 +19,12 @@ from retrieval.index.milvus.collections import (
     tenant_partitions,
 )
 from retrieval.index.milvus.connection import MilvusConnection, VectorStoreUnavailable
-from retrieval.index.milvus.expressions import fields_used, filter_expression, quote
+from retrieval.index.milvus.expressions import (
+    READERS_FIELD,
+    fields_used,
+    filter_expression,
+    quote,
+)
 from retrieval.index.milvus.imports import AnnSearchRequest, RRFRanker
 from retrieval.types import SearchFilters, SearchHit, SearchRequest
 
@@ -42,15 +47,15 @@ class MilvusSearch:
         self.collection = collection
 
     def _expression(self, filters: SearchFilters) -> str:
+        layout = collection_layout(self.connection, self.collection)
         missing = fields_used(filters.metadata) | fields_used(filters.call.metadata)
-        missing -= collection_layout(
-            self.connection, self.collection).fields
+        missing -= layout.fields
         if missing:
             raise IndexOutdated(
                 f"the serving index {self.collection} was built before chunks carried "
                 f"{', '.join(sorted(missing))}: rebuild it (manage.py rebuild_hybrid_knowledge "
                 "--confirm REBUILD) to filter on them")
-        return filter_expression(filters)
+        return filter_expression(filters, readers_rows=READERS_FIELD in layout.fields)
 
     def _where(self, filters: SearchFilters) -> _Where | None:
         """The filter and the tenant's partition; None when the tenant has no row here yet."""

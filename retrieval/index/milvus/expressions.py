@@ -13,6 +13,9 @@ from retrieval.types import MetadataFilter, SearchFilters
 _ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r"})
 
 
+READERS_FIELD = "readers"  # who may read a row's document (collections.py declares it)
+
+
 def quote(value: str) -> str:
     """A string literal whose value is exactly `value`; it can never end early or add a clause."""
     return '"' + value.translate(_ESCAPES) + '"'
@@ -26,25 +29,50 @@ def ints(values: object) -> str:
     return "[" + ", ".join(str(v) for v in items) + "]"
 
 
-def filter_expression(filters: SearchFilters) -> str:
-    """Tenant, datasets and activation on every search, from the caller's key (seed 003 §7).
+def filter_expression(filters: SearchFilters, *, readers_rows: bool = True) -> str:
+    """Tenant, datasets, activation and the documents restricted to others on every search,
+    from the caller's key and the person it acts for (seed 003 §7).
 
     Activation is a filter on doc_id, not the rows' `activated` field: on Milvus Lite 3.x any
     write of a row (a flip included) moves it into a new segment whose BM25 statistics are its
     own, and the document dropped out of BM25 results until a rebuild. Flipping a document
     therefore writes nothing to Milvus.
+
+    Readers are the rows' own (`readers_rows`: the collection's rows name them), so that the
+    clause costs the same whatever the number of restricted documents; the documents whose
+    rows may not name their readers yet are decided by id. A collection built before rows
+    named readers leaves out every document withheld, by id.
     """
     if not filters.dataset_ids:
         raise ValueError("a search needs at least one dataset")
     expr = f"tenant_id == {int(filters.tenant_id)} and dataset_id in {ints(filters.dataset_ids)}"
     if filters.excluded_doc_ids:
         expr += f" and doc_id not in {ints(filters.excluded_doc_ids)}"
+    expr += readers_clauses(filters, readers_rows)
     if filters.category:
         expr += f" and category == {quote(filters.category)}"
     if filters.call.documents is not None:
         expr += f" and doc_id in {ints(filters.call.documents)}"
     return expr + metadata_clauses(filters.metadata) + metadata_clauses(filters.call.metadata)
 
+
+def readers_clauses(filters: SearchFilters, readers_rows: bool) -> str:
+    """What the search's access may read (nothing to add for the platform's own reads)."""
+    principals, withheld = filters.access.principals, filters.withheld
+    if principals is None or not withheld.restricted:
+        return ""
+    if not readers_rows:
+        return f" and doc_id not in {ints(withheld.all)}" if withheld.all else ""
+    readable = [f"array_length({READERS_FIELD}) == 0"]
+    if principals:
+        named = ", ".join(quote(p) for p in sorted(principals))
+        readable.append(f"array_contains_any({READERS_FIELD}, [{named}])")
+    if withheld.unsynced_readable:
+        readable.append(f"doc_id in {ints(withheld.unsynced_readable)}")
+    clauses = f" and ({' or '.join(readable)})"
+    if withheld.unsynced:
+        clauses += f" and doc_id not in {ints(withheld.unsynced)}"
+    return clauses
 
 # The entity fields behind RagConfig.metadata_filters (collections.py indexes them).
 TEXT_FIELDS = ("category", "domain", "business_key", "file_name")

@@ -21,7 +21,7 @@ from retrieval.index.milvus.collections import (
     partition_exists,
 )
 from retrieval.index.milvus.connection import MilvusConnection, VectorStoreRejected
-from retrieval.index.milvus.expressions import TEXT_FIELDS, ints
+from retrieval.index.milvus.expressions import READERS_FIELD, TEXT_FIELDS, ints
 from retrieval.index.writer_lock import milvus_writer
 
 
@@ -44,6 +44,7 @@ class ChunkRow:
     business_key: str = ""
     file_name: str = ""
     updated_at: int = 0  # epoch seconds of the document's last content change
+    readers: tuple[str, ...] = ()  # who may read the document; empty: every caller
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class StoredChunk:
     doc_id: int
     dataset_id: int
     content_hash: str
+    readers: tuple[str, ...] | None = None  # None: the collection was built without them
 
 
 class KnowledgeWritePort(Protocol):
@@ -80,7 +82,8 @@ UPSERT_BYTES = 4 * 2**20
 def _entities(rows: Sequence[ChunkRow], fields: frozenset[str]) -> list[dict[str, Any]]:
     """Rows as Milvus entities of a collection with `fields` (one built before a field was
     added does not get it); BM25 reads the analysed text (retrieval/analysis.py)."""
-    return [_within_declared({k: v for k, v in row.__dict__.items() if k in fields}
+    return [_within_declared({k: list(v) if isinstance(v, tuple) else v
+                              for k, v in row.__dict__.items() if k in fields}
                              | {"content": row.content[:MAX_CONTENT],
                                 # Stemming and lower-casing may lengthen a text: cut what the
                                 # field receives.
@@ -190,9 +193,11 @@ class MilvusWriter:
 
     def stored_chunks(self, collection: str, *, batch_size: int = 1000) -> Iterator[StoredChunk]:
         """Every row of `collection`, a batch at a time (reconciliation)."""
+        readers = READERS_FIELD in collection_layout(self.connection, collection).fields
         iterator = self.connection.call("query_iterator", lambda c: c.query_iterator(
             collection, batch_size=batch_size, filter="",
-            output_fields=["id", "doc_id", "dataset_id", "metadata"],
+            output_fields=["id", "doc_id", "dataset_id", "metadata",
+                           *([READERS_FIELD] if readers else [])],
             timeout=self.connection.timeout), collection=collection)
         try:
             while True:
@@ -203,6 +208,8 @@ class MilvusWriter:
                     yield StoredChunk(id=str(row["id"]), doc_id=int(row["doc_id"]),
                                       dataset_id=int(row["dataset_id"]),
                                       content_hash=str((row.get("metadata") or {})
-                                                       .get("contentHash", "")))
+                                                       .get("contentHash", "")),
+                                      readers=tuple(row.get(READERS_FIELD) or ())
+                                      if readers else None)
         finally:
             iterator.close()

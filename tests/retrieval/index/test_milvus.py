@@ -8,18 +8,20 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from rest_framework.test import APIClient
 
+from datasets.permissions import PLATFORM
 from retrieval.index import milvus
 from retrieval.index.milvus import VectorStoreUnavailable
 from retrieval.index.milvus.arms import MilvusSearch
 from retrieval.index.milvus.connection import MilvusConnection, reset_connection
 from retrieval.index.milvus.expressions import filter_expression, quote
 from retrieval.index.milvus.writer import ChunkRow
-from retrieval.types import SearchFilters, SearchRequest
+from retrieval.types import SearchFilters, SearchRequest, Withheld
 from tests.conftest import ROOT
 from tests.milvus import collection_before_filter_fields
 
@@ -70,7 +72,9 @@ def test_filter_expression_quotes_user_values_and_needs_a_dataset() -> None:
     expr = filter_expression(SearchFilters(tenant_id=1, dataset_ids=(2, 3), category=INJECTION,
                                            excluded_doc_ids=(7, 8)))
 
+    # Filters made without an access read as nobody: documents without readers only.
     assert expr == ('tenant_id == 1 and dataset_id in [2, 3] and doc_id not in [7, 8] and '
+                    '(array_length(readers) == 0) and '
                     'category == "ops\\" or tenant_id == 2 or category == \\""')
     with pytest.raises(ValueError, match="at least one dataset"):
         filter_expression(SearchFilters(tenant_id=1, dataset_ids=()))
@@ -85,6 +89,37 @@ def test_quote_escapes_only_what_the_milvus_lexer_knows() -> None:
     assert quote('say "hi"\n\\') == '"say \\"hi\\"\\n\\\\"'
     # Milvus 2.5's engine knows no \t: a tab goes in raw, which every engine takes.
     assert quote("a\tb") == '"a\tb"'
+
+
+@pytest.mark.parametrize("engine", ["default", pytest.param("lite3", marks=pytest.mark.lite3)])
+@pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
+def test_a_search_reads_the_rows_whose_readers_its_access_names(store, db, engine, mode) -> None:
+    """Inside the query: the rows' readers against the access's principals, and the
+    documents whose rows may not name their readers yet by id (datasets/permissions.py)."""
+    from datasets.permissions import ANONYMOUS, Access
+
+    milvus.collections().create("biz_readers", DIM)
+    rows = [_row("30#chunk-0"), replace(_row("31#chunk-0"), readers=("group:sre",)),
+            replace(_row("32#chunk-0"), readers=("user:alice", "group:dba")),
+            replace(_row("33#chunk-0"), readers=('group:a" or 1 == 1',))]
+    milvus.writer().replace_documents([], rows, collection="biz_readers")
+
+    def found(access: Access, withheld: Withheld | None = None) -> list[str]:
+        request = SearchRequest(query_text="redis eviction policy",
+                                query_vector=[1.0, 0.0, 0.0, 0.0], mode=mode, limit=50,
+                                filters=SearchFilters(tenant_id=1, dataset_ids=(1,),
+                                                      access=access,
+                                                      withheld=withheld or Withheld()))
+        return sorted(h.chunk_id for h in milvus.searcher("biz_readers").search(request))
+
+    assert found(ANONYMOUS) == ["30#chunk-0"]
+    assert found(Access.person("bob", ["sre"])) == ["30#chunk-0", "31#chunk-0"]
+    assert found(Access.person("alice")) == ["30#chunk-0", "32#chunk-0"]
+    assert found(Access.person("eve", ['a" or 1 == 1'])) == ["30#chunk-0", "33#chunk-0"]
+    assert len(found(PLATFORM)) == 4
+    # 31 now readable by anyone, 30 by no one, neither written into the rows yet: by id.
+    assert found(ANONYMOUS, Withheld(all=(30,), unsynced=(30,), unsynced_readable=(31,))) == [
+        "31#chunk-0"]
 
 
 @pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
@@ -288,7 +323,8 @@ def test_metadata_filters_are_quoted_clauses_on_the_entitys_fields() -> None:
 
     metadata = MetadataFilter(category=(INJECTION,), file_name=("a.md", "b.md"),
                               updated_after=10, updated_before=20)
-    expr = filter_expression(SearchFilters(tenant_id=1, dataset_ids=(2,), metadata=metadata))
+    expr = filter_expression(SearchFilters(tenant_id=1, dataset_ids=(2,), metadata=metadata,
+                                           access=PLATFORM))
     assert expr == ('tenant_id == 1 and dataset_id in [2] and '
                     'category in ["ops\\" or tenant_id == 2 or category == \\""] and '
                     'file_name in ["a.md", "b.md"] and updated_at >= 10 and updated_at < 20')
@@ -299,7 +335,8 @@ def test_a_calls_filters_are_clauses_anded_after_the_keys_scope_and_the_configs(
 
     call = CallFilters(MetadataFilter(domain=(INJECTION,), updated_before=20), documents=(7, 9))
     expr = filter_expression(SearchFilters(tenant_id=1, dataset_ids=(2,), call=call,
-                                           metadata=MetadataFilter(domain=("cache",))))
+                                           metadata=MetadataFilter(domain=("cache",)),
+                                           withheld=Withheld(restricted=False)))
     assert expr == ('tenant_id == 1 and dataset_id in [2] and doc_id in [7, 9] and '
                     'domain in ["cache"] and '
                     'domain in ["ops\\" or tenant_id == 2 or category == \\""] and '

@@ -23,6 +23,7 @@ from kbplatform_client import (
     KbClient,
     KbError,
     LookupFilters,
+    OnBehalfOf,
     ReplayedEvidence,
 )
 from retrieval.tools.registry import TOOLS
@@ -299,7 +300,7 @@ CLIENT_OPERATIONS = {  # method → (HTTP method, path in the OpenAPI schema)
 def test_the_client_is_checked_against_the_openapi_schema() -> None:
     schema = client_for(None).get("/api/schema?format=json").json()
     public = {name for name, _ in inspect.getmembers(KbClient, inspect.isfunction)
-              if not name.startswith("_")} - {"call_tool", "wait_for_job"}
+              if not name.startswith("_")} - {"call_tool", "wait_for_job", "acting_for"}
     assert public == set(CLIENT_OPERATIONS)
     components = schema["components"]["schemas"]
     for method_name, (method, path) in CLIENT_OPERATIONS.items():
@@ -316,7 +317,8 @@ def test_the_client_is_checked_against_the_openapi_schema() -> None:
     # What the client says a dataset and a job hold is what the API answers with, and its
     # lookup filters are the ones the API takes.
     for typed, component in ((Dataset, "Dataset"), (Job, "Job"),
-                             (LookupFilters, "LookupFiltersRequest")):
+                             (LookupFilters, "LookupFiltersRequest"),
+                             (OnBehalfOf, "OnBehalfOfRequest")):
         assert set(typed.__annotations__) == set(components[component]["properties"]), \
             component
 
@@ -355,6 +357,25 @@ def test_the_client_uploads_follows_the_job_and_looks_up(acme: Imported, make_ke
     with pytest.raises(KbError) as refused:
         KbClient(web, api_key="kb_wrong").lookup("q")
     assert (refused.value.status, refused.value.code) == (401, "authentication_failed")
+    # Restricted to a group, the document is served to a call made for one of its members.
+    assert client_for(admin).patch(f"/api/documents/{mine}", {"readers": ["group:sre"]},
+                                   format="json").status_code == 200
+    acting, secret = make_key("acme")
+    acting.acts_for_people = True
+    acting.save(update_fields=["acts_for_people"])
+    sre = KbClient(web, api_key=secret).acting_for("alice@example.com", ["sre"])
+    found = sre.lookup("zookeeper SESSION_EXPIRED", tool_call_id="call_sre_1")
+    assert found["evidence"][0]["document_id"].startswith(f"{mine}#")
+    assert sre.replay_evidence("call_sre_1")["withheld"] == 0
+    assert sre.evidence_guard([found["evidence"][0]["document_id"]],
+                              tool_call_id="call_sre_1")["not_ready"] == []
+    others = KbClient(web, api_key=secret).acting_for("bob@example.com", ["dba"])
+    assert others.replay_evidence("call_sre_1")["evidence"] == []
+    assert not any(e["document_id"].startswith(f"{mine}#")
+                   for e in others.lookup("zookeeper SESSION_EXPIRED")["evidence"])
+    with pytest.raises(KbError) as forbidden:
+        kb.acting_for("alice@example.com").lookup("zookeeper SESSION_EXPIRED")
+    assert forbidden.value.status == 403
 
 
 def test_a_503_that_is_not_a_tools_result_raises() -> None:
