@@ -81,37 +81,42 @@ class DocumentsView:
         default_factory=lambda: MappingProxyType({}))
     unsynced: frozenset[int] = frozenset()
     documents: tuple[L0Document, ...] = ()
-    _withheld: dict[frozenset[str] | None, Withheld] = field(
+    # Each set of principals: what it may not read, and the live documents it may.
+    _readings: dict[frozenset[str] | None, tuple[Withheld, frozenset[int]]] = field(
         default_factory=dict, compare=False, repr=False)
     _l0s: dict[tuple[int, ...], L0Index] = field(default_factory=dict, compare=False,
                                                  repr=False)
 
     def withheld(self, access: Access) -> Withheld:
         """The live documents `access` may not read, those of them the index's rows may not
-        say so of yet, and the readable ones whose rows may still name others (worked out
-        once a view for each set of principals: a lookup asks several times)."""
+        say so of yet, and the readable ones whose rows may still name others."""
+        return self._reading(access)[0]
+
+    def readable(self, access: Access) -> frozenset[int]:
+        """The live documents `access` may read."""
+        return self._reading(access)[1]
+
+    def _reading(self, access: Access) -> tuple[Withheld, frozenset[int]]:
+        """Worked out once a view for each set of principals: a lookup asks several times
+        (its filter, then the guard after each search round)."""
         if not self.restricted and not self.unsynced:
-            return Withheld(restricted=False)
+            return Withheld(restricted=False), self.live
         with _lock:
-            found = self._withheld.get(access.principals)
+            found = self._readings.get(access.principals)
         if found is None:
             hidden = frozenset(doc for doc, readers in self.restricted.items()
                                if not access.may_read(readers))
             # The unsynced ones by id, the most MAX_EXCLUDED each: a longer list costs every
             # search more than the guard after it (which drops any other restricted hit).
-            found = Withheld(tuple(sorted(hidden)),
-                             tuple(sorted(self.unsynced & hidden))[:MAX_EXCLUDED],
-                             tuple(sorted(self.unsynced - hidden))[:MAX_EXCLUDED])
+            found = (Withheld(tuple(sorted(hidden)),
+                              tuple(sorted(self.unsynced & hidden))[:MAX_EXCLUDED],
+                              tuple(sorted(self.unsynced - hidden))[:MAX_EXCLUDED]),
+                     self.live - hidden)
             with _lock:
-                if len(self._withheld) >= MAX_ACCESSES:
-                    self._withheld.clear()
-                self._withheld[access.principals] = found
+                if len(self._readings) >= MAX_ACCESSES:
+                    self._readings.clear()
+                self._readings[access.principals] = found
         return found
-
-    def readable(self, access: Access) -> frozenset[int]:
-        """The live documents `access` may read."""
-        withheld = self.withheld(access).all
-        return self.live.difference(withheld) if withheld else self.live
 
     def l0_for(self, access: Access) -> L0Index:
         """The L0 index of the documents `access` may read: the topics an EMPTY answer names
