@@ -138,9 +138,15 @@ def tool_api(tool: Tool) -> type[ToolView]:
     failed = {503: _unavailable(operation.unavailable, operation.output)} \
         if operation.unavailable else {}
     described = {"e400": operation.e400} if operation.e400 else {}
-    failures = errors(*operation.errors, **described) if operation.error is None else {
-        status: OpenApiResponse(operation.error, description=WHEN[status])
-        for status in operation.errors}
+    statuses = operation.errors
+    if tool.contract is not None and "on_behalf_of" in tool.contract().fields:
+        statuses = tuple(sorted({*statuses, 403}))
+        described["e403"] = ("`on_behalf_of` (or `?user=` / `?group=`) from a key that may not "
+                             "act for people (`forbidden`).")
+    failures = errors(*statuses, **described) if operation.error is None else {
+        status: OpenApiResponse(operation.error, description=described.get(f"e{status}",
+                                                                            WHEN[status]))
+        for status in statuses}
     name = "".join(word.title() for word in tool.name.split("_")) + "Api"  # LookupKnowledgeApi
     view = type(name, (ToolReadApi if tool.method == "get" else ToolApi,), {"tool": tool})
     read = tool.method == "get"  # its input is the URL's arguments
