@@ -535,7 +535,7 @@ class SourceForm(forms.ModelForm[Source]):
         model = Source
         fields = ["dataset", "name", "kind", "location", "branch", "subfolder", "include",
                   "secret_env", "readers", "max_depth", "max_pages", "max_page_bytes",
-                  "interval_minutes"]
+                  "region", "interval_minutes"]
         widgets = {"location": forms.TextInput(attrs={"size": 80}),  # URLs and paths are long
                    "secret_env": forms.TextInput(attrs={"size": 60})}
 

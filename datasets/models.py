@@ -20,6 +20,8 @@ from datasets.permissions import principal
 from kbplatform.env import SLUG_PATTERN
 
 SLUG = RegexValidator(SLUG_PATTERN, "lowercase letters, digits, - and _")
+REGION_PATTERN = r"^[a-z0-9-]{0,40}$"
+REGION = RegexValidator(REGION_PATTERN, "lower-case letters, digits and -")
 
 
 def upload_limit() -> int:
@@ -220,6 +222,7 @@ class Source(models.Model):
         GIT = "git", "git repository"
         FOLDER = "folder", "server folder"
         WEB = "web", "web page or sitemap"
+        S3 = "s3", "S3-compatible bucket"
 
     class Status(models.TextChoices):
         NEVER = "never", "never synced"
@@ -233,13 +236,15 @@ class Source(models.Model):
     location = models.CharField(max_length=1000, help_text=(
         "git: an http(s) URL, or a local path in its tenant's source folders (KB_SOURCE_ROOTS: "
         "a folder bound to the tenant's slug, or <parent>/<slug>/); folder: a path in them; "
-        "web: the start page's or the sitemap's http(s) URL."))
+        "web: the start page's or the sitemap's http(s) URL; s3: the bucket's URL, path style "
+        "(https://<endpoint>/<bucket>)."))
     branch = models.CharField(max_length=200, blank=True, default="main",
                               help_text="git: the branch to follow.")
     subfolder = models.CharField(max_length=500, blank=True,
-                                 help_text="git: only the files under this folder.")
+                                 help_text="git and s3: only the files under this folder.")
     include = models.JSONField(default=list, blank=True, help_text=(
-        "git and folder: glob patterns of the files to take (`**/*.md`); empty: every file."))
+        "git, folder and s3: glob patterns of the files to take (`**/*.md`); empty: every "
+        "file."))
     max_depth = models.PositiveSmallIntegerField(
         default=2, validators=[MaxValueValidator(10)],
         help_text="web: how many links away from the start page a page may be.")
@@ -250,13 +255,20 @@ class Source(models.Model):
         default=upload_limit, validators=[MinValueValidator(1024)],
         help_text="web: a larger page is not taken (a failed line in the sync's log); at most "
                   "KB_MAX_UPLOAD_BYTES, the default.")
+    region = models.CharField(
+        max_length=40, blank=True, default="", db_default="",
+        validators=[REGION],
+        help_text="s3: the region its requests' signatures name (`eu-west-1`); empty: an AWS "
+                  "endpoint's (s3.<region>.amazonaws.com), otherwise us-east-1, which MinIO "
+                  "and most S3-compatible stores take.")
     interval_minutes = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)],
         help_text="Sync every this many minutes; empty: only on demand.")
     secret_env = models.CharField(
         max_length=120, blank=True, default="", db_default="", verbose_name="credential variable",
         help_text="git over https: the environment variable holding the credential, "
-                  "`token` or `user:token` (its name, never the credential itself; "
+                  "`token` or `user:token`; s3: `<access key id>:<secret access key>` (its "
+                  "name, never the credential itself; "
                   "<VARIABLE>_FILE may name a file holding it): KB_SOURCE_SECRET_<SLUG>, or "
                   "KB_SOURCE_SECRET_<SLUG>_<NAME>, of the source's tenant. Empty: none.")
     readers = models.JSONField(
@@ -283,7 +295,7 @@ class Source(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["dataset", "name"],
                                     name="source_unique_name_per_dataset"),
-            models.CheckConstraint(condition=models.Q(kind__in=["git", "folder", "web"]),
+            models.CheckConstraint(condition=models.Q(kind__in=["git", "folder", "web", "s3"]),
                                    name="source_kind_valid"),
             models.CheckConstraint(
                 condition=models.Q(last_status__in=["never", "succeeded", "failed"]),

@@ -122,7 +122,7 @@ class SourceOutput(serializers.ModelSerializer[Source]):
         model = Source
         fields = ["id", "dataset_id", "name", "kind", "location", "branch", "subfolder",
                   "include", "secret_env", "secret_resolves", "readers", "max_depth",
-                  "max_pages", "max_page_bytes", "interval_minutes", "last_revision",
+                  "max_pages", "max_page_bytes", "region", "interval_minutes", "last_revision",
                   "last_sync_at", "last_status", "last_error", "created_at"]
         read_only_fields = fields
 

@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from datasets.auth import IsAdminKey, caller
-from datasets.models import Source
+from datasets.models import REGION, Source
 from datasets.selectors import dataset_get, source_get, source_list
 from datasets.serializers import JobOutput, ReadersField, SourceListOutput, SourceOutput
 from datasets.sources.locations import MAX_GLOBS
@@ -41,11 +41,15 @@ class SourceSettings(serializers.Serializer[dict[str, Any]]):
     max_pages = serializers.IntegerField(min_value=1, max_value=10_000, required=False)
     max_page_bytes = serializers.IntegerField(min_value=1024, max_value=2**31 - 1,
                                               required=False)
+    region = serializers.CharField(max_length=40, required=False, allow_blank=True,
+                                   validators=[REGION],
+                                   help_text=Source._meta.get_field("region").help_text)
     interval_minutes = serializers.IntegerField(min_value=1, max_value=10**6, allow_null=True,
                                                 required=False)
     secret_env = serializers.CharField(max_length=120, required=False, allow_blank=True,
-                                       help_text="git over http(s): the name of the variable "
-                                                 "holding its credential (docs/operations.md).")
+                                       help_text="git over http(s) and s3: the name of the "
+                                                 "variable holding its credential "
+                                                 "(docs/operations.md).")
     readers = ReadersField(required=False, help_text=(
         "Who may read its documents: `user:<name>` and `group:<name>`; empty: every caller "
         "of the dataset. Its documents take them at once."))

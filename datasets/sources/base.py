@@ -34,6 +34,11 @@ def file_item(path: str, version: str, size: int, *, known: Mapping[str, str], m
     return Item(path, version, raw=read())
 
 
+def hidden(path: str) -> bool:
+    """A name no source takes: one of its parts starts with "." (`.git/`, `.draft.md`)."""
+    return any(part.startswith(".") for part in path.split("/"))
+
+
 class SyncFailed(Exception):
     """The source as a whole could not be read (unreachable, refused, too big, too slow): the
     sync fails with this reason, which its owner may read, and deletes nothing."""

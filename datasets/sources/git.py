@@ -21,7 +21,15 @@ from django.conf import settings
 
 from datasets.links import git_file_url
 from datasets.models import Source
-from datasets.sources.base import Deadline, Globs, Item, SyncFailed, file_item, too_many
+from datasets.sources.base import (
+    Deadline,
+    Globs,
+    Item,
+    SyncFailed,
+    file_item,
+    hidden,
+    too_many,
+)
 from datasets.sources.locations import Refused, is_url, local_repository
 from datasets.sources.secrets import source_secret
 from kbplatform.outbound import OutboundRefused, check_url, url_port
@@ -163,7 +171,7 @@ class GitReader:
             if kind != "blob" or mode == "120000" or not path.startswith(prefix):
                 continue
             relative = path[len(prefix):]
-            if any(part.startswith(".") for part in relative.split("/")):
+            if hidden(relative):
                 continue
             if self.globs(relative):
                 files[relative] = (blob, int(size))

@@ -7,18 +7,20 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from django.conf import settings
 
 from datasets.models import Source
+from datasets.sources.s3 import bucket_refusal
 from datasets.sources.secrets import secret_refusal
 from kbplatform.outbound import host_refusal, url_allowed, url_refusal
 
 BRANCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
-# A host name as curl looks it up (lower case: urlsplit's hostname), or an address.
-GIT_HOST = re.compile(r"^(?:[a-z0-9_-]+(?:\.[a-z0-9_-]+)*|[0-9a-f:.]+)$")
+# A host name as curl looks it up and a signature names it (lower case: urlsplit's hostname),
+# or an address.
+ASCII_HOST = re.compile(r"^(?:[a-z0-9_-]+(?:\.[a-z0-9_-]+)*|[0-9a-f:.]+)$")
 MAX_GLOBS = 50
 # Globs are matched in linear time (datasets/sources/base.py); a bound keeps them readable.
 MAX_GLOB_STARS = 8
@@ -121,9 +123,15 @@ def location_refusal(*, kind: str, location: str, tenant: str) -> str | None:
     network), or None."""
     if not location or location != location.strip() or "\x00" in location:
         return "the location is empty or has surrounding spaces"
+    if kind == Source.Kind.S3:
+        refusal = _url_refusal(location) or bucket_refusal(location)
+        if refusal is None and not ASCII_HOST.match(urlsplit(location).hostname or ""):
+            return ("the bucket's host is written in ASCII (an international name as "
+                    "xn--...), without a trailing dot: the signature names it so")
+        return refusal
     if kind == Source.Kind.WEB or (kind == Source.Kind.GIT and is_url(location)):
         refusal = _url_refusal(location)
-        if refusal is None and kind == Source.Kind.GIT and not GIT_HOST.match(
+        if refusal is None and kind == Source.Kind.GIT and not ASCII_HOST.match(
                 urlsplit(location).hostname or ""):
             return ("a git URL's host is written in ASCII (an international name as xn--...), "
                     "without a trailing dot: git is held to the addresses checked for it")
@@ -163,17 +171,21 @@ def source_refusals(source: Source) -> dict[str, str]:
     if source.kind == Source.Kind.GIT and (not BRANCH.match(source.branch)
                                            or ".." in source.branch):
         refusals["branch"] = "not a branch name git takes"
-    sub = PurePosixPath(source.subfolder)
-    if source.subfolder and (sub.is_absolute() or ".." in sub.parts):
-        refusals["subfolder"] = "a relative path inside the repository, without .."
+    # Read as written: a "." that PurePosixPath would drop is sent, and a URL drops it after
+    # the request is signed.
+    if source.subfolder and (source.subfolder.startswith("/") or any(
+            part in (".", "..") for part in source.subfolder.split("/"))):
+        refusals["subfolder"] = ("a relative path inside the repository or bucket, without . "
+                                 "or ..")
     if source.max_page_bytes > settings.KB_MAX_UPLOAD_BYTES:
         refusals["max_page_bytes"] = (f"at most KB_MAX_UPLOAD_BYTES "
                                       f"({settings.KB_MAX_UPLOAD_BYTES}): a larger page could "
                                       "not be stored")
     if source.secret_env:
         refusal = secret_refusal(source.secret_env, slug=source.dataset.tenant.slug)
-        if refusal is None and not (source.kind == Source.Kind.GIT and is_url(source.location)):
-            refusal = "only a git source over http(s) takes a credential"
+        if refusal is None and not (source.kind == Source.Kind.S3 or (
+                source.kind == Source.Kind.GIT and is_url(source.location))):
+            refusal = "only a git source over http(s) and an s3 source take a credential"
         elif refusal is None and source.location.lower().startswith("http://") and not (
                 url_allowed(source.location)):
             refusal = ("a credential travels over https only (plain http to a host "

@@ -19,7 +19,7 @@ from kbplatform.errors import ApiError, ErrorCode
 
 SYNC_TASK = "datasets.tasks.sync_source_task"
 FIELDS = ("name", "kind", "location", "branch", "subfolder", "include", "max_depth",
-          "max_pages", "max_page_bytes", "interval_minutes")
+          "max_pages", "max_page_bytes", "region", "interval_minutes")
 
 
 class InvalidSource(ApiError):

@@ -22,13 +22,15 @@ from datasets.services import dataset_documents_changed, document_delete, docume
 from datasets.sources.base import Deadline, Item, Reader, SyncFailed
 from datasets.sources.folder import FolderReader
 from datasets.sources.git import GitReader
+from datasets.sources.s3 import S3Reader
 from datasets.sources.web import WebReader
 from kbplatform.errors import ApiError
 
 logger = logging.getLogger(__name__)
 
-READERS: dict[str, type[GitReader] | type[FolderReader] | type[WebReader]] = {
-    Source.Kind.GIT: GitReader, Source.Kind.FOLDER: FolderReader, Source.Kind.WEB: WebReader}
+READERS: dict[str, type[GitReader] | type[FolderReader] | type[WebReader] | type[S3Reader]] = {
+    Source.Kind.GIT: GitReader, Source.Kind.FOLDER: FolderReader, Source.Kind.WEB: WebReader,
+    Source.Kind.S3: S3Reader}
 SKIPPED = "skipped: another sync of this source is running"
 
 

@@ -9,7 +9,6 @@ import re
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from html.parser import HTMLParser
 from posixpath import basename, splitext
 from urllib.parse import urldefrag, urljoin, urlsplit
@@ -21,23 +20,14 @@ from protego import Protego
 
 from datasets.models import Source
 from datasets.sources.base import Deadline, Item, SyncFailed
+from datasets.sources.http import AGENT, Answer, bounded_get
 from kbplatform import outbound
 
 logger = logging.getLogger(__name__)
 
-AGENT = "kbplatform"
 REDIRECTS = (301, 302, 303, 307, 308)
 GONE = (404, 410)
 MARKDOWN_LINK = re.compile(r"\]\(\s*<?([^)\s>]+)")
-
-
-@dataclass(frozen=True)
-class Answer:
-    """A page's answer, its body read within the bounds."""
-
-    status: int
-    headers: httpx2.Headers
-    body: bytes
 
 
 class _Links(HTMLParser):
@@ -201,18 +191,9 @@ class WebReader:
         return self._request(url, headers)
 
     def _request(self, url: str, headers: dict[str, str]) -> Answer:
-        """One GET, ended within KB_SOURCE_HTTP_TIMEOUT_SECONDS and the sync's time left, in
-        all (a server trickling its headers or body holds it no longer), its body read to
-        `max_bytes` at most."""
-        bound = min(settings.KB_SOURCE_HTTP_TIMEOUT_SECONDS, self.deadline.left())
-        with outbound.deadline(bound), self.http.stream("GET", url, headers=headers,
-                                                        timeout=bound) as response:
-            body = bytearray()
-            for chunk in response.iter_raw():
-                body += chunk
-                if len(body) > self.max_bytes:
-                    raise outbound.AnswerTooLarge(self.max_bytes)
-            return Answer(response.status_code, response.headers, bytes(body))
+        """One GET, its body read to `max_bytes` at most (datasets/sources/http.py)."""
+        return bounded_get(self.http, url, headers, deadline=self.deadline,
+                           max_bytes=self.max_bytes)
 
     def _failure(self, exc: httpx2.HTTPError) -> str:
         """Why a page could not be read, as its owner may read it: the one message of every

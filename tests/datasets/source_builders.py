@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import subprocess
 import threading
 import time
@@ -217,3 +218,115 @@ def git_host(host: GitHost) -> Iterator[GitHost]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@dataclass
+class Bucket:
+    """A real S3 server on 127.0.0.1 (moto's, served by werkzeug) that counts what it is asked,
+    checks each request's Signature Version 4 against `access_key` and `secret_key` as S3 does
+    (moto does not: InvalidAccessKeyId, SignatureDoesNotMatch), and answers the statuses queued
+    in `faults` (for a request whose path and query hold the key) first; a 200 there is a page
+    that is no S3 answer (a portal's login page)."""
+
+    access_key: str
+    secret_key: str
+    url: str = ""
+    client: Any = None  # boto3's, signed with `access_key`: how the test fills the bucket
+    hits: list[tuple[str, int]] = field(default_factory=list)  # ("<path>?<query>", status)
+    faults: dict[str, list[int]] = field(default_factory=dict)
+
+    def object_reads(self) -> list[str]:
+        """The objects read (GET of a key, not a listing), by path."""
+        return [hit for hit, _ in self.hits if "list-type=2" not in hit]
+
+    def put(self, bucket: str, files: dict[str, bytes]) -> None:
+        for key, raw in files.items():
+            self.client.put_object(Bucket=bucket, Key=key, Body=raw)
+
+
+S3_ERROR = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>"
+            "{code}</Message><RequestId>0</RequestId></Error>")
+
+
+@contextmanager
+def s3_server(bucket: Bucket) -> Iterator[Bucket]:
+    import boto3
+    from moto.backends import get_backend
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import make_server
+
+    inner = DomainDispatcherApplication(create_backend_app)
+
+    def refuse(start_response: Callable[..., Any], status: int, code: str) -> list[bytes]:
+        if status == 200:
+            start_response("200 OK", [("Content-Type", "text/html")])
+            return [b"<html><body><form>Sign in to the storage portal</form></body></html>"]
+        start_response(f"{status} {code}", [("Content-Type", "application/xml"),
+                                            ("Retry-After", "0")])
+        return [S3_ERROR.format(code=code).encode()]
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        asked = f"{environ['PATH_INFO']}?{environ.get('QUERY_STRING', '')}"
+        reading = environ["REQUEST_METHOD"] == "GET"
+        refusal = _signature_refusal(environ, bucket)
+        if refusal:
+            if reading:
+                bucket.hits.append((asked, 403))
+            return refuse(start_response, 403, refusal)
+        for marker, statuses in bucket.faults.items():
+            if marker in asked and statuses:
+                status = statuses.pop(0)
+                bucket.hits.append((asked, status))
+                return refuse(start_response, status, "SlowDown" if status == 503 else
+                              "AccessDenied" if status == 403 else "InternalError")
+        if reading:
+            bucket.hits.append((asked, 200))
+        return inner(environ, start_response)
+
+    class Quiet(MotoRequestHandler):
+        def log_request(self, *args: Any) -> None:
+            """Its hits are counted; the log would print each of hundreds."""
+
+    server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    bucket.url = f"http://127.0.0.1:{server.server_port}"
+    bucket.client = boto3.client("s3", endpoint_url=bucket.url, region_name="us-east-1",
+                                 aws_access_key_id=bucket.access_key,
+                                 aws_secret_access_key=bucket.secret_key)
+    try:
+        yield bucket
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+        get_backend("s3").reset()  # moto keeps its buckets in the process
+
+
+def _signature_refusal(environ: dict[str, Any], bucket: Bucket) -> str:
+    """S3's error code for a request whose Signature Version 4 is not the one `bucket`'s keys
+    give the request as it arrived (its raw path and query, the headers it signed), or ""."""
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    found = re.fullmatch(r"AWS4-HMAC-SHA256 Credential=([^/]+)/\d{8}/([^/]+)/s3/aws4_request, "
+                         r"SignedHeaders=([a-z0-9;-]+), Signature=([0-9a-f]{64})",
+                         environ.get("HTTP_AUTHORIZATION", ""))
+    if found is None or found.group(1) != bucket.access_key:
+        return "InvalidAccessKeyId"
+    region, signed, signature = found.group(2), found.group(3).split(";"), found.group(4)
+    headers = {name: environ.get(name.upper().replace("-", "_") if name in (
+        "content-type", "content-length") else f"HTTP_{name.upper().replace('-', '_')}", "")
+               for name in signed}
+    request = AWSRequest(method=environ["REQUEST_METHOD"],
+                         url=f"http://{environ['HTTP_HOST']}{environ['RAW_URI']}",
+                         headers=headers)
+    request.context["timestamp"] = headers.get("x-amz-date", "")
+    auth = S3SigV4Auth(Credentials(bucket.access_key, bucket.secret_key), "s3", region)
+    expected = auth.signature(auth.string_to_sign(request, auth.canonical_request(request)),
+                              request)
+    return "" if expected == signature else "SignatureDoesNotMatch"

@@ -1,0 +1,68 @@
+"""What the sources that speak HTTP share (web, s3): one GET through
+kbplatform/outbound.py, ended within KB_SOURCE_HTTP_TIMEOUT_SECONDS and the sync's time left
+in all (a server trickling its headers or body holds it no longer), its body read to a bound;
+and the retries an API documents for "slow down" and "try again" answers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import httpx2
+from django.conf import settings
+
+from datasets.sources.base import Deadline
+from kbplatform import outbound
+
+AGENT = "kbplatform"
+# Too many requests, and the server errors S3 and Atlassian document as worth another try.
+RETRIED = (429, 500, 502, 503, 504)
+ATTEMPTS = 4
+MAX_WAIT_SECONDS = 20.0
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An answer, its body read within the bounds."""
+
+    status: int
+    headers: httpx2.Headers
+    body: bytes
+
+
+def bounded_get(http: httpx2.Client, url: str, headers: Mapping[str, str], *,
+                deadline: Deadline, max_bytes: int) -> Answer:
+    """One GET; outbound.AnswerTooLarge past `max_bytes`, httpx2's errors otherwise."""
+    bound = min(settings.KB_SOURCE_HTTP_TIMEOUT_SECONDS, deadline.left())
+    with outbound.deadline(bound), http.stream("GET", url, headers=dict(headers),
+                                               timeout=bound) as response:
+        body = bytearray()
+        for chunk in response.iter_raw():
+            body += chunk
+            if len(body) > max_bytes:
+                raise outbound.AnswerTooLarge(max_bytes)
+        return Answer(response.status_code, response.headers, bytes(body))
+
+
+def retried(get: Callable[[], Answer], *, deadline: Deadline) -> Answer:
+    """`get()`'s answer, asked again (ATTEMPTS in all) while it is one of RETRIED, waiting as
+    its Retry-After says or 0.5, 1, 2 s, as long as the wait ends within the sync's time."""
+    for attempt in range(ATTEMPTS):
+        answer = get()
+        if answer.status not in RETRIED or attempt == ATTEMPTS - 1:
+            return answer
+        wait = _retry_after(answer)
+        wait = 0.5 * 2 ** attempt if wait is None else wait
+        if wait > MAX_WAIT_SECONDS or not deadline.allows(wait):
+            return answer
+        time.sleep(wait)
+    raise AssertionError("unreachable")
+
+
+def _retry_after(answer: Answer) -> float | None:
+    """Retry-After in seconds (an HTTP date is taken as no hint)."""
+    try:
+        return max(0.0, float(answer.headers.get("retry-after", "")))
+    except ValueError:
+        return None
