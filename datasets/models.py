@@ -223,6 +223,7 @@ class Source(models.Model):
         FOLDER = "folder", "server folder"
         WEB = "web", "web page or sitemap"
         S3 = "s3", "S3-compatible bucket"
+        CONFLUENCE = "confluence", "Confluence space"
 
     class Status(models.TextChoices):
         NEVER = "never", "never synced"
@@ -237,7 +238,8 @@ class Source(models.Model):
         "git: an http(s) URL, or a local path in its tenant's source folders (KB_SOURCE_ROOTS: "
         "a folder bound to the tenant's slug, or <parent>/<slug>/); folder: a path in them; "
         "web: the start page's or the sitemap's http(s) URL; s3: the bucket's URL, path style "
-        "(https://<endpoint>/<bucket>)."))
+        "(https://<endpoint>/<bucket>); confluence: the space's URL "
+        "(https://<site>/wiki/spaces/<KEY>, https://<host>/display/<KEY>)."))
     branch = models.CharField(max_length=200, blank=True, default="main",
                               help_text="git: the branch to follow.")
     subfolder = models.CharField(max_length=500, blank=True,
@@ -267,8 +269,9 @@ class Source(models.Model):
     secret_env = models.CharField(
         max_length=120, blank=True, default="", db_default="", verbose_name="credential variable",
         help_text="git over https: the environment variable holding the credential, "
-                  "`token` or `user:token`; s3: `<access key id>:<secret access key>` (its "
-                  "name, never the credential itself; "
+                  "`token` or `user:token`; s3: `<access key id>:<secret access key>`; "
+                  "confluence: `<email>:<API token>` (Cloud) or a personal access token "
+                  "(Data Center) (its name, never the credential itself; "
                   "<VARIABLE>_FILE may name a file holding it): KB_SOURCE_SECRET_<SLUG>, or "
                   "KB_SOURCE_SECRET_<SLUG>_<NAME>, of the source's tenant. Empty: none.")
     readers = models.JSONField(
@@ -295,8 +298,9 @@ class Source(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["dataset", "name"],
                                     name="source_unique_name_per_dataset"),
-            models.CheckConstraint(condition=models.Q(kind__in=["git", "folder", "web", "s3"]),
-                                   name="source_kind_valid"),
+            models.CheckConstraint(
+                condition=models.Q(kind__in=["git", "folder", "web", "s3", "confluence"]),
+                name="source_kind_valid"),
             models.CheckConstraint(
                 condition=models.Q(last_status__in=["never", "succeeded", "failed"]),
                 name="source_status_valid"),

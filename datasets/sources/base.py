@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from django.conf import settings
+
+from datasets.models import Document, Source
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,30 @@ def file_item(path: str, version: str, size: int, *, known: Mapping[str, str], m
         return Item(path, version,
                     failure=f"{size} bytes, over KB_MAX_UPLOAD_BYTES ({max_bytes})")
     return Item(path, version, raw=read())
+
+
+class ItemFailed(Exception):
+    """One file (object, page) could not be read: its line of the sync's log says why, and
+    its document, if any, stays."""
+
+
+def max_path(source: Source) -> int:
+    """The longest path in `source` a document may hold (its path is <source name>/<path>)."""
+    return (Document._meta.get_field("source_path").max_length or 0) - len(source.name) - 1
+
+
+def listed_item(path: str, version: str, size: int, *, known: Mapping[str, str],
+                longest: int, max_bytes: int, read: Callable[[], bytes], url: str) -> Item:
+    """`file_item` for a file a listing named, linking to `url`: a path longer than `longest`
+    (max_path) and a read that fails (ItemFailed) are its failed line."""
+    if len(path) > longest:
+        return Item(path, version, failure=f"a path longer than the {longest} characters a "
+                                           "document's path may hold", url=url)
+    try:
+        item = file_item(path, version, size, known=known, max_bytes=max_bytes, read=read)
+    except ItemFailed as exc:
+        item = Item(path, version, failure=str(exc))
+    return replace(item, url=url)
 
 
 def hidden(path: str) -> bool:

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 
 from datasets.models import Source
+from datasets.sources.confluence import space_refusal
 from datasets.sources.s3 import bucket_refusal
 from datasets.sources.secrets import secret_refusal
 from kbplatform.outbound import host_refusal, url_allowed, url_refusal
@@ -129,6 +130,8 @@ def location_refusal(*, kind: str, location: str, tenant: str) -> str | None:
             return ("the bucket's host is written in ASCII (an international name as "
                     "xn--...), without a trailing dot: the signature names it so")
         return refusal
+    if kind == Source.Kind.CONFLUENCE:
+        return _url_refusal(location) or space_refusal(location)
     if kind == Source.Kind.WEB or (kind == Source.Kind.GIT and is_url(location)):
         refusal = _url_refusal(location)
         if refusal is None and kind == Source.Kind.GIT and not ASCII_HOST.match(
@@ -177,15 +180,19 @@ def source_refusals(source: Source) -> dict[str, str]:
             part in (".", "..") for part in source.subfolder.split("/"))):
         refusals["subfolder"] = ("a relative path inside the repository or bucket, without . "
                                  "or ..")
+    if source.subfolder and source.kind == Source.Kind.CONFLUENCE:
+        refusals["subfolder"] = ("a confluence source takes the whole space: its include globs "
+                                 "select pages by title path (`Operations/**`)")
     if source.max_page_bytes > settings.KB_MAX_UPLOAD_BYTES:
         refusals["max_page_bytes"] = (f"at most KB_MAX_UPLOAD_BYTES "
                                       f"({settings.KB_MAX_UPLOAD_BYTES}): a larger page could "
                                       "not be stored")
     if source.secret_env:
         refusal = secret_refusal(source.secret_env, slug=source.dataset.tenant.slug)
-        if refusal is None and not (source.kind == Source.Kind.S3 or (
+        if refusal is None and not (source.kind in (Source.Kind.S3, Source.Kind.CONFLUENCE) or (
                 source.kind == Source.Kind.GIT and is_url(source.location))):
-            refusal = "only a git source over http(s) and an s3 source take a credential"
+            refusal = ("only a git source over http(s), an s3 and a confluence source take a "
+                       "credential")
         elif refusal is None and source.location.lower().startswith("http://") and not (
                 url_allowed(source.location)):
             refusal = ("a credential travels over https only (plain http to a host "

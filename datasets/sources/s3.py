@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from urllib.parse import quote, unquote_plus, urlencode, urlsplit
 from xml.etree import ElementTree
@@ -24,14 +24,16 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from django.conf import settings
 
-from datasets.models import REGION_PATTERN, Document, Source
+from datasets.models import REGION_PATTERN, Source
 from datasets.sources.base import (
     Deadline,
     Globs,
     Item,
+    ItemFailed,
     SyncFailed,
-    file_item,
     hidden,
+    listed_item,
+    max_path,
     too_many,
 )
 from datasets.sources.http import AGENT, Answer, bounded_get, retried
@@ -67,10 +69,6 @@ class Listed:
     path: str  # in the source: the key below the folder
     etag: str
     size: int
-
-
-class ObjectFailed(Exception):
-    """One object could not be read: its line of the sync's log says why."""
 
 
 def bucket_refusal(location: str) -> str | None:
@@ -133,9 +131,7 @@ class S3Reader:
         self.prefix = f"{folder}/" if folder else ""
         self.region = bucket_region(source)
         self.credential: Credentials | None = None
-        # A document's path is <source name>/<path>: a longer one could not be stored.
-        self.max_path = (Document._meta.get_field("source_path").max_length or 0) \
-            - len(source.name) - 1
+        self.longest = max_path(source)
         self.http = outbound.client(max_response_bytes=max(self.max_bytes, MAX_LISTING_BYTES))
 
     def items(self, known: Mapping[str, str]) -> Iterator[Item]:
@@ -144,18 +140,9 @@ class S3Reader:
         listed = self._listing()
         self.expected = len(listed)
         for entry in listed:
-            if len(entry.path) > self.max_path:
-                item = Item(entry.path, entry.etag, failure=f"a key longer than the "
-                                                            f"{self.max_path} characters a "
-                                                            "document's path may hold")
-            else:
-                try:
-                    item = file_item(entry.path, entry.etag, entry.size, known=known,
-                                     max_bytes=self.max_bytes,
-                                     read=partial(self._object, entry))
-                except ObjectFailed as exc:
-                    item = Item(entry.path, entry.etag, failure=str(exc))
-            yield replace(item, url=self._url(entry.key))
+            yield listed_item(entry.path, entry.etag, entry.size, known=known,
+                              longest=self.longest, max_bytes=self.max_bytes,
+                              read=partial(self._object, entry), url=self._url(entry.key))
 
     def _url(self, key: str) -> str:
         return f"{self.bucket}/{quote(key, safe='/')}"
@@ -227,17 +214,17 @@ class S3Reader:
         try:
             answer = self._request(self._url(entry.key), max_bytes=self.max_bytes)
         except outbound.AnswerTooLarge as exc:
-            raise ObjectFailed(f"over {exc.limit} bytes (KB_MAX_UPLOAD_BYTES)") from None
+            raise ItemFailed(f"over {exc.limit} bytes (KB_MAX_UPLOAD_BYTES)") from None
         except (httpx2.TimeoutException, httpx2.InvalidURL) as exc:
-            raise ObjectFailed(self._unreachable(exc)) from None
+            raise ItemFailed(self._unreachable(exc)) from None
         except httpx2.HTTPError as exc:  # the bucket is gone: the sync stops, nothing deleted
             raise SyncFailed(self._unreachable(exc)) from None
         if answer.status == 200:
             return answer.body
         if answer.status == 404:
-            raise ObjectFailed("gone since the listing")
+            raise ItemFailed("gone since the listing")
         code = s3_code(answer.body)
-        raise ObjectFailed(f"the bucket answered {answer.status}{f' ({code})' if code else ''}")
+        raise ItemFailed(f"the bucket answered {answer.status}{f' ({code})' if code else ''}")
 
     def _unreachable(self, exc: Exception) -> str:
         if isinstance(exc, httpx2.TimeoutException):
