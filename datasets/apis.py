@@ -197,9 +197,13 @@ class DocumentReindexApi(APIView):
 
 
 class JobDetailApi(APIView):
+    # Admin keys: a job's log names the files it read, a source sync's every path of the
+    # source, which a tool key may not read (a document's readers; datasets/permissions.py).
+    permission_classes = [IsAdminKey]
+
     @extend_schema(operation_id="job_get",
                    summary="Progress of an upload, import, rebuild, rollback or reconcile",
                    parameters=[path_id("job_id", "The job's id.")],
-                   responses={200: JobOutput, **errors(401, 404, 503)})
+                   responses={200: JobOutput, **errors(401, 403, 404, 503)})
     def get(self, request: Request, job_id: str) -> Response:
         return Response(JobOutput(job_get(caller=caller(request), job_id=job_id)).data)

@@ -496,6 +496,9 @@ class ScopeMachine(RuleBasedStateMachine):
         who = self.keys[data.draw(st.sampled_from(own) | st.sampled_from(KEY_LABELS), "key")]
         path = f"/api/jobs/{job}"
         response = self.send(who, "get", path)
+        if not who.admin:  # a job's log names the files it read: admin keys only
+            assert response.status_code == 403, response.content
+            return
         # A job of a dataset the key may not see "does not exist" for it, like the dataset.
         if doc.dataset not in self.visible(who):
             self.same_as_missing(who, response, "get", path, job)
