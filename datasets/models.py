@@ -224,6 +224,7 @@ class Source(models.Model):
         WEB = "web", "web page or sitemap"
         S3 = "s3", "S3-compatible bucket"
         CONFLUENCE = "confluence", "Confluence space"
+        YUQUE = "yuque", "Yuque book"
 
     class Status(models.TextChoices):
         NEVER = "never", "never synced"
@@ -239,7 +240,8 @@ class Source(models.Model):
         "a folder bound to the tenant's slug, or <parent>/<slug>/); folder: a path in them; "
         "web: the start page's or the sitemap's http(s) URL; s3: the bucket's URL, path style "
         "(https://<endpoint>/<bucket>); confluence: the space's URL "
-        "(https://<site>/wiki/spaces/<KEY>, https://<host>/display/<KEY>)."))
+        "(https://<site>/wiki/spaces/<KEY>, https://<host>/display/<KEY>); yuque: the book's "
+        "URL (https://www.yuque.com/<group>/<book>)."))
     branch = models.CharField(max_length=200, blank=True, default="main",
                               help_text="git: the branch to follow.")
     subfolder = models.CharField(max_length=500, blank=True,
@@ -271,7 +273,7 @@ class Source(models.Model):
         help_text="git over https: the environment variable holding the credential, "
                   "`token` or `user:token`; s3: `<access key id>:<secret access key>`; "
                   "confluence: `<email>:<API token>` (Cloud) or a personal access token "
-                  "(Data Center) (its name, never the credential itself; "
+                  "(Data Center); yuque: a token (its name, never the credential itself; "
                   "<VARIABLE>_FILE may name a file holding it): KB_SOURCE_SECRET_<SLUG>, or "
                   "KB_SOURCE_SECRET_<SLUG>_<NAME>, of the source's tenant. Empty: none.")
     readers = models.JSONField(
@@ -299,7 +301,8 @@ class Source(models.Model):
             models.UniqueConstraint(fields=["dataset", "name"],
                                     name="source_unique_name_per_dataset"),
             models.CheckConstraint(
-                condition=models.Q(kind__in=["git", "folder", "web", "s3", "confluence"]),
+                condition=models.Q(kind__in=["git", "folder", "web", "s3", "confluence",
+                                             "yuque"]),
                 name="source_kind_valid"),
             models.CheckConstraint(
                 condition=models.Q(last_status__in=["never", "succeeded", "failed"]),

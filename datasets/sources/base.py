@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import time
+import unicodedata
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -10,6 +12,8 @@ from typing import Protocol
 from django.conf import settings
 
 from datasets.models import Document, Source
+
+TITLE_CHARS = 120  # of each title in a path of titles (a wiki page's, a book's document)
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,21 @@ def listed_item(path: str, version: str, size: int, *, known: Mapping[str, str],
     except ItemFailed as exc:
         item = Item(path, version, failure=str(exc))
     return replace(item, url=url)
+
+
+def path_name(title: str) -> str:
+    """A title as one name of a path: no "/", no control or format characters, no leading
+    "." (a hidden name), bounded."""
+    name = "".join(c for c in title if unicodedata.category(c) not in ("Cc", "Cf", "Cs"))
+    name = re.sub(r"\s+", " ", name.replace("/", "-").replace("\\", "-"))
+    name = re.sub(r"^[\s.]+", "", name)[:TITLE_CHARS].strip()
+    return name or "untitled"
+
+
+def same_path(path: str) -> str:
+    """What a database collation compares of a path: case and accents aside."""
+    return "".join(c for c in unicodedata.normalize("NFKD", path.casefold())
+                   if not unicodedata.combining(c))
 
 
 def hidden(path: str) -> bool:

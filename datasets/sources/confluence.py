@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -34,6 +33,8 @@ from datasets.sources.base import (
     SyncFailed,
     listed_item,
     max_path,
+    path_name,
+    same_path,
     too_many,
 )
 from datasets.sources.http import AGENT, Answer, bounded_get, retried
@@ -53,7 +54,6 @@ MAX_CONFIRMED = 50
 SPACE_URL = re.compile(r"^(?P<base>https?://[^/?#]+(?:/[^?#]*?)?)/(?:spaces|display)/"
                        r"(?P<key>~?[A-Za-z0-9@][A-Za-z0-9_.@-]{0,254})(?:/overview)?/?$",
                        re.IGNORECASE)
-TITLE_CHARS = 120  # of each title in a page's path
 # The storage format's code and no-format macros keep their text in CDATA, which an HTML
 # parser drops: each CDATA becomes its escaped text (a <pre> inside a macro's plain-text
 # body), in one pass, before anything else reads the markup, so no text of a page can form a
@@ -97,21 +97,6 @@ def storage_html(title: str, storage: str) -> bytes:
     body = PARAMETER.sub("", CDATA.sub(text, storage))
     return (f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>{escape(title)}</title>'
             f"</head><body>{body}</body></html>").encode("utf-8", "replace")
-
-
-def _name(title: str) -> str:
-    """A title as one name of a path: no "/", no control or format characters, no leading
-    "." (a hidden name), bounded."""
-    name = "".join(c for c in title if unicodedata.category(c) not in ("Cc", "Cf", "Cs"))
-    name = re.sub(r"\s+", " ", name.replace("/", "-").replace("\\", "-"))
-    name = re.sub(r"^[\s.]+", "", name)[:TITLE_CHARS].strip()
-    return name or "untitled"
-
-
-def _same(path: str) -> str:
-    """What a database collation compares of a path: case and accents aside."""
-    return "".join(c for c in unicodedata.normalize("NFKD", path.casefold())
-                   if not unicodedata.combining(c))
 
 
 class ConfluenceReader:
@@ -220,15 +205,15 @@ class ConfluenceReader:
     def _pages(self, found: Mapping[str, tuple[list[str], str, int, str]]) -> list[Page]:
         """The pages named by their title paths; pages whose paths read the same (to a
         database: case and accents aside) each get their id after the title."""
-        paths = {page_id: "/".join(_name(t) for t in [*ancestors, title])
+        paths = {page_id: "/".join(path_name(t) for t in [*ancestors, title])
                  for page_id, (ancestors, title, _, _) in found.items()}
         count: dict[str, int] = {}
         for path in paths.values():
-            count[_same(path)] = count.get(_same(path), 0) + 1
+            count[same_path(path)] = count.get(same_path(path), 0) + 1
         pages = []
         for page_id, (_, title, version, webui) in found.items():
             path = paths[page_id]
-            if count[_same(path)] > 1:
+            if count[same_path(path)] > 1:
                 path = f"{path} ({page_id})"
             pages.append(Page(id=page_id, path=f"{path}.html", title=title,
                               version=f"{page_id}:v{version}",

@@ -1,4 +1,4 @@
-"""What the sources that speak HTTP share (web, s3, confluence): one GET through
+"""What the sources that speak HTTP share (web, s3, confluence, yuque): one GET through
 kbplatform/outbound.py, ended within KB_SOURCE_HTTP_TIMEOUT_SECONDS and the sync's time left
 in all (a server trickling its headers or body holds it no longer), its body read to a bound;
 and the retries an API documents for "slow down" and "try again" answers."""

@@ -16,6 +16,7 @@ from datasets.models import Source
 from datasets.sources.confluence import space_refusal
 from datasets.sources.s3 import bucket_refusal
 from datasets.sources.secrets import secret_refusal
+from datasets.sources.yuque import book_refusal
 from kbplatform.outbound import host_refusal, url_allowed, url_refusal
 
 BRANCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
@@ -23,6 +24,8 @@ BRANCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 # or an address.
 ASCII_HOST = re.compile(r"^(?:[a-z0-9_-]+(?:\.[a-z0-9_-]+)*|[0-9a-f:.]+)$")
 MAX_GLOBS = 50
+# The kinds besides git over http(s) that read with a credential.
+CREDENTIALED = (Source.Kind.S3, Source.Kind.CONFLUENCE, Source.Kind.YUQUE)
 # Globs are matched in linear time (datasets/sources/base.py); a bound keeps them readable.
 MAX_GLOB_STARS = 8
 ALLOWED_HOSTS_HINT = (" (a host on this machine or the private network is allowed by naming "
@@ -132,6 +135,8 @@ def location_refusal(*, kind: str, location: str, tenant: str) -> str | None:
         return refusal
     if kind == Source.Kind.CONFLUENCE:
         return _url_refusal(location) or space_refusal(location)
+    if kind == Source.Kind.YUQUE:
+        return _url_refusal(location) or book_refusal(location)
     if kind == Source.Kind.WEB or (kind == Source.Kind.GIT and is_url(location)):
         refusal = _url_refusal(location)
         if refusal is None and kind == Source.Kind.GIT and not ASCII_HOST.match(
@@ -180,19 +185,19 @@ def source_refusals(source: Source) -> dict[str, str]:
             part in (".", "..") for part in source.subfolder.split("/"))):
         refusals["subfolder"] = ("a relative path inside the repository or bucket, without . "
                                  "or ..")
-    if source.subfolder and source.kind == Source.Kind.CONFLUENCE:
-        refusals["subfolder"] = ("a confluence source takes the whole space: its include globs "
-                                 "select pages by title path (`Operations/**`)")
+    if source.subfolder and source.kind in (Source.Kind.CONFLUENCE, Source.Kind.YUQUE):
+        refusals["subfolder"] = (f"a {source.kind} source takes the whole space or book: its "
+                                 "include globs select pages by title path (`Operations/**`)")
     if source.max_page_bytes > settings.KB_MAX_UPLOAD_BYTES:
         refusals["max_page_bytes"] = (f"at most KB_MAX_UPLOAD_BYTES "
                                       f"({settings.KB_MAX_UPLOAD_BYTES}): a larger page could "
                                       "not be stored")
     if source.secret_env:
         refusal = secret_refusal(source.secret_env, slug=source.dataset.tenant.slug)
-        if refusal is None and not (source.kind in (Source.Kind.S3, Source.Kind.CONFLUENCE) or (
+        if refusal is None and not (source.kind in CREDENTIALED or (
                 source.kind == Source.Kind.GIT and is_url(source.location))):
-            refusal = ("only a git source over http(s), an s3 and a confluence source take a "
-                       "credential")
+            refusal = ("only a git source over http(s), an s3, confluence or yuque source "
+                       "takes a credential")
         elif refusal is None and source.location.lower().startswith("http://") and not (
                 url_allowed(source.location)):
             refusal = ("a credential travels over https only (plain http to a host "

@@ -25,13 +25,16 @@ from datasets.sources.folder import FolderReader
 from datasets.sources.git import GitReader
 from datasets.sources.s3 import S3Reader
 from datasets.sources.web import WebReader
+from datasets.sources.yuque import YuqueReader
 from kbplatform.errors import ApiError
 
 logger = logging.getLogger(__name__)
 
-READERS: dict[str, type[GitReader | FolderReader | WebReader | S3Reader | ConfluenceReader]] = {
+READERS: dict[str, type[GitReader | FolderReader | WebReader | S3Reader | ConfluenceReader
+                        | YuqueReader]] = {
     Source.Kind.GIT: GitReader, Source.Kind.FOLDER: FolderReader, Source.Kind.WEB: WebReader,
-    Source.Kind.S3: S3Reader, Source.Kind.CONFLUENCE: ConfluenceReader}
+    Source.Kind.S3: S3Reader, Source.Kind.CONFLUENCE: ConfluenceReader,
+    Source.Kind.YUQUE: YuqueReader}
 SKIPPED = "skipped: another sync of this source is running"
 
 

@@ -1,0 +1,275 @@
+"""A Yuque (语雀) book as a source (yuque.com and a team's own space, their OpenAPI at
+`<site>/api/v2/`): the book's documents, listed whole with their update times (no body) before
+any is read, so a listing that fails deletes nothing; a document's body is read again only when
+it changed. Markdown documents are read as markdown, the others (Yuque's own "lake" format,
+sheets, boards) as the HTML Yuque renders of them.
+
+Every request goes through kbplatform/outbound.py, with the token the source's variable holds
+in `X-Auth-Token` (none: a public book). Yuque's rate limit (429) and server errors are asked
+again (datasets/sources/http.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import partial
+from html import escape
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import httpx2
+from django.conf import settings
+
+from datasets.models import Source
+from datasets.sources.base import (
+    Deadline,
+    Globs,
+    Item,
+    ItemFailed,
+    SyncFailed,
+    listed_item,
+    max_path,
+    path_name,
+    same_path,
+    too_many,
+)
+from datasets.sources.http import AGENT, Answer, bounded_get, retried
+from datasets.sources.secrets import source_secret
+from kbplatform import outbound
+
+PAGE_LIMIT = 100  # Yuque's most documents a listing request answers
+MAX_LISTING_BYTES = 4 << 20
+BODY_OVERHEAD = 2  # a document's JSON carries its body escaped
+MAX_CONFIRMED = 50
+# The book's URL as Yuque shows it: https://<site>/<group or user>/<book>.
+BOOK_URL = re.compile(r"^(?P<site>https?://[^/?#]+)/(?P<namespace>[A-Za-z0-9][\w.-]{0,99}/"
+                      r"[A-Za-z0-9][\w.-]{0,99})/?$")
+
+
+@dataclass(frozen=True)
+class YuqueDoc:
+    slug: str
+    path: str
+    title: str
+    markdown: bool
+    version: str  # "<id>:<content_updated_at>"
+    url: str
+
+
+def book_of(location: str) -> tuple[str, str] | None:
+    """(the site, the book's namespace `group/book`) of a book's URL, None when not one."""
+    found = BOOK_URL.match(location)
+    if found is None or found.group("namespace").startswith(("api/", "docs/")):
+        return None
+    return found.group("site"), found.group("namespace")
+
+
+def book_refusal(location: str) -> str | None:
+    if book_of(location) is None:
+        return "the book's URL as Yuque shows it: https://www.yuque.com/<group>/<book>"
+    return None
+
+
+class YuqueReader:
+    def __init__(self, source: Source, deadline: Deadline) -> None:
+        self.source, self.deadline = source, deadline
+        self.commit = ""
+        self.partial = ""
+        self.expected = 0
+        self.site, self.namespace = book_of(source.location) or ("", "")
+        self.api = f"{self.site}/api/v2/repos/{self.namespace}"
+        self.globs = Globs(source.include)
+        self.max_bytes = settings.KB_MAX_UPLOAD_BYTES
+        self.longest = max_path(source)
+        self.headers = {"User-Agent": AGENT, "Accept": "application/json"}
+        self.http = outbound.client(
+            max_response_bytes=max(self.max_bytes * BODY_OVERHEAD, MAX_LISTING_BYTES))
+
+    def items(self, known: Mapping[str, str]) -> Iterator[Item]:
+        if not self.namespace:
+            raise SyncFailed(book_refusal(self.source.location) or "")
+        if self.source.secret_env:
+            self.headers["X-Auth-Token"] = _token(self.source)
+        self._book_readable()
+        listed = self._listing()
+        self._confirm_missing(known, {doc.path for doc in listed})
+        docs = [doc for doc in listed if self.globs(doc.path)]
+        self.expected = len(docs)
+        for doc in docs:
+            yield listed_item(doc.path, doc.version, 0, known=known, longest=self.longest,
+                              max_bytes=self.max_bytes, read=partial(self._body, doc),
+                              url=doc.url)
+
+    def _book_readable(self) -> None:
+        """The book is there and the token may read it: a book it may no longer see must not
+        read as an emptied one."""
+        answer = self._get(self.api, MAX_LISTING_BYTES)
+        if answer.status == 200:
+            return
+        named = f"the token in {self.source.secret_env}" if self.source.secret_env else ""
+        if answer.status == 401:
+            raise SyncFailed(f"Yuque refused {named}" if named else
+                             "Yuque asks for a token: name its variable (secret_env)")
+        if answer.status in (403, 404):
+            reader = f" to {named}" if named else " without a token"
+            raise SyncFailed(f"no book {self.namespace} at {self.site} that is "
+                             f"visible{reader}")
+        raise SyncFailed(f"Yuque answered {answer.status}")
+
+    def _listing(self) -> list[YuqueDoc]:
+        """Every published document of the book, named by its place in the book's table of
+        contents: the whole listing or SyncFailed."""
+        parents = self._toc()
+        found: dict[str, dict[str, Any]] = {}
+        offset = 0
+        while True:
+            self.deadline.check()
+            answer = self._get(f"{self.api}/docs?offset={offset}&limit={PAGE_LIMIT}",
+                               MAX_LISTING_BYTES)
+            if answer.status != 200:
+                raise SyncFailed(f"Yuque answered {answer.status} to the book's listing")
+            listing = _json(answer)
+            data = listing.get("data") if isinstance(listing, dict) else None
+            if not isinstance(data, list):
+                raise SyncFailed("Yuque's answer is not a listing of documents")
+            new = 0
+            for doc in data:
+                if not isinstance(doc, dict) or "id" not in doc or "slug" not in doc:
+                    raise SyncFailed("Yuque's listing gives a document no id or slug")
+                new += str(doc["id"]) not in found
+                found[str(doc["id"])] = doc
+                if len(found) > settings.KB_SOURCE_MAX_FILES:
+                    raise too_many()
+            # Done at the total the answer gives (a page may hold fewer than asked), else at
+            # an empty page.
+            meta = listing.get("meta")
+            total = meta.get("total") if isinstance(meta, dict) else None
+            offset += len(data)
+            if not data or (isinstance(total, int) and offset >= total):
+                return self._docs(found, parents)
+            if not new:
+                raise SyncFailed("Yuque's listing goes on without new documents")
+
+    def _toc(self) -> dict[str, list[str]]:
+        """Each document's id → the titles of the table of contents' entries above it."""
+        answer = self._get(f"{self.api}/toc", MAX_LISTING_BYTES)
+        if answer.status != 200:
+            raise SyncFailed(f"Yuque answered {answer.status} to the book's table of contents")
+        data = _json(answer)
+        nodes = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(nodes, list):
+            raise SyncFailed("Yuque's answer is not a table of contents")
+        by_uuid = {str(n.get("uuid")): n for n in nodes if isinstance(n, dict)}
+        above: dict[str, list[str]] = {}
+        for node in by_uuid.values():
+            if node.get("type") != "DOC" or node.get("doc_id") is None:
+                continue
+            titles: list[str] = []
+            seen: set[str] = set()
+            parent = str(node.get("parent_uuid") or "")
+            while parent in by_uuid and parent not in seen and len(titles) < 20:
+                seen.add(parent)
+                titles.insert(0, str(by_uuid[parent].get("title") or ""))
+                parent = str(by_uuid[parent].get("parent_uuid") or "")
+            above[str(node["doc_id"])] = titles
+        return above
+
+    def _docs(self, found: Mapping[str, dict[str, Any]],
+              parents: Mapping[str, list[str]]) -> list[YuqueDoc]:
+        paths = {}
+        for doc_id, doc in found.items():
+            if doc.get("status", 1) != 1:
+                continue  # a draft never published
+            paths[doc_id] = "/".join(path_name(str(t)) for t in
+                                     [*parents.get(doc_id, []), str(doc.get("title") or "")])
+        count: dict[str, int] = {}
+        for path in paths.values():
+            count[same_path(path)] = count.get(same_path(path), 0) + 1
+        docs = []
+        for doc_id, path in paths.items():
+            doc = found[doc_id]
+            markdown = doc.get("format", "markdown") == "markdown"
+            if count[same_path(path)] > 1:
+                path = f"{path} ({doc_id})"
+            changed = doc.get("content_updated_at") or doc.get("updated_at") or ""
+            slug = str(doc["slug"])
+            docs.append(YuqueDoc(slug=slug, path=f"{path}{'.md' if markdown else '.html'}",
+                                 title=str(doc.get("title") or ""), markdown=markdown,
+                                 version=f"{doc_id}:{changed}",
+                                 url=f"{self.site}/{self.namespace}/{quote(slug)}"))
+        return docs
+
+    def _confirm_missing(self, known: Mapping[str, str], listed: set[str]) -> None:
+        """As a Confluence space's (datasets/sources/confluence.py): a document missing from
+        the offset listing but still in the book means the listing moved under a change."""
+        missing = [version.partition(":")[0] for path, version in known.items()
+                   if path not in listed and ":" in version]
+        for doc_id in missing[:MAX_CONFIRMED]:
+            answer = self._get(f"{self.api}/docs/{quote(doc_id)}", MAX_LISTING_BYTES)
+            doc = _json(answer) if answer.status == 200 else None
+            data = doc.get("data") if isinstance(doc, dict) else None
+            if isinstance(data, dict) and data.get("status", 1) == 1:
+                self.partial = (f"document {doc_id} is in the book but was not listed: the "
+                                "listing moved under a change")
+                return
+        if len(missing) > MAX_CONFIRMED:
+            self.partial = (f"{len(missing)} documents are gone from the listing, more than "
+                            f"the {MAX_CONFIRMED} a sync confirms; the next sync deletes them")
+
+    def _body(self, doc: YuqueDoc) -> bytes:
+        answer = self._get(f"{self.api}/docs/{quote(doc.slug)}",
+                           self.max_bytes * BODY_OVERHEAD, item=True)
+        if answer.status == 404:
+            raise ItemFailed("gone since the listing")
+        if answer.status != 200:
+            raise ItemFailed(f"Yuque answered {answer.status}")
+        try:
+            data = _json(answer)["data"]
+            text = data["body"] if doc.markdown else data["body_html"]
+        except (SyncFailed, KeyError, TypeError):
+            raise ItemFailed("Yuque's answer holds no body") from None
+        if not isinstance(text, str):
+            raise ItemFailed("Yuque's answer holds no body")
+        if doc.markdown:
+            raw = (text if text.lstrip().startswith("# ") else f"# {doc.title}\n\n{text}")
+        else:
+            raw = (f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>'
+                   f"{escape(doc.title)}</title></head><body>{text}</body></html>")
+        encoded = raw.encode("utf-8", "replace")
+        if len(encoded) > self.max_bytes:
+            raise ItemFailed(f"{len(encoded)} bytes, over KB_MAX_UPLOAD_BYTES "
+                             f"({self.max_bytes})")
+        return encoded
+
+    def _get(self, url: str, max_bytes: int, *, item: bool = False) -> Answer:
+        failed = ItemFailed if item else SyncFailed
+        try:
+            return retried(lambda: bounded_get(self.http, url, self.headers,
+                                               deadline=self.deadline, max_bytes=max_bytes),
+                           deadline=self.deadline)
+        except outbound.AnswerTooLarge as exc:
+            raise failed(f"an answer over {exc.limit} bytes") from None
+        except httpx2.TimeoutException:
+            raise failed("Yuque did not answer in time (KB_SOURCE_HTTP_TIMEOUT_SECONDS)") \
+                from None
+        except httpx2.InvalidURL:
+            raise failed("a URL the site's answer led to is not one") from None
+        except httpx2.HTTPError:
+            raise SyncFailed(f"could not connect to {urlsplit(self.site).netloc}") from None
+
+
+def _json(answer: Answer) -> Any:
+    try:
+        return json.loads(answer.body)
+    except (ValueError, UnicodeDecodeError):
+        raise SyncFailed("Yuque's answer is not JSON") from None
+
+
+def _token(source: Source) -> str:
+    token = source_secret(source)
+    if not token.isascii():
+        raise SyncFailed(f"the token in {source.secret_env} holds a character an HTTP header "
+                         "cannot carry")
+    return token
