@@ -12,7 +12,6 @@ again (datasets/sources/http.py)."""
 from __future__ import annotations
 
 import base64
-import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -21,7 +20,6 @@ from html import escape
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
-import httpx2
 from django.conf import settings
 
 from datasets.models import Source
@@ -37,8 +35,7 @@ from datasets.sources.base import (
     same_path,
     too_many,
 )
-from datasets.sources.http import AGENT, Answer, bounded_get, retried
-from datasets.sources.secrets import source_secret
+from datasets.sources.http import AGENT, Answer, api_get, api_json, header_secret
 from kbplatform import outbound
 
 PAGE_LIMIT = 100  # pages a listing request asks for (Confluence may answer fewer)
@@ -136,7 +133,7 @@ class ConfluenceReader:
         answer = self._get(f"{self.base}/rest/api/user/current", MAX_LISTING_BYTES)
         if answer.status == 401:
             raise SyncFailed(f"Confluence refused the credential in {self.source.secret_env}")
-        user = _json(answer) if answer.status == 200 else {}
+        user = api_json(answer, "Confluence") if answer.status == 200 else {}
         if not isinstance(user, dict) or user.get("type") == "anonymous":
             raise SyncFailed(f"Confluence reads the credential in {self.source.secret_env} as "
                              "an anonymous caller: check it")
@@ -146,7 +143,7 @@ class ConfluenceReader:
         not see answers no page, which must not read as an emptied space."""
         answer = self._get(f"{self.base}/rest/api/space/{quote(self.space)}", MAX_LISTING_BYTES)
         if answer.status == 200:
-            space = _json(answer)
+            space = api_json(answer, "Confluence")
             if isinstance(space, dict) and isinstance(space.get("key"), str):
                 self.space = space["key"]  # as Confluence writes it
             return
@@ -173,7 +170,7 @@ class ConfluenceReader:
             answer = self._get(url, MAX_LISTING_BYTES)
             if answer.status != 200:
                 raise SyncFailed(f"Confluence answered {answer.status} to the space's listing")
-            listing = _json(answer)
+            listing = api_json(answer, "Confluence")
             results = listing.get("results") if isinstance(listing, dict) else None
             if not isinstance(results, list):
                 raise SyncFailed("Confluence's answer is not a listing of pages")
@@ -229,7 +226,7 @@ class ConfluenceReader:
         for page_id in missing[:MAX_CONFIRMED]:
             answer = self._get(f"{self.base}/rest/api/content/{quote(page_id)}?expand=space",
                                MAX_LISTING_BYTES)
-            page = _json(answer) if answer.status == 200 else None
+            page = api_json(answer, "Confluence") if answer.status == 200 else None
             if isinstance(page, dict) and page.get("status") == "current" and \
                     page.get("type") == "page" and \
                     (page.get("space") or {}).get("key") == self.space:
@@ -248,7 +245,7 @@ class ConfluenceReader:
         if answer.status != 200:
             raise ItemFailed(f"Confluence answered {answer.status}")
         try:
-            storage = _json(answer)["body"]["storage"]["value"]
+            storage = api_json(answer, "Confluence")["body"]["storage"]["value"]
         except (SyncFailed, KeyError, TypeError):
             raise ItemFailed("Confluence's answer holds no storage format") from None
         if not isinstance(storage, str):
@@ -259,22 +256,8 @@ class ConfluenceReader:
         return raw
 
     def _get(self, url: str, max_bytes: int, *, page: bool = False) -> Answer:
-        """One GET, asked again where Atlassian says to; a page's failure is its line of the
-        log, the listing's fails the sync, and a site that stops answering stops it."""
-        failed = ItemFailed if page else SyncFailed
-        try:
-            return retried(lambda: bounded_get(self.http, url, self.headers,
-                                               deadline=self.deadline, max_bytes=max_bytes),
-                           deadline=self.deadline)
-        except outbound.AnswerTooLarge as exc:
-            raise failed(f"an answer over {exc.limit} bytes") from None
-        except httpx2.TimeoutException:
-            raise failed("Confluence did not answer in time "
-                         "(KB_SOURCE_HTTP_TIMEOUT_SECONDS)") from None
-        except httpx2.InvalidURL:
-            raise failed("a URL the site's answer led to is not one") from None
-        except httpx2.HTTPError:
-            raise SyncFailed(f"could not connect to {urlsplit(self.base).netloc}") from None
+        return api_get(self.http, url, self.headers, deadline=self.deadline,
+                       max_bytes=max_bytes, site="Confluence", item=page)
 
 
 def _listed(result: Any) -> tuple[str, list[str], str, int, str]:
@@ -288,19 +271,10 @@ def _listed(result: Any) -> tuple[str, list[str], str, int, str]:
         raise SyncFailed("Confluence's listing gives a page no id, title or version") from None
 
 
-def _json(answer: Answer) -> Any:
-    try:
-        return json.loads(answer.body)
-    except (ValueError, UnicodeDecodeError):
-        raise SyncFailed("Confluence's answer is not JSON") from None
-
 
 def _authorization(source: Source) -> str:
     """`user:token` as HTTP Basic (Cloud), a bare token as a Bearer token (Data Center)."""
-    secret = source_secret(source)
-    if not secret.isascii():
-        raise SyncFailed(f"the credential in {source.secret_env} holds a character an HTTP "
-                         "header cannot carry")
+    secret = header_secret(source)
     if ":" in secret:
         return "Basic " + base64.b64encode(secret.encode()).decode()
     return f"Bearer {secret}"

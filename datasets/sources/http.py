@@ -5,14 +5,19 @@ and the retries an API documents for "slow down" and "try again" answers."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2
 from django.conf import settings
 
-from datasets.sources.base import Deadline
+from datasets.models import Source
+from datasets.sources.base import Deadline, ItemFailed, SyncFailed
+from datasets.sources.secrets import source_secret
 from kbplatform import outbound
 
 AGENT = "kbplatform"
@@ -66,3 +71,39 @@ def _retry_after(answer: Answer) -> float | None:
         return max(0.0, float(answer.headers.get("retry-after", "")))
     except ValueError:
         return None
+
+
+def api_get(http: httpx2.Client, url: str, headers: Mapping[str, str], *, deadline: Deadline,
+            max_bytes: int, site: str, item: bool = False) -> Answer:
+    """A GET of a site's API (`site`: how its owner names it, "Confluence"), asked again where
+    the API says to; a failure is one file's line of the log (`item`) or the sync's, and a
+    site that stops answering stops the sync."""
+    failed = ItemFailed if item else SyncFailed
+    try:
+        return retried(lambda: bounded_get(http, url, headers, deadline=deadline,
+                                           max_bytes=max_bytes), deadline=deadline)
+    except outbound.AnswerTooLarge as exc:
+        raise failed(f"an answer over {exc.limit} bytes") from None
+    except httpx2.TimeoutException:
+        raise failed(f"{site} did not answer in time (KB_SOURCE_HTTP_TIMEOUT_SECONDS)") from None
+    except httpx2.InvalidURL:
+        raise failed("a URL the site's answer led to is not one") from None
+    except httpx2.HTTPError:
+        raise SyncFailed(f"could not connect to {urlsplit(url).netloc}") from None
+
+
+def api_json(answer: Answer, site: str) -> Any:
+    """The answer's JSON; SyncFailed when it is none."""
+    try:
+        return json.loads(answer.body)
+    except (ValueError, UnicodeDecodeError):
+        raise SyncFailed(f"{site}'s answer is not JSON") from None
+
+
+def header_secret(source: Source, noun: str = "credential") -> str:
+    """The source's credential (datasets/sources/secrets.py), one an HTTP header can carry."""
+    secret = source_secret(source)
+    if not secret.isascii():
+        raise SyncFailed(f"the {noun} in {source.secret_env} holds a character an HTTP header "
+                         "cannot carry")
+    return secret

@@ -10,16 +10,14 @@ again (datasets/sources/http.py)."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from html import escape
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
-import httpx2
 from django.conf import settings
 
 from datasets.models import Source
@@ -35,8 +33,7 @@ from datasets.sources.base import (
     same_path,
     too_many,
 )
-from datasets.sources.http import AGENT, Answer, bounded_get, retried
-from datasets.sources.secrets import source_secret
+from datasets.sources.http import AGENT, Answer, api_get, api_json, header_secret
 from kbplatform import outbound
 
 PAGE_LIMIT = 100  # Yuque's most documents a listing request answers
@@ -91,7 +88,7 @@ class YuqueReader:
         if not self.namespace:
             raise SyncFailed(book_refusal(self.source.location) or "")
         if self.source.secret_env:
-            self.headers["X-Auth-Token"] = _token(self.source)
+            self.headers["X-Auth-Token"] = header_secret(self.source, "token")
         self._book_readable()
         listed = self._listing()
         self._confirm_missing(known, {doc.path for doc in listed})
@@ -130,7 +127,7 @@ class YuqueReader:
                                MAX_LISTING_BYTES)
             if answer.status != 200:
                 raise SyncFailed(f"Yuque answered {answer.status} to the book's listing")
-            listing = _json(answer)
+            listing = api_json(answer, "Yuque")
             data = listing.get("data") if isinstance(listing, dict) else None
             if not isinstance(data, list):
                 raise SyncFailed("Yuque's answer is not a listing of documents")
@@ -157,7 +154,7 @@ class YuqueReader:
         answer = self._get(f"{self.api}/toc", MAX_LISTING_BYTES)
         if answer.status != 200:
             raise SyncFailed(f"Yuque answered {answer.status} to the book's table of contents")
-        data = _json(answer)
+        data = api_json(answer, "Yuque")
         nodes = data.get("data") if isinstance(data, dict) else None
         if not isinstance(nodes, list):
             raise SyncFailed("Yuque's answer is not a table of contents")
@@ -208,7 +205,7 @@ class YuqueReader:
                    if path not in listed and ":" in version]
         for doc_id in missing[:MAX_CONFIRMED]:
             answer = self._get(f"{self.api}/docs/{quote(doc_id)}", MAX_LISTING_BYTES)
-            doc = _json(answer) if answer.status == 200 else None
+            doc = api_json(answer, "Yuque") if answer.status == 200 else None
             data = doc.get("data") if isinstance(doc, dict) else None
             if isinstance(data, dict) and data.get("status", 1) == 1:
                 self.partial = (f"document {doc_id} is in the book but was not listed: the "
@@ -226,7 +223,7 @@ class YuqueReader:
         if answer.status != 200:
             raise ItemFailed(f"Yuque answered {answer.status}")
         try:
-            data = _json(answer)["data"]
+            data = api_json(answer, "Yuque")["data"]
             text = data["body"] if doc.markdown else data["body_html"]
         except (SyncFailed, KeyError, TypeError):
             raise ItemFailed("Yuque's answer holds no body") from None
@@ -244,32 +241,5 @@ class YuqueReader:
         return encoded
 
     def _get(self, url: str, max_bytes: int, *, item: bool = False) -> Answer:
-        failed = ItemFailed if item else SyncFailed
-        try:
-            return retried(lambda: bounded_get(self.http, url, self.headers,
-                                               deadline=self.deadline, max_bytes=max_bytes),
-                           deadline=self.deadline)
-        except outbound.AnswerTooLarge as exc:
-            raise failed(f"an answer over {exc.limit} bytes") from None
-        except httpx2.TimeoutException:
-            raise failed("Yuque did not answer in time (KB_SOURCE_HTTP_TIMEOUT_SECONDS)") \
-                from None
-        except httpx2.InvalidURL:
-            raise failed("a URL the site's answer led to is not one") from None
-        except httpx2.HTTPError:
-            raise SyncFailed(f"could not connect to {urlsplit(self.site).netloc}") from None
-
-
-def _json(answer: Answer) -> Any:
-    try:
-        return json.loads(answer.body)
-    except (ValueError, UnicodeDecodeError):
-        raise SyncFailed("Yuque's answer is not JSON") from None
-
-
-def _token(source: Source) -> str:
-    token = source_secret(source)
-    if not token.isascii():
-        raise SyncFailed(f"the token in {source.secret_env} holds a character an HTTP header "
-                         "cannot carry")
-    return token
+        return api_get(self.http, url, self.headers, deadline=self.deadline,
+                       max_bytes=max_bytes, site="Yuque", item=item)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from datasets.models import Job, Source
+from datasets.models import Document, Job, Source
 from datasets.sources.services import source_create, source_sync_request
 
 
@@ -53,6 +53,18 @@ def doc(title: str, body: str = "") -> bytes:
 
 def make_source(dataset: Any, **fields: Any) -> Source:
     return source_create(dataset=dataset, **{"name": "src", **fields})
+
+
+def sync_counts(job: Job) -> tuple[int, ...]:
+    """(added, changed, unchanged, deleted, failed) of a sync's job."""
+    return tuple(job.detail.get(k, 0) for k in ("added", "changed", "unchanged", "deleted",
+                                                 "failed"))
+
+
+def live_paths(source: Source) -> set[str]:
+    """The paths of the source's documents that are not deleted."""
+    return set(Document.objects.filter(source=source, deleted=False)
+               .values_list("source_path", flat=True))
 
 
 def sync(source: Source) -> Job:

@@ -17,7 +17,7 @@ from datasets.sources.confluence import storage_html
 from datasets.sources.http import ATTEMPTS
 from datasets.sources.services import InvalidSource
 from tests.datasets.confluence_server import Wiki, WikiPage, confluence_server
-from tests.datasets.source_builders import make_source, sync
+from tests.datasets.source_builders import live_paths, make_source, sync, sync_counts
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager_tasks")]
 
@@ -56,15 +56,6 @@ def _source(kb: Any, wiki: Wiki, **fields: Any) -> Source:
                        **{"secret_env": VARIABLE, **fields})
 
 
-def _counts(job: Job) -> tuple[int, ...]:
-    """(added, changed, unchanged, deleted, failed) of the sync's job."""
-    return tuple(job.detail.get(k, 0) for k in ("added", "changed", "unchanged", "deleted",
-                                                 "failed"))
-
-
-def _live(source: Source) -> set[str]:
-    return set(Document.objects.filter(source=source, deleted=False)
-               .values_list("source_path", flat=True))
 
 
 def test_a_space_syncs_its_pages_and_then_only_the_versions_that_moved(
@@ -75,20 +66,20 @@ def test_a_space_syncs_its_pages_and_then_only_the_versions_that_moved(
     job = sync(source)
     seconds.append(time.monotonic() - started)
     assert job.status == Job.Status.SUCCEEDED, job.log
-    assert _counts(job) == (200, 0, 0, 0, 0)
+    assert sync_counts(job) == (200, 0, 0, 0, 0)
     listings = [hit for hit, _ in wiki.hits if hit.startswith("/rest/api/content?")]
     assert len(listings) == 4  # the server answers 50 a page, whatever is asked
     page = Document.objects.get(source=source,
                                 source_path="src/Operations/Area 3/Service 3-4.html")
     assert page.title == "Service 3-4"
     assert page.url == f"{wiki.url}/spaces/OPS/pages/1034"
-    assert "src/Operations.html" in _live(source)
+    assert "src/Operations.html" in live_paths(source)
 
     wiki.hits.clear()
     started = time.monotonic()
     job = sync(source)
     seconds.append(time.monotonic() - started)
-    assert _counts(job) == (0, 0, 200, 0, 0) and wiki.bodies_read() == []
+    assert sync_counts(job) == (0, 0, 200, 0, 0) and wiki.bodies_read() == []
 
     # One edited (its version moves), one deleted, one added with a code block.
     wiki.pages["1034"] = WikiPage("Service 3-4", "<p>Now: drain the node first.</p>", "103", 2)
@@ -100,7 +91,7 @@ def test_a_space_syncs_its_pages_and_then_only_the_versions_that_moved(
     seconds.append(time.monotonic() - started)
     print("confluence source, 200 pages (docs/benchmarks.md): first sync, nothing changed, "
           "one added + one changed + one deleted:", " / ".join(f"{s:.2f} s" for s in seconds))
-    assert _counts(job) == (1, 1, 198, 1, 0)
+    assert sync_counts(job) == (1, 1, 198, 1, 0)
     assert sorted(wiki.bodies_read()) == ["1034", "5000"]
     added = Document.objects.get(source=source,
                                  source_path="src/Operations/Restart a deployment.html")
@@ -122,17 +113,17 @@ def test_failures_delete_nothing_and_a_rate_limit_is_waited_out(
     wiki.faults["start=100"] = [500] * ATTEMPTS
     job = sync(source)
     assert job.error == "Confluence answered 500 to the space's listing"
-    assert len(_live(source)) == 200
+    assert len(live_paths(source)) == 200
     # A space the credential may not see: its listing would be empty, so it fails instead.
     wiki.space = "GONE"
     job = sync(source)
     assert job.error == (f"no space OPS at {wiki.url} that is visible to the credential in "
-                         f"{VARIABLE}") and len(_live(source)) == 200
+                         f"{VARIABLE}") and len(live_paths(source)) == 200
     wiki.space = "OPS"
     # A listing that skipped a page still current (it moved under a change): nothing deleted.
     wiki.unlisted = {"1020"}
     job = sync(source)
-    assert job.status == Job.Status.SUCCEEDED and len(_live(source)) == 200
+    assert job.status == Job.Status.SUCCEEDED and len(live_paths(source)) == 200
     assert "page 1020 is current but was not listed" in str(job.log)
     wiki.unlisted = set()
     # Refused: said so, the token nowhere.
@@ -143,7 +134,7 @@ def test_failures_delete_nothing_and_a_rate_limit_is_waited_out(
     wiki.anonymous = True
     job = sync(source)
     assert job.error == (f"Confluence reads the credential in {VARIABLE} as an anonymous "
-                         "caller: check it") and len(_live(source)) == 200
+                         "caller: check it") and len(live_paths(source)) == 200
     wiki.anonymous = False
     source.refresh_from_db()
     kept = [job.error, str(job.log), source.last_error, capfd.readouterr().err, caplog.text]
@@ -153,7 +144,7 @@ def test_failures_delete_nothing_and_a_rate_limit_is_waited_out(
     wiki.faults["/rest/api/content?"] = [429, 429]
     job = sync(source)
     assert job.status == Job.Status.SUCCEEDED, job.log
-    assert _counts(job) == (0, 0, 199, 1, 0)
+    assert sync_counts(job) == (0, 0, 199, 1, 0)
 
 
 def test_a_data_center_token_is_sent_as_bearer(kb: Any, store: Any, settings: Any,
@@ -165,7 +156,7 @@ def test_a_data_center_token_is_sent_as_bearer(kb: Any, store: Any, settings: An
     with confluence_server(site) as running:
         job = sync(make_source(kb.dataset, kind="confluence",
                                location=f"{running.url}/display/~jdoe", secret_env=VARIABLE))
-    assert job.status == Job.Status.SUCCEEDED and _counts(job) == (1, 0, 0, 0, 0)
+    assert job.status == Job.Status.SUCCEEDED and sync_counts(job) == (1, 0, 0, 0, 0)
 
 
 def test_titles_that_read_the_same_are_told_apart_by_id(kb: Any, store: Any, settings: Any,
@@ -181,8 +172,8 @@ def test_titles_that_read_the_same_are_told_apart_by_id(kb: Any, store: Any, set
         source = make_source(kb.dataset, kind="confluence", location=running.space_url,
                              secret_env=VARIABLE, include=["Home/**"])
         job = sync(source)
-    assert job.status == Job.Status.SUCCEEDED and _counts(job) == (3, 0, 0, 0, 0), job.log
-    assert _live(source) == {"src/Home/Café (2).html", "src/Home/cafe (3).html",
+    assert job.status == Job.Status.SUCCEEDED and sync_counts(job) == (3, 0, 0, 0, 0), job.log
+    assert live_paths(source) == {"src/Home/Café (2).html", "src/Home/cafe (3).html",
                              "src/Home/hidden-odd.html"}
 
 

@@ -15,7 +15,15 @@ from datasets.models import Document, Job, Source
 from datasets.sources import s3
 from datasets.sources.http import ATTEMPTS
 from datasets.sources.services import InvalidSource
-from tests.datasets.source_builders import Bucket, doc, make_source, s3_server, sync
+from tests.datasets.source_builders import (
+    Bucket,
+    doc,
+    live_paths,
+    make_source,
+    s3_server,
+    sync,
+    sync_counts,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager_tasks")]
 
@@ -40,15 +48,6 @@ def _source(kb: Any, bucket: Bucket, **fields: Any) -> Source:
                        **{"subfolder": "runbooks", "secret_env": VARIABLE, **fields})
 
 
-def _counts(job: Job) -> tuple[int, ...]:
-    """(added, changed, unchanged, deleted, failed) of the sync's job."""
-    return tuple(job.detail.get(k, 0) for k in ("added", "changed", "unchanged", "deleted",
-                                                 "failed"))
-
-
-def _live(source: Source) -> set[str]:
-    return set(Document.objects.filter(source=source, deleted=False)
-               .values_list("source_path", flat=True))
 
 
 def test_a_bucket_syncs_its_prefix_page_by_page_and_then_only_what_changed(
@@ -60,8 +59,8 @@ def test_a_bucket_syncs_its_prefix_page_by_page_and_then_only_what_changed(
     job = sync(source)
     seconds.append(time.monotonic() - started)
     assert job.status == Job.Status.SUCCEEDED, job.log
-    assert _counts(job) == (200, 0, 0, 0, 0) and job.total == 200
-    assert _live(source) == {f"src/r{n:03}.md" for n in range(200)}  # no marker, no hidden
+    assert sync_counts(job) == (200, 0, 0, 0, 0) and job.total == 200
+    assert live_paths(source) == {f"src/r{n:03}.md" for n in range(200)}  # no marker, no hidden
     listings = [hit for hit, _ in bucket.hits if "list-type=2" in hit]
     assert len(listings) == 4 and all("max-keys=64" in hit for hit in listings)
     assert sum("continuation-token=" in hit for hit in listings) == 3
@@ -74,7 +73,7 @@ def test_a_bucket_syncs_its_prefix_page_by_page_and_then_only_what_changed(
     started = time.monotonic()
     job = sync(source)
     seconds.append(time.monotonic() - started)
-    assert _counts(job) == (0, 0, 200, 0, 0)
+    assert sync_counts(job) == (0, 0, 200, 0, 0)
     assert bucket.object_reads() == []
 
     # One changed, one deleted, one added: those two read, the deleted one's document gone.
@@ -87,10 +86,10 @@ def test_a_bucket_syncs_its_prefix_page_by_page_and_then_only_what_changed(
     seconds.append(time.monotonic() - started)
     print("s3 source, 200 objects (docs/benchmarks.md): first sync, nothing changed, "
           "one added + one changed + one deleted:", " / ".join(f"{s:.2f} s" for s in seconds))
-    assert _counts(job) == (1, 1, 198, 1, 0)
+    assert sync_counts(job) == (1, 1, 198, 1, 0)
     assert sorted(bucket.object_reads()) == ["/docs/runbooks/new.md?",
                                             "/docs/runbooks/r001.md?"]
-    assert "src/r002.md" not in _live(source) and "src/new.md" in _live(source)
+    assert "src/r002.md" not in live_paths(source) and "src/new.md" in live_paths(source)
     # Found by a lookup, linking back to its object.
     found = kb.tool.post("/api/tools/lookup_knowledge",
                          {"query": "Newcomer runbook"}, format="json").json()
@@ -108,17 +107,17 @@ def test_a_listing_that_fails_deletes_nothing_and_slow_down_is_retried(
     job = sync(source)
     assert (job.status, job.error) == (Job.Status.FAILED,
                                        "the bucket answered 500 (InternalError)")
-    assert "nothing deleted" in str(job.log) and len(_live(source)) == 200
+    assert "nothing deleted" in str(job.log) and len(live_paths(source)) == 200
     # A 200 that is no listing (a portal's sign-in page): no empty listing, nothing deleted.
     bucket.faults["list-type=2"] = [200]
     job = sync(source)
     assert job.error == ("the bucket's answer is not a listing of its objects (S3's "
-                         "ListBucketResult)") and len(_live(source)) == 200
+                         "ListBucketResult)") and len(live_paths(source)) == 200
     # S3 asking to slow down, twice: retried, and the sync completes.
     bucket.faults["list-type=2"] = [503, 503]
     job = sync(source)
     assert job.status == Job.Status.SUCCEEDED, job.log
-    assert _counts(job) == (0, 0, 199, 1, 0) and "src/r150.md" not in _live(source)
+    assert sync_counts(job) == (0, 0, 199, 1, 0) and "src/r150.md" not in live_paths(source)
 
 
 def test_a_sync_cut_short_resumes_where_it_stopped(kb: Any, store: Any, bucket: Bucket) -> None:
@@ -126,11 +125,11 @@ def test_a_sync_cut_short_resumes_where_it_stopped(kb: Any, store: Any, bucket: 
     bucket.faults["/docs/runbooks/r007.md"] = [403]
     job = sync(source)
     assert job.status == Job.Status.SUCCEEDED
-    assert _counts(job) == (199, 0, 0, 0, 1)
+    assert sync_counts(job) == (199, 0, 0, 0, 1)
     assert "failed: r007.md: the bucket answered 403 (AccessDenied)" in str(job.log)
     bucket.hits.clear()
     job = sync(source)
-    assert _counts(job) == (1, 0, 199, 0, 0)
+    assert sync_counts(job) == (1, 0, 199, 0, 0)
     assert bucket.object_reads() == ["/docs/runbooks/r007.md?"]
 
 
@@ -155,7 +154,7 @@ def test_a_refused_credential_fails_clearly_and_is_nowhere(
     kept = [job.error, str(job.log), str(job.detail), source.last_error,
             capfd.readouterr().err, caplog.text]
     assert not any(SECRET in text or SECRET.split("/")[0] in text for text in kept)
-    assert _live(source) == set()
+    assert live_paths(source) == set()
     anonymous = make_source(kb.dataset, name="anon", kind="s3", location=f"{bucket.url}/docs")
     assert "this source reads anonymously" in sync(anonymous).error
 
@@ -166,7 +165,7 @@ def test_keys_are_read_as_named_and_signed_as_sent(kb: Any, store: Any, bucket: 
     odd = ["run books/é x+y.md", "a%20b.md", "naïve (copy) ~1.md"]
     bucket.put("docs", {f"odd keys/{key}": doc(f"Odd {n}") for n, key in enumerate(odd)})
     job = sync(_source(kb, bucket, subfolder="odd keys"))
-    assert _counts(job) == (3, 0, 0, 0, 0), job.log
+    assert sync_counts(job) == (3, 0, 0, 0, 0), job.log
     assert all(status == 200 for _, status in bucket.hits)
     documents = Document.objects.filter(source__name="src").order_by("title")
     assert [(d.title, d.source_path) for d in documents] == [
@@ -179,7 +178,7 @@ def test_an_object_over_the_upload_limit_is_a_failed_line(kb: Any, store: Any, b
     bucket.put("docs", {"big/huge.md": b"# Huge\n\n" + b"x" * 4096, "big/small.md": doc("S")})
     settings.KB_MAX_UPLOAD_BYTES = 2048
     job = sync(_source(kb, bucket, subfolder="big", max_page_bytes=2048))
-    assert job.status == Job.Status.SUCCEEDED and _counts(job) == (1, 0, 0, 0, 1)
+    assert job.status == Job.Status.SUCCEEDED and sync_counts(job) == (1, 0, 0, 0, 1)
     assert "failed: huge.md: 4104 bytes, over KB_MAX_UPLOAD_BYTES (2048)" in str(job.log)
 
 

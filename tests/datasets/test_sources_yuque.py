@@ -14,7 +14,7 @@ import pytest
 from datasets.models import Document, Job, Source
 from datasets.sources.http import ATTEMPTS
 from datasets.sources.services import InvalidSource
-from tests.datasets.source_builders import make_source, sync
+from tests.datasets.source_builders import live_paths, make_source, sync, sync_counts
 from tests.datasets.yuque_server import Book, YuqueDoc, yuque_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager_tasks")]
@@ -48,14 +48,6 @@ def _source(kb: Any, book: Book, **fields: Any) -> Source:
                        **{"secret_env": VARIABLE, **fields})
 
 
-def _counts(job: Job) -> tuple[int, ...]:
-    return tuple(job.detail.get(k, 0) for k in ("added", "changed", "unchanged", "deleted",
-                                                 "failed"))
-
-
-def _live(source: Source) -> set[str]:
-    return set(Document.objects.filter(source=source, deleted=False)
-               .values_list("source_path", flat=True))
 
 
 def test_a_book_syncs_its_documents_and_then_only_those_that_changed(
@@ -66,17 +58,17 @@ def test_a_book_syncs_its_documents_and_then_only_those_that_changed(
     job = sync(source)
     seconds.append(time.monotonic() - started)
     assert job.status == Job.Status.SUCCEEDED, job.log
-    assert _counts(job) == (200, 0, 0, 0, 0)  # the draft left out
+    assert sync_counts(job) == (200, 0, 0, 0, 0)  # the draft left out
     assert sum("/docs?offset=" in hit for hit, _ in book.hits) == 3
     markdown = Document.objects.get(source=source, source_path="src/领域 3/服务 3-4.md")
     assert markdown.title == "服务 3-4" and markdown.url == f"{book.book_url}/doc-305"
-    assert "src/领域 3/服务 3-19.html" in _live(source)
+    assert "src/领域 3/服务 3-19.html" in live_paths(source)
 
     book.hits.clear()
     started = time.monotonic()
     job = sync(source)
     seconds.append(time.monotonic() - started)
-    assert _counts(job) == (0, 0, 200, 0, 0) and book.bodies_read() == []
+    assert sync_counts(job) == (0, 0, 200, 0, 0) and book.bodies_read() == []
 
     book.docs[305] = YuqueDoc("服务 3-4", "## 步骤\n\n先摘除节点。", "t-3",
                               updated="2026-12-01T08:00:00.000Z")
@@ -88,7 +80,7 @@ def test_a_book_syncs_its_documents_and_then_only_those_that_changed(
     seconds.append(time.monotonic() - started)
     print("yuque source, 200 documents (docs/benchmarks.md): first sync, nothing changed, "
           "one added + one changed + one deleted:", " / ".join(f"{s:.2f} s" for s in seconds))
-    assert _counts(job) == (1, 1, 198, 1, 0)
+    assert sync_counts(job) == (1, 1, 198, 1, 0)
     assert sorted(book.bodies_read()) == ["doc-305", "doc-6000"]
     found = kb.tool.post("/api/tools/lookup_knowledge",
                          {"query": "kubectl rollout restart 重启部署"}, format="json").json()
@@ -103,11 +95,12 @@ def test_failures_delete_nothing(kb: Any, store: Any, book: Book,
     del book.docs[101]
     book.faults["offset=100"] = [500] * ATTEMPTS
     job = sync(source)
-    assert job.error == "Yuque answered 500 to the book's listing" and len(_live(source)) == 200
+    assert job.error == "Yuque answered 500 to the book's listing"
+    assert len(live_paths(source)) == 200
     book.unlisted = {102}
     job = sync(source)
     assert "document 102 is in the book but was not listed" in str(job.log)
-    assert len(_live(source)) == 200
+    assert len(live_paths(source)) == 200
     book.unlisted = set()
     monkeypatch.setenv(VARIABLE, "wrong-token")
     job = sync(source)
@@ -118,7 +111,7 @@ def test_failures_delete_nothing(kb: Any, store: Any, book: Book,
     monkeypatch.setenv(VARIABLE, TOKEN)
     book.faults["/docs?offset=0"] = [429, 429]
     job = sync(source)
-    assert job.status == Job.Status.SUCCEEDED and _counts(job) == (0, 0, 199, 1, 0)
+    assert job.status == Job.Status.SUCCEEDED and sync_counts(job) == (0, 0, 199, 1, 0)
 
 
 def test_a_book_url_is_checked_when_saved(kb: Any) -> None:
