@@ -225,6 +225,7 @@ class Source(models.Model):
         S3 = "s3", "S3-compatible bucket"
         CONFLUENCE = "confluence", "Confluence space"
         YUQUE = "yuque", "Yuque book"
+        FEISHU = "feishu", "Feishu/Lark wiki space or folder"
 
     class Status(models.TextChoices):
         NEVER = "never", "never synced"
@@ -241,14 +242,16 @@ class Source(models.Model):
         "web: the start page's or the sitemap's http(s) URL; s3: the bucket's URL, path style "
         "(https://<endpoint>/<bucket>); confluence: the space's URL "
         "(https://<site>/wiki/spaces/<KEY>, https://<host>/display/<KEY>); yuque: the book's "
-        "URL (https://www.yuque.com/<group>/<book>)."))
+        "URL (https://www.yuque.com/<group>/<book>); feishu: the wiki space's URL "
+        "(https://<tenant>.feishu.cn/wiki/space/<space id>) or a Drive folder's "
+        "(https://<tenant>.feishu.cn/drive/folder/<token>)."))
     branch = models.CharField(max_length=200, blank=True, default="main",
                               help_text="git: the branch to follow.")
     subfolder = models.CharField(max_length=500, blank=True,
                                  help_text="git and s3: only the files under this folder.")
     include = models.JSONField(default=list, blank=True, help_text=(
-        "git, folder and s3: glob patterns of the files to take (`**/*.md`); empty: every "
-        "file."))
+        "git, folder and s3: glob patterns of the files to take (`**/*.md`); confluence, "
+        "yuque and feishu: of the pages' title paths (`Operations/**`); empty: every file."))
     max_depth = models.PositiveSmallIntegerField(
         default=2, validators=[MaxValueValidator(10)],
         help_text="web: how many links away from the start page a page may be.")
@@ -273,7 +276,8 @@ class Source(models.Model):
         help_text="git over https: the environment variable holding the credential, "
                   "`token` or `user:token`; s3: `<access key id>:<secret access key>`; "
                   "confluence: `<email>:<API token>` (Cloud) or a personal access token "
-                  "(Data Center); yuque: a token (its name, never the credential itself; "
+                  "(Data Center); yuque: a token; feishu: `<app id>:<app secret>` (its name, "
+                  "never the credential itself; "
                   "<VARIABLE>_FILE may name a file holding it): KB_SOURCE_SECRET_<SLUG>, or "
                   "KB_SOURCE_SECRET_<SLUG>_<NAME>, of the source's tenant. Empty: none.")
     readers = models.JSONField(
@@ -302,7 +306,7 @@ class Source(models.Model):
                                     name="source_unique_name_per_dataset"),
             models.CheckConstraint(
                 condition=models.Q(kind__in=["git", "folder", "web", "s3", "confluence",
-                                             "yuque"]),
+                                             "yuque", "feishu"]),
                 name="source_kind_valid"),
             models.CheckConstraint(
                 condition=models.Q(last_status__in=["never", "succeeded", "failed"]),

@@ -1,5 +1,5 @@
 """The one door for every server-side fetch (chat, rerank and embedding endpoints, web, git,
-s3, confluence and yuque sources).
+s3, confluence, yuque and feishu sources).
 
 A URL may be http(s) only, without credentials in it; its host's addresses — every one the
 name resolves to, numeric forms (`0x7f000001`, `2130706433`, `127.1`, `0177.0.0.1`) read as

@@ -324,10 +324,10 @@ KB_CHUNK_OVERLAP = env_int("KB_CHUNK_OVERLAP", 100, minimum=0)
 KB_WHOLE_DOCUMENT_CHARS = env_int("KB_WHOLE_DOCUMENT_CHARS", 2000, minimum=0, maximum=3200)
 KB_REDACT_SECRETS = env_bool("KB_REDACT_SECRETS", True)
 # Sources (datasets/sources/): a dataset kept in sync with a git repository, a server folder,
-# a web site, an S3-compatible bucket, a Confluence space or a Yuque book. A folder source, and
-# a git source given as a local path, must lie inside one of its tenant's folders: `SLUG=/path`
-# is tenant SLUG's, `/path` is a parent whose `/path/<slug>/` is each tenant's (none: no folder
-# or local git source may be made).
+# a web site, an S3-compatible bucket, a Confluence space, a Yuque book or a Feishu/Lark wiki
+# space or Drive folder. A folder source, and a git source given as a local path, must lie
+# inside one of its tenant's folders: `SLUG=/path` is tenant SLUG's, `/path` is a parent whose
+# `/path/<slug>/` is each tenant's (none: no folder or local git source may be made).
 KB_SOURCE_ROOTS = env_source_roots("KB_SOURCE_ROOTS", str(VAR_DIR / "source-roots"),
                                    apart_from=KB_KNOWLEDGE_DIR)
 # Files (or pages) one sync reads at most: a source with more fails, deleting nothing.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import time
 import unicodedata
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -77,6 +78,14 @@ def same_path(path: str) -> str:
     """What a database collation compares of a path: case and accents aside."""
     return "".join(c for c in unicodedata.normalize("NFKD", path.casefold())
                    if not unicodedata.combining(c))
+
+
+def distinct_paths(paths: Mapping[str, str]) -> dict[str, str]:
+    """Each id's path (of titles), the id added to a path another id's shares as a database
+    collation compares them: `Runbooks/Restart (123)`."""
+    count = Counter(same_path(path) for path in paths.values())
+    return {key: f"{path} ({key})" if count[same_path(path)] > 1 else path
+            for key, path in paths.items()}
 
 
 def hidden(path: str) -> bool:

@@ -29,13 +29,13 @@ from datasets.sources.base import (
     Item,
     ItemFailed,
     SyncFailed,
+    distinct_paths,
     listed_item,
     max_path,
     path_name,
-    same_path,
     too_many,
 )
-from datasets.sources.http import AGENT, Answer, api_get, api_json, header_secret
+from datasets.sources.http import AGENT, Answer, api_json, api_request, header_secret
 from kbplatform import outbound
 
 PAGE_LIMIT = 100  # pages a listing request asks for (Confluence may answer fewer)
@@ -202,16 +202,11 @@ class ConfluenceReader:
     def _pages(self, found: Mapping[str, tuple[list[str], str, int, str]]) -> list[Page]:
         """The pages named by their title paths; pages whose paths read the same (to a
         database: case and accents aside) each get their id after the title."""
-        paths = {page_id: "/".join(path_name(t) for t in [*ancestors, title])
-                 for page_id, (ancestors, title, _, _) in found.items()}
-        count: dict[str, int] = {}
-        for path in paths.values():
-            count[same_path(path)] = count.get(same_path(path), 0) + 1
+        paths = distinct_paths({page_id: "/".join(path_name(t) for t in [*ancestors, title])
+                                for page_id, (ancestors, title, _, _) in found.items()})
         pages = []
         for page_id, (_, title, version, webui) in found.items():
             path = paths[page_id]
-            if count[same_path(path)] > 1:
-                path = f"{path} ({page_id})"
             pages.append(Page(id=page_id, path=f"{path}.html", title=title,
                               version=f"{page_id}:v{version}",
                               url=f"{self.base}{webui}" if webui.startswith("/") else ""))
@@ -256,8 +251,8 @@ class ConfluenceReader:
         return raw
 
     def _get(self, url: str, max_bytes: int, *, page: bool = False) -> Answer:
-        return api_get(self.http, url, self.headers, deadline=self.deadline,
-                       max_bytes=max_bytes, site="Confluence", item=page)
+        return api_request(self.http, url, self.headers, deadline=self.deadline,
+                           max_bytes=max_bytes, site="Confluence", item=page)
 
 
 def _listed(result: Any) -> tuple[str, list[str], str, int, str]:

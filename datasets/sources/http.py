@@ -1,4 +1,4 @@
-"""What the sources that speak HTTP share (web, s3, confluence, yuque): one GET through
+"""What the sources that speak HTTP share (web, s3, confluence, yuque, feishu): one request through
 kbplatform/outbound.py, ended within KB_SOURCE_HTTP_TIMEOUT_SECONDS and the sync's time left
 in all (a server trickling its headers or body holds it no longer), its body read to a bound;
 and the retries an API documents for "slow down" and "try again" answers."""
@@ -36,11 +36,13 @@ class Answer:
     body: bytes
 
 
-def bounded_get(http: httpx2.Client, url: str, headers: Mapping[str, str], *,
-                deadline: Deadline, max_bytes: int) -> Answer:
-    """One GET; outbound.AnswerTooLarge past `max_bytes`, httpx2's errors otherwise."""
+def bounded_request(http: httpx2.Client, url: str, headers: Mapping[str, str], *,
+                    deadline: Deadline, max_bytes: int, posted: Any = None) -> Answer:
+    """One GET (a POST of `posted` as JSON, when given); outbound.AnswerTooLarge past
+    `max_bytes`, httpx2's errors otherwise."""
     bound = min(settings.KB_SOURCE_HTTP_TIMEOUT_SECONDS, deadline.left())
-    with outbound.deadline(bound), http.stream("GET", url, headers=dict(headers),
+    method = "GET" if posted is None else "POST"
+    with outbound.deadline(bound), http.stream(method, url, headers=dict(headers), json=posted,
                                                timeout=bound) as response:
         body = bytearray()
         for chunk in response.iter_raw():
@@ -66,22 +68,27 @@ def retried(get: Callable[[], Answer], *, deadline: Deadline) -> Answer:
 
 
 def _retry_after(answer: Answer) -> float | None:
-    """Retry-After in seconds (an HTTP date is taken as no hint)."""
-    try:
-        return max(0.0, float(answer.headers.get("retry-after", "")))
-    except ValueError:
-        return None
+    """Retry-After in seconds (an HTTP date is taken as no hint), or Feishu's
+    x-ogw-ratelimit-reset (the seconds until its window resets)."""
+    for header in ("retry-after", "x-ogw-ratelimit-reset"):
+        try:
+            return max(0.0, float(answer.headers.get(header, "")))
+        except ValueError:
+            continue
+    return None
 
 
-def api_get(http: httpx2.Client, url: str, headers: Mapping[str, str], *, deadline: Deadline,
-            max_bytes: int, site: str, item: bool = False) -> Answer:
-    """A GET of a site's API (`site`: how its owner names it, "Confluence"), asked again where
+def api_request(http: httpx2.Client, url: str, headers: Mapping[str, str], *,
+                deadline: Deadline, max_bytes: int, site: str, item: bool = False,
+                posted: Any = None) -> Answer:
+    """A request of a site's API (`site`: how its owner names it, "Confluence"), asked again where
     the API says to; a failure is one file's line of the log (`item`) or the sync's, and a
     site that stops answering stops the sync."""
     failed = ItemFailed if item else SyncFailed
     try:
-        return retried(lambda: bounded_get(http, url, headers, deadline=deadline,
-                                           max_bytes=max_bytes), deadline=deadline)
+        return retried(lambda: bounded_request(http, url, headers, deadline=deadline,
+                                               max_bytes=max_bytes, posted=posted),
+                       deadline=deadline)
     except outbound.AnswerTooLarge as exc:
         raise failed(f"an answer over {exc.limit} bytes") from None
     except httpx2.TimeoutException:
@@ -96,7 +103,7 @@ def api_json(answer: Answer, site: str) -> Any:
     """The answer's JSON; SyncFailed when it is none."""
     try:
         return json.loads(answer.body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise SyncFailed(f"{site}'s answer is not JSON") from None
 
 

@@ -14,6 +14,7 @@ from django.conf import settings
 
 from datasets.models import Source
 from datasets.sources.confluence import space_refusal
+from datasets.sources.feishu import place_refusal
 from datasets.sources.s3 import bucket_refusal
 from datasets.sources.secrets import secret_refusal
 from datasets.sources.yuque import book_refusal
@@ -25,7 +26,10 @@ BRANCH = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$")
 ASCII_HOST = re.compile(r"^(?:[a-z0-9_-]+(?:\.[a-z0-9_-]+)*|[0-9a-f:.]+)$")
 MAX_GLOBS = 50
 # The kinds besides git over http(s) that read with a credential.
-CREDENTIALED = (Source.Kind.S3, Source.Kind.CONFLUENCE, Source.Kind.YUQUE)
+CREDENTIALED = (Source.Kind.S3, Source.Kind.CONFLUENCE, Source.Kind.YUQUE,
+                Source.Kind.FEISHU)
+# The kinds that read a whole wiki space or book, selected by title path.
+WIKIS = (Source.Kind.CONFLUENCE, Source.Kind.YUQUE, Source.Kind.FEISHU)
 # Globs are matched in linear time (datasets/sources/base.py); a bound keeps them readable.
 MAX_GLOB_STARS = 8
 ALLOWED_HOSTS_HINT = (" (a host on this machine or the private network is allowed by naming "
@@ -137,6 +141,8 @@ def location_refusal(*, kind: str, location: str, tenant: str) -> str | None:
         return _url_refusal(location) or space_refusal(location)
     if kind == Source.Kind.YUQUE:
         return _url_refusal(location) or book_refusal(location)
+    if kind == Source.Kind.FEISHU:
+        return _url_refusal(location) or place_refusal(location)
     if kind == Source.Kind.WEB or (kind == Source.Kind.GIT and is_url(location)):
         refusal = _url_refusal(location)
         if refusal is None and kind == Source.Kind.GIT and not ASCII_HOST.match(
@@ -185,7 +191,7 @@ def source_refusals(source: Source) -> dict[str, str]:
             part in (".", "..") for part in source.subfolder.split("/"))):
         refusals["subfolder"] = ("a relative path inside the repository or bucket, without . "
                                  "or ..")
-    if source.subfolder and source.kind in (Source.Kind.CONFLUENCE, Source.Kind.YUQUE):
+    if source.subfolder and source.kind in WIKIS:
         refusals["subfolder"] = (f"a {source.kind} source takes the whole space or book: its "
                                  "include globs select pages by title path (`Operations/**`)")
     if source.max_page_bytes > settings.KB_MAX_UPLOAD_BYTES:
@@ -196,14 +202,17 @@ def source_refusals(source: Source) -> dict[str, str]:
         refusal = secret_refusal(source.secret_env, slug=source.dataset.tenant.slug)
         if refusal is None and not (source.kind in CREDENTIALED or (
                 source.kind == Source.Kind.GIT and is_url(source.location))):
-            refusal = ("only a git source over http(s), an s3, confluence or yuque source "
-                       "takes a credential")
+            refusal = ("only a git source over http(s), an s3, confluence, yuque or feishu "
+                       "source takes a credential")
         elif refusal is None and source.location.lower().startswith("http://") and not (
                 url_allowed(source.location)):
             refusal = ("a credential travels over https only (plain http to a host "
                        "KB_OUTBOUND_ALLOWED_HOSTS names)")
         if refusal:
             refusals["secret_env"] = refusal
+    elif source.kind == Source.Kind.FEISHU:
+        refusals["secret_env"] = ("a feishu source reads as an app: the variable holding "
+                                  "`<app id>:<app secret>`")
     include = source.include
     if not isinstance(include, list) or len(include) > MAX_GLOBS or not all(
             isinstance(g, str) and 0 < len(g) <= 200 for g in include):

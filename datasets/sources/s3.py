@@ -36,7 +36,7 @@ from datasets.sources.base import (
     max_path,
     too_many,
 )
-from datasets.sources.http import AGENT, Answer, bounded_get, retried
+from datasets.sources.http import AGENT, Answer, bounded_request, retried
 from datasets.sources.secrets import source_secret
 from kbplatform import outbound
 
@@ -258,8 +258,8 @@ class S3Reader:
     def _request(self, url: str, *, max_bytes: int) -> Answer:
         """One GET (datasets/sources/http.py), asked again where S3 says to try again, each
         try signed anew; httpx2's errors and outbound.AnswerTooLarge as they come."""
-        return retried(lambda: bounded_get(self.http, url, self._signed(url),
-                                           deadline=self.deadline, max_bytes=max_bytes),
+        return retried(lambda: bounded_request(self.http, url, self._signed(url),
+                                               deadline=self.deadline, max_bytes=max_bytes),
                        deadline=self.deadline)
 
     def _signed(self, url: str) -> dict[str, str]:

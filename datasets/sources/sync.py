@@ -21,6 +21,7 @@ from datasets.models import Document, Job, Source
 from datasets.services import dataset_documents_changed, document_delete, document_store
 from datasets.sources.base import Deadline, Item, Reader, SyncFailed
 from datasets.sources.confluence import ConfluenceReader
+from datasets.sources.feishu import FeishuReader
 from datasets.sources.folder import FolderReader
 from datasets.sources.git import GitReader
 from datasets.sources.s3 import S3Reader
@@ -31,10 +32,10 @@ from kbplatform.errors import ApiError
 logger = logging.getLogger(__name__)
 
 READERS: dict[str, type[GitReader | FolderReader | WebReader | S3Reader | ConfluenceReader
-                        | YuqueReader]] = {
+                        | YuqueReader | FeishuReader]] = {
     Source.Kind.GIT: GitReader, Source.Kind.FOLDER: FolderReader, Source.Kind.WEB: WebReader,
     Source.Kind.S3: S3Reader, Source.Kind.CONFLUENCE: ConfluenceReader,
-    Source.Kind.YUQUE: YuqueReader}
+    Source.Kind.YUQUE: YuqueReader, Source.Kind.FEISHU: FeishuReader}
 SKIPPED = "skipped: another sync of this source is running"
 
 

@@ -20,7 +20,7 @@ from protego import Protego
 
 from datasets.models import Source
 from datasets.sources.base import Deadline, Item, SyncFailed
-from datasets.sources.http import AGENT, Answer, bounded_get
+from datasets.sources.http import AGENT, Answer, bounded_request
 from kbplatform import outbound
 
 logger = logging.getLogger(__name__)
@@ -192,8 +192,8 @@ class WebReader:
 
     def _request(self, url: str, headers: dict[str, str]) -> Answer:
         """One GET, its body read to `max_bytes` at most (datasets/sources/http.py)."""
-        return bounded_get(self.http, url, headers, deadline=self.deadline,
-                           max_bytes=self.max_bytes)
+        return bounded_request(self.http, url, headers, deadline=self.deadline,
+                               max_bytes=self.max_bytes)
 
     def _failure(self, exc: httpx2.HTTPError) -> str:
         """Why a page could not be read, as its owner may read it: the one message of every

@@ -27,13 +27,13 @@ from datasets.sources.base import (
     Item,
     ItemFailed,
     SyncFailed,
+    distinct_paths,
     listed_item,
     max_path,
     path_name,
-    same_path,
     too_many,
 )
-from datasets.sources.http import AGENT, Answer, api_get, api_json, header_secret
+from datasets.sources.http import AGENT, Answer, api_json, api_request, header_secret
 from kbplatform import outbound
 
 PAGE_LIMIT = 100  # Yuque's most documents a listing request answers
@@ -181,15 +181,10 @@ class YuqueReader:
                 continue  # a draft never published
             paths[doc_id] = "/".join(path_name(str(t)) for t in
                                      [*parents.get(doc_id, []), str(doc.get("title") or "")])
-        count: dict[str, int] = {}
-        for path in paths.values():
-            count[same_path(path)] = count.get(same_path(path), 0) + 1
         docs = []
-        for doc_id, path in paths.items():
+        for doc_id, path in distinct_paths(paths).items():
             doc = found[doc_id]
             markdown = doc.get("format", "markdown") == "markdown"
-            if count[same_path(path)] > 1:
-                path = f"{path} ({doc_id})"
             changed = doc.get("content_updated_at") or doc.get("updated_at") or ""
             slug = str(doc["slug"])
             docs.append(YuqueDoc(slug=slug, path=f"{path}{'.md' if markdown else '.html'}",
@@ -241,5 +236,5 @@ class YuqueReader:
         return encoded
 
     def _get(self, url: str, max_bytes: int, *, item: bool = False) -> Answer:
-        return api_get(self.http, url, self.headers, deadline=self.deadline,
-                       max_bytes=max_bytes, site="Yuque", item=item)
+        return api_request(self.http, url, self.headers, deadline=self.deadline,
+                           max_bytes=max_bytes, site="Yuque", item=item)

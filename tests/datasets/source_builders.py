@@ -74,6 +74,14 @@ def sync(source: Source) -> Job:
     return job
 
 
+def timed_sync(source: Source, seconds: list[float]) -> Job:
+    """`sync(source)`, its wall time added to `seconds` (the figures of docs/benchmarks.md)."""
+    started = time.monotonic()
+    job = sync(source)
+    seconds.append(time.monotonic() - started)
+    return job
+
+
 @dataclass
 class Site:
     """What the web server serves: path -> (content type, body); hits by path."""

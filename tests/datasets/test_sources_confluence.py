@@ -6,7 +6,6 @@ credential, a space it may not see and Atlassian's rate limit each handled as do
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +16,7 @@ from datasets.sources.confluence import storage_html
 from datasets.sources.http import ATTEMPTS
 from datasets.sources.services import InvalidSource
 from tests.datasets.confluence_server import Wiki, WikiPage, confluence_server
-from tests.datasets.source_builders import live_paths, make_source, sync, sync_counts
+from tests.datasets.source_builders import live_paths, make_source, sync, sync_counts, timed_sync
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager_tasks")]
 
@@ -62,9 +61,7 @@ def test_a_space_syncs_its_pages_and_then_only_the_versions_that_moved(
         kb: Any, store: Any, wiki: Wiki) -> None:
     source = _source(kb, wiki)
     seconds = []
-    started = time.monotonic()
-    job = sync(source)
-    seconds.append(time.monotonic() - started)
+    job = timed_sync(source, seconds)
     assert job.status == Job.Status.SUCCEEDED, job.log
     assert sync_counts(job) == (200, 0, 0, 0, 0)
     listings = [hit for hit, _ in wiki.hits if hit.startswith("/rest/api/content?")]
@@ -76,9 +73,7 @@ def test_a_space_syncs_its_pages_and_then_only_the_versions_that_moved(
     assert "src/Operations.html" in live_paths(source)
 
     wiki.hits.clear()
-    started = time.monotonic()
-    job = sync(source)
-    seconds.append(time.monotonic() - started)
+    job = timed_sync(source, seconds)
     assert sync_counts(job) == (0, 0, 200, 0, 0) and wiki.bodies_read() == []
 
     # One edited (its version moves), one deleted, one added with a code block.
@@ -86,9 +81,7 @@ def test_a_space_syncs_its_pages_and_then_only_the_versions_that_moved(
     del wiki.pages["1035"]
     wiki.pages["5000"] = WikiPage("Restart a deployment", f"<p>Roll it.</p>{CODE}", "1")
     wiki.hits.clear()
-    started = time.monotonic()
-    job = sync(source)
-    seconds.append(time.monotonic() - started)
+    job = timed_sync(source, seconds)
     print("confluence source, 200 pages (docs/benchmarks.md): first sync, nothing changed, "
           "one added + one changed + one deleted:", " / ".join(f"{s:.2f} s" for s in seconds))
     assert sync_counts(job) == (1, 1, 198, 1, 0)

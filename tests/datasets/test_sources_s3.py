@@ -5,7 +5,6 @@ is nowhere; S3's "slow down" is retried; a sync cut short resumes where it stopp
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,6 +22,7 @@ from tests.datasets.source_builders import (
     s3_server,
     sync,
     sync_counts,
+    timed_sync,
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager_tasks")]
@@ -55,9 +55,7 @@ def test_a_bucket_syncs_its_prefix_page_by_page_and_then_only_what_changed(
     monkeypatch.setattr(s3, "PAGE_KEYS", 64)
     source = _source(kb, bucket)
     seconds = []
-    started = time.monotonic()
-    job = sync(source)
-    seconds.append(time.monotonic() - started)
+    job = timed_sync(source, seconds)
     assert job.status == Job.Status.SUCCEEDED, job.log
     assert sync_counts(job) == (200, 0, 0, 0, 0) and job.total == 200
     assert live_paths(source) == {f"src/r{n:03}.md" for n in range(200)}  # no marker, no hidden
@@ -70,9 +68,7 @@ def test_a_bucket_syncs_its_prefix_page_by_page_and_then_only_what_changed(
 
     # Again: every ETag as stored, no object read.
     bucket.hits.clear()
-    started = time.monotonic()
-    job = sync(source)
-    seconds.append(time.monotonic() - started)
+    job = timed_sync(source, seconds)
     assert sync_counts(job) == (0, 0, 200, 0, 0)
     assert bucket.object_reads() == []
 
@@ -81,9 +77,7 @@ def test_a_bucket_syncs_its_prefix_page_by_page_and_then_only_what_changed(
                         "runbooks/new.md": doc("Newcomer")})
     bucket.client.delete_object(Bucket="docs", Key="runbooks/r002.md")
     bucket.hits.clear()
-    started = time.monotonic()
-    job = sync(source)
-    seconds.append(time.monotonic() - started)
+    job = timed_sync(source, seconds)
     print("s3 source, 200 objects (docs/benchmarks.md): first sync, nothing changed, "
           "one added + one changed + one deleted:", " / ".join(f"{s:.2f} s" for s in seconds))
     assert sync_counts(job) == (1, 1, 198, 1, 0)

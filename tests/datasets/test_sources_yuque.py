@@ -5,7 +5,6 @@ documents as their HTML, drafts left out, deletion only after a complete listing
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 from datasets.models import Document, Job, Source
 from datasets.sources.http import ATTEMPTS
 from datasets.sources.services import InvalidSource
-from tests.datasets.source_builders import live_paths, make_source, sync, sync_counts
+from tests.datasets.source_builders import live_paths, make_source, sync, sync_counts, timed_sync
 from tests.datasets.yuque_server import Book, YuqueDoc, yuque_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("eager_tasks")]
@@ -54,9 +53,7 @@ def test_a_book_syncs_its_documents_and_then_only_those_that_changed(
         kb: Any, store: Any, book: Book) -> None:
     source = _source(kb, book)
     seconds = []
-    started = time.monotonic()
-    job = sync(source)
-    seconds.append(time.monotonic() - started)
+    job = timed_sync(source, seconds)
     assert job.status == Job.Status.SUCCEEDED, job.log
     assert sync_counts(job) == (200, 0, 0, 0, 0)  # the draft left out
     assert sum("/docs?offset=" in hit for hit, _ in book.hits) == 3
@@ -65,9 +62,7 @@ def test_a_book_syncs_its_documents_and_then_only_those_that_changed(
     assert "src/领域 3/服务 3-19.html" in live_paths(source)
 
     book.hits.clear()
-    started = time.monotonic()
-    job = sync(source)
-    seconds.append(time.monotonic() - started)
+    job = timed_sync(source, seconds)
     assert sync_counts(job) == (0, 0, 200, 0, 0) and book.bodies_read() == []
 
     book.docs[305] = YuqueDoc("服务 3-4", "## 步骤\n\n先摘除节点。", "t-3",
@@ -75,9 +70,7 @@ def test_a_book_syncs_its_documents_and_then_only_those_that_changed(
     del book.docs[306]
     book.docs[6000] = YuqueDoc("重启部署", "## 步骤\n\n执行 kubectl rollout restart。")
     book.hits.clear()
-    started = time.monotonic()
-    job = sync(source)
-    seconds.append(time.monotonic() - started)
+    job = timed_sync(source, seconds)
     print("yuque source, 200 documents (docs/benchmarks.md): first sync, nothing changed, "
           "one added + one changed + one deleted:", " / ".join(f"{s:.2f} s" for s in seconds))
     assert sync_counts(job) == (1, 1, 198, 1, 0)
