@@ -31,9 +31,9 @@ from audit.glance import DAYS, glances
 from audit.models import ToolInvocation
 from audit.selectors import STALE_SHOWN, stale_served
 from audit.types import RELEVANCE_LEVELS
-from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, admin_datasets, tenant_filter
+from datasets.admin.scope import ReadOnlyAdmin, TenantScopedAdmin, admin_datasets, tenant_filter
+from datasets.documents.selectors import db_id, with_document_counts
 from datasets.models import Dataset
-from datasets.selectors import db_id, with_document_counts
 from kbplatform.admin_columns import cut, stacked, when
 
 PROBE_LIMIT = 10_000  # a filtered list counts at most this many rows

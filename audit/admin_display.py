@@ -10,8 +10,8 @@ from typing import Any
 from django.urls import reverse
 
 from audit.types import DropReason
+from datasets.documents.selectors import document_of, documents_by_doc_id
 from datasets.models import Document
-from datasets.selectors import document_of, documents_by_doc_id
 
 # The pack stage records the excerpt length handed to the agent for each item, not a score.
 CHARS_STAGES = frozenset({"pack"})

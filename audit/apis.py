@@ -19,8 +19,8 @@ from rest_framework.views import APIView
 from audit.cited import cited_report
 from audit.models import ToolInvocation
 from audit.selectors import session_trace
-from datasets.auth import IsAdminKey, caller
-from datasets.selectors import MAX_DB_ID
+from datasets.documents.selectors import MAX_DB_ID
+from datasets.tenancy.keys import IsAdminKey, caller
 from kbplatform.errors import ApiError, ErrorCode, NotFound
 from kbplatform.openapi import errors, path_id
 

@@ -8,6 +8,6 @@ class AuditConfig(AppConfig):
     def ready(self) -> None:
         # The document page is the datasets app's, a floor below: the audit adds its panel.
         from audit.document_panel import cited_panel
-        from datasets.admin_panels import document_panel_register
+        from datasets.admin.panels import document_panel_register
 
         document_panel_register(cited_panel)

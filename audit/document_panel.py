@@ -1,4 +1,4 @@
-"""The cited rates of one document, as a panel of its admin page (datasets/admin_panels.py)."""
+"""The cited rates of one document, as a panel of its admin page (datasets/admin/panels.py)."""
 
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ from django.utils.safestring import SafeString
 
 from audit.cited import Cited, dataset_cited
 from audit.selectors import DayLookups, lookups_per_day
+from datasets.documents.selectors import last_ingestion_errors
 from datasets.models import Dataset, Document
-from datasets.selectors import last_ingestion_errors
 
 DAYS = 14
 BAR_WIDTH, BAR_GAP, CHART_HEIGHT = 5, 2, 36
@@ -22,7 +22,7 @@ COLOURS = {"ok": "#417690", "empty": "#e6a700", "unavailable": "#ba2121"}
 
 @dataclass(frozen=True)
 class DatasetGlance:
-    dataset: Dataset  # annotated by datasets.selectors.with_document_counts
+    dataset: Dataset  # annotated by datasets.documents.selectors.with_document_counts
     days: Sequence[DayLookups]
     errors: Sequence[Document]
     cited: Cited = Cited()  # its evidence served in those days, cited and rated

@@ -23,9 +23,9 @@ from audit.models import (
 )
 from audit.privacy import query_fingerprint, raw_queries, texts_hidden
 from audit.types import InvocationRecord
+from datasets.documents.selectors import document_of
 from datasets.models import ApiKey, Document, Tenant
-from datasets.permissions import Access
-from datasets.selectors import document_of
+from datasets.tenancy.permissions import Access
 from kbplatform.errors import ErrorCode, NotFound, raised_codes, raised_status
 
 logger = logging.getLogger(__name__)

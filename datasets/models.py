@@ -11,12 +11,12 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 from django.utils import timezone
 
-from datasets.evidence import ANCHOR_DIGITS, EvidenceKey
+from datasets.documents.evidence import ANCHOR_DIGITS, EvidenceKey
 from datasets.ingestion.formats import Format
 from datasets.ingestion.language import UNKNOWN, Language
 from datasets.ingestion.limits import FIELD_NAME
 from datasets.ingestion.parse import KNOWN_FIELDS
-from datasets.permissions import principal
+from datasets.tenancy.permissions import principal
 from kbplatform.env import SLUG_PATTERN
 
 SLUG = RegexValidator(SLUG_PATTERN, "lowercase letters, digits, - and _")
@@ -71,7 +71,7 @@ class Tenant(models.Model):
     staff = models.ManyToManyField(
         settings.AUTH_USER_MODEL, blank=True, related_name="staff_tenants",
         help_text="Staff users who work on this tenant in the admin: they see its data and no "
-                  "other tenant's (datasets/admin_scope.py). Superusers see every tenant.")
+                  "other tenant's (datasets/admin/scope.py). Superusers see every tenant.")
     # The tenant's own opt-in to keeping its callers' questions (audit/privacy.py reads it):
     # a superuser switches it on; the tenant's staff may switch it off or shorten the days.
     store_raw_queries = models.BooleanField(
@@ -137,7 +137,7 @@ class ApiKey(models.Model):
 
     class Origin(models.TextChoices):
         # Where the key was made: a platform key acts platform-wide only when an operator
-        # made it (datasets/auth.py, platform_key_vouched).
+        # made it (datasets/tenancy/keys.py, platform_key_vouched).
         COMMAND = "command", "a manage.py command (an operator's)"
         ADMIN = "admin", "the admin (by created_by)"
 
@@ -188,7 +188,7 @@ class ApiKey(models.Model):
 class PrincipalAlias(models.Model):
     """One person or group as a source names it and as the tenant's agents name it: a call
     made for `principal` also reads the documents whose readers name `alias`
-    (datasets/permissions.py)."""
+    (datasets/tenancy/permissions.py)."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="aliases")
     alias = models.CharField(max_length=200, help_text=(
@@ -338,8 +338,8 @@ class Document(models.Model):
     source_text = models.TextField(
         blank=True, help_text="The markdown as uploaded, or as converted from the original "
                               "(empty until the worker converts it); indexing reads it.")
-    # Every format but markdown keeps its original file (datasets/originals.py): a conversion
-    # reads it, a rebuild converts it again when the converters changed.
+    # Every format but markdown keeps its original file (datasets/documents/originals.py): a
+    # conversion reads it, a rebuild converts it again when the converters changed.
     original = models.CharField(max_length=300, blank=True, editable=False,
                                 help_text="The original file's name in the storage.")
     converter_version = models.CharField(
@@ -447,7 +447,7 @@ class Chunk(models.Model):
     content = models.TextField()
     breadcrumb = models.CharField(max_length=1000, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
-    # The content-addressed part of its evidence id (datasets/evidence.py); empty: indexed
+    # The content-addressed part of its evidence id (datasets/documents/evidence.py); empty: indexed
     # before anchors were kept, served as `{docId}#chunk-{n}` until re-indexed.
     anchor = models.CharField(max_length=ANCHOR_DIGITS, blank=True)
 
@@ -503,7 +503,7 @@ class Job(models.Model):
     detail = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True, help_text="What the job's owner may read.")
     error_detail = models.TextField(blank=True, help_text="The exception, for operators only.")
-    # Written by datasets/jobs.py (job_update's `log`), LOG_LINES lines at most.
+    # Written by datasets/jobs/progress.py (job_update's `log`), LOG_LINES lines at most.
     log = models.JSONField(default=list, blank=True, help_text=(
         "What the job did, as its owner may read it: [{\"at\": ISO time, \"message\": …}], "
         "its last 200 lines."))

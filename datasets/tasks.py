@@ -8,8 +8,8 @@ from pathlib import Path
 
 from celery import shared_task
 
-from datasets.importer import knowledge_import
-from datasets.jobs import job_claim, job_fail
+from datasets.ingestion.importer import knowledge_import
+from datasets.jobs.progress import job_claim, job_fail
 from datasets.models import Job
 from datasets.sources.services import sources_sync_due
 from datasets.sources.sync import source_sync

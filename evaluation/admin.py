@@ -30,9 +30,9 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 
 from audit.admin_display import trace_tables
-from datasets.admin_display import job_progress
-from datasets.admin_scope import TenantScopedAdmin, scoped, tenant_filter
-from datasets.jobs import GOING
+from datasets.admin.display import job_progress
+from datasets.admin.scope import TenantScopedAdmin, scoped, tenant_filter
+from datasets.jobs.progress import GOING
 from evaluation.display import run_series, runs_compared
 from evaluation.models import EvaluationQuery, EvaluationRun, QuestionSet
 from evaluation.question_sets import (

@@ -25,7 +25,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from audit.models import InvocationDataset, Outcome, ToolInvocation
-from datasets.evidence import EvidenceKey
+from datasets.documents.evidence import EvidenceKey
 from datasets.models import Dataset, Document, Tenant
 from evaluation.benchmarks import in_process_client
 from evaluation.models import EvaluationQuery, EvaluationRun

@@ -18,8 +18,8 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from datasets.admin_display import job_progress
-from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, tenant_filter
+from datasets.admin.display import job_progress
+from datasets.admin.scope import ReadOnlyAdmin, TenantScopedAdmin, tenant_filter
 from evaluation.display import runs_compared
 from evaluation.gate import question_set_loosening
 from evaluation.models import GATE_METRICS, QuestionSet

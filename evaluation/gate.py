@@ -20,7 +20,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from datasets.jobs import JOB_ID, job_create, job_update
+from datasets.jobs.progress import JOB_ID, job_create, job_update
 from datasets.models import Dataset, Job
 from evaluation.models import GATE_METRICS, EvaluationRun, GateCheck, GateRule, QuestionSet
 from evaluation.runs import run_batch

@@ -22,9 +22,9 @@ from django.conf import settings as django_settings
 from django.db import transaction
 from django.utils import timezone
 
-from datasets.jobs import GOING, JOB_ID, job_create, job_update
+from datasets.jobs.progress import GOING, JOB_ID, job_create, job_update
 from datasets.models import Job, Tenant
-from datasets.permissions import PLATFORM
+from datasets.tenancy.permissions import PLATFORM
 from evaluation.benchmarks import Timing
 from evaluation.models import EvaluationQuery, EvaluationRun
 from evaluation.question_sets import BatchQuestion

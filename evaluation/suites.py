@@ -21,16 +21,16 @@ from pathlib import Path
 
 from django.conf import settings
 
-from datasets.evidence import EvidenceKey
-from datasets.models import Dataset, Document
-from datasets.permissions import PLATFORM
-from datasets.services import (
+from datasets.documents.evidence import EvidenceKey
+from datasets.documents.services import (
     configured_chunking,
     content_hash,
     document_indexed_hash_set,
     document_store,
     tenant_get_or_create,
 )
+from datasets.models import Dataset, Document
+from datasets.tenancy.permissions import PLATFORM
 from evaluation.benchmarks import Timing
 from retrieval.index import milvus
 from retrieval.index.embedders import Embedder, get_embedder

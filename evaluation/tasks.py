@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from datasets.jobs import job_claim, job_fail, job_update
+from datasets.jobs.progress import job_claim, job_fail, job_update
 from datasets.models import Job
 from evaluation.gate import gate_check_execute
 from evaluation.models import EvaluationRun

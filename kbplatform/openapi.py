@@ -12,9 +12,9 @@ from rest_framework import serializers
 
 
 class ApiKeySchemes(OpenApiAuthenticationExtension):
-    """datasets.auth.ApiKeyAuthentication accepts either header: two schemes, either one."""
+    """datasets.tenancy.keys.ApiKeyAuthentication accepts either header: two schemes, either one."""
 
-    target_class = "datasets.auth.ApiKeyAuthentication"
+    target_class = "datasets.tenancy.keys.ApiKeyAuthentication"
     name = ["bearerAuth", "apiKeyAuth"]
 
     def get_security_definition(self, auto_schema: Any) -> list[dict[str, Any]]:

@@ -145,7 +145,7 @@ STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 # WhiteNoise serves what `collectstatic` put in STATIC_ROOT (with compressed copies; set-up
 # runs it), or the apps' own static folders where it has not run yet (tests, a bare checkout).
-# The default storage keeps documents' original files (datasets/originals.py): a folder
+# The default storage keeps documents' original files (datasets/documents/originals.py): a folder
 # under KB_VAR_DIR unless KB_STORAGE_BACKEND names another backend (django-storages' S3, see
 # docs/operations.md), configured by KB_STORAGE_OPTIONS (a JSON object; *_FILE for secrets).
 KB_STORAGE_BACKEND = env_str("KB_STORAGE_BACKEND", "django.core.files.storage.FileSystemStorage")
@@ -378,7 +378,7 @@ KB_MAX_QUERY_CHARS = env_int("KB_MAX_QUERY_CHARS", 4000, minimum=1)
 KB_EVAL_SUITES_DIR = Path(env_str("KB_EVAL_SUITES_DIR", str(VAR_DIR / "eval-suites")))
 
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["datasets.auth.ApiKeyAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["datasets.tenancy.keys.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     # DRF's defaults, with a JSON parser that bounds nesting and refuses what cannot be stored.

@@ -15,7 +15,7 @@ urlpatterns = [
     # The OpenAPI 3 schema and Swagger UI: readable without a key (SPECTACULAR_SETTINGS).
     path("api/schema", SpectacularJSONAPIView.as_view(), name="api-schema"),
     path("api/docs", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
-    path("api/", include("datasets.urls")),
+    path("api/", include("datasets.api.urls")),
     path("api/", include("retrieval.tools.urls")),
     path("api/", include("audit.urls")),
 ]

@@ -12,7 +12,7 @@ class RetrievalConfig(AppConfig):
 
         jieba.setLogLevel(logging.WARNING)  # jieba installs its own DEBUG handler
 
-        from datasets.slug_secrets import slug_use_register
+        from datasets.tenancy.slug_secrets import slug_use_register
         from retrieval.index import checks  # noqa: F401  (registers the deploy checks)
         from retrieval.ragconfig.selectors import configs_naming_a_key_variable
 

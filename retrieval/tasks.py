@@ -13,12 +13,19 @@ import time
 from celery import shared_task
 from django.db import DatabaseError
 
-from datasets.conversion import conversion_due
+from datasets.documents.services import document_mark_failed
+from datasets.ingestion.conversion import conversion_due
 from datasets.ingestion.formats import ConversionFailed
 from datasets.ingestion.parse import DocumentParseError
-from datasets.jobs import GENERIC_ERROR, GOING, job_claim, job_fail, job_indexed, job_update
+from datasets.jobs.progress import (
+    GENERIC_ERROR,
+    GOING,
+    job_claim,
+    job_fail,
+    job_indexed,
+    job_update,
+)
 from datasets.models import Document, Job
-from datasets.services import document_mark_failed
 from retrieval.index.embedders import EmbeddingAuthError, EmbeddingError
 from retrieval.index.milvus import VectorStoreRejected, VectorStoreUnavailable
 from retrieval.index.models import IndexVersion

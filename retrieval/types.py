@@ -8,9 +8,9 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, Literal, Protocol
 
+from datasets.documents.validity import Validity
 from datasets.ingestion.locations import Location
-from datasets.permissions import ANONYMOUS, Access
-from datasets.validity import Validity
+from datasets.tenancy.permissions import ANONYMOUS, Access
 
 SearchMode = Literal["dense", "hybrid", "bm25", "milvus_hybrid"]
 
@@ -120,8 +120,9 @@ class SearchFilters:
     excluded_doc_ids: tuple[int, ...] = ()
     metadata: MetadataFilter = MetadataFilter()  # the config's metadata_filters
     call: CallFilters = CallFilters()  # what the call itself narrowed to
-    # For whom it reads (the person an agent acts for; datasets/permissions.py): compared with
-    # the rows' readers inside the Milvus filter, with the documents the lookup resolved.
+    # For whom it reads (the person an agent acts for; datasets/tenancy/permissions.py):
+    # compared with the rows' readers inside the Milvus filter, with the documents the lookup
+    # resolved.
     access: Access = ANONYMOUS
     withheld: Withheld = Withheld()
 
@@ -208,7 +209,7 @@ class ScoredChunk:
     commit: str = ""  # a git source's document: the commit its content came from
     revision: str = ""  # the content hash of the document version it was indexed from
     lines: tuple[int, int] | None = None  # the lines of the file it spans (markdown)
-    url: str = ""  # where a person reads it (datasets/links.py); set when it is served
+    url: str = ""  # where a person reads it (datasets/documents/links.py); set when it is served
     validity: Validity | None = None  # how current its document is; set when it is served
     # Lower-ranked candidates with the same text (an upload and a source's copy, two
     # datasets): collapsed into this one, so they spend no slot of their own.

@@ -230,8 +230,8 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 120.0, what: str 
 
 def key_create(tenant: str = "acme", role: str = "tool",
                datasets: tuple[Any, ...] = ()) -> tuple[Any, str]:
-    from datasets.auth import api_key_create
-    from datasets.services import tenant_get_or_create
+    from datasets.documents.services import tenant_get_or_create
+    from datasets.tenancy.keys import api_key_create
 
     return api_key_create(tenant=tenant_get_or_create(slug=tenant), role=role, datasets=datasets)
 
@@ -271,7 +271,7 @@ class Kb:
 
 @pytest.fixture
 def kb(make_key: Callable[..., tuple[Any, str]]) -> Kb:
-    from datasets.services import dataset_create
+    from datasets.documents.services import dataset_create
 
     admin_key, admin_secret = make_key(role="admin")
     _, tool_secret = make_key(role="tool")
@@ -282,7 +282,7 @@ def kb(make_key: Callable[..., tuple[Any, str]]) -> Kb:
 
 def document_ingest(dataset: Any, name: str, raw: bytes) -> Any:
     """Store a document and sync it in this process, as the indexing worker would."""
-    from datasets.services import document_store
+    from datasets.documents.services import document_store
     from retrieval.index.sync import document_sync
 
     outcome = document_store(dataset=dataset, file_name=name.rsplit("/", 1)[-1], raw=raw,

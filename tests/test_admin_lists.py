@@ -50,8 +50,8 @@ def _world() -> tuple[User, User]:
     """Three tenants with long names, each with what every list shows; a superuser and the
     staff of two of the tenants."""
     from audit.models import InvocationDataset, ToolInvocation
-    from datasets.auth import api_key_create
     from datasets.models import Chunk, Dataset, Document, Job, Source, Tenant
+    from datasets.tenancy.keys import api_key_create
     from evaluation.models import EvaluationRun, QuestionSet
     from retrieval.index.models import IndexVersion
     from retrieval.ragconfig.drafts import experiment_start

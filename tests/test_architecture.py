@@ -22,6 +22,12 @@ RETRIEVAL = {  # a package or module of retrieval → its floor inside the app
 }
 
 
+# datasets/: its packages by concept (each with its tests in tests/datasets/<package>/) and
+# its wiring (management's tests in tests/datasets/management/).
+DATASETS = {"tenancy", "documents", "ingestion", "sources", "jobs", "api", "admin"}
+DATASETS_WIRING = {"models", "apps", "tasks", "management", "migrations", "__init__"}
+
+
 def floor(module: str) -> tuple[int, int] | None:
     """(app floor, floor inside the app) of a dotted module of the project, else None."""
     parts = module.split(".")
@@ -62,6 +68,18 @@ def test_every_package_of_retrieval_has_a_floor() -> None:
     assert names <= set(RETRIEVAL), names - set(RETRIEVAL)
 
 
+def test_datasets_holds_packages_by_concept_with_their_tests_mirrored() -> None:
+    names = {path.stem if path.is_file() else path.name
+             for path in (ROOT / "datasets").iterdir()
+             if path.suffix == ".py" or (path / "__init__.py").exists()}
+    assert names == DATASETS | DATASETS_WIRING, names ^ (DATASETS | DATASETS_WIRING)
+    tests = ROOT / "tests" / "datasets"
+    assert all((tests / package / "__init__.py").exists()
+               and any((tests / package).glob("test_*.py")) for package in DATASETS)
+    stray = [path.name for path in tests.glob("test_*.py")]
+    assert not stray, f"tests of a package belong in its folder: {stray}"
+
+
 @pytest.mark.parametrize("path", importer_files(), ids=lambda path: module_of(path))
 def test_no_import_runs_against_the_floors(path: Path) -> None:
     importer = module_of(path)
@@ -81,7 +99,7 @@ def test_no_import_runs_against_the_floors(path: Path) -> None:
     ("retrieval.index.sync", "retrieval.lookup.service"),
     ("retrieval.lookup.service", "retrieval.answers.agentic"),
     ("retrieval.analysis", "retrieval.ragconfig.config"),
-    ("datasets.services", "retrieval.tasks"),
+    ("datasets.documents.services", "retrieval.tasks"),
     ("retrieval.tools.views", "evaluation.runs"),
 ])
 def test_the_check_sees_an_upward_import(importer: str, imported: str) -> None:

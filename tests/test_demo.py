@@ -24,7 +24,7 @@ import pytest
 from kbplatform.demo import PRODUCTION_SETTINGS
 from kbplatform.processes import ROOT, free_port, port_open
 from tests.conftest import wait_until
-from tests.datasets.office_files import pdf_pages
+from tests.datasets.ingestion.office_files import pdf_pages
 from tests.mcp_clients import over_http, over_stdio
 
 # The demo starts and imports within the first test (up to 600 s on a busy machine).

@@ -38,8 +38,8 @@ from schemathesis.specs.openapi.checks import (
 )
 from werkzeug.test import Client
 
+from datasets.documents.services import dataset_create
 from datasets.models import Document, Job
-from datasets.services import dataset_create
 from kbplatform.errors import ServiceUnavailable
 from kbplatform.wsgi import application
 from tests.conftest import document_ingest, key_create

@@ -42,8 +42,8 @@ from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_s
 from rest_framework.test import APIClient
 
 from audit.models import ToolInvocation
+from datasets.documents.services import dataset_create, document_delete, tenant_get_or_create
 from datasets.models import Dataset, Document
-from datasets.services import dataset_create, document_delete, tenant_get_or_create
 from retrieval.index.sync import document_sync
 from tests.datasets.builders import api_client, markdown, md_file
 
@@ -633,8 +633,8 @@ class ScopeMachine(RuleBasedStateMachine):
 
 @pytest.fixture
 def world(db: None, store: Any, applied: Callable[[], Any]) -> World:
-    from datasets.auth import api_key_create
-    from datasets.services import document_store
+    from datasets.documents.services import document_store
+    from datasets.tenancy.keys import api_key_create
 
     datasets: dict[str, Ds] = {}
     docs: dict[str, Doc] = {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass, replace
 
-from datasets.evidence import chunk_anchor
+from datasets.documents.evidence import chunk_anchor
 from datasets.ingestion.limits import MAX_CHUNKS_PER_DOCUMENT, MAX_SEARCH_TEXT_CHARS, shorten
 from datasets.ingestion.locations import Location, take_markers
 from datasets.ingestion.parse import DocumentTooLarge, ParsedDocument
@@ -42,8 +42,9 @@ class ChunkDraft:
     # The lines of the file it spans, first and last (1-based): a file whose lines are its
     # text's (markdown); None for the others (a converted original).
     lines: tuple[int, int] | None = None
-    # Its evidence id's content-addressed part (datasets/evidence.py); "" for a repeat of an
-    # earlier chunk's breadcrumb and text, served by its place: an anchor names one chunk.
+    # Its evidence id's content-addressed part (datasets/documents/evidence.py); "" for a
+    # repeat of an earlier chunk's breadcrumb and text, served by its place: an anchor names
+    # one chunk.
     anchor: str = ""
 
 

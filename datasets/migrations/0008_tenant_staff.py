@@ -15,6 +15,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='tenant',
             name='staff',
-            field=models.ManyToManyField(blank=True, help_text="Staff users who work on this tenant in the admin: they see its data and no other tenant's (datasets/admin_scope.py). Superusers see every tenant.", related_name='staff_tenants', to=settings.AUTH_USER_MODEL),
+            field=models.ManyToManyField(blank=True, help_text="Staff users who work on this tenant in the admin: they see its data and no other tenant's (datasets/admin/scope.py). Superusers see every tenant.", related_name='staff_tenants', to=settings.AUTH_USER_MODEL),
         ),
     ]

@@ -11,10 +11,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from datasets.auth import IsAdminKey, caller
+from datasets.api.serializers import JobOutput, ReadersField, SourceListOutput, SourceOutput
+from datasets.documents.selectors import dataset_get, source_get, source_list
 from datasets.models import REGION, Source
-from datasets.selectors import dataset_get, source_get, source_list
-from datasets.serializers import JobOutput, ReadersField, SourceListOutput, SourceOutput
 from datasets.sources.locations import MAX_GLOBS
 from datasets.sources.services import (
     source_create,
@@ -22,6 +21,7 @@ from datasets.sources.services import (
     source_sync_request,
     source_update,
 )
+from datasets.tenancy.keys import IsAdminKey, caller
 from kbplatform.errors import ApiError, ErrorCode
 from kbplatform.fields import BoundedListField
 from kbplatform.openapi import errors, path_id

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from datasets.links import git_file_url
+from datasets.documents.links import git_file_url
 from datasets.models import Source
 from datasets.sources.base import (
     Deadline,

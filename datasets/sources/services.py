@@ -10,9 +10,9 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from datasets.jobs import GOING, JOB_ID, job_create
+from datasets.documents.services import DuplicateName, document_delete, source_readers_due
+from datasets.jobs.progress import GOING, JOB_ID, job_create
 from datasets.models import Dataset, Job, Source
-from datasets.services import DuplicateName, document_delete, source_readers_due
 from datasets.sources.git import cache_dir
 from datasets.sources.locations import source_refusals
 from kbplatform.errors import ApiError, ErrorCode

@@ -16,9 +16,9 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from datasets.jobs import job_fail, job_update
+from datasets.documents.services import dataset_documents_changed, document_delete, document_store
+from datasets.jobs.progress import job_fail, job_update
 from datasets.models import Document, Job, Source
-from datasets.services import dataset_documents_changed, document_delete, document_store
 from datasets.sources.base import Deadline, Item, Reader, SyncFailed
 from datasets.sources.confluence import ConfluenceReader
 from datasets.sources.feishu import FeishuReader

@@ -10,9 +10,9 @@ from typing import Any
 
 from django.db.models import F
 
-from datasets.auth import api_key_create
+from datasets.documents.services import tenant_get_or_create
 from datasets.models import ApiKey, Dataset, Document, Job, Tenant
-from datasets.services import tenant_get_or_create
+from datasets.tenancy.keys import api_key_create
 from evaluation.benchmarks import synthetic_text
 from evaluation.loadtest import LoadTestError
 from evaluation.loadtest.client import LOOKUP, Answer, Http

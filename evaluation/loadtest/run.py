@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 
-from datasets.evidence import EvidenceKey
+from datasets.documents.evidence import EvidenceKey
 from datasets.models import Job
 from evaluation.benchmarks import synthetic_text
 from evaluation.loadtest.client import ANSWER, GUARD, LOOKUP, TOOL_OF, Answer, Http

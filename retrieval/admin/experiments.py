@@ -16,7 +16,7 @@ from django.urls import path
 
 from audit.cited import ALPHA, MIN_SAMPLE, experiment_cited
 from audit.selectors import experiment_figures
-from datasets.admin_scope import ReadOnlyAdmin, TenantScopedAdmin, tenant_filter
+from datasets.admin.scope import ReadOnlyAdmin, TenantScopedAdmin, tenant_filter
 from kbplatform.admin_columns import cut, stacked, when
 from retrieval.ragconfig.config import RagConfigError
 from retrieval.ragconfig.drafts import experiment_promote, experiment_start

@@ -10,9 +10,9 @@ from django import forms
 from django.db.models import F
 from django.http import HttpRequest
 
-from datasets.admin_scope import admin_datasets, admin_tenants, scoped
+from datasets.admin.scope import admin_datasets, admin_tenants, scoped
+from datasets.documents.selectors import db_id
 from datasets.models import Dataset, Tenant
-from datasets.selectors import db_id
 from retrieval.ragconfig.models import RagConfigChange
 
 MAX_VERSIONS_OFFERED = 100  # of each config, the latest

@@ -17,7 +17,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 
-from datasets.admin_scope import ReadOnlyAdmin
+from datasets.admin.scope import ReadOnlyAdmin
 from datasets.models import Job
 from kbplatform.admin_columns import cut, stacked, when
 from kbplatform.errors import ApiError

@@ -15,7 +15,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
-from datasets.admin_scope import (
+from datasets.admin.scope import (
     ReadOnlyAdmin,
     TenantScopedAdmin,
     scoped,

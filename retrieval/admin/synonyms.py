@@ -10,7 +10,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from datasets.admin_scope import TenantScopedAdmin, tenant_filter
+from datasets.admin.scope import TenantScopedAdmin, tenant_filter
 from kbplatform.admin_columns import cut, stacked, when
 from retrieval.ragconfig.models import SYNONYM_SEPARATOR, SynonymGroup
 from retrieval.ragconfig.synonyms import (

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from datasets.evidence import MARK, EvidenceKey
+from datasets.documents.evidence import MARK, EvidenceKey
 from retrieval.analysis import normalize_text
 from retrieval.chat import ChatModel, json_reply
 from retrieval.lexical import query_terms

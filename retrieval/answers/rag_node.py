@@ -27,7 +27,7 @@ from enum import StrEnum
 from typing import Any
 
 from audit.types import InvocationRecord
-from datasets.permissions import Access
+from datasets.tenancy.permissions import Access
 from retrieval.answers.agentic import AgenticOutcome, Route, agentic_answer, run_session
 from retrieval.answers.answer import AnswerStatus
 from retrieval.ragconfig.selectors import rag_agent_named

@@ -23,9 +23,9 @@ import re
 from dataclasses import dataclass, replace
 
 from audit.canonical import served_ready
-from datasets.evidence import EvidenceKey
-from datasets.permissions import Access
-from datasets.selectors import chunk_contents, db_id, live_doc_ids
+from datasets.documents.evidence import EvidenceKey
+from datasets.documents.selectors import chunk_contents, db_id, live_doc_ids
+from datasets.tenancy.permissions import Access
 from retrieval.analysis import normalize_text
 from retrieval.answers.answer import CITED, CITED_ID, MAX_SENTENCE_CHARS, SENTENCE_END
 from retrieval.chat import ChatModel, ChatModelError, json_reply

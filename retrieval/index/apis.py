@@ -17,10 +17,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from datasets.auth import IsPlatformKey
+from datasets.api.serializers import JobOutput
+from datasets.documents.selectors import db_id
 from datasets.models import Job
-from datasets.selectors import db_id
-from datasets.serializers import JobOutput
+from datasets.tenancy.keys import IsPlatformKey
 from kbplatform.errors import ApiError, ErrorCode, NotFound, ServiceUnavailable
 from kbplatform.openapi import errors
 from retrieval.index.health import (

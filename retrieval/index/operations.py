@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from datasets.jobs import GOING, JOB_ID, job_create
+from datasets.jobs.progress import GOING, JOB_ID, job_create
 from datasets.models import Job
 from kbplatform.errors import ApiError, ErrorCode
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from datasets.jobs import job_update
+from datasets.jobs.progress import job_update
 from datasets.models import Document, Job
 from kbplatform.tasks import send
 from retrieval.index import milvus

@@ -20,13 +20,14 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from datasets.evidence import EvidenceKey
+from datasets.documents.evidence import EvidenceKey
+from datasets.ingestion.compose import document_drafts
 from datasets.models import Chunk, Document
 from retrieval.index import milvus
 from retrieval.index.embedders import embedder_named
 from retrieval.index.milvus.writer import StoredChunk
 from retrieval.index.models import IndexVersion
-from retrieval.index.sync import chunk_drafts, document_batches, prepare, write_prepared
+from retrieval.index.sync import document_batches, prepare, write_prepared
 from retrieval.index.writer_lock import milvus_writer
 
 logger = logging.getLogger(__name__)
@@ -107,8 +108,8 @@ def _drift(report: ReconcileReport, version: IndexVersion, document: Document,
            rows: list[StoredChunk], chunk_ids: set[str]) -> bool:
     """Record the document's drift; whether it must be indexed again."""
     doc_id = document.doc_id
-    expected = {str(EvidenceKey(str(doc_id), d.index)) for d in chunk_drafts(
-        document, chunking=version.chunking)}
+    drafts = document_drafts(document=document, chunking=version.chunking)
+    expected = {str(EvidenceKey(str(doc_id), d.index)) for d in drafts}
     have = {c.id for c in rows}
     if chunk_ids != expected:
         report.add("chunk_rows", str(doc_id))

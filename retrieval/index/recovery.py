@@ -17,9 +17,9 @@ from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
-from datasets.jobs import GENERIC_ERROR, GOING, job_indexed, job_update
+from datasets.documents.services import documents_sync_due
+from datasets.jobs.progress import GENERIC_ERROR, GOING, job_indexed, job_update
 from datasets.models import Document, Job
-from datasets.services import documents_sync_due
 from kbplatform.tasks import send
 from retrieval.index.models import IndexVersion
 from retrieval.index.operations import INDEX_TASKS, IndexOperationRunning

@@ -7,12 +7,14 @@ re-reads the row first: a document deleted or given new content meanwhile is not
 filter on the row (retrieval/index/milvus/expressions.py). What the index holds is recorded in
 the document's row and Chunk rows through datasets' services: datasets owns those rows.
 
-A document uploaded in another format than markdown is converted here, in the sync, before
-the split (datasets/conversion.py), not by a task of its own on the `celery` queue before
-it: the sync is the one idempotent task that makes the index follow a row, which the
-recovery re-sends and a rebuild repeats, so each of them converts what is due with no second
-task to hand over to, lose or race with. The conversion runs outside the writer lock, bounded
-by KB_CONVERT_* (in a child process); what it costs is an indexing worker for that time.
+A document's chunks come from one datasets function (datasets/ingestion/compose.py: its
+original converted when due, its markdown parsed once, split). A document uploaded in another
+format than markdown is converted by it here, in the sync, not by a task of its own on the
+`celery` queue before it: the sync is the one idempotent task that makes the index follow a
+row, which the recovery re-sends and a rebuild repeats, so each of them converts what is due
+with no second task to hand over to, lose or race with. The conversion runs outside the writer
+lock, bounded by KB_CONVERT_* (in a child process); what it costs is an indexing worker for
+that time.
 """
 
 from __future__ import annotations
@@ -25,19 +27,19 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
-from datasets.conversion import document_convert
-from datasets.evidence import EvidenceKey
-from datasets.ingestion.formats import CONVERTER_VERSION, ConversionFailed, Format
-from datasets.ingestion.parse import DocumentParseError, parse_markdown
-from datasets.ingestion.pipeline import ChunkDraft, Chunking, build_chunks
-from datasets.models import Document
-from datasets.services import (
+from datasets.documents.evidence import EvidenceKey
+from datasets.documents.services import (
     chunks_replace,
     document_indexed,
     document_indexing,
     document_mark_failed,
     document_synced,
 )
+from datasets.ingestion.compose import document_drafts
+from datasets.ingestion.formats import CONVERTER_VERSION, ConversionFailed, Format
+from datasets.ingestion.parse import DocumentParseError
+from datasets.ingestion.pipeline import ChunkDraft, Chunking
+from datasets.models import Document
 from retrieval.index import milvus
 from retrieval.index.embedders import Embedder
 from retrieval.index.milvus.writer import ChunkRow
@@ -75,15 +77,6 @@ def lock_scope(document: Document) -> str:
     return f"doc:{document.pk}"
 
 
-def chunk_drafts(document: Document, *, chunking: Chunking) -> list[ChunkDraft]:
-    """The document's chunks, converted from its original first when that is due."""
-    raw = document_convert(document=document).source_text.encode("utf-8")
-    parsed = parse_markdown(raw, file_name=document.file_name, max_bytes=len(raw) + 1,
-                            stored=True)
-    return build_chunks(parsed, chunking=chunking, redact=settings.KB_REDACT_SECRETS,
-                        numbered=document.format == Format.MARKDOWN)
-
-
 def prepare(documents: Sequence[Document], *, chunking: Chunking,
             embedder: Embedder) -> list[Prepared]:
     """Split every document and embed all their chunks in one call. A document whose
@@ -94,7 +87,7 @@ def prepare(documents: Sequence[Document], *, chunking: Chunking,
     drafts: list[list[ChunkDraft]] = []
     for document in documents:
         try:
-            drafts.append(chunk_drafts(document, chunking=chunking))
+            drafts.append(document_drafts(document=document, chunking=chunking))
         except (ConversionFailed, DocumentParseError) as exc:
             document_mark_failed(document_id=document.pk, error=str(exc))
             continue
@@ -128,10 +121,10 @@ def _prepare_with_companions(document: Document, *, chunking: Chunking,
                              embedder: Embedder) -> list[Prepared]:
     """`document` prepared (its errors raise), with what of its companions splits cleanly:
     a companion that does not is left to its own sync, which records why."""
-    documents, drafts = [document], [chunk_drafts(document, chunking=chunking)]
+    documents, drafts = [document], [document_drafts(document=document, chunking=chunking)]
     for companion in _companions(document):
         try:
-            drafts.append(chunk_drafts(companion, chunking=chunking))
+            drafts.append(document_drafts(document=companion, chunking=chunking))
         except Exception:  # noqa: BLE001 - its own sync fails it, with its reason
             logger.debug("document %s is left to its own sync", companion.pk, exc_info=True)
             continue
@@ -245,7 +238,7 @@ def record_written(written: dict[int, tuple[int, str, list[str]]], *,
                 revision, content_hash, readers = written[document.pk]
                 if document.content_hash != content_hash:
                     continue  # new content since: its own sync writes it
-                document_indexed(document_id=document.pk,
-                                 drafts=chunk_drafts(document, chunking=version.chunking),
+                drafts = document_drafts(document=document, chunking=version.chunking)
+                document_indexed(document_id=document.pk, drafts=drafts,
                                  revision=revision, content_hash=content_hash,
                                  readers=readers)

@@ -15,8 +15,8 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from datasets.documents.services import configured_chunking
 from datasets.ingestion.pipeline import Chunking
-from datasets.services import configured_chunking
 from retrieval.analysis import VERSION as ANALYSIS_VERSION
 from retrieval.index.embedders import Embedder, embedder_named, get_embedder
 from retrieval.index.milvus.collections import MilvusCollections

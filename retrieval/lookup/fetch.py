@@ -18,12 +18,9 @@ from django.utils import timezone
 
 from audit.canonical import canonical_get, canonical_store
 from audit.types import InvocationRecord, ReadyEvidence, Replay
-from datasets.evidence import EvidenceKey
-from datasets.ingestion.limits import shorten
-from datasets.ingestion.locations import Location
-from datasets.links import DocumentLink, lines_json
-from datasets.permissions import Access
-from datasets.selectors import (
+from datasets.documents.evidence import EvidenceKey
+from datasets.documents.links import DocumentLink, lines_json
+from datasets.documents.selectors import (
     ChunkText,
     chunk_anchors,
     chunk_count_locked,
@@ -33,7 +30,10 @@ from datasets.selectors import (
     section_start,
     servable_document,
 )
-from datasets.validity import Validity
+from datasets.documents.validity import Validity
+from datasets.ingestion.limits import shorten
+from datasets.ingestion.locations import Location
+from datasets.tenancy.permissions import Access
 from kbplatform.errors import ApiError, ErrorCode, NotFound, ServiceUnavailable
 from retrieval.lookup.project import Evidence
 from retrieval.types import EvidenceStatus, call_id
@@ -68,9 +68,9 @@ class FetchedSection:
     breadcrumb: str = ""
     location: dict[str, int | str] | None = None  # where the text begins in the original
     commit: str = ""
-    url: str = ""  # where a person reads it (datasets/links.py)
+    url: str = ""  # where a person reads it (datasets/documents/links.py)
     lines: dict[str, int] | None = None  # {"start", "end"}: the lines of the file it spans
-    # How current its document is (datasets/validity.py), as evidence says it.
+    # How current its document is (datasets/documents/validity.py), as evidence says it.
     updated_at: str | None = None
     reviewed_at: str | None = None
     valid_until: str | None = None

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from datasets.permissions import PLATFORM
+from datasets.tenancy.permissions import PLATFORM
 from retrieval.lookup.project import RagToolResult, trace_details
 from retrieval.lookup.service import lookup_knowledge
 from retrieval.types import CallFilters, SearchFilters

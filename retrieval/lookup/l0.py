@@ -3,8 +3,8 @@ database in every web and worker process: the L0 index, the deactivated and the 
 the languages they are written in, each document's path, format and tags.
 
 Each process caches one view per (tenant, datasets) with the datasets' document revisions
-(bumped by datasets/services.py with every change lookups must see). A lookup reads them with
-its other revisions (revisions.py: one statement, whatever the number of documents) and
+(bumped by datasets/documents/services.py with every change lookups must see). A lookup reads
+them with its other revisions (revisions.py: one statement, whatever the number of documents) and
 rebuilds the view when another process changed a document: no invalidation messages to lose.
 """
 
@@ -18,11 +18,11 @@ from typing import Any
 
 from django.db.models import F, Q, QuerySet
 
+from datasets.documents.links import DocumentLink
+from datasets.documents.validity import Validity
 from datasets.ingestion.language import UNKNOWN
-from datasets.links import DocumentLink
 from datasets.models import Document, Tenant
-from datasets.permissions import Access
-from datasets.validity import Validity
+from datasets.tenancy.permissions import Access
 from retrieval.lookup.revisions import Revisions
 from retrieval.lookup.transform import L0Document, L0Index
 from retrieval.types import DocumentMatch, Withheld
@@ -74,7 +74,7 @@ class DocumentsView:
     # Each live document's link parts and validity: what its evidence says of it.
     links: Mapping[int, DocumentLink] = field(default_factory=lambda: MappingProxyType({}))
     validity: Mapping[int, Validity] = field(default_factory=lambda: MappingProxyType({}))
-    # The readers of each live document that has any (datasets/permissions.py), the live
+    # The readers of each live document that has any (datasets/tenancy/permissions.py), the live
     # documents whose rows in the index may not name their readers yet, and the documents'
     # frontmatter, for the L0 index of a call that may not read them all.
     restricted: Mapping[int, frozenset[str]] = field(
@@ -164,7 +164,7 @@ def documents_view(*, tenant_id: int, dataset_ids: Sequence[int],
         if cached and cached[0] == fingerprint:
             return cached[1]
     # The fields the tenant declared filterable: the only ones a call's filters may name
-    # (declaring them renews the tenant's views: datasets/services.py).
+    # (declaring them renews the tenant's views: datasets/documents/services.py).
     declared = Tenant.objects.filter(pk=tenant_id).values_list(
         "filterable_fields", flat=True).first() or []
     rows = list(_documents(tenant_id, key[1]).filter(deleted=False, activated=True)

@@ -16,9 +16,9 @@ from dataclasses import replace
 from typing import Any
 
 from audit.types import DropReason
-from datasets.evidence import ANCHOR_DIGITS, EvidenceKey
+from datasets.documents.evidence import ANCHOR_DIGITS, EvidenceKey
+from datasets.documents.links import stored_lines
 from datasets.ingestion.locations import Location
-from datasets.links import stored_lines
 from retrieval.analysis import contains_term, normalize_text
 from retrieval.lexical import QueryTerms, query_terms, vocabulary_terms
 from retrieval.types import (
@@ -93,7 +93,7 @@ def _chunk_index(metadata: dict[str, Any]) -> int | None:
 
 
 def evidence_key_of(hit: SearchHit) -> str:
-    """The id the chunk is served as (datasets/evidence.py): docId#{anchor} when its row
+    """The id the chunk is served as (datasets/documents/evidence.py): docId#{anchor} when its row
     holds one, else docId#chunk-{chunkIndex}; fallback vector:{chunk_id}; fallback
     rank:{rank} (seed 000 §7)."""
     doc_id = _text(hit.metadata, "docId").strip()

@@ -14,7 +14,7 @@ from typing import Any
 from django.utils import timezone
 
 from audit.types import InvocationRecord, ReadyEvidence, Replay
-from datasets.links import lines_json
+from datasets.documents.links import lines_json
 from retrieval.index.milvus.expressions import metadata_clauses
 from retrieval.types import EvidenceStatus, LookupResult, RelevanceLevel
 
@@ -49,9 +49,9 @@ class Evidence:
     commit: str
     excerpt: str
     also_in: tuple[Copy, ...] = ()  # lower-ranked copies of its text, collapsed into it
-    url: str = ""  # where a person reads it (datasets/links.py)
+    url: str = ""  # where a person reads it (datasets/documents/links.py)
     lines: dict[str, int] | None = None  # {"start", "end"}: the lines of the file it spans
-    # How current its document is (datasets/validity.py), judged when it was served.
+    # How current its document is (datasets/documents/validity.py), judged when it was served.
     updated_at: str | None = None
     reviewed_at: str | None = None
     valid_until: str | None = None

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from audit.canonical import replayed
-from datasets.permissions import Access
-from datasets.selectors import document_of, served_revisions
+from datasets.documents.selectors import document_of, served_revisions
+from datasets.tenancy.permissions import Access
 from kbplatform.errors import NotFound
 
 # What a piece kept before evidence said how current it is reads as: nothing known.

@@ -10,17 +10,17 @@ from typing import Any
 from django.db import DatabaseError
 
 from audit.canonical import canonical_store, ready_evidence
-from datasets.auth import Caller
-from datasets.evidence import EvidenceKey
-from datasets.models import Tenant
-from datasets.permissions import ANONYMOUS, Access
-from datasets.selectors import (
+from datasets.documents.evidence import EvidenceKey
+from datasets.documents.selectors import (
     dataset_names,
     datasets_in_scope,
     db_id,
     document_of,
     live_doc_ids,
 )
+from datasets.models import Tenant
+from datasets.tenancy.keys import Caller
+from datasets.tenancy.permissions import ANONYMOUS, Access
 from kbplatform.errors import ApiError, ErrorCode, ServiceUnavailable
 from retrieval.chat import chat_model_for, translation_model_for
 from retrieval.index import milvus
@@ -220,7 +220,7 @@ def _guided(result: LookupResult, l0: L0Index) -> LookupResult:
 
 def _described(result: LookupResult, view: DocumentsView) -> LookupResult:
     """Each served chunk with what it says of its document, from the view: its link
-    (datasets/links.py) and how current it is (datasets/validity.py)."""
+    (datasets/documents/links.py) and how current it is (datasets/documents/validity.py)."""
     items = []
     for item in result.pack.items:
         chunk = item.chunk

@@ -8,7 +8,7 @@ from functools import partial
 
 from django.utils import timezone
 
-from datasets.validity import Validity
+from datasets.documents.validity import Validity
 from retrieval.analysis import normalize_text
 from retrieval.chat import ChatModel
 from retrieval.index.search import VectorSearchService

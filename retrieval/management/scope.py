@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from django.core.management.base import CommandError, CommandParser
 
 from datasets.models import Dataset, Tenant
-from datasets.permissions import PLATFORM
+from datasets.tenancy.permissions import PLATFORM
 from retrieval.ragconfig.filters import filters_from, undeclared_refusal
 from retrieval.types import CallFilters, SearchFilters
 

@@ -9,8 +9,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit.cited import experiment_cited
-from datasets.auth import IsAdminKey, caller
-from datasets.selectors import db_id
+from datasets.documents.selectors import db_id
+from datasets.tenancy.keys import IsAdminKey, caller
 from kbplatform.errors import NotFound
 from kbplatform.openapi import errors, path_id
 from retrieval.ragconfig.models import ConfigExperiment

@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
-from datasets.evidence import EvidenceKey
-from datasets.selectors import db_id
+from datasets.documents.evidence import EvidenceKey
+from datasets.documents.selectors import db_id
 from kbplatform.outbound import url_refusal
 from retrieval.ragconfig.settings import (
     _TYPES,

@@ -13,8 +13,8 @@ from typing import Any
 
 from django.db.models import Q
 
+from datasets.documents.selectors import tenant_key_variable
 from datasets.models import Tenant
-from datasets.selectors import tenant_key_variable
 from retrieval.ragconfig.config import RagConfigConverter, RagConfigError
 from retrieval.ragconfig.models import ConfigExperiment, RagAgent, RagConfig, RagConfigChange
 from retrieval.ragconfig.settings import RagSettings
@@ -191,7 +191,7 @@ def chat_key_env_error(tenant: Tenant, name: str) -> dict[str, str]:
 
 def configs_naming_a_key_variable(tenant: Tenant) -> list[str]:
     """The tenant's configs that name a chat-key variable, as reasons not to rename it: the
-    variable they may name follows the slug (datasets/slug_secrets.py)."""
+    variable they may name follows the slug (datasets/tenancy/slug_secrets.py)."""
     named = RagConfig.objects.filter(tenant=tenant).exclude(chat_api_key_env="")
     return [f"RAG config {config.scope_label} names {config.chat_api_key_env}, which follows "
             f"the slug: clear its chat_api_key_env first (and name the new variable after "

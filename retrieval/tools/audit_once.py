@@ -10,8 +10,8 @@ from dataclasses import replace
 from typing import Any
 
 from audit.services import invocation_record
-from datasets.auth import Caller
 from datasets.models import ApiKey
+from datasets.tenancy.keys import Caller
 from retrieval.tools.calls import ToolCall
 from retrieval.tools.registry import Tool
 

@@ -15,9 +15,9 @@ from audit.models import Rating
 from audit.selectors import served_config
 from audit.services import evidence_cite, evidence_rate
 from audit.types import InvocationRecord
-from datasets.auth import Caller
-from datasets.selectors import dataset_list, readable_datasets
-from datasets.serializers import DatasetOutput
+from datasets.api.serializers import DatasetOutput
+from datasets.documents.selectors import dataset_list, readable_datasets
+from datasets.tenancy.keys import Caller
 from kbplatform.errors import ApiError, ErrorCode, ServiceUnavailable
 from retrieval.answers.agentic import agentic_answer
 from retrieval.answers.answer import AnswerStatus

@@ -16,9 +16,9 @@ from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from datasets.auth import Caller
+from datasets.documents.selectors import db_id, readable_datasets
 from datasets.ingestion.limits import FIELD_NAME
-from datasets.selectors import db_id, readable_datasets
+from datasets.tenancy.keys import Caller
 from kbplatform.errors import ErrorCode, NotFound
 from retrieval.lookup.project import Evidence, LookupViews
 from retrieval.lookup.service import Trim, lookup_scope, served_lookup

@@ -28,7 +28,7 @@ from mcp import types
 from mcp.server import Server, ServerRequestContext
 
 from audit.models import Channel
-from datasets.auth import Caller, bearer, caller_for_key
+from datasets.tenancy.keys import Caller, bearer, caller_for_key
 from kbplatform.errors import NotFound, error_of
 from retrieval.tools.audit_once import AuditOnce
 from retrieval.tools.registry import PROFILES

@@ -10,8 +10,8 @@ from typing import Any
 
 from rest_framework import serializers
 
-from datasets.auth import Caller
-from datasets.permissions import Access
+from datasets.tenancy.keys import Caller
+from datasets.tenancy.permissions import Access
 from retrieval.answers.rag_node import NodeInput
 from retrieval.answers.verify import SUPPORT
 from retrieval.tools.calls import (

@@ -11,8 +11,8 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
-from datasets.permissions import GROUP, MAX_GROUPS, MAX_PRINCIPAL_CHARS, USER, Access
-from datasets.selectors import MAX_DB_ID
+from datasets.documents.selectors import MAX_DB_ID
+from datasets.tenancy.permissions import GROUP, MAX_GROUPS, MAX_PRINCIPAL_CHARS, USER, Access
 from kbplatform.fields import BoundedListField
 from retrieval.answers.agentic import Route
 from retrieval.answers.answer import MAX_SENTENCE_CHARS, AnswerStatus
@@ -28,7 +28,8 @@ IDENT = r"^[A-Za-z0-9_.:\-]{1,128}$"
 @extend_schema_serializer(component_name="OnBehalfOf")
 class OnBehalfOfInput(serializers.Serializer[Access]):
     """The person a call is made for: the documents restricted to readers are read for them
-    (datasets/permissions.py). Only a key that may act for people may name one (else 403)."""
+    (datasets/tenancy/permissions.py). Only a key that may act for people may name one (else
+    403)."""
 
     user = serializers.CharField(max_length=MAX_PRINCIPAL_CHARS - len(USER), help_text=(
         "The user, as the tenant's documents name readers (`user:<this>`), e.g. an email."))

@@ -25,8 +25,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit.models import Channel
-from datasets.auth import Caller, caller
 from datasets.models import ApiKey
+from datasets.tenancy.keys import Caller, caller
 from kbplatform.errors import ApiError, ErrorCode
 from kbplatform.openapi import WHEN, ErrorSerializer, errors
 from retrieval.tools.audit_once import AuditOnce

@@ -20,7 +20,7 @@ from datasets.models import ApiKey, Dataset, Document, Tenant
 from retrieval.lookup.project import invocation_of
 from retrieval.types import EvidenceStatus, RelevanceLevel, StageTrace
 from tests.conftest import BOTH_RUNTIMES
-from tests.datasets.test_admin import assert_flat
+from tests.datasets.admin.test_pages import assert_flat
 from tests.retrieval.builders import audit_record, lookup_result
 
 pytestmark = pytest.mark.django_db

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from audit.canonical import canonical_get, canonical_store, ready_evidence, session_tool_calls
 from audit.models import CanonicalInvocation
-from datasets.services import tenant_get_or_create
+from datasets.documents.services import tenant_get_or_create
 from retrieval.lookup.project import invocation_of
 from retrieval.types import ContextPack, PackedEvidence
 from tests.conftest import BOTH_RUNTIMES

@@ -19,8 +19,8 @@ from django.utils import timezone
 from audit.gaps import CLOSE_AFTER, Gap, csv_cell, knowledge_gaps
 from audit.models import InvocationDataset, Outcome, ToolInvocation
 from audit.services import raw_queries_erase
+from datasets.documents.services import dataset_create
 from datasets.models import Dataset, Tenant
-from datasets.services import dataset_create
 
 pytestmark = pytest.mark.django_db
 NOW = timezone.now()

@@ -17,8 +17,8 @@ from django.utils import timezone
 from audit.models import InvocationDataset, Outcome, ServedEvidence, ToolInvocation
 from audit.selectors import lookups_per_day
 from audit.services import tool_invocations_prune
+from datasets.documents.services import dataset_create
 from datasets.models import Dataset, Document, Tenant
-from datasets.services import dataset_create
 from tests.datasets.builders import lookup, runbook
 
 pytestmark = pytest.mark.django_db

@@ -22,7 +22,7 @@ from django.conf import settings
 from evaluation.hit_test import HitReport, hit_test_run
 from evaluation.question_sets import Question, questions_load
 from tests.datasets.builders import api_client, lookup
-from tests.datasets.office_files import docx_of, html_of, pdf_of, text_of
+from tests.datasets.ingestion.office_files import docx_of, html_of, pdf_of, text_of
 from tests.retrieval.conftest import MakeKey, import_runbooks
 
 QUESTIONS = settings.KB_KNOWLEDGE_DIR / "eval" / "questions.jsonl"

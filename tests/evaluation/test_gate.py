@@ -16,8 +16,8 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django.urls import reverse
 
+from datasets.documents.services import dataset_create
 from datasets.models import Job
-from datasets.services import dataset_create
 from evaluation.gate import EvaluationGate
 from evaluation.models import GateCheck, QuestionSet
 from retrieval.models import RagConfig, RagConfigChange, RagConfigDraft

@@ -16,7 +16,7 @@ import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
-from datasets.importer import document_files
+from datasets.ingestion.importer import document_files
 from evaluation.hit_test import HitReport, hit_test_run
 from evaluation.question_sets import (
     MAX_BYTES,

@@ -17,8 +17,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
 
+from datasets.documents.services import tenant_fields_declare
 from datasets.models import Job
-from datasets.services import tenant_fields_declare
 from evaluation.models import EvaluationQuery, EvaluationRun
 from retrieval.models import RagConfig
 from retrieval.ragconfig.services import rag_config_update

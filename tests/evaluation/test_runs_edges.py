@@ -14,7 +14,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
-from datasets.services import tenant_get_or_create
+from datasets.documents.services import tenant_get_or_create
 from evaluation.models import EvaluationRun
 from retrieval.models import RagConfig, RagConfigChange
 from retrieval.ragconfig.services import rag_config_update

@@ -221,7 +221,7 @@ def test_W010_deploy_check_when_the_secret_key_was_generated(settings) -> None:
 
 @pytest.mark.django_db
 def test_W012_deploy_check_when_a_config_names_a_key_that_is_not_set(monkeypatch) -> None:
-    from datasets.services import tenant_get_or_create
+    from datasets.documents.services import tenant_get_or_create
     from retrieval.index.checks import check_chat_keys
     from retrieval.models import RagConfig
 

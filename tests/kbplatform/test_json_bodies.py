@@ -204,7 +204,7 @@ def test_a_multipart_body_over_the_upload_bound_is_413_on_any_endpoint(
 @pytest.mark.django_db
 def test_an_upload_larger_than_the_json_bound_is_taken(make_key: Any, settings: Any) -> None:
     """The JSON bound is not the uploads': a file up to KB_MAX_UPLOAD_BYTES goes through."""
-    from datasets.services import dataset_create
+    from datasets.documents.services import dataset_create
 
     key, secret = make_key(role="admin")
     dataset = dataset_create(tenant=key.tenant, name="big")

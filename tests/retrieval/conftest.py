@@ -18,7 +18,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import pytest
 from rest_framework.test import APIClient
 
-from datasets.importer import knowledge_import
+from datasets.ingestion.importer import knowledge_import
 from datasets.models import ApiKey, Dataset, Document, Tenant
 from retrieval.index.sync import document_sync
 from tests.worlds import corpus, shared

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from datasets.services import dataset_create
+from datasets.documents.services import dataset_create
 from retrieval.analysis import normalize_text
 from retrieval.lexical import query_terms, vocabulary_terms
 from retrieval.lookup.post_process import LEXICAL_DISCOUNT, KnowledgeEvidencePostProcessor

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from datasets.services import tenant_get_or_create
+from datasets.documents.services import tenant_get_or_create
 from kbplatform.processes import free_port
 from retrieval.chat import ChatModelError, OpenAIChatModel
 from retrieval.index.embedders import EmbeddingError, OpenAIEmbedder

@@ -17,10 +17,10 @@ import pytest
 from django.conf import settings
 
 from audit.models import ToolInvocation
-from datasets.auth import caller_for_key
+from datasets.documents.services import dataset_documents_changed, document_readers_set
 from datasets.models import Document, PrincipalAlias
-from datasets.permissions import Access
-from datasets.services import dataset_documents_changed, document_readers_set
+from datasets.tenancy.keys import caller_for_key
+from datasets.tenancy.permissions import Access
 from kbplatform.env import SourceRoot
 from retrieval.index.milvus.expressions import filter_expression
 from retrieval.index.sync import document_sync
@@ -31,7 +31,7 @@ from retrieval.tools.mcp_server import call_tool
 from retrieval.types import CallFilters
 from tests.conftest import Kb, wait_until
 from tests.datasets.builders import api_client
-from tests.datasets.source_builders import Repo, make_source, sync
+from tests.datasets.sources.builders import Repo, make_source, sync
 from tests.retrieval.conftest import MakeKey
 
 pytestmark = pytest.mark.django_db(transaction=True)  # call_tool closes its connections

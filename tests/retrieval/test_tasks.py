@@ -57,7 +57,7 @@ def test_a_failed_conversion_is_logged_with_its_document_format_and_reason(
         kb, store, caplog) -> None:
     """A sync without a job (a rebuild's or the recovery's) logged `job None failed`: the
     operator could not tell which file failed, nor why."""
-    from datasets.services import document_store
+    from datasets.documents.services import document_store
     from retrieval.tasks import sync_document
 
     stored = document_store(dataset=kb.dataset, file_name="rota.txt", raw=b"Rota \xff\xfe\n",

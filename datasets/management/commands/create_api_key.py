@@ -2,9 +2,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from datasets.auth import api_key_create
+from datasets.documents.services import tenant_get_or_create
 from datasets.models import ApiKey, Dataset
-from datasets.services import tenant_get_or_create
+from datasets.tenancy.keys import api_key_create
 
 
 class Command(BaseCommand):

@@ -5,10 +5,10 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from datasets.importer import IndexingState, Stored, documents_wait, knowledge_import
-from datasets.jobs import JOB_ID, job_create
+from datasets.documents.services import tenant_get_or_create
+from datasets.ingestion.importer import IndexingState, Stored, documents_wait, knowledge_import
+from datasets.jobs.progress import JOB_ID, job_create
 from datasets.models import Document, Job
-from datasets.services import tenant_get_or_create
 from datasets.tasks import import_knowledge_task
 from kbplatform.progress import ProgressBar
 

@@ -23,7 +23,7 @@ class Command(BaseCommand):
             "KB_CONVERT_* limits) and print per file: outcome, seconds, MB/s, pages or slides "
             "per second, and the child's peak resident memory. Without FILE, it writes and "
             "measures its own set: one larger file per format and the hostile files of "
-            "tests/datasets/formats (needs the dev extras, for fpdf2).")
+            "tests/datasets/ingestion/formats (needs the dev extras, for fpdf2).")
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("files", nargs="*", type=Path)
@@ -80,7 +80,7 @@ def _measure(name: str, raw: bytes, rounds: int) -> dict[str, Any]:
 
 def _generated() -> list[tuple[str, Callable[[], bytes]]]:
     try:
-        from tests.datasets.formats import samples
+        from tests.datasets.ingestion.formats import samples
     except ImportError as exc:  # the tests' builders need the dev extras
         raise CommandError(f"no FILE given and the generated set cannot be built: {exc}") from exc
 

@@ -7,9 +7,9 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from datasets.importer import knowledge_import
+from datasets.ingestion.importer import knowledge_import
 from datasets.models import Dataset, Document
-from datasets.permissions import PLATFORM
+from datasets.tenancy.permissions import PLATFORM
 from evaluation.question_sets import QuestionSetError, questions_load, questions_of_split
 from retrieval.index.sync import document_sync
 from retrieval.lookup.service import served_lookup

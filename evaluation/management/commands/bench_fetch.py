@@ -5,12 +5,12 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from datasets.auth import api_key_create
-from datasets.evidence import EvidenceKey
+from datasets.documents.evidence import EvidenceKey
+from datasets.documents.services import chunks_replace, configured_chunking, tenant_get_or_create
 from datasets.ingestion.parse import parse_markdown
 from datasets.ingestion.pipeline import build_chunks
 from datasets.models import Dataset, Document
-from datasets.services import chunks_replace, configured_chunking, tenant_get_or_create
+from datasets.tenancy.keys import api_key_create
 from evaluation.benchmarks import Timing, in_process_client, synthetic_text, timed_ms
 from retrieval.lookup.fetch import FETCH_DEFAULT_CHARS, FETCH_MAX_CHARS
 

@@ -6,15 +6,15 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from datasets.ingestion.parse import parse_markdown
-from datasets.ingestion.pipeline import build_chunks
-from datasets.models import Dataset, Document, Job
-from datasets.services import (
+from datasets.documents.services import (
     configured_chunking,
     document_delete,
     document_store,
     tenant_get_or_create,
 )
+from datasets.ingestion.parse import parse_markdown
+from datasets.ingestion.pipeline import build_chunks
+from datasets.models import Dataset, Document, Job
 from evaluation.benchmarks import synthetic_text
 from kbplatform.celery import app
 from retrieval.index.embedders import CachedEmbedder, get_embedder

@@ -7,10 +7,10 @@ import numpy as np
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from datasets.auth import api_key_create
-from datasets.evidence import EvidenceKey
+from datasets.documents.evidence import EvidenceKey
+from datasets.documents.services import dataset_documents_changed, tenant_get_or_create
 from datasets.models import Dataset, Document
-from datasets.services import dataset_documents_changed, tenant_get_or_create
+from datasets.tenancy.keys import api_key_create
 from evaluation.benchmarks import (
     Timing,
     in_process_client,

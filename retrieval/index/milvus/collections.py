@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from datasets.permissions import MAX_PRINCIPAL_CHARS, MAX_READERS
+from datasets.tenancy.permissions import MAX_PRINCIPAL_CHARS, MAX_READERS
 from retrieval.index.milvus.connection import MilvusConnection, VectorStoreLacks
 from retrieval.index.milvus.expressions import DATE_FIELD, READERS_FIELD, TEXT_FIELDS
 from retrieval.index.milvus.imports import DataType, Function, FunctionType
@@ -102,7 +102,7 @@ class MilvusCollections:
         schema.add_field("sparse_vector", DataType.SPARSE_FLOAT_VECTOR)
         schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dimension)
         schema.add_field("metadata", DataType.JSON)
-        # Who may read the document (datasets/permissions.py): compared inside every search
+        # Who may read the document (datasets/tenancy/permissions.py): compared inside every search
         # (expressions.py), so its cost does not follow the number of restricted documents.
         schema.add_field(READERS_FIELD, DataType.ARRAY, element_type=DataType.VARCHAR,
                          max_capacity=MAX_READERS, max_length=MAX_PRINCIPAL_CHARS * 4)

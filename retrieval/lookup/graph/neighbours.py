@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from datasets.evidence import EvidenceKey
+from datasets.documents.evidence import EvidenceKey
+from datasets.documents.links import stored_lines
 from datasets.ingestion.locations import Location
-from datasets.links import stored_lines
 from retrieval.lookup.post_process import evidence_key_of
 from retrieval.types import KnowledgeSearchPort, ScoredChunk, SearchFilters, SearchHit
 

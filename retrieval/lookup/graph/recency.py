@@ -10,8 +10,8 @@ import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from datasets.selectors import db_id
-from datasets.validity import Validity
+from datasets.documents.selectors import db_id
+from datasets.documents.validity import Validity
 
 FLOOR = 0.5  # what the oldest document still counts
 

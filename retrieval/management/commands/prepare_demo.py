@@ -5,9 +5,9 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from datasets.auth import api_key_create, api_key_resolve
+from datasets.documents.services import tenant_get_or_create
 from datasets.models import ApiKey
-from datasets.services import tenant_get_or_create
+from datasets.tenancy.keys import api_key_create, api_key_resolve
 from retrieval.ragconfig.services import rag_config_ensure_default
 
 

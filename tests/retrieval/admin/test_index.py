@@ -11,7 +11,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
-from datasets.jobs import GENERIC_ERROR, LOG_LINES, job_fail, job_update
+from datasets.jobs.progress import GENERIC_ERROR, LOG_LINES, job_fail, job_update
 from datasets.models import Job, Tenant
 from retrieval.index import milvus
 from retrieval.models import IndexVersion

@@ -21,7 +21,7 @@ from retrieval.ragconfig.config import RagConfigConverter
 from retrieval.ragconfig.services import rag_config_update
 from retrieval.ragconfig.settings import SETTING_NAMES, RagSettings
 from tests.conftest import BOTH_RUNTIMES
-from tests.datasets.test_admin import assert_flat, assert_read_only_page, tenant_dataset
+from tests.datasets.admin.test_pages import assert_flat, assert_read_only_page, tenant_dataset
 
 pytestmark = pytest.mark.django_db
 

@@ -14,8 +14,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from audit.models import Outcome, ToolInvocation
+from datasets.documents.services import tenant_get_or_create
 from datasets.models import Dataset
-from datasets.services import tenant_get_or_create
 from retrieval.answers.rag_node import (
     DatasetRef,
     NodeInput,

@@ -201,7 +201,7 @@ def settings_uri(settings):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def ingest_on():  # type: ignore[no-untyped-def]
-    from datasets.services import document_store
+    from datasets.documents.services import document_store
     from retrieval.index.sync import document_sync
 
     def run(dataset, name, raw):  # type: ignore[no-untyped-def]

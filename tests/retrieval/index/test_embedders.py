@@ -157,8 +157,8 @@ def test_a_cache_write_the_database_refuses_does_not_fail_the_embedding(e5_url) 
 @pytest.mark.django_db
 def test_an_upload_with_refused_credentials_fails_clearly_and_lookups_say_unavailable(
         stub, store, make_key, openai_settings) -> None:
+    from datasets.documents.services import dataset_create
     from datasets.models import Chunk, Document, Job
-    from datasets.services import dataset_create
     from retrieval.tasks import sync_document
 
     refusing = stub(401)

@@ -12,8 +12,8 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 
+from datasets.documents.services import document_store
 from datasets.models import Document, Job
-from datasets.services import document_store
 from retrieval.index.recovery import recover
 from retrieval.tasks import sync_document
 from tests.datasets.builders import runbook, upload

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from rest_framework.test import APIClient
 
-from datasets.permissions import PLATFORM
+from datasets.tenancy.permissions import PLATFORM
 from retrieval.index import milvus
 from retrieval.index.milvus import VectorStoreUnavailable
 from retrieval.index.milvus.arms import MilvusSearch
@@ -95,8 +95,8 @@ def test_quote_escapes_only_what_the_milvus_lexer_knows() -> None:
 @pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
 def test_a_search_reads_the_rows_whose_readers_its_access_names(store, db, engine, mode) -> None:
     """Inside the query: the rows' readers against the access's principals, and the
-    documents whose rows may not name their readers yet by id (datasets/permissions.py)."""
-    from datasets.permissions import ANONYMOUS, Access
+    documents whose rows may not name their readers yet by id (datasets/tenancy/permissions.py)."""
+    from datasets.tenancy.permissions import ANONYMOUS, Access
 
     milvus.collections().create("biz_readers", DIM)
     rows = [_row("30#chunk-0"), replace(_row("31#chunk-0"), readers=("group:sre",)),
@@ -200,7 +200,7 @@ def test_an_unreachable_milvus_is_an_error_never_an_empty_result() -> None:
 
 @pytest.mark.django_db
 def test_a_lookup_while_milvus_is_down_answers_503_unavailable(settings, make_key) -> None:
-    from datasets.services import dataset_create
+    from datasets.documents.services import dataset_create
     from retrieval.index.embedders import get_embedder
     from retrieval.index.versions import wanted_spec
     from retrieval.models import IndexVersion

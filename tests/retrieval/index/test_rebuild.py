@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from django.core.management import call_command
 
+from datasets.documents.services import document_delete
 from datasets.models import Document, Job
-from datasets.services import document_delete
 from retrieval.index.embedders import get_embedder
 from retrieval.models import EmbeddingCache, IndexVersion
 from tests.conftest import wait_until

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from datasets.services import document_store
+from datasets.documents.services import document_store
 from kbplatform.processes import MilvusEngineServer, free_port
 from retrieval.index.milvus import reset_connection
 from retrieval.index.sync import document_sync

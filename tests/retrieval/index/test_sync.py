@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from datasets.documents.services import document_store, tenant_get_or_create
 from datasets.models import Dataset, Document
-from datasets.services import document_store, tenant_get_or_create
 from retrieval.index.sync import BATCH, document_sync
 from tests.datasets.builders import runbook
 

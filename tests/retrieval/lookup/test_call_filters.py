@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from audit.models import InvocationDataset, Outcome, ToolInvocation
-from datasets.services import document_set_activation
+from datasets.documents.services import document_set_activation
 from retrieval.tools.mcp_server import call_tool
 from tests.conftest import BOTH_RUNTIMES
 from tests.retrieval.conftest import (

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from audit.models import ToolInvocation
+from datasets.documents.services import document_set_activation
 from datasets.models import Dataset
-from datasets.services import document_set_activation
 from retrieval.lookup.graph.translate import CACHE
 from retrieval.ragconfig.services import rag_config_update
 from retrieval.ragconfig.settings import SETTING_NAMES
@@ -502,8 +502,8 @@ def test_the_recency_prior_weighs_each_candidate_by_its_documents_age(tool: Tool
 
     from django.utils import timezone
 
+    from datasets.documents.services import dataset_documents_changed
     from datasets.models import Document
-    from datasets.services import dataset_documents_changed
 
     kafka = tool.imported.documents["kafka"]
     Document.objects.filter(pk=kafka.pk).update(

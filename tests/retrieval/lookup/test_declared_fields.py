@@ -11,8 +11,8 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from audit.models import Outcome, ToolInvocation
+from datasets.documents.services import tenant_fields_declare
 from datasets.models import Tenant, validate_filterable_fields
-from datasets.services import tenant_fields_declare
 from retrieval.tools.mcp_server import call_tool
 from tests.conftest import BOTH_RUNTIMES
 from tests.retrieval.conftest import Imported, MakeKey, client_for, evidence_ids, lookup

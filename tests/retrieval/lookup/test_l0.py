@@ -94,7 +94,7 @@ def test_documents_changed_by_another_process_change_the_hints_here(
     # count, only its change time moved).
     doc_id = acme.documents["zebra"].doc_key
     manage("shell", "-c",
-           "from datasets.models import Document; from datasets.services import "
+           "from datasets.models import Document; from datasets.documents.services import "
            "document_set_activation as off; "
            f"off(document=Document.objects.get(doc_id={doc_id}), activated=False)")
     domains, category, ids = hints("okapi census in the rain forest")

@@ -11,9 +11,9 @@ import pytest
 from django.utils import timezone
 
 from audit.models import ToolInvocation
+from datasets.documents.services import dataset_documents_changed
+from datasets.documents.validity import Validity
 from datasets.models import Document
-from datasets.services import dataset_documents_changed
-from datasets.validity import Validity
 from retrieval.lookup.graph.recency import RecencyPrior
 from retrieval.ragconfig.services import rag_config_update
 from tests.conftest import Kb

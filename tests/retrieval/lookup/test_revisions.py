@@ -12,7 +12,7 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from datasets.services import document_set_activation
+from datasets.documents.services import document_set_activation
 from retrieval.index.models import IndexVersion
 from retrieval.lookup.revisions import lookup_revisions
 from retrieval.lookup.service import lookup_knowledge

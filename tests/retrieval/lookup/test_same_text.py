@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from datasets.services import dataset_create
+from datasets.documents.services import dataset_create
 from tests.conftest import Kb
 from tests.retrieval.conftest import NGINX, MakeKey, client_for, lookup, ready
 

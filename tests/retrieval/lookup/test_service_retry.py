@@ -7,7 +7,7 @@ import uuid
 import pytest
 from django.conf import settings
 
-from datasets.services import document_store
+from datasets.documents.services import document_store
 from tests.retrieval.conftest import (
     Imported,
     MakeKey,

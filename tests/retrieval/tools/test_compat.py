@@ -95,7 +95,7 @@ def test_dify_errors_are_difys_and_another_tenants_dataset_does_not_exist(
         assert missing.json() == {"error_code": 2001,
                                   "error_msg": "The knowledge does not exist"}
     # An id is an id before it is a name: a dataset named "1" does not shadow dataset 1.
-    from datasets.services import dataset_create
+    from datasets.documents.services import dataset_create
 
     dataset_create(tenant=acme.tenant, name=str(acme.dataset.pk))
     by_id = dify(client_for(secret), **{**body, "knowledge_id": str(acme.dataset.pk)})

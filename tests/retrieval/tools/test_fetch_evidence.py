@@ -166,7 +166,7 @@ def test_fetched_chunks_are_confirmed_for_the_call_and_its_session_and_audited(
 @pytest.mark.django_db
 def test_what_the_key_may_not_read_is_the_same_404_as_nothing(
         kb: Kb, guide: Document, make_key: MakeKey, ingest: Any) -> None:
-    from datasets.services import dataset_create
+    from datasets.documents.services import dataset_create
 
     asked = keys(guide)[0]
     never = f"{guide.doc_id + 1}#chunk-0"

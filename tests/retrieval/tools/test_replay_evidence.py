@@ -16,8 +16,8 @@ from django.utils import timezone
 
 from audit.canonical import canonical_prune
 from audit.models import Channel, EvidenceReplay, ToolInvocation
+from datasets.documents.services import dataset_create, document_delete
 from datasets.models import Document
-from datasets.services import dataset_create, document_delete
 from retrieval.tools.mcp_server import call_tool
 from tests.conftest import Kb
 from tests.retrieval.conftest import MakeKey, client_for

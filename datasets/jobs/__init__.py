@@ -1,0 +1,1 @@
+"""Background work as people and agents follow it: a job's progress and log."""
