@@ -1,20 +1,21 @@
-"""The one door for every server-side fetch (chat, rerank and embedding endpoints, web, git,
-s3, confluence, yuque and feishu sources).
+"""The one door for every server-side fetch (chat, rerank and embedding endpoints, web, git, s3,
+confluence, yuque and feishu sources).
 
-A URL may be http(s) only, without credentials in it; its host's addresses — every one the
-name resolves to, numeric forms (`0x7f000001`, `2130706433`, `127.1`, `0177.0.0.1`) read as
-the socket library reads them, IPv4 inside IPv6 unwrapped — must be public: loopback,
-link-local, private, unique-local, carrier-grade NAT, multicast, reserved and cloud metadata
-addresses are refused unless the deployment names the host in KB_OUTBOUND_ALLOWED_HOSTS.
+A URL may be http(s) only, without credentials in it; its host's addresses — every one the name
+resolves to, numeric forms (`0x7f000001`, `2130706433`, `127.1`, `0177.0.0.1`) read as the
+socket library reads them, IPv4 inside IPv6 unwrapped — must be public: loopback, link-local,
+private, unique-local, carrier-grade NAT, multicast, reserved and cloud metadata addresses are
+refused unless the deployment names the host in KB_OUTBOUND_ALLOWED_HOSTS.
 
 Two checks, one policy: `url_refusal` reads a URL without the network (a config's validation
 runs it on every read of the config), and `client()`'s transport resolves the host inside the
-connection and connects only to the addresses it checked, so a name that resolves elsewhere
-at use time (DNS rebinding) is refused too. Redirects are not followed, environment proxies
-are not used, an answer is never decompressed and is cut at a size bound (`AnswerTooLarge`),
-and `deadline()` bounds the requests made inside it in total. Whatever stops a connection —
-the policy, DNS, a closed port, TLS, a connect timeout — is the same `httpx2.ConnectError`, so
-a caller's error message cannot tell a refused address from a closed port.
+connection and connects only to the addresses it checked, so a name that resolves elsewhere at
+use time (DNS rebinding) is refused too. Redirects are not followed, environment proxies are
+not used, no cookie is kept, an answer is never decompressed and is cut at a size bound
+(`AnswerTooLarge`), and `deadline()` bounds the requests made inside it in total. Whatever
+stops a connection — the policy, DNS, a closed port, TLS, a connect timeout — is the same
+`httpx2.ConnectError`, so a caller's error message cannot tell a refused address from a closed
+port.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -324,7 +326,9 @@ class _Transport(httpx2.HTTPTransport):
 @functools.cache
 def client(*, max_response_bytes: int = 4 << 20) -> httpx2.Client:
     """The process's HTTP client for outbound requests (thread-safe, pooled): through the
-    policy, no redirects followed, no environment proxies or .netrc; each call sets its own
-    timeout."""
+    policy, no redirects followed, no environment proxies or .netrc, and no cookie kept (the
+    client serves every tenant: a session one site set for one source must not go with
+    another's requests); each call sets its own timeout."""
     return httpx2.Client(transport=_Transport(max_response_bytes=max_response_bytes),
-                         follow_redirects=False, trust_env=False)
+                         follow_redirects=False, trust_env=False,
+                         cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])))

@@ -145,3 +145,32 @@ def test_an_answer_is_never_decompressed_past_the_size_bound(settings: Any) -> N
 
     assert asked == ["identity"]
     assert answer.content == bomb  # as it came: a caller fails on it as malformed
+
+
+def test_no_cookie_a_site_sets_goes_with_a_later_request(settings: Any) -> None:
+    """The client serves every tenant's sources: a session cookie one source's site set would
+    otherwise go with another's requests to the same host."""
+    sent: list[str | None] = []
+
+    class Sessions(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+            sent.append(self.headers.get("Cookie"))
+            self.send_response(200)
+            self.send_header("Set-Cookie", "JSESSIONID=tenant-a-session; Path=/")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Sessions)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
+    settings.KB_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
+    try:
+        for _ in range(2):
+            client().get(f"http://127.0.0.1:{server.server_address[1]}/", timeout=5)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert sent == [None, None] and not client().cookies
