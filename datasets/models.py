@@ -396,8 +396,14 @@ class Document(models.Model):
     readers = models.JSONField(
         default=list, db_default=[], blank=True,
         help_text="Who may read it: `user:<name>` and `group:<name>` principals "
-                  "(docs/api.md, \"Document permissions\"), its source's for a synced "
-                  "document; empty: every caller of the dataset.")
+                  "(docs/api.md, \"Document permissions\"); a synced document's are its "
+                  "source's within those the source keeps (readers at the source); empty: "
+                  "every caller of the dataset; `none:`: no agent.")
+    readers_at_source = models.JSONField(
+        default=list, db_default=[], blank=True, editable=False,
+        help_text="Who its source lets read it as the last sync read them (a Confluence "
+                  "page's restrictions and its ancestors', a Feishu space's members); empty: "
+                  "the source keeps none.")
     indexed_readers = models.JSONField(
         default=list, db_default=[], blank=True, editable=False,
         help_text="The readers its rows in the serving index name: a change of `readers` "

@@ -33,7 +33,8 @@ KB_VAR_DIR="$tmp/lint" mypy kbplatform kbplatform_client datasets retrieval audi
 run_pytest() {
   # pytest exits 5 when it ran no test: that is a failure here, not a success.
   set +e
-  python -m pytest "$@"
+  # The slowest tests named at the end, so that a run that grew slower says where.
+  python -m pytest --durations=25 "$@"
   local code=$?
   set -e
   if [ "$code" -eq 5 ]; then echo "pytest ran no test" >&2; return 1; fi

@@ -371,8 +371,8 @@ class DocumentAdmin(TenantScopedAdmin[Document]):
                        "keywords", "category", "business_key", "fields", "owner",
                        "reviewed_at", "valid_until", "url", "language", "content_hash",
                        "activated", "deleted", "status", "error", "chunk_count", "indexed_hash",
-                       "indexed_readers", "revision", "synced_revision", "source", "source_commit",
-                       "source_version", "created_at", "updated_at",
+                       "readers_at_source", "indexed_readers", "revision", "synced_revision",
+                       "source", "source_commit", "source_version", "created_at", "updated_at",
                        "format", "original_file", "converter_version", "conversion_notes",
                        "source_redacted", "document_chunks", "evidence_use"]
 

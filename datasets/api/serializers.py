@@ -63,14 +63,18 @@ class DocumentOutput(serializers.ModelSerializer[Document]):
         allow_blank=True, help_text="git sources: the commit its content came from.")
     readers = serializers.ListField(child=serializers.CharField(), help_text=(
         "Who may read it (`user:<name>`, `group:<name>`); empty: every caller of the "
-        "dataset."))
+        "dataset; `none:`: no agent (its source restricts it in a way readers cannot say)."))
+    readers_at_source = serializers.ListField(child=serializers.CharField(), help_text=(
+        "Who its source lets read it as the last sync read them (a Confluence page's "
+        "restrictions, a private Feishu space's members); its readers are within them and "
+        "within its source's readers."))
 
     class Meta:
         model = Document
         fields = ["document_id", "dataset_id", "source_path", "title", "domain", "keywords",
                   "category", "format", "activated", "status", "error", "conversion_notes",
                   "chunk_count", "sync_pending", "source_id", "source_commit", "readers",
-                  "updated_at"]
+                  "readers_at_source", "updated_at"]
         read_only_fields = fields
 
 

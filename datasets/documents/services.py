@@ -56,13 +56,14 @@ from datasets.models import (
     validate_filterable_fields,
 )
 from datasets.sources.secrets import slug_refusals
-from datasets.tenancy.permissions import readers_checked
+from datasets.tenancy.permissions import readers_checked, readers_within
 from kbplatform.errors import ApiError, ErrorCode, ServiceUnavailable
 from kbplatform.tasks import enqueue_on_commit
 
 logger = logging.getLogger(__name__)
 
 SYNC_TASK = "retrieval.tasks.sync_document"
+UPDATE_BATCH = 500  # documents one UPDATE names by id
 
 
 class DuplicateName(ApiError):
@@ -339,15 +340,39 @@ def document_readers_set(*, document: Document, readers: Sequence[str]) -> Docum
 
 
 def source_readers_due(*, source: Source) -> None:
-    """The source's documents take its readers, as document_readers_set gives one its own:
-    lookups hold them at once (by the documents' ids until the indexing worker has written
-    them into their rows)."""
-    documents = Document.objects.filter(source=source, deleted=False)
-    pks = list(documents.values_list("pk", flat=True))
-    documents.update(readers=source.readers, revision=F("revision") + 1)
+    """The source's documents take its readers (within those the source keeps for each), as
+    document_readers_set gives one its own: lookups hold them at once (by the documents' ids
+    until the indexing worker has written them into their rows)."""
+    alike: dict[tuple[str, ...], list[int]] = {}
+    for pk, at_source in Document.objects.filter(source=source, deleted=False).values_list(
+            "pk", "readers_at_source"):
+        alike.setdefault(tuple(at_source), []).append(pk)
+    for at_source, pks in alike.items():
+        for start in range(0, len(pks), UPDATE_BATCH):
+            Document.objects.filter(pk__in=pks[start:start + UPDATE_BATCH]).update(
+                readers=readers_within(source.readers, at_source), revision=F("revision") + 1)
     dataset_documents_changed(dataset_id=source.dataset_id)
-    for pk in pks:
+    for pk in sorted(pk for pks in alike.values() for pk in pks):
         enqueue_on_commit(SYNC_TASK, pk, None)
+
+
+def document_readers_at_source_set(*, source: Source, document: Document,
+                                   readers: Sequence[str]) -> bool:
+    """A synced document's readers at `source` as a sync read them: its readers follow (within
+    the source's own) and lookups hold them at once (the indexing worker writes them into its
+    rows); whether they moved."""
+    at_source = list(readers)
+    with transaction.atomic():  # the source first, as source_update locks it, then its documents
+        source_readers = Source.objects.select_for_update().filter(
+            pk=source.pk).values_list("readers", flat=True).get()
+        locked = Document.objects.select_for_update().get(pk=document.pk)
+        within = readers_within(source_readers, at_source)
+        if locked.deleted or locked.source_id != source.pk or \
+                (locked.readers, locked.readers_at_source) == (within, at_source):
+            return False
+        _due(locked, readers=within, readers_at_source=at_source)
+        enqueue_on_commit(SYNC_TASK, locked.pk, None)
+    return True
 
 
 def dataset_documents_changed(*, dataset_id: int) -> None:

@@ -15,6 +15,7 @@ from django.conf import settings
 from datasets.models import Document, Source
 
 TITLE_CHARS = 120  # of each title in a path of titles (a wiki page's, a book's document)
+MAX_CONFIRMED = 50  # documents missing from a listing by offset asked for before any is deleted
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,9 @@ class Item:
     raw: bytes | None = None
     failure: str = ""
     url: str = ""  # where a person reads it (Document.url): a web page, a git file's page
+    # Who the source lets read it (readers_named, readers_within): a Confluence page's
+    # restrictions, a Feishu space's members; empty: the source keeps none.
+    readers: tuple[str, ...] = ()
 
 
 def file_item(path: str, version: str, size: int, *, known: Mapping[str, str], max_bytes: int,
@@ -36,8 +40,7 @@ def file_item(path: str, version: str, size: int, *, known: Mapping[str, str], m
     if known.get(path) == version:
         return Item(path, version)
     if size > max_bytes:
-        return Item(path, version,
-                    failure=f"{size} bytes, over KB_MAX_UPLOAD_BYTES ({max_bytes})")
+        return Item(path, version, failure=_over(size, max_bytes))
     return Item(path, version, raw=read())
 
 
@@ -46,15 +49,29 @@ class ItemFailed(Exception):
     its document, if any, stays."""
 
 
+def bounded(raw: bytes, max_bytes: int) -> bytes:
+    """A file as a source wrote it out (a page's HTML, a document's markdown), or ItemFailed
+    when it is over `max_bytes` (KB_MAX_UPLOAD_BYTES)."""
+    if len(raw) > max_bytes:
+        raise ItemFailed(_over(len(raw), max_bytes))
+    return raw
+
+
+def _over(size: int, max_bytes: int) -> str:
+    return f"{size} bytes, over KB_MAX_UPLOAD_BYTES ({max_bytes})"
+
+
 def max_path(source: Source) -> int:
     """The longest path in `source` a document may hold (its path is <source name>/<path>)."""
     return (Document._meta.get_field("source_path").max_length or 0) - len(source.name) - 1
 
 
 def listed_item(path: str, version: str, size: int, *, known: Mapping[str, str],
-                longest: int, max_bytes: int, read: Callable[[], bytes], url: str) -> Item:
-    """`file_item` for a file a listing named, linking to `url`: a path longer than `longest`
-    (max_path) and a read that fails (ItemFailed) are its failed line."""
+                longest: int, max_bytes: int, read: Callable[[], bytes], url: str,
+                readers: Sequence[str] = ()) -> Item:
+    """`file_item` for a file a listing named, linking to `url`, read by `readers` at the
+    source: a path longer than `longest` (max_path) and a read that fails (ItemFailed) are its
+    failed line."""
     if len(path) > longest:
         return Item(path, version, failure=f"a path longer than the {longest} characters a "
                                            "document's path may hold", url=url)
@@ -62,7 +79,20 @@ def listed_item(path: str, version: str, size: int, *, known: Mapping[str, str],
         item = file_item(path, version, size, known=known, max_bytes=max_bytes, read=read)
     except ItemFailed as exc:
         item = Item(path, version, failure=str(exc))
-    return replace(item, url=url)
+    return replace(item, url=url, readers=tuple(readers))
+
+
+def listing_moved(missing: Sequence[str], current: Callable[[str], bool], noun: str) -> str:
+    """Why a listing by offset may not delete ("": it may). `missing`: the ids of documents
+    gone from it (not listed under another path either); `current(id)`: whether the source
+    still holds it, then the listing moved under a change and skipped it. Of more than
+    MAX_CONFIRMED, that many spread over them are asked, and when none is current the rest are
+    taken as gone (one the listing skipped all the same is added again by the next sync)."""
+    count = min(len(missing), MAX_CONFIRMED)
+    for key in (missing[i * len(missing) // count] for i in range(count)):
+        if current(key):
+            return f"{noun} {key} is current but was not listed: the listing moved under a change"
+    return ""
 
 
 def path_name(title: str) -> str:

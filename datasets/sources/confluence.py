@@ -1,7 +1,11 @@
 """A Confluence space as a source (Cloud and Data Center, their REST API at
 `<base>/rest/api/`): the space's current pages, listed whole with their version numbers (no
 body) before any is read, so a listing that fails deletes nothing; a page's body (its storage
-format, as HTML the converter reads) is read again only when its version moved.
+format, as HTML the converter reads) is read again only when its version moved; so is a file
+attached to it, of a format the platform reads, downloaded again only when its version moved.
+Who may read a page comes with the listing: its view restrictions and those of the pages above
+it (which Confluence applies to it too), each a level its readers must be within
+(readers_within); its attachments are read by the same.
 
 Every request goes through kbplatform/outbound.py. A source names its credential by variable:
 `user:token` (Cloud: the account's email and an API token) is sent as HTTP Basic, a bare
@@ -13,8 +17,9 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 from html import escape
 from typing import Any
@@ -22,6 +27,7 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from django.conf import settings
 
+from datasets.ingestion.formats import SUFFIXES
 from datasets.models import Source
 from datasets.sources.base import (
     Deadline,
@@ -29,23 +35,38 @@ from datasets.sources.base import (
     Item,
     ItemFailed,
     SyncFailed,
+    bounded,
     distinct_paths,
     listed_item,
+    listing_moved,
     max_path,
     path_name,
+    same_path,
     too_many,
 )
 from datasets.sources.http import AGENT, Answer, api_json, api_request, header_secret
+from datasets.tenancy.permissions import NOBODY, readers_named, readers_within
 from kbplatform import outbound
 
 PAGE_LIMIT = 100  # pages a listing request asks for (Confluence may answer fewer)
+# What a listed page carries: its version, the pages above it, who may read it and the files
+# attached to it (the first of them: more are listed apart).
+EXPAND = ("version,ancestors,restrictions.read.restrictions.user,"
+          "restrictions.read.restrictions.group,children.attachment.version,"
+          "children.attachment.extensions")
+REDIRECTS = (301, 302, 303, 307, 308)
+PAGE_ID = re.compile(r"^[0-9]{1,20}$")
+ATTACHMENT_ID = re.compile(r"^att[0-9]{1,20}$")
+# A download link: the file's name percent-encoded (a long Chinese name takes 9 characters a
+# character).
+MAX_DOWNLOAD_CHARS = 8000
+# How a restriction names each kind of principal: a user by email (when Cloud shows it) and
+# account id (Cloud) or user name (Data Center), a group by name.
+PRINCIPAL_KEYS = (("user", ("email", "accountId", "username")), ("group", ("name",)))
 MAX_LISTING_BYTES = 4 << 20
 MAX_NEXT_CHARS = 2000  # a listing's `next` link: Confluence's are a few hundred characters
 # A page's JSON carries its storage format escaped: read up to twice the bytes it may hold.
 BODY_OVERHEAD = 2
-# Pages missing from a listing that the sync asks for one by one before their documents are
-# deleted (a page that is still current means the listing skipped it: nothing is deleted).
-MAX_CONFIRMED = 50
 # The space's URL as its pages show it: <base>/spaces/<KEY> (Cloud, and Data Center 8+) or
 # <base>/display/<KEY> (Data Center); <base> is the site (Cloud: https://<site>/wiki).
 SPACE_URL = re.compile(r"^(?P<base>https?://[^/?#]+(?:/[^?#]*?)?)/(?:spaces|display)/"
@@ -61,12 +82,44 @@ PARAMETER = re.compile(r"<ac:parameter\b[^<>]*>[^<]*</ac:parameter>")
 
 
 @dataclass(frozen=True)
-class Page:
+class Attachment:
+    """A file attached to a page, of a format the platform reads, as a listing gives it."""
+
+    id: str  # att<digits>
+    stem: str  # its file name without its suffix
+    suffix: str  # ".pdf", in lower case
+    version: int
+    size: int  # bytes, as Confluence says (0: not said)
+    download: str  # below the site's base: /download/attachments/<page id>/<name>?…
+    webui: str  # its preview below the site's base ("": none)
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A page as the space's listing gives it."""
+
+    id: str
+    ancestors: list[tuple[str, str]]  # (id, title) of each page above it, the top first
+    title: str
+    version: int
+    webui: str  # its web link below the site's base
+    restricted: list[str]  # who its own view restriction names ([]: none)
+    attachments: list[Attachment]
+    more: bool  # more files are attached to it than the listing holds
+
+
+@dataclass(frozen=True)
+class Content:
+    """A page, or a file attached to one (`download`), as the sync reads it."""
+
     id: str
     path: str  # its ancestors' titles and its own: "Databases/MySQL/Replica lag.html"
     title: str
     version: str  # "<id>:v<number>": another page at its path is another version
     url: str
+    readers: list[str]  # its page's restrictions and its ancestors' ([]: none)
+    size: int = 0
+    download: str = ""
 
 
 def space_of(location: str) -> tuple[str, str] | None:
@@ -106,7 +159,7 @@ class ConfluenceReader:
         self.globs = Globs(source.include)
         self.max_bytes = settings.KB_MAX_UPLOAD_BYTES
         self.longest = max_path(source)
-        self.headers = {"User-Agent": AGENT, "Accept": "application/json"}
+        self.headers = {"User-Agent": AGENT}
         self.http = outbound.client(
             max_response_bytes=max(self.max_bytes * BODY_OVERHEAD, MAX_LISTING_BYTES))
 
@@ -119,13 +172,15 @@ class ConfluenceReader:
         self._space_readable()
         listed = self._listing()
         # Pages the globs leave are listed too: their documents go, not as missing pages.
-        self._confirm_missing(known, {page.path for page in listed})
-        pages = [page for page in listed if self.globs(page.path)]
-        self.expected = len(pages)
-        for page in pages:
-            yield listed_item(page.path, page.version, 0, known=known, longest=self.longest,
-                              max_bytes=self.max_bytes, read=partial(self._body, page),
-                              url=page.url)
+        self._confirm_missing(known, listed)
+        contents = [content for content in listed if self.globs(content.path)]
+        self.expected = len(contents)
+        for content in contents:
+            read = self._download if content.download else self._body
+            yield listed_item(content.path, content.version, content.size, known=known,
+                              longest=self.longest, max_bytes=self.max_bytes,
+                              read=partial(read, content), url=content.url,
+                              readers=content.readers)
 
     def _known_user(self) -> None:
         """Cloud serves a credential it does not take as an anonymous caller on a site open
@@ -156,83 +211,136 @@ class ConfluenceReader:
             raise SyncFailed(f"no space {self.space} at {self.base} that is visible{reader}")
         raise SyncFailed(f"Confluence answered {answer.status}")
 
-    def _listing(self) -> list[Page]:
-        """Every current page of the space with its version: the whole listing or
-        SyncFailed. A page listed twice (the listing moved under a change) counts once."""
+    def _listing(self) -> list[Content]:
+        """Every current page of the space with its version and the files attached to it:
+        the whole listing or SyncFailed. A page listed twice (the listing moved under a
+        change) counts once."""
         query = {"spaceKey": self.space, "type": "page", "status": "current",
-                 "limit": str(PAGE_LIMIT), "start": "0", "expand": "version,ancestors"}
-        url = f"{self.base}/rest/api/content?{urlencode(query)}"
-        found: dict[str, tuple[list[str], str, int, str]] = {}
+                 "limit": str(PAGE_LIMIT), "start": "0", "expand": EXPAND}
+        found: dict[str, Listed] = {}
+        attached = 0  # the attachments of the pages in `found`
+        for result in self._paged(f"{self.base}/rest/api/content?{urlencode(query)}",
+                                  "the space's listing", self._continues):
+            listed = _listed(result)
+            if listed.more:  # the listing holds the first of them only
+                listed = replace(listed, attachments=self._attachments(listed.id), more=False)
+            before = found.get(listed.id)
+            attached += len(listed.attachments) - (len(before.attachments) if before else 0)
+            found[listed.id] = listed
+            if len(found) + attached > settings.KB_SOURCE_MAX_FILES:
+                raise too_many()
+        return self._contents(found)
+
+    def _attachments(self, page_id: str) -> list[Attachment]:
+        """Every file attached to the page that the platform reads, or SyncFailed."""
+        resource = f"/rest/api/content/{quote(page_id)}/child/attachment"
+        query = {"limit": str(PAGE_LIMIT), "start": "0", "expand": "version,extensions"}
+        found: dict[str, Attachment] = {}
+        for result in self._paged(f"{self.base}{resource}?{urlencode(query)}",
+                                  f"page {page_id}'s attachments",
+                                  lambda following: _bounded_link(following, f"{resource}?")):
+            attachment = _attachment(result)
+            if attachment is not None:
+                found[attachment.id] = attachment
+            if len(found) > settings.KB_SOURCE_MAX_FILES:
+                raise too_many()
+        return list(found.values())
+
+    def _paged(self, url: str, what: str, continues: Callable[[str], bool]) -> Iterator[Any]:
+        """The results of a listing by offset, page after page while its `_links.next`
+        continues it; SyncFailed on a failed answer, one that is no listing, or a next page
+        asked already or after a page without a new result."""
         asked: set[str] = set()
+        seen: set[str] = set()
         while True:
             self.deadline.check()
             asked.add(url)
             answer = self._get(url, MAX_LISTING_BYTES)
             if answer.status != 200:
-                raise SyncFailed(f"Confluence answered {answer.status} to the space's listing")
+                raise SyncFailed(f"Confluence answered {answer.status} to {what}")
             listing = api_json(answer, "Confluence")
             results = listing.get("results") if isinstance(listing, dict) else None
             if not isinstance(results, list):
-                raise SyncFailed("Confluence's answer is not a listing of pages")
+                raise SyncFailed(f"Confluence's answer to {what} is not a listing")
             new = 0
             for result in results:
-                page_id, ancestors, title, version, webui = _listed(result)
-                new += page_id not in found
-                found[page_id] = (ancestors, title, version, webui)
-                if len(found) > settings.KB_SOURCE_MAX_FILES:
-                    raise too_many()
+                key = str(result.get("id")) if isinstance(result, dict) else ""
+                new += key not in seen
+                seen.add(key)
+                yield result
             links = listing.get("_links")
             following = links.get("next") if isinstance(links, dict) else None
             if not following:
-                return self._pages(found)
+                return
             url = f"{self.base}{following}" if isinstance(following, str) else ""
-            if not self._continues(following) or url in asked or not new:
-                raise SyncFailed("Confluence's listing goes on without a new page of results")
+            if not isinstance(following, str) or not continues(following) or url in asked \
+                    or not new:
+                raise SyncFailed(f"Confluence's {what} goes on without a new page of results")
 
-    def _continues(self, following: Any) -> bool:
-        """A `next` link of this listing: the same resource and space, bounded."""
-        if not isinstance(following, str) or len(following) > MAX_NEXT_CHARS or \
-                not following.startswith("/rest/api/content?") or \
-                any(ord(c) < 33 or ord(c) == 127 for c in following):
+    def _continues(self, following: str) -> bool:
+        """A `next` link of the space's listing: the same resource and space, bounded."""
+        if not _bounded_link(following, "/rest/api/content?"):
             return False
         query = parse_qs(urlsplit(following).query)
         return (query.get("spaceKey"), query.get("type"), query.get("status")) == (
             [self.space], ["page"], ["current"])
 
-    def _pages(self, found: Mapping[str, tuple[list[str], str, int, str]]) -> list[Page]:
-        """The pages named by their title paths; pages whose paths read the same (to a
-        database: case and accents aside) each get their id after the title."""
-        paths = distinct_paths({page_id: "/".join(path_name(t) for t in [*ancestors, title])
-                                for page_id, (ancestors, title, _, _) in found.items()})
-        pages = []
-        for page_id, (_, title, version, webui) in found.items():
-            path = paths[page_id]
-            pages.append(Page(id=page_id, path=f"{path}.html", title=title,
-                              version=f"{page_id}:v{version}",
-                              url=f"{self.base}{webui}" if webui.startswith("/") else ""))
-        return pages
+    def _contents(self, found: Mapping[str, Listed]) -> list[Content]:
+        """The pages named by their title paths, each followed by its attachments named in
+        its folder (`Operations/Replica lag.html`, `Operations/Replica lag/diagram.pdf`).
+        Pages whose paths read the same (to a database: case and accents aside) each get
+        their id after the title; an attachment whose path reads as another's gets its id
+        before its suffix. A page's readers are within its own restrictions and those of each
+        page above it; its attachments', its own."""
+        paths = distinct_paths({
+            page.id: "/".join(path_name(t) for t in [*(a for _, a in page.ancestors), page.title])
+            for page in found.values()})
+        files = {file.id: f"{paths[page.id]}/{path_name(file.stem)}"
+                 for page in found.values() for file in page.attachments}
+        taken = Counter(same_path(f"{path}.html") for path in paths.values())
+        taken.update(same_path(f"{files[file.id]}{file.suffix}")
+                     for page in found.values() for file in page.attachments)
+        contents = []
+        for page in found.values():
+            # Above it, something the listing does not hold (a Cloud folder, a parent moved
+            # meanwhile) restricts it in a way the sync cannot know: no agent reads it.
+            above = [found[a].restricted if a in found else [NOBODY] for a, _ in page.ancestors]
+            readers = readers_within(page.restricted, *above)
+            url = f"{self.base}{page.webui}" if page.webui.startswith("/") else ""
+            contents.append(Content(id=page.id, path=f"{paths[page.id]}.html", title=page.title,
+                                    version=f"{page.id}:v{page.version}", url=url,
+                                    readers=readers))
+            for file in page.attachments:
+                path = files[file.id]
+                if taken[same_path(f"{path}{file.suffix}")] > 1:
+                    path = f"{path} ({file.id})"
+                contents.append(Content(
+                    id=file.id, path=f"{path}{file.suffix}", title=file.stem,
+                    version=f"{file.id}:v{file.version}",
+                    url=f"{self.base}{file.webui}" if file.webui.startswith("/") else url,
+                    readers=readers, size=file.size, download=file.download))
+        return contents
 
-    def _confirm_missing(self, known: Mapping[str, str], listed: set[str]) -> None:
+    def _confirm_missing(self, known: Mapping[str, str], listed: Sequence[Content]) -> None:
         """Before the documents of pages missing from the listing are deleted, ask for those
-        pages: one still current in the space was skipped by a listing that moved under a
-        change (Confluence's is by offset), so nothing is deleted this time."""
-        missing = [version.partition(":")[0] for path, version in known.items()
-                   if path not in listed and ":v" in version]
-        for page_id in missing[:MAX_CONFIRMED]:
-            answer = self._get(f"{self.base}/rest/api/content/{quote(page_id)}?expand=space",
-                               MAX_LISTING_BYTES)
-            page = api_json(answer, "Confluence") if answer.status == 200 else None
-            if isinstance(page, dict) and page.get("status") == "current" and \
-                    page.get("type") == "page" and \
-                    (page.get("space") or {}).get("key") == self.space:
-                self.partial = (f"page {page_id} is current but was not listed: the listing "
-                                "moved under a change")
-                return
-        if len(missing) > MAX_CONFIRMED:
-            self.partial = (f"{len(missing)} pages are gone from the listing, more than the "
-                            f"{MAX_CONFIRMED} a sync confirms; the next sync deletes them")
+        pages (listing_moved): Confluence's listing is by offset. A page listed under another
+        path (renamed, moved) is not missing, nor is an attachment (its page's listing of
+        them is whole)."""
+        paths = {content.path for content in listed}
+        ids = {content.id for content in listed}
+        missing = [key for path, version in known.items()
+                   if path not in paths and ":v" in version
+                   for key in [version.partition(":")[0]] if key not in ids and key.isdigit()]
+        self.partial = listing_moved(missing, self._current, "page")
 
-    def _body(self, page: Page) -> bytes:
+    def _current(self, page_id: str) -> bool:
+        answer = self._get(f"{self.base}/rest/api/content/{quote(page_id)}?expand=space",
+                           MAX_LISTING_BYTES)
+        page = api_json(answer, "Confluence") if answer.status == 200 else None
+        return isinstance(page, dict) and page.get("status") == "current" and \
+            page.get("type") == "page" and (page.get("space") or {}).get("key") == self.space
+
+    def _body(self, page: Content) -> bytes:
         answer = self._get(f"{self.base}/rest/api/content/{quote(page.id)}?expand=body.storage",
                            self.max_bytes * BODY_OVERHEAD, page=True)
         if answer.status == 404:
@@ -245,26 +353,123 @@ class ConfluenceReader:
             raise ItemFailed("Confluence's answer holds no storage format") from None
         if not isinstance(storage, str):
             raise ItemFailed("Confluence's answer holds no storage format")
-        raw = storage_html(page.title, storage)
-        if len(raw) > self.max_bytes:
-            raise ItemFailed(f"{len(raw)} bytes, over KB_MAX_UPLOAD_BYTES ({self.max_bytes})")
-        return raw
+        return bounded(storage_html(page.title, storage), self.max_bytes)
 
-    def _get(self, url: str, max_bytes: int, *, page: bool = False) -> Answer:
-        return api_request(self.http, url, self.headers, deadline=self.deadline,
-                           max_bytes=max_bytes, site="Confluence", item=page)
+    def _download(self, file: Content) -> bytes:
+        """An attachment's bytes. Cloud answers with a redirect to its media store, whose
+        address carries its own token: asked once, without the source's credential."""
+        answer = self._get(f"{self.base}{file.download}", self.max_bytes, page=True,
+                           accept="*/*")
+        if answer.status in REDIRECTS:
+            answer = self._media(answer.headers.get("location", ""))
+        if answer.status == 404:
+            raise ItemFailed("gone since the listing")
+        if answer.status != 200:
+            raise ItemFailed(f"Confluence answered {answer.status}")
+        return answer.body
+
+    def _media(self, location: str) -> Answer:
+        """The answer of the media store a download's redirect names: another site (a login
+        page of the site itself is no file), one the outbound policy admits; a failure is the
+        file's line."""
+        try:
+            elsewhere = urlsplit(location).netloc.lower() != urlsplit(self.base).netloc.lower()
+        except ValueError:
+            elsewhere = False
+        if not elsewhere or outbound.url_refusal(location):
+            raise ItemFailed("Confluence redirected the download where the sync does not follow")
+        try:
+            return api_request(self.http, location, {"User-Agent": AGENT, "Accept": "*/*"},
+                               item=True, deadline=self.deadline, max_bytes=self.max_bytes,
+                               site="Confluence's media store")
+        except SyncFailed as exc:  # the store alone is unreachable: this file's line
+            raise ItemFailed(str(exc)) from None
+
+    def _get(self, url: str, max_bytes: int, *, page: bool = False,
+             accept: str = "application/json") -> Answer:
+        return api_request(self.http, url, {**self.headers, "Accept": accept},
+                           deadline=self.deadline, max_bytes=max_bytes, site="Confluence",
+                           item=page)
 
 
-def _listed(result: Any) -> tuple[str, list[str], str, int, str]:
-    """(id, ancestors' titles, title, version number, web link) of a listed page."""
+def _listed(result: Any) -> Listed:
+    """A listed page, or SyncFailed when it has no id, title or version."""
     try:
-        ancestors = [str(a["title"]) for a in result.get("ancestors") or []]
+        ancestors = [(str(a["id"]), str(a["title"])) for a in result.get("ancestors") or []]
         links = result.get("_links") or {}
-        return (str(result["id"]), ancestors, str(result["title"]),
-                int(result["version"]["number"]), str(links.get("webui") or ""))
+        # Its attachments as the listing expands them; not expanded (an older server): all
+        # are listed apart, so none is taken for deleted.
+        files = (result.get("children") or {}).get("attachment")
+        results, size, limit = (files["results"], files.get("size"), files.get("limit")) \
+            if files is not None else ([], None, None)
+        attachments = [a for a in map(_attachment, results) if a is not None]
+        more = files is None or bool((files.get("_links") or {}).get("next")) or (
+            type(size) is int and type(limit) is int and size >= limit > 0)
+        if not PAGE_ID.match(str(result["id"])):
+            raise ValueError(result["id"])
+        return Listed(id=str(result["id"]), ancestors=ancestors, title=str(result["title"]),
+                      version=int(result["version"]["number"]),
+                      webui=str(links.get("webui") or ""), restricted=_restricted(result),
+                      attachments=attachments, more=more)
     except (AttributeError, KeyError, TypeError, ValueError, OverflowError):
         raise SyncFailed("Confluence's listing gives a page no id, title or version") from None
 
+
+def _attachment(result: Any) -> Attachment | None:
+    """A listed attachment; None when the platform does not read its format (an image, an
+    archive); SyncFailed when it has no id, name, version or download link."""
+    try:
+        title, links = result["title"], result.get("_links") or {}
+        stem, dot, suffix = title.rpartition(".")
+        if not (dot and stem.strip() and f".{suffix.lower()}" in SUFFIXES):
+            return None
+        extensions = result.get("extensions") or {}
+        size, download, key = extensions.get("fileSize"), links.get("download"), result["id"]
+        if not isinstance(download, str) or not ATTACHMENT_ID.match(str(key)) or \
+                not _bounded_link(download, "/download/attachments/", MAX_DOWNLOAD_CHARS):
+            raise TypeError(title)
+        return Attachment(id=str(key), stem=stem, suffix=f".{suffix.lower()}",
+                          version=int(result["version"]["number"]),
+                          size=size if type(size) is int and size >= 0 else 0,
+                          download=download, webui=str(links.get("webui") or ""))
+    except (AttributeError, KeyError, TypeError, ValueError, OverflowError):
+        raise SyncFailed("Confluence's listing gives an attachment no id, name, version or "
+                         "download link") from None
+
+
+def _bounded_link(link: str, resource: str, longest: int = MAX_NEXT_CHARS) -> bool:
+    """A link of Confluence's below the site's base: to `resource`, bounded, no control
+    character or space."""
+    return len(link) <= longest and link.startswith(resource) and \
+        not any(ord(c) < 33 or ord(c) == 127 for c in link)
+
+
+def _restricted(result: Mapping[str, Any]) -> list[str]:
+    """Who a listed page's own view restriction names ([]: it has none): its users (by email
+    where Confluence shows it, and by account id or user name) and groups. A list that says
+    more follow, or someone it does not name, is more than readers may say (NOBODY); a listing
+    that does not give both lists fails the sync, as a page read without them could leak."""
+    names: list[str] = []
+    try:
+        named = result["restrictions"]["read"]["restrictions"]
+        for kind, keys in PRINCIPAL_KEYS:
+            part = named[kind]
+            results, size, limit = part["results"], part.get("size"), part.get("limit")
+            if not isinstance(results, list):
+                raise TypeError(kind)
+            if (part.get("_links") or {}).get("next") or (
+                    type(size) is int and type(limit) is int and size >= limit > 0):
+                return [NOBODY]
+            for entry in results:
+                ids = [f"{kind}:{entry[key]}" for key in keys
+                       if isinstance(entry.get(key), str) and entry[key]]
+                if not ids:
+                    return [NOBODY]
+                names += ids
+    except (AttributeError, KeyError, TypeError):
+        raise SyncFailed("Confluence's listing does not say who may read its pages (their "
+                         "read restrictions): nothing is synced without them") from None
+    return readers_named(names)
 
 
 def _authorization(source: Source) -> str:

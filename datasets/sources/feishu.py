@@ -4,7 +4,9 @@ nodes (a folder's files, its sub-folders' too) listed whole with their edit time
 before any is read, so a listing that fails deletes nothing; a document's body (its blocks,
 written out as markdown with its headings, lists, code and tables) is read again only when its
 edit time moved. Documents (docx) are read; sheets, bases, mind maps, slides, uploaded files
-and old-format docs are left out, as are shortcuts (their origin is read where it lives).
+and old-format docs are left out, as are shortcuts (their origin is read where it lives). Who
+may read them: everyone of the tenant's for a public space; a private space's members (users
+as `user:<their id>`, chats and departments as `group:<their id>`) for a private one.
 
 The source reads as an app: its variable holds `<app id>:<app secret>`, exchanged for a tenant
 access token (renewed before it expires) sent as a Bearer token. Every request goes through
@@ -30,6 +32,7 @@ from datasets.sources.base import (
     Item,
     ItemFailed,
     SyncFailed,
+    bounded,
     distinct_paths,
     listed_item,
     max_path,
@@ -38,6 +41,7 @@ from datasets.sources.base import (
 )
 from datasets.sources.http import AGENT, Answer, api_json, api_request
 from datasets.sources.secrets import source_secret
+from datasets.tenancy.permissions import GROUP, MAX_READERS, NOBODY, USER, readers_named
 from kbplatform import outbound
 
 # The open platform's API host of each cloud; another site (a private deployment) serves it
@@ -64,6 +68,11 @@ SPACE_HIDDEN = (131005, 131006)  # no such space; the app is not a member
 DOC_GONE, DOC_FORBIDDEN = 1770002, 1770032
 SCOPES = ("wiki:wiki:readonly (a folder: drive:drive:readonly) and "
           "docx:document:readonly")
+# A space member's kind as a reader: a person by the id its member_type names, a chat or a
+# department as a group.
+MEMBER_KINDS = {"openid": USER, "unionid": USER, "userid": USER, "email": USER,
+                "openchat": GROUP, "opendepartmentid": GROUP}
+APP_KINDS = ("appid", "open_app_id")
 
 PAGE, TEXT, BULLET, ORDERED, CODE, QUOTE, TODO, DIVIDER, TABLE, QUOTE_CONTAINER = (
     1, 2, 12, 13, 14, 15, 17, 22, 31, 34)
@@ -130,6 +139,7 @@ class FeishuReader:
         self.longest = max_path(source)
         self.headers = {"User-Agent": AGENT, "Accept": "application/json"}
         self.renew_at = 0.0
+        self.readers: list[str] = []  # of every document (a private space's members)
         self.http = outbound.client(
             max_response_bytes=max(self.max_bytes * BODY_OVERHEAD, MAX_LISTING_BYTES))
 
@@ -146,11 +156,12 @@ class FeishuReader:
         self.expected = len(docs)
         for doc in docs:
             if not doc.version:
-                yield Item(doc.path, "", failure="Feishu gives no edit time for it", url=doc.url)
+                yield Item(doc.path, "", failure="Feishu gives no edit time for it", url=doc.url,
+                           readers=tuple(self.readers))
                 continue
             yield listed_item(doc.path, doc.version, 0, known=known, longest=self.longest,
                               max_bytes=self.max_bytes, read=partial(self._body, doc),
-                              url=doc.url)
+                              url=doc.url, readers=self.readers)
 
     def _sign_in(self) -> None:
         """A tenant access token for the app the source's variable names."""
@@ -181,11 +192,30 @@ class FeishuReader:
         read as an emptied one."""
         answer, reply = self._get(f"/open-apis/wiki/v2/spaces/{self.place.key}")
         if answer.status == 200 and reply.get("code") == 0:
+            space = _mapping(_mapping(reply.get("data")).get("space"))
+            if space.get("visibility") != "public":
+                self.readers = self._members()
             return
         if reply.get("code") in SPACE_HIDDEN or answer.status in (403, 404):
             raise SyncFailed(f"no wiki space {self.place.key} visible to the app in "
                              f"{self.source.secret_env}: add the app to the space's members")
         raise SyncFailed(self._refusal(answer, reply))
+
+    def _members(self) -> list[str]:
+        """A private space's members as readers (readers_named): none that names a person (only
+        apps) or one of no kind a reader can say: NOBODY."""
+        names: list[str] = []
+        for member in self._listing(f"/open-apis/wiki/v2/spaces/{self.place.key}/members", {},
+                                    "members", "page_token"):
+            if member.get("type") == "app" or member.get("member_type") in APP_KINDS:
+                continue  # an app (this source's among them) is no one an agent acts for
+            kind, named = MEMBER_KINDS.get(str(member.get("member_type"))), member.get("member_id")
+            if kind is None or not isinstance(named, str) or not named:
+                return [NOBODY]
+            names.append(kind + named)
+            if len(names) > MAX_READERS:
+                break  # more than readers may name: no page more is asked for
+        return readers_named(names) or [NOBODY]
 
     def _nodes(self) -> list[Listed]:
         """Every docx node of the space, the whole tree (one listing for the root and one for
@@ -294,11 +324,8 @@ class FeishuReader:
                   if isinstance(block.get("block_id"), str)}
         if not any(_kind(block) == PAGE for block in blocks.values()):
             raise ItemFailed("Feishu's answer holds no page block")
-        encoded = blocks_markdown(doc.title, blocks).encode("utf-8", "replace")
-        if len(encoded) > self.max_bytes:
-            raise ItemFailed(f"{len(encoded)} bytes, over KB_MAX_UPLOAD_BYTES "
-                             f"({self.max_bytes})")
-        return encoded
+        return bounded(blocks_markdown(doc.title, blocks).encode("utf-8", "replace"),
+                      self.max_bytes)
 
     def _get(self, path: str, *, item: bool = False) -> tuple[Answer, Mapping[str, Any]]:
         """A GET of the open platform (signed in again when the token nears its end): the

@@ -16,7 +16,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from datasets.documents.services import dataset_documents_changed, document_delete, document_store
+from datasets.documents.services import (
+    dataset_documents_changed,
+    document_delete,
+    document_readers_at_source_set,
+    document_store,
+)
 from datasets.jobs.progress import job_fail, job_update
 from datasets.models import Document, Job, Source
 from datasets.sources.base import Deadline, Item, Reader, SyncFailed
@@ -111,14 +116,20 @@ def _sync(source: Source, reader: Reader, job: Job | None, deadline: Deadline
 
 def _apply(source: Source, commit: str, item: Item,
            document: Document | None) -> tuple[str, str]:
-    """Store one file: (outcome, reason)."""
+    """Store one file: (outcome, reason). Who may read it follows the source, whether its body
+    was read, is unchanged or failed to read."""
+    moved = "who may read it changed at the source"
     if item.failure:
+        if document is not None:
+            _readers_follow(source, document, item)
         return "failed", item.failure
     if item.raw is None:
         if document is not None and item.url and not document.url:
             # Synced before documents kept their address: the same file, at the commit read.
             Document.objects.filter(pk=document.pk).update(url=item.url[:2000])
             dataset_documents_changed(dataset_id=source.dataset_id)  # lookups link to it
+        if document is not None and _readers_follow(source, document, item):
+            return "changed", moved
         return "unchanged", ""
     path = f"{source.name}/{item.path}"
     if document is None and Document.objects.filter(
@@ -126,23 +137,32 @@ def _apply(source: Source, commit: str, item: Item,
         return "failed", "the dataset has a document of that path that is not this source's"
     try:
         with transaction.atomic():  # the indexing is enqueued when the source fields are in
+            # The source's row first, as source_update locks it and then its documents: a
+            # change of its readers waits until this document is in, then applies to it.
+            Source.objects.select_for_update().filter(pk=source.pk).values_list("pk").get()
             outcome = document_store(dataset=source.dataset, file_name=basename(item.path),
                                      raw=item.raw, max_bytes=settings.KB_MAX_UPLOAD_BYTES,
                                      source_path=path, replace=True)
-            # The source's readers as they are now, its row locked until this document is in:
-            # a change of them (source_update locks the row too) waits, then applies to it.
-            readers = Source.objects.select_for_update().filter(pk=source.pk).values_list(
-                "readers", flat=True).get()
-            fields = {"source": source, "source_version": item.version[:300],
-                      "readers": readers}
+            fields = {"source": source, "source_version": item.version[:300]}
             if outcome.changed:
                 fields.update(source_commit=commit, url=item.url[:2000])
             Document.objects.filter(pk=outcome.document.pk).update(**fields)
+            readers_moved = document_readers_at_source_set(
+                source=source, document=outcome.document, readers=item.readers)
     except ApiError as exc:
         return "failed", str(exc.detail)
     if document is None:
         return "added", ""
-    return ("changed", "") if outcome.changed else ("unchanged", "")
+    if outcome.changed:
+        return "changed", ""
+    return ("changed", moved) if readers_moved else ("unchanged", "")
+
+
+def _readers_follow(source: Source, document: Document, item: Item) -> bool:
+    """Its readers at the source as `item` says, when they moved since the last sync (only a
+    sync writes them; a change of the source's own readers applies at once)."""
+    return document.readers_at_source != list(item.readers) and \
+        document_readers_at_source_set(source=source, document=document, readers=item.readers)
 
 
 def _release(source: Source, *, status: str, error: str = "", revision: str = "",

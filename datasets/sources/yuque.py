@@ -11,7 +11,7 @@ again (datasets/sources/http.py)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from html import escape
@@ -27,8 +27,10 @@ from datasets.sources.base import (
     Item,
     ItemFailed,
     SyncFailed,
+    bounded,
     distinct_paths,
     listed_item,
+    listing_moved,
     max_path,
     path_name,
     too_many,
@@ -39,7 +41,6 @@ from kbplatform import outbound
 PAGE_LIMIT = 100  # Yuque's most documents a listing request answers
 MAX_LISTING_BYTES = 4 << 20
 BODY_OVERHEAD = 2  # a document's JSON carries its body escaped
-MAX_CONFIRMED = 50
 # The book's URL as Yuque shows it: https://<site>/<group or user>/<book>.
 BOOK_URL = re.compile(r"^(?P<site>https?://[^/?#]+)/(?P<namespace>[A-Za-z0-9][\w.-]{0,99}/"
                       r"[A-Za-z0-9][\w.-]{0,99})/?$")
@@ -91,7 +92,7 @@ class YuqueReader:
             self.headers["X-Auth-Token"] = header_secret(self.source, "token")
         self._book_readable()
         listed = self._listing()
-        self._confirm_missing(known, {doc.path for doc in listed})
+        self._confirm_missing(known, listed)
         docs = [doc for doc in listed if self.globs(doc.path)]
         self.expected = len(docs)
         for doc in docs:
@@ -193,22 +194,21 @@ class YuqueReader:
                                  url=f"{self.site}/{self.namespace}/{quote(slug)}"))
         return docs
 
-    def _confirm_missing(self, known: Mapping[str, str], listed: set[str]) -> None:
-        """As a Confluence space's (datasets/sources/confluence.py): a document missing from
-        the offset listing but still in the book means the listing moved under a change."""
-        missing = [version.partition(":")[0] for path, version in known.items()
-                   if path not in listed and ":" in version]
-        for doc_id in missing[:MAX_CONFIRMED]:
-            answer = self._get(f"{self.api}/docs/{quote(doc_id)}", MAX_LISTING_BYTES)
-            doc = api_json(answer, "Yuque") if answer.status == 200 else None
-            data = doc.get("data") if isinstance(doc, dict) else None
-            if isinstance(data, dict) and data.get("status", 1) == 1:
-                self.partial = (f"document {doc_id} is in the book but was not listed: the "
-                                "listing moved under a change")
-                return
-        if len(missing) > MAX_CONFIRMED:
-            self.partial = (f"{len(missing)} documents are gone from the listing, more than "
-                            f"the {MAX_CONFIRMED} a sync confirms; the next sync deletes them")
+    def _confirm_missing(self, known: Mapping[str, str], listed: Sequence[YuqueDoc]) -> None:
+        """As a Confluence space's (listing_moved): a document missing from the offset
+        listing but still in the book means the listing moved under a change; one listed
+        under another path (moved in the table of contents) is not missing."""
+        paths = {doc.path for doc in listed}
+        ids = {doc.version.partition(":")[0] for doc in listed}
+        missing = [key for path, version in known.items() if path not in paths and ":" in version
+                   for key in [version.partition(":")[0]] if key not in ids]
+        self.partial = listing_moved(missing, self._current, "document")
+
+    def _current(self, doc_id: str) -> bool:
+        answer = self._get(f"{self.api}/docs/{quote(doc_id)}", MAX_LISTING_BYTES)
+        doc = api_json(answer, "Yuque") if answer.status == 200 else None
+        data = doc.get("data") if isinstance(doc, dict) else None
+        return isinstance(data, dict) and data.get("status", 1) == 1
 
     def _body(self, doc: YuqueDoc) -> bytes:
         answer = self._get(f"{self.api}/docs/{quote(doc.slug)}",
@@ -229,11 +229,7 @@ class YuqueReader:
         else:
             raw = (f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>'
                    f"{escape(doc.title)}</title></head><body>{text}</body></html>")
-        encoded = raw.encode("utf-8", "replace")
-        if len(encoded) > self.max_bytes:
-            raise ItemFailed(f"{len(encoded)} bytes, over KB_MAX_UPLOAD_BYTES "
-                             f"({self.max_bytes})")
-        return encoded
+        return bounded(raw.encode("utf-8", "replace"), self.max_bytes)
 
     def _get(self, url: str, max_bytes: int, *, item: bool = False) -> Answer:
         return api_request(self.http, url, self.headers, deadline=self.deadline,

@@ -2,7 +2,10 @@
 
 A document's `readers` are principals as its source names them, `user:<name>` or
 `group:<name>`, compared case aside. A document without readers is readable by every caller of
-its dataset. A call reads with an `Access`:
+its dataset; one whose readers are NOBODY (its source restricts it in a way readers cannot say)
+by the platform's own reads only. A source's documents take its readers and, where the source
+keeps permissions (Confluence restrictions, a Feishu space's members), those too: both apply.
+A call reads with an `Access`:
 - a person's (the user and groups an agent acts for, `on_behalf_of`, widened by the tenant's
   aliases): documents without readers, and those naming the user or one of the groups;
 - `ANONYMOUS` (a key that names no person, or may not): documents without readers only;
@@ -14,7 +17,7 @@ Light on purpose (no models): the lookup's types and the audit read it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from django.core.exceptions import ValidationError
@@ -24,6 +27,10 @@ USER, GROUP = "user:", "group:"
 MAX_READERS = 100  # principals on one document or source
 MAX_GROUPS = 100  # groups one call may name
 MAX_PRINCIPAL_CHARS = 200  # a principal, its kind included
+# The one reader of a document restricted in a way readers cannot say (levels that name no
+# principal in common; more than MAX_READERS): no call names it, so only the platform's own
+# reads read the document. No principal() is it.
+NOBODY = "none:"
 
 
 def principal(value: str) -> str:
@@ -47,6 +54,33 @@ def readers_checked(values: Iterable[str]) -> list[str]:
     if len(readers) > MAX_READERS:
         raise ValidationError(f"at most {MAX_READERS} readers, not {len(readers)}")
     return readers
+
+
+def readers_named(names: Iterable[str]) -> list[str]:
+    """The readers a source names (a page's restrictions, a space's members), each as
+    principal() writes it: a name that is no principal is left out; when none is left of
+    some, or more than MAX_READERS are, NOBODY (never every caller)."""
+    given, readers = 0, set()
+    for name in names:
+        given += 1
+        try:
+            readers.add(principal(name))
+        except ValidationError:
+            continue
+    if given and (not readers or len(readers) > MAX_READERS):
+        return [NOBODY]
+    return sorted(readers)
+
+
+def readers_within(*levels: Sequence[str]) -> list[str]:
+    """A document's readers when each level restricts it (its source's readers, a space's
+    members, each page above it, its own): an empty level restricts nothing; the principals
+    every restricting level names, compared as written (levels that share none: NOBODY)."""
+    restricting = [set(level) for level in levels if level]
+    if not restricting:
+        return []
+    common = set.intersection(*restricting)
+    return sorted(common) if common else [NOBODY]
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from retrieval.types import CallFilters
 from tests.conftest import Kb, wait_until
 from tests.datasets.builders import api_client
 from tests.datasets.sources.builders import Repo, make_source, sync
+from tests.datasets.sources.confluence_server import Wiki, WikiPage, confluence_server
 from tests.retrieval.conftest import MakeKey
 
 pytestmark = pytest.mark.django_db(transaction=True)  # call_tool closes its connections
@@ -362,6 +363,46 @@ def test_a_sources_readers_are_its_documents_and_a_removal_holds_at_once(
     refused = kb.admin.patch(f"/api/documents/{documents['vault'].doc_id}",
                              {"readers": []}, format="json")
     assert refused.status_code == 400
+
+
+@pytest.mark.usefixtures("eager_tasks")
+def test_a_pages_restrictions_at_the_source_hold_from_the_sync_that_reads_them(
+        kb: Kb, store: Any, settings: Any, monkeypatch: pytest.MonkeyPatch,
+        make_key: MakeKey) -> None:
+    """A Confluence page restricted to a group, then moved to another group at the source
+    (its body unchanged), then to a person its site names by account id (an alias maps it):
+    each holds for every lookup from the sync that reads it."""
+    settings.KB_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
+    monkeypatch.setenv("KB_SOURCE_SECRET_ACME_WIKI", "personal-access-token")
+    page = WikiPage("ibex", f"<p>{runbook('ibex').decode()}</p>", groups=["sre"])
+    site = Wiki(space="OPS", credential="personal-access-token", pages={
+        "1": page, "2": WikiPage("quokka", f"<p>{runbook('quokka').decode()}</p>")})
+    PrincipalAlias.objects.create(tenant=kb.tenant, alias="user:557058:ca201",
+                                  principal="user:carol@example.com")
+    sre = Person("sre", {"user": "dan@example.com", "groups": ["sre"]}, frozenset({"ibex"}))
+    ops = Person("ops", {"user": "eve@example.com", "groups": ["ops"]}, frozenset())
+    carol = Person("carol", {"user": "carol@example.com"}, frozenset())
+    with confluence_server(site) as running:
+        source = make_source(kb.dataset, kind="confluence", location=running.space_url,
+                             secret_env="KB_SOURCE_SECRET_ACME_WIKI")
+        assert sync(source).status == "succeeded"
+        probe = Probe(acting_key(make_key), {"ibex": Document.objects.get(title="ibex")})
+
+        def asked(*people: Person) -> None:
+            for person in people:
+                for _ in range(10):
+                    found = probe.rest(person, "lookup_knowledge", {"query": question("ibex")})
+                    assert ("ibex" in person.reads) == any(
+                        "ibex" in e["title"] for e in found["evidence"]), (person.label, found)
+
+        asked(sre, ops, carol)
+        page.groups = ["ops"]  # moved between groups at the source
+        assert sync(source).detail["changed"] == 1
+        asked(replace(sre, reads=frozenset()), replace(ops, reads=frozenset({"ibex"})), carol)
+        page.groups, page.users = [], [{"accountId": "557058:ca201"}]
+        assert sync(source).detail["changed"] == 1
+        asked(replace(sre, reads=frozenset()), ops, replace(carol, reads=frozenset({"ibex"})))
+    assert probe.calls == 90
 
 
 def test_a_commands_key_may_act_for_people_when_it_says_so(

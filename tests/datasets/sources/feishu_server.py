@@ -1,7 +1,8 @@
 """A Feishu open platform on 127.0.0.1 that speaks the API the feishu source reads, as Feishu
 documents it (open.feishu.cn/document, server API): `POST /open-apis/auth/v3/
 tenant_access_token/internal` (an app's id and secret for a tenant access token that expires),
-`GET /open-apis/wiki/v2/spaces/{space_id}` (the space, for an app among its members), `…/spaces/
+`GET /open-apis/wiki/v2/spaces/{space_id}` (the space, for an app among its members, public or
+private), `…/spaces/{space_id}/members?page_token=…` (its members, 20 a page), `…/spaces/
 {space_id}/nodes?parent_node_token=…&page_size=…&page_token=…` (a node's children, at most 50 a
 page), `/open-apis/drive/v1/files?folder_token=…` (a folder's files, at most 200 a page) and
 `/open-apis/docx/v1/documents/{document_id}/blocks` (a document's blocks, at most 500 a page).
@@ -49,6 +50,10 @@ class Platform:
     nodes: dict[str, FeishuDoc] = field(default_factory=dict)  # node token → its document
     files: dict[str, FeishuDoc] = field(default_factory=dict)  # Drive token → file or folder
     member: bool = True  # the app is among the space's members
+    visibility: str = "public"  # of the space: "public" (the tenant's) or "private"
+    # A private space's members as Feishu lists them: {"member_type": "userid", "member_id":
+    # …, "member_role": "member", "type": "user"}; the app reading it is one too.
+    members: list[dict[str, str]] = field(default_factory=list)
     scopes: bool = True  # the app has the scopes it needs
     expire: int = 7200  # seconds a tenant access token lasts
     issued: dict[str, float] = field(default_factory=dict)  # token → when it expires
@@ -160,7 +165,12 @@ def feishu_server(platform: Platform) -> Iterator[Platform]:
                 return self.answer(400, {"code": 131006, "msg": "permission denied"})
             if parts.path == wiki:
                 return self.answer(200, {"code": 0, "data": {"space": {
-                    "space_id": platform.space_id, "name": "Runbooks", "visibility": "private"}}})
+                    "space_id": platform.space_id, "name": "Runbooks",
+                    "visibility": platform.visibility}}})
+            if parts.path == f"{wiki}/members":
+                app = {"member_type": "appid", "member_id": platform.app_id,
+                       "member_role": "member", "type": "app"}
+                return self.paged([app, *platform.members], query, 20, "members", "page_token")
             if parts.path == f"{wiki}/nodes":
                 parent = query.get("parent_node_token") or None
                 children = [t for t in platform.nodes if platform.nodes[t].parent == parent]

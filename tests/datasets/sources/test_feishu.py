@@ -86,6 +86,41 @@ def test_a_space_syncs_its_documents_and_then_only_those_that_changed(
     assert found["evidence"][0]["url"] == f"{platform.url}/wiki/wikNew"
 
 
+def test_a_private_spaces_members_are_its_documents_readers(
+        kb: Any, store: Any, settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings.KB_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
+    monkeypatch.setenv(VARIABLE, f"{APP_ID}:{APP_SECRET}")
+    site = Platform(app_id=APP_ID, app_secret=APP_SECRET, visibility="private", members=[
+        {"member_type": "userid", "member_id": "ou_alice", "member_role": "admin",
+         "type": "user"},
+        {"member_type": "opendepartmentid", "member_id": "od-sre", "member_role": "member",
+         "type": "user"},
+        *({"member_type": "openchat", "member_id": f"oc_{n}", "member_role": "member",
+           "type": "user"} for n in range(30))])  # two pages of members
+    site.nodes["wikA"] = FeishuDoc("扩容", _steps("a"))
+    with feishu_server(site) as running:
+        source = _source(kb, running)
+        assert sync(source).status == Job.Status.SUCCEEDED
+
+        def readers() -> list[list[str]]:
+            return [d.readers for d in Document.objects.filter(source=source, deleted=False)]
+
+        expected = sorted(["user:ou_alice", "group:od-sre", *(f"group:oc_{n}" for n in range(30))])
+        assert readers() == [expected]
+        # A member removed at the source: one sync, and the document's readers follow.
+        del site.members[0]
+        job = sync(source)
+        assert sync_counts(job) == (0, 1, 0, 0, 0)
+        assert readers() == [[r for r in expected if r != "user:ou_alice"]]
+        # A member of a kind no reader can say: no agent reads it; made public: everyone.
+        site.members.append({"member_type": "robot", "member_id": "x", "type": "user"})
+        sync(source)
+        assert readers() == [["none:"]]
+        site.visibility = "public"
+        assert sync_counts(sync(source)) == (0, 1, 0, 0, 0) and readers() == [[]]
+        assert not any("/members" in hit for hit, _ in running.hits[-4:])
+
+
 def test_failures_delete_nothing(kb: Any, store: Any, platform: Platform,
                                  monkeypatch: pytest.MonkeyPatch, capfd: Any,
                                  caplog: Any) -> None:

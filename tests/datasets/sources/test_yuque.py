@@ -92,7 +92,7 @@ def test_failures_delete_nothing(kb: Any, store: Any, book: Book,
     assert len(live_paths(source)) == 200
     book.unlisted = {102}
     job = sync(source)
-    assert "document 102 is in the book but was not listed" in str(job.log)
+    assert "document 102 is current but was not listed" in str(job.log)
     assert len(live_paths(source)) == 200
     book.unlisted = set()
     monkeypatch.setenv(VARIABLE, "wrong-token")
