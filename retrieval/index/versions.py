@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import transaction
 from django.db.models import QuerySet
@@ -133,11 +134,15 @@ class ActiveIndex:
 
     pk: int
     collection: str
+    # As the statement returns it: a row that takes the id and the collection's name of one
+    # rolled back (SQLite's sequence is undone with it, as between tests) is another version.
+    created_at: Any
 
 
 # The last version a lookup served from, in this process. What a ServingIndex reads of it
-# (collection, embedder, chunking) never changes once the version exists, but for the
-# collection's name, which is part of the key.
+# (collection, embedder, chunking) never changes once the version exists, and the key names
+# the row (its id, its collection's name and when it was made), so a row made since under a
+# gone one's id and name is read anew, never served with the other's embedder.
 _serving: tuple[ActiveIndex, ServingIndex] | None = None
 _serving_lock = threading.Lock()
 

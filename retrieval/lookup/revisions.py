@@ -59,7 +59,8 @@ def lookup_revisions(*, tenant_id: int, dataset_ids: Sequence[int]) -> Revisions
                       for kind, pk, number, _, _, at, dataset, experiment in rows
                       if kind == _CONFIG),
         # The newest active version, as active_version() reads it.
-        index=ActiveIndex(pk=actives[0][1], collection=actives[0][2]) if actives else None)
+        index=ActiveIndex(pk=actives[0][1], collection=actives[0][2], created_at=actives[0][0])
+        if actives else None)
 
 
 @cache

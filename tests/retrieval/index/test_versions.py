@@ -159,3 +159,25 @@ def test_the_serving_index_keeps_its_chunking_until_a_rebuild(kb, store, ingest,
     for document in (first, second):
         assert len(store.chunk_ids(document.doc_id)) == 2
     assert not [m for m in check_services() if m.id == "kbplatform.W008"]
+
+
+def test_a_version_made_under_a_gone_ones_id_and_name_is_read_anew() -> None:
+    """A row may take the id of one rolled back (SQLite's sequence is undone with it, as
+    between tests): the version a lookup serves from is kept by the row it is, never served
+    with the gone one's embedder."""
+    from retrieval.index.versions import ActiveIndex, serving_index_of
+    from retrieval.lookup.revisions import lookup_revisions
+
+    spec = {"collection_name": "biz_v9", "dimension": 8, "chunk_size": 800,
+            "chunk_overlap": 100, "status": IndexVersion.Status.ACTIVE}
+    first = IndexVersion.objects.create(embedder="openai/m/8d", **spec)
+    served = lookup_revisions(tenant_id=0, dataset_ids=[]).index
+    assert served == ActiveIndex(first.pk, "biz_v9", served.created_at)
+    assert serving_index_of(served).version.embedder == "openai/m/8d"
+    IndexVersion.objects.filter(pk=first.pk).delete()
+    again = IndexVersion.objects.create(pk=first.pk, embedder="use/multilingual-v3", **spec)
+    IndexVersion.objects.filter(pk=again.pk).update(created_at=again.created_at.replace(
+        year=again.created_at.year + 1))
+    now = lookup_revisions(tenant_id=0, dataset_ids=[]).index
+    assert (now.pk, now.collection) == (served.pk, served.collection) and now != served
+    assert serving_index_of(now).version.embedder == "use/multilingual-v3"
