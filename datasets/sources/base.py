@@ -6,7 +6,7 @@ import re
 import time
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -82,12 +82,20 @@ def listed_item(path: str, version: str, size: int, *, known: Mapping[str, str],
     return replace(item, url=url, readers=tuple(readers))
 
 
-def listing_moved(missing: Sequence[str], current: Callable[[str], bool], noun: str) -> str:
-    """Why a listing by offset may not delete ("": it may). `missing`: the ids of documents
-    gone from it (not listed under another path either); `current(id)`: whether the source
-    still holds it, then the listing moved under a change and skipped it. Of more than
-    MAX_CONFIRMED, that many spread over them are asked, and when none is current the rest are
-    taken as gone (one the listing skipped all the same is added again by the next sync)."""
+def listing_moved(known: Mapping[str, str], listed: Iterable[tuple[str, str]],
+                  current: Callable[[str], bool], noun: str,
+                  asked: Callable[[str], bool] = bool) -> str:
+    """Why a listing by offset may not delete ("": it may). `known`: the source's documents
+    (path → version, "<id>:…"); `listed`: the listing's (path, id); `current(id)`: whether the
+    source still holds one gone from the listing (not listed under another path either, and
+    one `asked` of), then the listing moved under a change and skipped it. Of more than
+    MAX_CONFIRMED gone, that many spread over them are asked, and when none is current the
+    rest are taken as gone (one the listing skipped all the same is added again by the next
+    sync)."""
+    listed = list(listed)
+    paths, ids = {path for path, _ in listed}, {key for _, key in listed}
+    missing = [key for path, version in known.items() if path not in paths and ":" in version
+               for key in [version.partition(":")[0]] if key not in ids and asked(key)]
     count = min(len(missing), MAX_CONFIRMED)
     for key in (missing[i * len(missing) // count] for i in range(count)):
         if current(key):

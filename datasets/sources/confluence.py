@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from html import escape
@@ -172,7 +172,11 @@ class ConfluenceReader:
         self._space_readable()
         listed = self._listing()
         # Pages the globs leave are listed too: their documents go, not as missing pages.
-        self._confirm_missing(known, listed)
+        # Confluence's listing is by offset: before the documents of pages gone from it are
+        # deleted, those pages are asked for. An attachment is never asked for (its page's
+        # listing of them is whole).
+        self.partial = listing_moved(known, ((c.path, c.id) for c in listed), self._current,
+                                     "page", asked=str.isdigit)
         contents = [content for content in listed if self.globs(content.path)]
         self.expected = len(contents)
         for content in contents:
@@ -321,18 +325,6 @@ class ConfluenceReader:
                     readers=readers, size=file.size, download=file.download))
         return contents
 
-    def _confirm_missing(self, known: Mapping[str, str], listed: Sequence[Content]) -> None:
-        """Before the documents of pages missing from the listing are deleted, ask for those
-        pages (listing_moved): Confluence's listing is by offset. A page listed under another
-        path (renamed, moved) is not missing, nor is an attachment (its page's listing of
-        them is whole)."""
-        paths = {content.path for content in listed}
-        ids = {content.id for content in listed}
-        missing = [key for path, version in known.items()
-                   if path not in paths and ":v" in version
-                   for key in [version.partition(":")[0]] if key not in ids and key.isdigit()]
-        self.partial = listing_moved(missing, self._current, "page")
-
     def _current(self, page_id: str) -> bool:
         answer = self._get(f"{self.base}/rest/api/content/{quote(page_id)}?expand=space",
                            MAX_LISTING_BYTES)
@@ -400,11 +392,9 @@ def _listed(result: Any) -> Listed:
         # Its attachments as the listing expands them; not expanded (an older server): all
         # are listed apart, so none is taken for deleted.
         files = (result.get("children") or {}).get("attachment")
-        results, size, limit = (files["results"], files.get("size"), files.get("limit")) \
-            if files is not None else ([], None, None)
-        attachments = [a for a in map(_attachment, results) if a is not None]
-        more = files is None or bool((files.get("_links") or {}).get("next")) or (
-            type(size) is int and type(limit) is int and size >= limit > 0)
+        attachments = [a for a in map(_attachment, files["results"] if files is not None else [])
+                       if a is not None]
+        more = files is None or _goes_on(files)
         if not PAGE_ID.match(str(result["id"])):
             raise ValueError(result["id"])
         return Listed(id=str(result["id"]), ancestors=ancestors, title=str(result["title"]),
@@ -437,6 +427,14 @@ def _attachment(result: Any) -> Attachment | None:
                          "download link") from None
 
 
+def _goes_on(part: Mapping[str, Any]) -> bool:
+    """Whether an expanded list says more follow than it holds: a next link, or as many as
+    its limit."""
+    size, limit = part.get("size"), part.get("limit")
+    return bool((part.get("_links") or {}).get("next")) or (
+        type(size) is int and type(limit) is int and size >= limit > 0)
+
+
 def _bounded_link(link: str, resource: str, longest: int = MAX_NEXT_CHARS) -> bool:
     """A link of Confluence's below the site's base: to `resource`, bounded, no control
     character or space."""
@@ -454,13 +452,11 @@ def _restricted(result: Mapping[str, Any]) -> list[str]:
         named = result["restrictions"]["read"]["restrictions"]
         for kind, keys in PRINCIPAL_KEYS:
             part = named[kind]
-            results, size, limit = part["results"], part.get("size"), part.get("limit")
-            if not isinstance(results, list):
+            if not isinstance(part["results"], list):
                 raise TypeError(kind)
-            if (part.get("_links") or {}).get("next") or (
-                    type(size) is int and type(limit) is int and size >= limit > 0):
+            if _goes_on(part):
                 return [NOBODY]
-            for entry in results:
+            for entry in part["results"]:
                 ids = [f"{kind}:{entry[key]}" for key in keys
                        if isinstance(entry.get(key), str) and entry[key]]
                 if not ids:

@@ -11,7 +11,7 @@ again (datasets/sources/http.py)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from html import escape
@@ -92,7 +92,11 @@ class YuqueReader:
             self.headers["X-Auth-Token"] = header_secret(self.source, "token")
         self._book_readable()
         listed = self._listing()
-        self._confirm_missing(known, listed)
+        # As a Confluence space's: a document gone from the offset listing but still in the
+        # book means the listing moved under a change.
+        self.partial = listing_moved(
+            known, ((doc.path, doc.version.partition(":")[0]) for doc in listed),
+            self._current, "document")
         docs = [doc for doc in listed if self.globs(doc.path)]
         self.expected = len(docs)
         for doc in docs:
@@ -193,16 +197,6 @@ class YuqueReader:
                                  version=f"{doc_id}:{changed}",
                                  url=f"{self.site}/{self.namespace}/{quote(slug)}"))
         return docs
-
-    def _confirm_missing(self, known: Mapping[str, str], listed: Sequence[YuqueDoc]) -> None:
-        """As a Confluence space's (listing_moved): a document missing from the offset
-        listing but still in the book means the listing moved under a change; one listed
-        under another path (moved in the table of contents) is not missing."""
-        paths = {doc.path for doc in listed}
-        ids = {doc.version.partition(":")[0] for doc in listed}
-        missing = [key for path, version in known.items() if path not in paths and ":" in version
-                   for key in [version.partition(":")[0]] if key not in ids]
-        self.partial = listing_moved(missing, self._current, "document")
 
     def _current(self, doc_id: str) -> bool:
         answer = self._get(f"{self.api}/docs/{quote(doc_id)}", MAX_LISTING_BYTES)
