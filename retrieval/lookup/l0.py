@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -64,9 +65,10 @@ class DocumentsView:
     # Every document a lookup may serve now (live and activated): the guard checks each hit
     # against it, whatever Milvus holds, without a query per lookup.
     live: frozenset[int]
-    # The languages the live documents are written in (zh, en; a document without text yet
-    # has none): a question in another one is translated (lookup/graph/translate.py).
-    languages: frozenset[str]
+    # Each live document's language (zh, en; one without text yet has none): a question in
+    # another language than those of the documents its caller may read is translated
+    # (lookup/graph/translate.py).
+    language: Mapping[int, str]
     # Each live document's source path, format, tags and the fields its tenant declared: what
     # a call's DocumentMatch reads.
     facts: Mapping[int, DocumentFacts] = field(
@@ -81,9 +83,10 @@ class DocumentsView:
         default_factory=lambda: MappingProxyType({}))
     unsynced: frozenset[int] = frozenset()
     documents: tuple[L0Document, ...] = ()
-    # Each set of principals: what it may not read, and the live documents it may.
-    _readings: dict[frozenset[str] | None, tuple[Withheld, frozenset[int]]] = field(
-        default_factory=dict, compare=False, repr=False)
+    # Each set of principals: what it may not read, the live documents it may and their
+    # languages.
+    _readings: dict[frozenset[str] | None, tuple[Withheld, frozenset[int], frozenset[str]]] = \
+        field(default_factory=dict, compare=False, repr=False)
     _l0s: dict[tuple[int, ...], L0Index] = field(default_factory=dict, compare=False,
                                                  repr=False)
 
@@ -96,11 +99,16 @@ class DocumentsView:
         """The live documents `access` may read."""
         return self._reading(access)[1]
 
-    def _reading(self, access: Access) -> tuple[Withheld, frozenset[int]]:
+    def languages(self, access: Access) -> frozenset[str]:
+        """The languages of the live documents `access` may read: one it may not read never
+        decides whether its question is translated."""
+        return self._reading(access)[2]
+
+    def _reading(self, access: Access) -> tuple[Withheld, frozenset[int], frozenset[str]]:
         """Worked out once a view for each set of principals: a lookup asks several times
         (its filter, then the guard after each search round)."""
         if not self.restricted and not self.unsynced:
-            return Withheld(restricted=False), self.live
+            return Withheld(restricted=False), self.live, self._all_languages
         with _lock:
             found = self._readings.get(access.principals)
         if found is None:
@@ -111,12 +119,18 @@ class DocumentsView:
             found = (Withheld(tuple(sorted(hidden)),
                               tuple(sorted(self.unsynced & hidden))[:MAX_EXCLUDED],
                               tuple(sorted(self.unsynced - hidden))[:MAX_EXCLUDED]),
-                     self.live - hidden)
+                     self.live - hidden,
+                     frozenset(language for doc, language in self.language.items()
+                               if doc not in hidden) if hidden else self._all_languages)
             with _lock:
                 if len(self._readings) >= MAX_ACCESSES:
                     self._readings.clear()
                 self._readings[access.principals] = found
         return found
+
+    @cached_property
+    def _all_languages(self) -> frozenset[str]:
+        return frozenset(self.language.values())
 
     def l0_for(self, access: Access) -> L0Index:
         """The L0 index of the documents `access` may read: the topics an EMPTY answer names
@@ -185,7 +199,8 @@ def documents_view(*, tenant_id: int, dataset_ids: Sequence[int],
                 .order_by("-updated_at").values_list("doc_id", flat=True)[:MAX_EXCLUDED])
     view = DocumentsView(l0=L0Index(documents), excluded=tuple(sorted(excluded)),
                          live=frozenset(int(d.doc_id) for d in documents),
-                         languages=frozenset(row[5] for row in rows if row[5] != UNKNOWN),
+                         language=MappingProxyType({row[0]: row[5] for row in rows
+                                                    if row[5] != UNKNOWN}),
                          facts=MappingProxyType({
                              doc_id: DocumentFacts(
                                  path, fmt, frozenset(str(k).casefold() for k in keywords or ()),

@@ -324,5 +324,5 @@ def _tool(settings: RagSettings, version: int | None, search: VectorSearchServic
         settings=settings, config_version=version, reranker=configured_reranker(),
         chat=chat_model_for(config), synonyms=synonyms,
         translation_model=translation_model_for(config),
-        languages=view.languages if view else frozenset(),
+        languages=view.languages(access) if view else frozenset(),
         validity=view.validity if view else None)

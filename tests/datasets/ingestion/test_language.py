@@ -11,10 +11,11 @@ import pytest
 from django.conf import settings
 from django.core.management import call_command
 
-from datasets.documents.services import document_store
+from datasets.documents.services import dataset_documents_changed, document_store
 from datasets.ingestion.conversion import document_convert
 from datasets.ingestion.language import text_language
 from datasets.models import Document
+from datasets.tenancy.permissions import ANONYMOUS, PLATFORM, Access
 from retrieval.lookup.l0 import documents_view
 from retrieval.lookup.revisions import lookup_revisions
 from tests.datasets.builders import markdown
@@ -70,7 +71,8 @@ def test_a_stored_document_has_its_language_and_the_lookup_view_sees_it(kb: Any)
     def languages() -> frozenset[str]:
         return documents_view(tenant_id=kb.tenant.pk, dataset_ids=[kb.dataset.pk],
                               revisions=lookup_revisions(tenant_id=kb.tenant.pk,
-                                                         dataset_ids=[kb.dataset.pk])).languages
+                                                         dataset_ids=[kb.dataset.pk])
+                              ).languages(PLATFORM)
 
     assert store("nginx.md", EN_RUNBOOK.encode()).language == "en"
     assert languages() == {"en"}
@@ -84,6 +86,16 @@ def test_a_stored_document_has_its_language_and_the_lookup_view_sees_it(kb: Any)
     kafka = store("kafka.md", markdown("Kafka 消费者积压", {"症状": "消费者组的积压持续增长。"},
                                        domain="messaging", keywords=["consumer lag"]))
     assert kafka.language == "zh"
+    # Read by one group only, it decides nothing for the others: a question is not translated
+    # into a language only documents its caller may not read are in.
+    Document.objects.filter(pk__in=[notes.pk, kafka.pk]).update(readers=["group:dba"])
+    dataset_documents_changed(dataset_id=kb.dataset.pk)
+    view = documents_view(tenant_id=kb.tenant.pk, dataset_ids=[kb.dataset.pk],
+                          revisions=lookup_revisions(tenant_id=kb.tenant.pk,
+                                                     dataset_ids=[kb.dataset.pk]))
+    assert view.languages(ANONYMOUS) == view.languages(Access.person("bob", ["ops"])) == {"en"}
+    assert view.languages(Access.person("ann", ["dba"])) == view.languages(PLATFORM) == {
+        "en", "zh"}
 
 
 @pytest.mark.django_db(transaction=True)
