@@ -6,7 +6,9 @@ written out as markdown with its headings, lists, code and tables) is read again
 edit time moved. Documents (docx) are read; sheets, bases, mind maps, slides, uploaded files
 and old-format docs are left out, as are shortcuts (their origin is read where it lives). Who
 may read them: everyone of the tenant's for a public space; a private space's members (users
-as `user:<their id>`, chats and departments as `group:<their id>`) for a private one.
+as `user:<their id>`, chats, departments and user groups as `group:<their id>`) for a private
+one. A Drive document: everyone of the tenant's when its link lets the tenant (or anyone) read
+it; else its owner and the collaborators it lists, asked of each document at each sync.
 
 The source reads as an app: its variable holds `<app id>:<app secret>`, exchanged for a tenant
 access token (renewed before it expires) sent as a Bearer token. Every request goes through
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -39,7 +41,7 @@ from datasets.sources.base import (
     path_name,
     too_many,
 )
-from datasets.sources.http import AGENT, Answer, api_json, api_request
+from datasets.sources.http import AGENT, RETRIED, Answer, api_json, api_request
 from datasets.sources.secrets import source_secret
 from datasets.tenancy.permissions import GROUP, MAX_READERS, NOBODY, USER, readers_named
 from kbplatform import outbound
@@ -66,13 +68,18 @@ TOKEN_SECONDS = 7200  # a tenant access token's life when the answer does not sa
 NO_SCOPE = (99991672, 99991679)  # the app lacks a scope the call needs
 SPACE_HIDDEN = (131005, 131006)  # no such space; the app is not a member
 DOC_GONE, DOC_FORBIDDEN = 1770002, 1770032
-SCOPES = ("wiki:wiki:readonly (a folder: drive:drive:readonly) and "
-          "docx:document:readonly")
-# A space member's kind as a reader: a person by the id its member_type names, a chat or a
-# department as a group.
+SHARING_HIDDEN = 1063002  # Feishu lists a document's collaborators to those who may share it
+MAX_MESSAGE_CHARS = 300  # of Feishu's own words in a failure
+SCOPES = ("wiki:wiki:readonly (a folder: drive:drive:readonly and "
+          "docs:permission.member:retrieve) and docx:document:readonly")
+# A space member's or a collaborator's kind as a reader: a person by the id its member_type
+# names, a chat, a department or a user group as a group.
 MEMBER_KINDS = {"openid": USER, "unionid": USER, "userid": USER, "email": USER,
-                "openchat": GROUP, "opendepartmentid": GROUP}
+                "openchat": GROUP, "opendepartmentid": GROUP, "groupid": GROUP}
 APP_KINDS = ("appid", "open_app_id")
+# A Drive document's link settings that let everyone of the tenant (or more) read it.
+OPEN_LINKS = frozenset({"tenant_readable", "tenant_editable", "partner_tenant_readable",
+                        "partner_tenant_editable", "anyone_readable", "anyone_editable"})
 
 PAGE, TEXT, BULLET, ORDERED, CODE, QUOTE, TODO, DIVIDER, TABLE, QUOTE_CONTAINER = (
     1, 2, 12, 13, 14, 15, 17, 22, 31, 34)
@@ -98,6 +105,7 @@ class Listed:
     token: str  # the document's (obj_token)
     edited: str  # its edit time ("": none given)
     page: str  # where people read it, below the site: "wiki/<node token>", "docx/<token>"
+    owner: str = ""  # a Drive document's owner (their open_id)
 
 
 @dataclass(frozen=True)
@@ -107,6 +115,7 @@ class FeishuDoc:
     version: str  # "<token>:<edit time>" ("": no edit time given)
     url: str
     title: str
+    owner: str = ""
 
 
 def place_of(location: str) -> Place | None:
@@ -155,13 +164,19 @@ class FeishuReader:
         docs = [doc for doc in listed if self.globs(doc.path)]
         self.expected = len(docs)
         for doc in docs:
+            try:
+                readers = self.readers if self.place.wiki else self._shared_with(doc)
+            except ItemFailed as exc:  # who may read it is not known: no agent reads it
+                yield Item(doc.path, doc.version, failure=f"who may read it: {exc}",
+                           url=doc.url, readers=(NOBODY,))
+                continue
             if not doc.version:
                 yield Item(doc.path, "", failure="Feishu gives no edit time for it", url=doc.url,
-                           readers=tuple(self.readers))
+                           readers=tuple(readers))
                 continue
             yield listed_item(doc.path, doc.version, 0, known=known, longest=self.longest,
                               max_bytes=self.max_bytes, read=partial(self._body, doc),
-                              url=doc.url, readers=self.readers)
+                              url=doc.url, readers=readers)
 
     def _sign_in(self) -> None:
         """A tenant access token for the app the source's variable names."""
@@ -202,20 +217,31 @@ class FeishuReader:
         raise SyncFailed(self._refusal(answer, reply))
 
     def _members(self) -> list[str]:
-        """A private space's members as readers (readers_named): none that names a person (only
-        apps) or one of no kind a reader can say: NOBODY."""
-        names: list[str] = []
-        for member in self._listing(f"/open-apis/wiki/v2/spaces/{self.place.key}/members", {},
-                                    "members", "page_token"):
-            if member.get("type") == "app" or member.get("member_type") in APP_KINDS:
-                continue  # an app (this source's among them) is no one an agent acts for
-            kind, named = MEMBER_KINDS.get(str(member.get("member_type"))), member.get("member_id")
-            if kind is None or not isinstance(named, str) or not named:
-                return [NOBODY]
-            names.append(kind + named)
-            if len(names) > MAX_READERS:
-                break  # more than readers may name: no page more is asked for
-        return readers_named(names) or [NOBODY]
+        """A private space's members as readers (_named)."""
+        return _named(self._listing(f"/open-apis/wiki/v2/spaces/{self.place.key}/members", {},
+                                    "members", "page_token"))
+
+    def _shared_with(self, doc: FeishuDoc) -> list[str]:
+        """A Drive document's readers: none beyond the source's when its link lets everyone of
+        the tenant (or anyone) read it; else its owner and collaborators (_named). ItemFailed
+        when Feishu says it will not tell (the app may not share it, the document is gone);
+        SyncFailed when it may tell later (a rate limit, a server error, no answer in time)
+        or the app lacks the scope to ask: its last readers stand."""
+        self.deadline.check()
+        answer, reply = self._get(f"/open-apis/drive/v2/permissions/{doc.token}/public"
+                                  "?type=docx")
+        if answer.status != 200 or reply.get("code") != 0:
+            raise self._failure(answer, reply, item=True, settled=True)
+        public = _mapping(_mapping(reply.get("data")).get("permission_public"))
+        if not public:
+            raise SyncFailed("Feishu's answer holds no link settings")
+        if public.get("link_share_entity") in OPEN_LINKS:
+            return []
+        owner = [{"member_type": "openid", "member_id": doc.owner}] if doc.owner else []
+        collaborators = self._listing(f"/open-apis/drive/v1/permissions/{doc.token}/members",
+                                      {"type": "docx"}, "items", "page_token", item=True,
+                                      settled=True)
+        return _named([*owner, *collaborators])
 
     def _nodes(self) -> list[Listed]:
         """Every docx node of the space, the whole tree (one listing for the root and one for
@@ -262,8 +288,10 @@ class FeishuReader:
                 token, kind = _token(file, "token"), file.get("type")
                 path = [*titles, str(file.get("name") or "")]
                 if kind == "docx":
+                    owner = file.get("owner_id")
+                    owner = owner if isinstance(owner, str) and OBJECT_TOKEN.match(owner) else ""
                     found.append(Listed(path, token, str(file.get("modified_time") or ""),
-                                        f"docx/{token}"))
+                                        f"docx/{token}", owner))
                 elif kind == "folder" and token not in seen:
                     if len(path) >= MAX_NESTING:
                         raise SyncFailed(f"the folder nests deeper than {MAX_NESTING} folders")
@@ -272,24 +300,26 @@ class FeishuReader:
         return found
 
     def _listing(self, path: str, query: Mapping[str, Any], items: str, next_key: str, *,
-                 budget: int = 0, item: bool = False) -> Iterator[dict[str, Any]]:
+                 budget: int = 0, item: bool = False,
+                 settled: bool = False) -> Iterator[dict[str, Any]]:
         """The entries of a paged listing, page by page up to its end (a page may be empty
         and still have more: the open platform filters pages by permission); `budget`: the
         bytes its answers may hold in all (0: no bound but the pages'). A failure fails the
-        sync, or the one document (`item`); an entry that is not an object fails it too."""
+        sync, or the one document (`item`, `settled`: _failure); an entry that is not an
+        object fails it too."""
         failed = ItemFailed if item else SyncFailed
         tokens: set[str] = set()
         page_token, spent = "", 0
         while True:
             self.deadline.check()
             paged = {**query, **({"page_token": page_token} if page_token else {})}
-            answer, reply = self._get(f"{path}?{urlencode(paged)}", item=item)
+            answer, reply = self._get(f"{path}?{urlencode(paged)}", item=item and not settled)
             spent += len(answer.body)
             if budget and spent > budget:
                 raise failed(f"its answers are over {budget} bytes")
             data = reply.get("data")
             if answer.status != 200 or reply.get("code") != 0 or not isinstance(data, dict):
-                raise failed(self._refusal(answer, reply))
+                raise self._failure(answer, reply, item=item, settled=settled)
             entries = data.get(items) or []
             if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
                 raise failed("Feishu's answer is not a listing")
@@ -311,7 +341,7 @@ class FeishuReader:
         return [FeishuDoc(token=token, path=f"{paths[token]}.md",
                           version=f"{token}:{listed.edited}" if listed.edited else "",
                           url=f"{self.place.site}/{listed.page}",
-                          title=listed.titles[-1] or path_name(""))
+                          title=listed.titles[-1] or path_name(""), owner=listed.owner)
                 for token, listed in by_token.items()]
 
     def _body(self, doc: FeishuDoc) -> bytes:
@@ -342,20 +372,50 @@ class FeishuReader:
             reply = {}
         return answer, _mapping(reply)
 
+    def _failure(self, answer: Answer, reply: Mapping[str, Any], *, item: bool,
+                 settled: bool = False) -> SyncFailed | ItemFailed:
+        """An answer that is no listing as the sync's failure, or the one document's (`item`):
+        never for a scope the app lacks (the owner's to grant, for every document alike), nor,
+        where the answer decides who may read it (`settled`), for one Feishu may answer
+        otherwise later (a rate limit or a server error outlasting the retries)."""
+        own = item and reply.get("code") not in NO_SCOPE and not (
+            settled and answer.status in RETRIED)
+        return (ItemFailed if own else SyncFailed)(self._refusal(answer, reply))
+
     def _refusal(self, answer: Answer, reply: Mapping[str, Any]) -> str:
         """Why an answer is no listing, as its owner can act on it."""
         code = reply.get("code")
-        if code in NO_SCOPE:
+        if code in NO_SCOPE:  # Feishu's message names the scopes the request takes
+            said = str(reply.get("msg") or "")[:MAX_MESSAGE_CHARS]
             return (f"the app in {self.source.secret_env} lacks a scope this source needs: "
-                    f"{SCOPES}")
+                    f"{SCOPES}{f' (Feishu: {said})' if said else ''}")
         if code == DOC_GONE or (answer.status == 404 and code is None):
             return "gone since the listing"
         if code == DOC_FORBIDDEN:
             return "the app may not read this document: share it with the app"
+        if code == SHARING_HIDDEN:
+            return ("the app may not see who may read this document: share it with the app "
+                    "with the right to share it")
         if answer.status == 200 and not reply:
             return "Feishu's answer is not JSON"
         shown = f" (code {code})" if isinstance(code, int) else ""
         return f"Feishu answered {answer.status}{shown}"
+
+
+def _named(members: Iterable[Mapping[str, Any]]) -> list[str]:
+    """A private space's members, or a Drive document's owner and collaborators, as readers
+    (readers_named): apps left out; none left, or one of no kind a reader can say: NOBODY."""
+    names: list[str] = []
+    for member in members:
+        if member.get("type") == "app" or member.get("member_type") in APP_KINDS:
+            continue  # an app (this source's among them) is no one an agent acts for
+        kind, named = MEMBER_KINDS.get(str(member.get("member_type"))), member.get("member_id")
+        if kind is None or not isinstance(named, str) or not named:
+            return [NOBODY]
+        names.append(kind + named)
+        if len(names) > MAX_READERS:
+            break  # more than readers may name: no page more is asked for
+    return readers_named(names) or [NOBODY]
 
 
 def _token(entry: Mapping[str, Any], key: str) -> str:

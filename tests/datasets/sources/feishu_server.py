@@ -4,12 +4,15 @@ tenant_access_token/internal` (an app's id and secret for a tenant access token 
 `GET /open-apis/wiki/v2/spaces/{space_id}` (the space, for an app among its members, public or
 private), `…/spaces/{space_id}/members?page_token=…` (its members, 20 a page), `…/spaces/
 {space_id}/nodes?parent_node_token=…&page_size=…&page_token=…` (a node's children, at most 50 a
-page), `/open-apis/drive/v1/files?folder_token=…` (a folder's files, at most 200 a page) and
-`/open-apis/docx/v1/documents/{document_id}/blocks` (a document's blocks, at most 500 a page).
-Errors are answered as Feishu does, an HTTP status and a JSON `code`: 99991663 for a token it did
-not issue or that expired, 131006 for a space the app is not a member of, 1770032 for a
-document the app may not read, 99991672 for a missing scope; the statuses queued in `faults`
-first (a 429 with x-ogw-ratelimit-reset)."""
+page), `/open-apis/drive/v1/files?folder_token=…` (a folder's files with their owners, at most 200 a
+page), `/open-apis/drive/v2/permissions/{token}/public?type=docx` (a Drive document's link
+settings), `/open-apis/drive/v1/permissions/{token}/members?type=docx` (its collaborators, one
+answer) and `/open-apis/docx/v1/documents/{document_id}/blocks` (a document's blocks, at most
+500 a page). Errors are answered as Feishu does, an HTTP status and a JSON `code`: 99991663 for
+a token it did not issue or that expired, 131006 for a space the app is not a member of,
+1770032 for a document the app may not read, 99991672 for a missing scope; the statuses queued
+in `faults` first (a 429 with x-ogw-ratelimit-reset), and the refusals `refused` names (of
+one kind of request: a missing scope, sharing the app may not see)."""
 
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+REFUSALS = {1063002: "Permission denied",
+            99991672: "Access denied. One of the following scopes is required: [scope]"}
 BLOCK_TYPES = {"p": (2, "text"), "bullet": (12, "bullet"), "ordered": (13, "ordered"),
                "code": (14, "code"), "quote": (15, "quote"), "todo": (17, "todo"),
                **{f"h{n}": (2 + n, f"heading{n}") for n in range(1, 10)}}
@@ -39,6 +44,11 @@ class FeishuDoc:
     kind: str = "docx"  # or "sheet", "bitable", "folder" (Drive), …
     shortcut: bool = False
     forbidden: bool = False  # the app may not read its blocks
+    # A Drive document's owner (open_id), link setting and collaborators as Feishu lists them:
+    # {"member_type": "openid", "member_id": …, "perm": "view", "type": "user"}.
+    owner: str = "ou_owner"
+    link: str = "tenant_readable"
+    collaborators: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -55,6 +65,9 @@ class Platform:
     # …, "member_role": "member", "type": "user"}; the app reading it is one too.
     members: list[dict[str, str]] = field(default_factory=list)
     scopes: bool = True  # the app has the scopes it needs
+    # A marker of the requests Feishu refuses → (HTTP status, its code): "/members?" with
+    # (403, 1063002), sharing the app may not see; (400, 99991672), a scope it lacks.
+    refused: dict[str, tuple[int, int]] = field(default_factory=dict)
     expire: int = 7200  # seconds a tenant access token lasts
     issued: dict[str, float] = field(default_factory=dict)  # token → when it expires
     hits: list[tuple[str, int]] = field(default_factory=list)
@@ -153,6 +166,9 @@ def feishu_server(platform: Platform) -> Iterator[Platform]:
         def do_GET(self) -> None:  # noqa: N802 (the standard library's name)
             if self.fault():
                 return
+            for marker, (status, code) in platform.refused.items():
+                if marker in self.path:
+                    return self.answer(status, {"code": code, "msg": REFUSALS[code]})
             token = self.headers.get("Authorization", "").removeprefix("Bearer ")
             if platform.issued.get(token, 0) < time.monotonic():
                 return self.answer(400, {"code": 99991663, "msg": "Invalid access token"})
@@ -185,10 +201,14 @@ def feishu_server(platform: Platform) -> Iterator[Platform]:
             if parts.path == "/open-apis/drive/v1/files":
                 folder = query.get("folder_token")
                 items = [{"token": t, "name": f.title, "type": f.kind, "parent_token": folder,
-                          "url": f"{platform.url}/docx/{t}", "modified_time": f.edited}
+                          "url": f"{platform.url}/docx/{t}", "modified_time": f.edited,
+                          "owner_id": f.owner}
                          for t, f in platform.files.items()
                          if (f.parent or platform.folder) == folder]
                 return self.paged(items, query, 200, "files", "next_page_token")
+            if parts.path.startswith(("/open-apis/drive/v2/permissions/",
+                                      "/open-apis/drive/v1/permissions/")):
+                return self.sharing(parts.path, query)
             if parts.path.startswith("/open-apis/docx/v1/documents/"):
                 token = parts.path.split("/")[5]
                 doc = platform.files.get(token) or platform.nodes.get(token.removeprefix("dox"))
@@ -198,6 +218,22 @@ def feishu_server(platform: Platform) -> Iterator[Platform]:
                     return self.answer(403, {"code": 1770032, "msg": "forBidden"})
                 return self.paged(blocks_of(token, doc), query, 500, "items", "page_token")
             return self.answer(404, {"code": 1, "msg": "not found"})
+
+        def sharing(self, path: str, query: dict[str, str]) -> None:
+            """A Drive document's link settings or collaborators."""
+            token, what = path.split("/")[5], path.split("/")[6]
+            doc = platform.files.get(token)
+            if doc is None or query.get("type") != doc.kind:
+                return self.answer(404, {"code": 1063005, "msg": "resource deleted"})
+            if what == "public":
+                return self.answer(200, {"code": 0, "msg": "success", "data": {
+                    "permission_public": {
+                        "external_access_entity": "closed", "security_entity": "anyone_can_view",
+                        "comment_entity": "anyone_can_view", "share_entity": "anyone",
+                        "manage_collaborator_entity": "collaborator_can_view",
+                        "link_share_entity": doc.link, "copy_entity": "anyone_can_view"}}})
+            return self.answer(200, {"code": 0, "msg": "success",
+                                     "data": {"items": doc.collaborators}})
 
         def paged(self, items: list[dict[str, Any]], query: dict[str, str], most: int,
                   key: str, next_key: str) -> None:

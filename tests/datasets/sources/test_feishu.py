@@ -95,6 +95,8 @@ def test_a_private_spaces_members_are_its_documents_readers(
          "type": "user"},
         {"member_type": "opendepartmentid", "member_id": "od-sre", "member_role": "member",
          "type": "user"},
+        {"member_type": "groupid", "member_id": "g_dba", "member_role": "member",
+         "type": "group"},
         *({"member_type": "openchat", "member_id": f"oc_{n}", "member_role": "member",
            "type": "user"} for n in range(30))])  # two pages of members
     site.nodes["wikA"] = FeishuDoc("扩容", _steps("a"))
@@ -105,7 +107,8 @@ def test_a_private_spaces_members_are_its_documents_readers(
         def readers() -> list[list[str]]:
             return [d.readers for d in Document.objects.filter(source=source, deleted=False)]
 
-        expected = sorted(["user:ou_alice", "group:od-sre", *(f"group:oc_{n}" for n in range(30))])
+        expected = sorted(["user:ou_alice", "group:od-sre", "group:g_dba",
+                           *(f"group:oc_{n}" for n in range(30))])
         assert readers() == [expected]
         # A member removed at the source: one sync, and the document's readers follow.
         del site.members[0]
@@ -176,6 +179,70 @@ def test_a_drive_folder_syncs_with_its_sub_folders(kb: Any, store: Any,
     assert job.status == Job.Status.SUCCEEDED and sync_counts(job) == (2, 0, 0, 0, 0)
     mysql = Document.objects.get(source=source, source_path="src/数据库/MySQL 从库延迟.md")
     assert mysql.url == f"{platform.url}/docx/doxMysql"
+
+
+def test_a_drive_documents_readers_are_its_owner_and_collaborators_unless_its_link_opens_it(
+        kb: Any, store: Any, platform: Platform) -> None:
+    def person(kind: str, key: str, who: str = "user") -> dict[str, str]:
+        return {"member_type": kind, "member_id": key, "perm": "view", "type": who}
+
+    platform.files = {
+        "doxOpen": FeishuDoc("磁盘写满", [("p", "清理 /var/log。")]),  # the tenant reads it
+        "doxShared": FeishuDoc("MySQL 从库延迟", [("p", "查看 Seconds_Behind_Master。")],
+                               link="closed", collaborators=[
+                                   person("openid", "ou_bob"), person("openchat", "oc_sre", "chat"),
+                                   person("groupid", "g_dba", "group"),
+                                   person("openid", "ou_owner"),  # its owner, listed too
+                                   person("appid", APP_ID, "app")]),
+        "doxMine": FeishuDoc("值班交接", [("p", "交接清单。")], link="closed", owner="ou_carol"),
+    }
+    source = make_source(kb.dataset, kind="feishu", location=platform.folder_url,
+                         secret_env=VARIABLE)
+    job = sync(source)
+    assert job.status == Job.Status.SUCCEEDED and sync_counts(job) == (3, 0, 0, 0, 0)
+
+    def readers() -> dict[str, list[str]]:
+        return {d.title: d.readers for d in Document.objects.filter(source=source,
+                                                                    deleted=False)}
+
+    shared = ["group:g_dba", "group:oc_sre", "user:ou_bob", "user:ou_owner"]
+    assert readers() == {"磁盘写满": [], "MySQL 从库延迟": shared, "值班交接": ["user:ou_carol"]}
+    # Changed at the source, the bodies not: one sync, and the readers follow.
+    platform.files["doxShared"].collaborators.pop(0)
+    platform.files["doxOpen"].link = "closed"
+    platform.files["doxMine"].link = "anyone_readable"
+    platform.hits.clear()
+    job = sync(source)
+    assert sync_counts(job) == (0, 3, 0, 0, 0) and platform.bodies_read() == []
+    assert "who may read it changed at the source" in str(job.log)
+    assert readers() == {"磁盘写满": ["user:ou_owner"], "MySQL 从库延迟": shared[:2] + shared[3:],
+                         "值班交接": []}
+    # A collaborator of a kind no reader can say, and sharing the app may not see: no agent
+    # reads the document (the second a failed line, its body not read).
+    platform.files["doxShared"].collaborators.append(person("wikispaceid", "7300", "x"))
+    platform.files["doxMine"].link = "tenant_editable"
+    platform.refused["/doxOpen/members?"] = (403, 1063002)
+    job = sync(source)
+    assert sync_counts(job) == (0, 1, 1, 0, 1)
+    assert ("failed: 磁盘写满.md: who may read it: the app may not see who may read this "
+            "document: share it with the app with the right to share it") in str(job.log)
+    assert readers() == {"磁盘写满": ["none:"], "MySQL 从库延迟": ["none:"], "值班交接": []}
+    # Feishu may answer otherwise later (a server error outlasting the retries), or the app
+    # lacks a scope (to ask who may read a document, to read one that changed): the sync fails
+    # as a whole there, and the documents it had not reached keep the readers they had.
+    del platform.refused["/doxOpen/members?"]
+    platform.faults["/permissions/doxMine/public"] = [503] * ATTEMPTS
+    assert sync(source).error == "Feishu answered 503 (code 1)"
+    assert readers() == {"磁盘写满": ["user:ou_owner"], "MySQL 从库延迟": ["none:"], "值班交接": []}
+    platform.refused["/members?"] = (400, 99991672)
+    error = sync(source).error
+    assert error.startswith(f"the app in {VARIABLE} lacks a scope this source needs: ")
+    assert "docs:permission.member:retrieve" in error and error.endswith(
+        "(Feishu: Access denied. One of the following scopes is required: [scope])")
+    platform.refused = {"/blocks?": (400, 99991672)}
+    platform.files["doxMine"].edited = "1764662400"
+    assert sync(source).error.startswith(f"the app in {VARIABLE} lacks a scope")
+    assert readers() == {"磁盘写满": ["user:ou_owner"], "MySQL 从库延迟": ["none:"], "值班交接": []}
 
 
 def test_blocks_are_read_as_markdown() -> None:
