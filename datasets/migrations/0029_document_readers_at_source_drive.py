@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='document',
             name='readers_at_source',
-            field=models.JSONField(blank=True, db_default=[], default=list, editable=False, help_text="Who its source lets read it as the last sync read them (a Confluence page's restrictions and its ancestors', a Feishu space's members, a Drive document's owner and collaborators); empty: the source keeps none."),
+            field=models.JSONField(blank=True, db_default=[], default=list, editable=False, help_text="Who its source lets read it as the last sync read them (a Confluence Cloud space's viewers, a page's restrictions and its ancestors', a Feishu space's members, a Drive document's owner and collaborators); empty: the source keeps none."),
         ),
     ]

@@ -3,9 +3,10 @@
 body) before any is read, so a listing that fails deletes nothing; a page's body (its storage
 format, as HTML the converter reads) is read again only when its version moved; so is a file
 attached to it, of a format the platform reads, downloaded again only when its version moved.
-Who may read a page comes with the listing: its view restrictions and those of the pages above
-it (which Confluence applies to it too), each a level its readers must be within
-(readers_within); its attachments are read by the same.
+Who may read a page: who may view its space (Cloud's space permissions, one listing a sync),
+and, with the listing, its view restrictions and those of the pages above it (which Confluence
+applies to it too), each a level its readers must be within (readers_within); its attachments
+are read by the same.
 
 Every request goes through kbplatform/outbound.py. A source names its credential by variable:
 `user:token` (Cloud: the account's email and an API token) is sent as HTTP Basic, a bare
@@ -26,6 +27,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 
 from datasets.ingestion.formats import SUFFIXES
 from datasets.models import Source
@@ -45,7 +47,13 @@ from datasets.sources.base import (
     too_many,
 )
 from datasets.sources.http import AGENT, Answer, api_json, api_request, header_secret
-from datasets.tenancy.permissions import NOBODY, readers_named, readers_within
+from datasets.tenancy.permissions import (
+    MAX_READERS,
+    NOBODY,
+    principal,
+    readers_named,
+    readers_within,
+)
 from kbplatform import outbound
 
 PAGE_LIMIT = 100  # pages a listing request asks for (Confluence may answer fewer)
@@ -62,7 +70,8 @@ ATTACHMENT_ID = re.compile(r"^att[0-9]{1,20}$")
 MAX_DOWNLOAD_CHARS = 8000
 # How a restriction names each kind of principal: a user by email (when Cloud shows it) and
 # account id (Cloud) or user name (Data Center), a group by name.
-PRINCIPAL_KEYS = (("user", ("email", "accountId", "username")), ("group", ("name",)))
+PRINCIPAL_KEYS = (("user", ("email", "accountId", "username")), ("group", ("name", "id")))
+PERMISSION_LIMIT = 250  # a space's permission assignments a request asks for (Cloud's most)
 MAX_LISTING_BYTES = 4 << 20
 MAX_NEXT_CHARS = 2000  # a listing's `next` link: Confluence's are a few hundred characters
 # A page's JSON carries its storage format escaped: read up to twice the bytes it may hold.
@@ -156,6 +165,9 @@ class ConfluenceReader:
         self.partial = ""
         self.expected = 0
         self.base, self.space = space_of(source.location) or ("", "")
+        self.cloud = False  # the credential is a Cloud account's (an account id)
+        self.space_id = ""  # its number, as Confluence gives it
+        self.space_readers: list[str] = []  # who may view the space ([]: no level)
         self.globs = Globs(source.include)
         self.max_bytes = settings.KB_MAX_UPLOAD_BYTES
         self.longest = max_path(source)
@@ -170,6 +182,7 @@ class ConfluenceReader:
             self.headers["Authorization"] = _authorization(self.source)
             self._known_user()
         self._space_readable()
+        self.space_readers = self._space_readers()
         listed = self._listing()
         # Pages the globs leave are listed too: their documents go, not as missing pages.
         # Confluence's listing is by offset: before the documents of pages gone from it are
@@ -196,6 +209,7 @@ class ConfluenceReader:
         if not isinstance(user, dict) or user.get("type") == "anonymous":
             raise SyncFailed(f"Confluence reads the credential in {self.source.secret_env} as "
                              "an anonymous caller: check it")
+        self.cloud = isinstance(user.get("accountId"), str)  # Data Center's have user keys
 
     def _space_readable(self) -> None:
         """The space is there and the credential may read it: a listing of a space it may
@@ -205,6 +219,8 @@ class ConfluenceReader:
             space = api_json(answer, "Confluence")
             if isinstance(space, dict) and isinstance(space.get("key"), str):
                 self.space = space["key"]  # as Confluence writes it
+            if isinstance(space, dict) and PAGE_ID.match(str(space.get("id"))):
+                self.space_id = str(space["id"])
             return
         named = f"the credential in {self.source.secret_env}" if self.source.secret_env else ""
         if answer.status == 401:
@@ -214,6 +230,39 @@ class ConfluenceReader:
             reader = f" to {named}" if named else " to anonymous readers"
             raise SyncFailed(f"no space {self.space} at {self.base} that is visible{reader}")
         raise SyncFailed(f"Confluence answered {answer.status}")
+
+    def _space_readers(self) -> list[str]:
+        """Who may view the space (Cloud's permission assignments that `read` it: users by
+        account id, groups by id), a level every page's readers are within; [] (no level) on a
+        Data Center (it shows them to a space's admins alone) or without a credential (the
+        space is open to anonymous readers). A role (anonymous access among them) names no one
+        and is left out; no one left, or more than readers may name: NOBODY. On Cloud, an
+        answer that does not say fails the sync."""
+        if not self.cloud:
+            return []
+        if not self.space_id:
+            raise SyncFailed("Confluence's answer for the space gives it no id")
+        context = urlsplit(self.base).path  # "/wiki"
+        resource = f"/api/v2/spaces/{self.space_id}/permissions"
+        viewers: set[str] = set()
+        for result in self._paged(
+                f"{self.base}{resource}?limit={PERMISSION_LIMIT}", "the space's permissions",
+                lambda following: _bounded_link(following, f"{context}{resource}?"),
+                root=self.base.removesuffix(context)):
+            try:
+                operation, who = result["operation"], result["principal"]
+                if (operation["key"], operation["targetType"]) != ("read", "space") or \
+                        who["type"] not in ("user", "group"):
+                    continue
+                if not isinstance(who["id"], str):
+                    raise TypeError(who["id"])
+                viewers.add(principal(f"{who['type']}:{who['id']}"))
+            except (KeyError, TypeError, ValidationError):
+                raise SyncFailed("Confluence's answer to the space's permissions gives one no "
+                                 "operation or principal") from None
+            if len(viewers) > MAX_READERS:
+                return [NOBODY]  # more than readers may name: no page more is asked for
+        return sorted(viewers) or [NOBODY]
 
     def _listing(self) -> list[Content]:
         """Every current page of the space with its version and the files attached to it:
@@ -250,9 +299,11 @@ class ConfluenceReader:
                 raise too_many()
         return list(found.values())
 
-    def _paged(self, url: str, what: str, continues: Callable[[str], bool]) -> Iterator[Any]:
-        """The results of a listing by offset, page after page while its `_links.next`
-        continues it; SyncFailed on a failed answer, one that is no listing, or a next page
+    def _paged(self, url: str, what: str, continues: Callable[[str], bool], *,
+               root: str = "") -> Iterator[Any]:
+        """The results of a listing, page after page while its `_links.next` continues it
+        (`root`, the site's base by default, is put before the link: the v2 API's are below the
+        site's origin); SyncFailed on a failed answer, one that is no listing, or a next page
         asked already or after a page without a new result."""
         asked: set[str] = set()
         seen: set[str] = set()
@@ -276,7 +327,7 @@ class ConfluenceReader:
             following = links.get("next") if isinstance(links, dict) else None
             if not following:
                 return
-            url = f"{self.base}{following}" if isinstance(following, str) else ""
+            url = f"{root or self.base}{following}" if isinstance(following, str) else ""
             if not isinstance(following, str) or not continues(following) or url in asked \
                     or not new:
                 raise SyncFailed(f"Confluence's {what} goes on without a new page of results")
@@ -294,8 +345,8 @@ class ConfluenceReader:
         its folder (`Operations/Replica lag.html`, `Operations/Replica lag/diagram.pdf`).
         Pages whose paths read the same (to a database: case and accents aside) each get
         their id after the title; an attachment whose path reads as another's gets its id
-        before its suffix. A page's readers are within its own restrictions and those of each
-        page above it; its attachments', its own."""
+        before its suffix. A page's readers are within who may view the space, its own
+        restrictions and those of each page above it; its attachments', its own."""
         paths = distinct_paths({
             page.id: "/".join(path_name(t) for t in [*(a for _, a in page.ancestors), page.title])
             for page in found.values()})
@@ -309,7 +360,7 @@ class ConfluenceReader:
             # Above it, something the listing does not hold (a Cloud folder, a parent moved
             # meanwhile) restricts it in a way the sync cannot know: no agent reads it.
             above = [found[a].restricted if a in found else [NOBODY] for a, _ in page.ancestors]
-            readers = readers_within(page.restricted, *above)
+            readers = readers_within(self.space_readers, page.restricted, *above)
             url = f"{self.base}{page.webui}" if page.webui.startswith("/") else ""
             contents.append(Content(id=page.id, path=f"{paths[page.id]}.html", title=page.title,
                                     version=f"{page.id}:v{page.version}", url=url,

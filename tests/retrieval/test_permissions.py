@@ -370,8 +370,9 @@ def test_a_pages_restrictions_at_the_source_hold_from_the_sync_that_reads_them(
         kb: Kb, store: Any, settings: Any, monkeypatch: pytest.MonkeyPatch,
         make_key: MakeKey) -> None:
     """A Confluence page restricted to a group, then moved to another group at the source
-    (its body unchanged), then to a person its site names by account id (an alias maps it):
-    each holds for every lookup from the sync that reads it."""
+    (its body unchanged), then to a person its site names by account id (an alias maps it),
+    then that person no longer viewing the space: each holds for every lookup from the sync
+    that reads it."""
     settings.KB_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
     monkeypatch.setenv("KB_SOURCE_SECRET_ACME_WIKI", "personal-access-token")
     page = WikiPage("ibex", f"<p>{runbook('ibex').decode()}</p>", groups=["sre"])
@@ -402,7 +403,11 @@ def test_a_pages_restrictions_at_the_source_hold_from_the_sync_that_reads_them(
         page.groups, page.users = [], [{"accountId": "557058:ca201"}]
         assert sync(source).detail["changed"] == 1
         asked(replace(sre, reads=frozenset()), ops, replace(carol, reads=frozenset({"ibex"})))
-    assert probe.calls == 90
+        # Carol no longer views the space (its permissions, as a Cloud site keeps them).
+        running.space_permissions = [("group", "ops-id", "read", "space")]
+        assert sync(source).detail["changed"] == 2  # the space restricts quokka now too
+        asked(replace(sre, reads=frozenset()), ops, carol)
+    assert probe.calls == 120
 
 
 def test_a_commands_key_may_act_for_people_when_it_says_so(

@@ -7,9 +7,13 @@ Atlassian documents it (developer.atlassian.com, "Confluence REST API", Cloud an
 when no `type` is asked), `GET <base>/rest/api/content/{id}?expand=…`, `GET
 <base>/rest/api/content/{id}/child/attachment?start=…&limit=…` and `GET
 <base>/download/attachments/{page id}/{name}` (or, `media`, a redirect to a media store that
-takes its own token and no credential, as Cloud does): only what `expand` names is expanded (a
-page's view restrictions too, unless `restrictions` is off, as an older Data Center ignores
-them), the rest is under `_expandable`. It asks for HTTP Basic or a Bearer token and answers 401
+takes its own token and no credential, as Cloud does), and, `space_permissions` given (a Cloud
+site: the current user has an account id, a Data Center's a user key),
+`GET <base>/api/v2/spaces/{id}/permissions?limit=…&cursor=…` (the space's permission
+assignments, a few a page, `_links.next` below the site's origin):
+only what `expand` names is expanded (a page's view restrictions too, unless `restrictions` is
+off, as an older Data Center ignores them; a group with its id on Cloud, `group_ids`), the rest
+is under `_expandable`. It asks for HTTP Basic or a Bearer token and answers 401
 to another (or, `anonymous`, serves it as an anonymous caller, as a Cloud site open to them
 does), 404 for a space or page it does not hold, the statuses queued in `faults` first (a 429
 with `Retry-After: 0`), and lists no page of `unlisted` (a listing that moved under a change)."""
@@ -29,6 +33,8 @@ from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 CONTEXT = "/wiki"  # Cloud's: the site's base is https://<site>/wiki
 RESTRICTIONS = {"restrictions.read.restrictions.user", "restrictions.read.restrictions.group"}
 FILES_SHOWN = 3  # a page's attachments a listing expands, or one listing of them answers
+PERMISSIONS_SHOWN = 3  # a space's permission assignments one answer holds
+SPACE_ID = "98306"
 
 
 @dataclass
@@ -53,14 +59,16 @@ class WikiPage:
     groups: list[str] = field(default_factory=list)
     files: list[WikiFile] = field(default_factory=list)
 
-    def restrictions(self) -> dict[str, Any]:
+    def restrictions(self, *, group_ids: bool) -> dict[str, Any]:
         def part(results: list[dict[str, str]]) -> dict[str, Any]:
             return {"results": results, "start": 0, "limit": 100, "size": len(results),
                     "_links": {}}
 
         return {"read": {"operation": "read", "restrictions": {
             "user": part([{"type": "known", **user} for user in self.users]),
-            "group": part([{"type": "group", "name": name} for name in self.groups])}}}
+            "group": part([{"type": "group", "name": name,
+                            **({"id": f"{name}-id"} if group_ids else {})}
+                           for name in self.groups])}}}
 
 
 @dataclass
@@ -75,6 +83,10 @@ class Wiki:
     restrictions: bool = True  # expanded when asked (False: an older Data Center's listing)
     media: bool = False  # attachments downloaded from a media store a redirect names (Cloud)
     expanded: bool = True  # a page's first attachments in the listing, when asked
+    # Cloud's space permission assignments: (principal type, id, operation key, target type);
+    # None: a Data Center, which has no v2 API. Cloud gives a group's id with its name.
+    space_permissions: list[tuple[str, str, str, str]] | None = None
+    group_ids: bool = False
     url: str = ""  # the site's base (…/wiki)
     media_url: str = ""  # its media store's
 
@@ -161,10 +173,15 @@ def confluence_server(wiki: Wiki) -> Iterator[Wiki]:
             path = parts.path.removeprefix(CONTEXT)
             expand = set(query.get("expand", "").split(","))
             if path == "/rest/api/user/current":
-                return self.answer(200, {"type": "known" if known else "anonymous",
-                                         "accountId": "5b10a2844c20165700ede21g"})
+                who = {"accountId": "5b10a2844c20165700ede21g"} if \
+                    wiki.space_permissions is not None else {"username": "bot", "userKey": "8a1"}
+                return self.answer(200, {"type": "known" if known else "anonymous", **who})
             if path == f"/rest/api/space/{wiki.space}":
-                return self.answer(200, {"key": wiki.space, "name": wiki.space, "type": "global"})
+                return self.answer(200, {"id": int(SPACE_ID), "key": wiki.space,
+                                         "name": wiki.space, "type": "global"})
+            if path == f"/api/v2/spaces/{SPACE_ID}/permissions" and \
+                    wiki.space_permissions is not None:
+                return self.permissions(path, query)
             if path == "/rest/api/content" and query.get("spaceKey") == wiki.space:
                 return self.listing(query)
             if path.startswith("/download/attachments/"):
@@ -208,6 +225,21 @@ def confluence_server(wiki: Wiki) -> Iterator[Wiki]:
                 return self.answer(200, found)
             return self.answer(404, {"statusCode": 404, "message": "Not found"})
 
+        def permissions(self, path: str, query: dict[str, str]) -> None:
+            """A page of the space's permission assignments, by an opaque cursor."""
+            assert wiki.space_permissions is not None
+            start = int(base64.b64decode(query.get("cursor", "MA==")))
+            shown = wiki.space_permissions[start:start + PERMISSIONS_SHOWN]
+            links = {"base": wiki.url}
+            if start + PERMISSIONS_SHOWN < len(wiki.space_permissions):
+                cursor = base64.b64encode(str(start + PERMISSIONS_SHOWN).encode()).decode()
+                links["next"] = f"{CONTEXT}{path}?" + urlencode(
+                    {"limit": query.get("limit", "25"), "cursor": cursor})
+            return self.answer(200, {"results": [
+                {"id": f"{start + n}", "principal": {"type": kind, "id": key},
+                 "operation": {"key": operation, "targetType": target}}
+                for n, (kind, key, operation, target) in enumerate(shown)], "_links": links})
+
         def listing(self, query: dict[str, str]) -> None:
             start, limit = int(query.get("start", "0")), min(int(query.get("limit", "25")), 50)
             expand = set(query.get("expand", "").split(","))
@@ -239,7 +271,8 @@ def confluence_server(wiki: Wiki) -> Iterator[Wiki]:
                         "results": [wiki.attachment(entry["id"], f) for f in shown], "start": 0,
                         "limit": FILES_SHOWN, "size": len(shown), "_links": more}}
                 if wiki.restrictions and RESTRICTIONS <= expand:
-                    result["restrictions"] = page.restrictions() if page else {}
+                    result["restrictions"] = page.restrictions(
+                        group_ids=wiki.group_ids) if page else {}
                 else:
                     result["_expandable"]["restrictions"] = ""
                 results.append(result)

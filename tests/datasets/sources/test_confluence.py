@@ -213,11 +213,73 @@ def test_view_restrictions_are_readers_within_those_of_the_pages_above(
         assert job.status == Job.Status.FAILED and "read restrictions" in job.error
         site.restrictions = True
         real = WikiPage.restrictions
-        monkeypatch.setattr(WikiPage, "restrictions", lambda page: {"read": {"restrictions": {
-            "user": real(page)["read"]["restrictions"]["user"]}}})
+        monkeypatch.setattr(WikiPage, "restrictions", lambda page, **ids: {"read": {
+            "restrictions": {"user": real(page, **ids)["read"]["restrictions"]["user"]}}})
         job = sync(source)
         assert job.status == Job.Status.FAILED and "read restrictions" in job.error
     assert len(readers()) == 6
+
+
+def test_who_may_view_a_cloud_space_is_a_level_of_every_page(
+        kb: Any, store: Any, settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings.KB_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
+    monkeypatch.setenv(VARIABLE, f"{EMAIL}:{TOKEN}")
+    bob = {"accountId": "557058:b0b", "email": "bob@example.org"}
+    viewers = [("group", "sre-id", "read", "space"), ("user", "557058:b0b", "read", "space"),
+               ("role", "ANONYMOUS", "read", "space"),  # a role names no one
+               ("group", "ops-id", "create", "page"), ("group", "ops-id", "read", "comment"),
+               ("group", "audit-id", "read", "space")]  # three answers of three
+    site = Wiki(space="OPS", credential=f"{EMAIL}:{TOKEN}", space_permissions=viewers,
+                group_ids=True, pages={
+                    "1": WikiPage("Home", "<p>Home.</p>"),
+                    "2": WikiPage("SRE", "<p>SRE only.</p>", "1", groups=["sre"]),
+                    "3": WikiPage("Bob", "<p>Bob's.</p>", "1", users=[bob])})
+    with confluence_server(site) as running:
+        source = _source(kb, running)
+        assert sync(source).status == Job.Status.SUCCEEDED
+
+        def readers() -> dict[str, list[str]]:
+            return {d.title: d.readers for d in Document.objects.filter(source=source,
+                                                                        deleted=False)}
+
+        # Within the space's viewers: a group by its id (as a page's restriction gives it too),
+        # a user by account id.
+        assert readers() == {"Home": ["group:audit-id", "group:sre-id", "user:557058:b0b"],
+                             "SRE": ["group:sre-id"], "Bob": ["user:557058:b0b"]}
+        assert sum("/api/v2/spaces/98306/permissions" in hit for hit, _ in running.hits) == 2
+        # Bob no longer views the space: one sync, and no page of it is his.
+        running.space_permissions = [v for v in viewers if v[1] != "557058:b0b"]
+        job = sync(source)
+        assert sync_counts(job) == (0, 2, 1, 0, 0), job.log
+        assert readers() == {"Home": ["group:audit-id", "group:sre-id"],
+                             "SRE": ["group:sre-id"], "Bob": ["none:"]}
+        # Viewed through a role alone (anonymous access), it names no one: no agent reads it.
+        running.space_permissions = [("role", "ANONYMOUS", "read", "space")]
+        sync(source)
+        assert set(map(tuple, readers().values())) == {("none:",)}
+        # Its permissions unreadable (refused, not found on a Cloud site) or not saying whom
+        # they name: the sync fails and changes no one's readers.
+        running.space_permissions = viewers
+        for status in (403, 404):
+            running.faults["/api/v2/spaces/"] = [status]
+            job = sync(source)
+            assert job.error == f"Confluence answered {status} to the space's permissions"
+        running.space_permissions = [*viewers, ("user", "", "read", "space")]
+        assert "gives one no operation or principal" in sync(source).error
+        assert set(map(tuple, readers().values())) == {("none:",)}
+    # A Data Center (its user has no account id) shows them to a space's admins alone: none
+    # asked for.
+    assert not any("/api/v2/" in hit for hit, _ in _synced_on_data_center(kb, settings))
+
+
+def _synced_on_data_center(kb: Any, settings: Any) -> list[tuple[str, int]]:
+    site = Wiki(space="DC", credential=f"{EMAIL}:{TOKEN}",  # a Data Center takes Basic too
+                pages={"1": WikiPage("Home", "<p>Home.</p>")})
+    with confluence_server(site) as running:
+        source = make_source(kb.dataset, kind="confluence", location=running.space_url,
+                             secret_env=VARIABLE, name="dc")
+        assert sync(source).status == Job.Status.SUCCEEDED
+        return running.hits
 
 
 @pytest.mark.parametrize("media", [False, True], ids=["older-data-center", "cloud"])
