@@ -69,7 +69,7 @@ ATTACHMENT_ID = re.compile(r"^att[0-9]{1,20}$")
 # character).
 MAX_DOWNLOAD_CHARS = 8000
 # How a restriction names each kind of principal: a user by email (when Cloud shows it) and
-# account id (Cloud) or user name (Data Center), a group by name.
+# account id (Cloud) or user name (Data Center), a group by name and id (Cloud).
 PRINCIPAL_KEYS = (("user", ("email", "accountId", "username")), ("group", ("name", "id")))
 PERMISSION_LIMIT = 250  # a space's permission assignments a request asks for (Cloud's most)
 MAX_LISTING_BYTES = 4 << 20
