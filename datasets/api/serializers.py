@@ -64,10 +64,9 @@ class DocumentOutput(serializers.ModelSerializer[Document]):
     readers = serializers.ListField(child=serializers.CharField(), help_text=(
         "Who may read it (`user:<name>`, `group:<name>`); empty: every caller of the "
         "dataset; `none:`: no agent (its source restricts it in a way readers cannot say)."))
-    readers_at_source = serializers.ListField(child=serializers.CharField(), help_text=(
-        "Who its source lets read it as the last sync read them (a Confluence page's "
-        "restrictions, a private Feishu space's members); its readers are within them and "
-        "within its source's readers."))
+    readers_at_source = serializers.ListField(
+        child=serializers.CharField(),
+        help_text=Document._meta.get_field("readers_at_source").help_text)
 
     class Meta:
         model = Document

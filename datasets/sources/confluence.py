@@ -48,7 +48,6 @@ from datasets.sources.base import (
 )
 from datasets.sources.http import AGENT, Answer, api_json, api_request, header_secret
 from datasets.tenancy.permissions import (
-    MAX_READERS,
     NOBODY,
     principal,
     readers_named,
@@ -126,7 +125,7 @@ class Content:
     title: str
     version: str  # "<id>:v<number>": another page at its path is another version
     url: str
-    readers: list[str]  # its page's restrictions and its ancestors' ([]: none)
+    readers: list[str]  # within the space's viewers, its page's and ancestors' restrictions
     size: int = 0
     download: str = ""
 
@@ -242,9 +241,13 @@ class ConfluenceReader:
             return []
         if not self.space_id:
             raise SyncFailed("Confluence's answer for the space gives it no id")
+        return readers_named(self._viewers()) or [NOBODY]
+
+    def _viewers(self) -> Iterator[str]:
+        """The principals the space's permission assignments let `read` it, page after page
+        as they are read."""
         context = urlsplit(self.base).path  # "/wiki"
         resource = f"/api/v2/spaces/{self.space_id}/permissions"
-        viewers: set[str] = set()
         for result in self._paged(
                 f"{self.base}{resource}?limit={PERMISSION_LIMIT}", "the space's permissions",
                 lambda following: _bounded_link(following, f"{context}{resource}?"),
@@ -256,13 +259,11 @@ class ConfluenceReader:
                     continue
                 if not isinstance(who["id"], str):
                     raise TypeError(who["id"])
-                viewers.add(principal(f"{who['type']}:{who['id']}"))
+                viewer = principal(f"{who['type']}:{who['id']}")
             except (KeyError, TypeError, ValidationError):
                 raise SyncFailed("Confluence's answer to the space's permissions gives one no "
                                  "operation or principal") from None
-            if len(viewers) > MAX_READERS:
-                return [NOBODY]  # more than readers may name: no page more is asked for
-        return sorted(viewers) or [NOBODY]
+            yield viewer
 
     def _listing(self) -> list[Content]:
         """Every current page of the space with its version and the files attached to it:

@@ -43,7 +43,7 @@ from datasets.sources.base import (
 )
 from datasets.sources.http import AGENT, RETRIED, Answer, api_json, api_request
 from datasets.sources.secrets import source_secret
-from datasets.tenancy.permissions import GROUP, MAX_READERS, NOBODY, USER, readers_named
+from datasets.tenancy.permissions import GROUP, NOBODY, USER, readers_named
 from kbplatform import outbound
 
 # The open platform's API host of each cloud; another site (a private deployment) serves it
@@ -404,18 +404,17 @@ class FeishuReader:
 
 def _named(members: Iterable[Mapping[str, Any]]) -> list[str]:
     """A private space's members, or a Drive document's owner and collaborators, as readers
-    (readers_named): apps left out; none left, or one of no kind a reader can say: NOBODY."""
-    names: list[str] = []
+    (readers_named, which reads the listing no further than it needs): apps left out; none
+    left, or one of no kind a reader can say: NOBODY."""
+    return readers_named(_member_names(members)) or [NOBODY]
+
+
+def _member_names(members: Iterable[Mapping[str, Any]]) -> Iterator[str]:
     for member in members:
         if member.get("type") == "app" or member.get("member_type") in APP_KINDS:
             continue  # an app (this source's among them) is no one an agent acts for
         kind, named = MEMBER_KINDS.get(str(member.get("member_type"))), member.get("member_id")
-        if kind is None or not isinstance(named, str) or not named:
-            return [NOBODY]
-        names.append(kind + named)
-        if len(names) > MAX_READERS:
-            break  # more than readers may name: no page more is asked for
-    return readers_named(names) or [NOBODY]
+        yield kind + named if kind is not None and isinstance(named, str) and named else NOBODY
 
 
 def _token(entry: Mapping[str, Any], key: str) -> str:

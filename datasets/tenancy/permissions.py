@@ -59,15 +59,21 @@ def readers_checked(values: Iterable[str]) -> list[str]:
 def readers_named(names: Iterable[str]) -> list[str]:
     """The readers a source names (a page's restrictions, a space's members), each as
     principal() writes it: a name that is no principal is left out; when none is left of
-    some, or more than MAX_READERS are, NOBODY (never every caller)."""
+    some, more than MAX_READERS are, or one is NOBODY (someone the source names in a way
+    readers cannot say), NOBODY (never every caller). No name is read past the one that
+    decides it: a listing `names` reads lazily asks for no page more."""
     given, readers = 0, set()
     for name in names:
+        if name == NOBODY:
+            return [NOBODY]
         given += 1
         try:
             readers.add(principal(name))
         except ValidationError:
             continue
-    if given and (not readers or len(readers) > MAX_READERS):
+        if len(readers) > MAX_READERS:
+            return [NOBODY]
+    if given and not readers:
         return [NOBODY]
     return sorted(readers)
 

@@ -3,6 +3,8 @@ that are no principal never widening a document, NOBODY read by no call but the 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from datasets.tenancy.permissions import (
     ANONYMOUS,
     MAX_READERS,
@@ -37,3 +39,15 @@ def test_nobody_is_read_by_no_call_but_the_platforms() -> None:
     for access in (everyone, ANONYMOUS, everyone.widened(["group:x"])):
         assert not access.may_read([NOBODY])
     assert PLATFORM.may_read([NOBODY])
+
+
+def test_names_are_read_no_further_than_the_one_that_decides() -> None:
+    read: list[int] = []
+
+    def names() -> Iterator[str]:  # a listing read lazily: each name a page may cost
+        for n in range(500):
+            read.append(n)
+            yield f"user:u{n}"
+
+    assert readers_named(names()) == [NOBODY] and len(read) == MAX_READERS + 1
+    assert readers_named(iter(["user:a", NOBODY, "user:b"])) == [NOBODY]
