@@ -403,8 +403,8 @@ class Document(models.Model):
         default=list, db_default=[], blank=True, editable=False,
         help_text="Who its source lets read it as the last sync read them (a Confluence "
                   "Cloud space's viewers, a page's restrictions and its ancestors', a Feishu "
-                  "space's members, a Drive document's owner and collaborators); empty: the "
-                  "source keeps none.")
+                  "space's members, a Drive document's owner and collaborators, a private "
+                  "Yuque book's team); empty: the source keeps none.")
     indexed_readers = models.JSONField(
         default=list, db_default=[], blank=True, editable=False,
         help_text="The readers its rows in the serving index name: a change of `readers` "

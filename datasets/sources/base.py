@@ -29,7 +29,8 @@ class Item:
     failure: str = ""
     url: str = ""  # where a person reads it (Document.url): a web page, a git file's page
     # Who the source lets read it (readers_named, readers_within): a Confluence page's
-    # restrictions, a Feishu space's members; empty: the source keeps none.
+    # restrictions, a Feishu space's members, a private Yuque book's team; empty: the source
+    # keeps none.
     readers: tuple[str, ...] = ()
 
 

@@ -4,6 +4,13 @@ any is read, so a listing that fails deletes nothing; a document's body is read 
 it changed. Markdown documents are read as markdown, the others (Yuque's own "lake" format,
 sheets, boards) as the HTML Yuque renders of them.
 
+Who may read them, as far as Yuque's OpenAPI tells: a book (or a document) open to the
+internet or to the whole space restricts nothing beyond the source's readers; a private one is
+read by the members of the team that owns the book (`/api/v2/groups/<login>/users`, asked at
+every sync: someone who leaves the team reads it no more from the next one), or by the person
+who owns it. The API lists no book's own members or collaborators, so a book kept to some of
+its team is read by the whole team here: the source's readers narrow it (docs/operations.md).
+
 Every request goes through kbplatform/outbound.py, with the token the source's variable holds
 in `X-Auth-Token` (none: a public book). Yuque's rate limit (429) and server errors are asked
 again (datasets/sources/http.py)."""
@@ -36,9 +43,13 @@ from datasets.sources.base import (
     too_many,
 )
 from datasets.sources.http import AGENT, Answer, api_json, api_request, header_secret
+from datasets.tenancy.permissions import NOBODY, USER, readers_named
 from kbplatform import outbound
 
 PAGE_LIMIT = 100  # Yuque's most documents a listing request answers
+MEMBERS_PAGE = 100  # a team's members come 100 an answer, by offset (Yuque's fixed page)
+PRIVATE = 0  # a book's or document's `public`: 0 private, 1 the internet, 2 the whole space
+OPEN = (1, 2)
 MAX_LISTING_BYTES = 4 << 20
 BODY_OVERHEAD = 2  # a document's JSON carries its body escaped
 # The book's URL as Yuque shows it: https://<site>/<group or user>/<book>.
@@ -54,6 +65,7 @@ class YuqueDoc:
     markdown: bool
     version: str  # "<id>:<content_updated_at>"
     url: str
+    private: bool  # the document itself is private (`public` 0), whatever its book is
 
 
 def book_of(location: str) -> tuple[str, str] | None:
@@ -84,13 +96,15 @@ class YuqueReader:
         self.headers = {"User-Agent": AGENT, "Accept": "application/json"}
         self.http = outbound.client(
             max_response_bytes=max(self.max_bytes * BODY_OVERHEAD, MAX_LISTING_BYTES))
+        self.team, self.owner = False, ""  # the book's owner: a team's or a person's login
+        self.private_readers: list[str] | None = None  # who reads what is private (_owners)
 
     def items(self, known: Mapping[str, str]) -> Iterator[Item]:
         if not self.namespace:
             raise SyncFailed(book_refusal(self.source.location) or "")
         if self.source.secret_env:
             self.headers["X-Auth-Token"] = header_secret(self.source, "token")
-        self._book_readable()
+        private = self._book_readable()
         listed = self._listing()
         # As a Confluence space's: a document gone from the offset listing but still in the
         # book means the listing moved under a change.
@@ -100,16 +114,29 @@ class YuqueReader:
         docs = [doc for doc in listed if self.globs(doc.path)]
         self.expected = len(docs)
         for doc in docs:
+            readers = self._owners() if private or doc.private else []
             yield listed_item(doc.path, doc.version, 0, known=known, longest=self.longest,
                               max_bytes=self.max_bytes, read=partial(self._body, doc),
-                              url=doc.url)
+                              url=doc.url, readers=readers)
 
-    def _book_readable(self) -> None:
-        """The book is there and the token may read it: a book it may no longer see must not
-        read as an emptied one."""
+    def _book_readable(self) -> bool:
+        """Whether the book is private: it is there and the token may read it (a book it may
+        no longer see must not read as an emptied one), and Yuque says who owns it and whom
+        it is open to."""
         answer = self._get(self.api, MAX_LISTING_BYTES)
         if answer.status == 200:
-            return
+            book = api_json(answer, "Yuque")
+            data = book.get("data") if isinstance(book, dict) else None
+            data = data if isinstance(data, dict) else {}
+            owner, public = data.get("user"), data.get("public")
+            owner = owner if isinstance(owner, dict) else {}
+            kind, login = owner.get("type"), owner.get("login")
+            if type(public) is not int or public not in (PRIVATE, *OPEN) or \
+                    kind not in ("Group", "User") or not isinstance(login, str) or not login:
+                raise SyncFailed("Yuque's answer does not say who owns the book and whom it is "
+                                 "open to")
+            self.team, self.owner = kind == "Group", login
+            return public == PRIVATE
         named = f"the token in {self.source.secret_env}" if self.source.secret_env else ""
         if answer.status == 401:
             raise SyncFailed(f"Yuque refused {named}" if named else
@@ -119,6 +146,46 @@ class YuqueReader:
             raise SyncFailed(f"no book {self.namespace} at {self.site} that is "
                              f"visible{reader}")
         raise SyncFailed(f"Yuque answered {answer.status}")
+
+    def _owners(self) -> list[str]:
+        """Who reads a private book or document: the owning team's members (`user:<login>`;
+        over MAX_READERS, or one without a login: NOBODY), or the owning person; asked once a
+        sync. SyncFailed when the team's members cannot be read: who reads stays as it was."""
+        if self.private_readers is None:
+            names = self._members(self.owner) if self.team else [USER + self.owner]
+            self.private_readers = readers_named(names) or [NOBODY]
+        return self.private_readers
+
+    def _members(self, team: str) -> Iterator[str]:
+        """The team's members, one answer at a time (readers_named reads no further than the
+        one that decides)."""
+        seen: set[str] = set()
+        offset = 0
+        while True:
+            self.deadline.check()
+            answer = self._get(f"{self.site}/api/v2/groups/{quote(team)}/users?offset={offset}",
+                               MAX_LISTING_BYTES)
+            if answer.status != 200:
+                raise SyncFailed(f"Yuque answered {answer.status} when asked for the members of "
+                                 f"the team {team}, who read its private book: the token must "
+                                 "be one of them")
+            reply = api_json(answer, "Yuque")
+            data = reply.get("data") if isinstance(reply, dict) else None
+            if not isinstance(data, list):
+                raise SyncFailed("Yuque's answer is not a list of a team's members")
+            new = 0
+            for member in data:
+                user = member.get("user") if isinstance(member, dict) else None
+                login = user.get("login") if isinstance(user, dict) else None
+                name = USER + login if isinstance(login, str) and login else NOBODY
+                new += name not in seen
+                seen.add(name)
+                yield name
+            offset += len(data)
+            if len(data) < MEMBERS_PAGE:
+                return
+            if not new:
+                raise SyncFailed("Yuque's list of a team's members goes on without new members")
 
     def _listing(self) -> list[YuqueDoc]:
         """Every published document of the book, named by its place in the book's table of
@@ -195,7 +262,8 @@ class YuqueReader:
             docs.append(YuqueDoc(slug=slug, path=f"{path}{'.md' if markdown else '.html'}",
                                  title=str(doc.get("title") or ""), markdown=markdown,
                                  version=f"{doc_id}:{changed}",
-                                 url=f"{self.site}/{self.namespace}/{quote(slug)}"))
+                                 url=f"{self.site}/{self.namespace}/{quote(slug)}",
+                                 private=doc.get("public") == PRIVATE))
         return docs
 
     def _current(self, doc_id: str) -> bool:

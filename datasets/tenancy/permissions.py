@@ -4,7 +4,8 @@ A document's `readers` are principals as its source names them, `user:<name>` or
 `group:<name>`, compared case aside. A document without readers is readable by every caller of
 its dataset; one whose readers are NOBODY (its source restricts it in a way readers cannot say)
 by the platform's own reads only. A source's documents take its readers and, where the source
-keeps permissions (Confluence restrictions, a Feishu space's members), those too: both apply.
+keeps permissions (Confluence restrictions, a Feishu space's members, a private Yuque book's
+team), those too: both apply.
 A call reads with an `Access`:
 - a person's (the user and groups an agent acts for, `on_behalf_of`, widened by the tenant's
   aliases): documents without readers, and those naming the user or one of the groups;

@@ -33,6 +33,7 @@ from tests.conftest import Kb, wait_until
 from tests.datasets.builders import api_client
 from tests.datasets.sources.builders import Repo, make_source, sync
 from tests.datasets.sources.confluence_server import Wiki, WikiPage, confluence_server
+from tests.datasets.sources.yuque_server import Book, YuqueDoc, yuque_server
 from tests.retrieval.conftest import MakeKey
 
 pytestmark = pytest.mark.django_db(transaction=True)  # call_tool closes its connections
@@ -408,6 +409,48 @@ def test_a_pages_restrictions_at_the_source_hold_from_the_sync_that_reads_them(
         assert sync(source).detail["changed"] == 2  # the space restricts quokka now too
         asked(replace(sre, reads=frozenset()), ops, carol)
     assert probe.calls == 120
+
+
+@pytest.mark.usefixtures("eager_tasks")
+def test_a_private_yuque_books_team_holds_from_the_sync_that_reads_it(
+        kb: Kb, store: Any, settings: Any, monkeypatch: pytest.MonkeyPatch,
+        make_key: MakeKey) -> None:
+    """A private Yuque book read by its team's members (by login: an alias maps one), then one
+    of them leaving the team at the source, then the book opened to the whole space: each
+    holds for every lookup from the sync that reads it."""
+    settings.KB_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
+    monkeypatch.setenv("KB_SOURCE_SECRET_ACME_BOOK", "yuque-token")
+    book = Book(namespace="sre/runbooks", token="yuque-token", public=0,
+                members=["zhangsan", "dan@example.com"],
+                docs={1: YuqueDoc("ibex", runbook("ibex").decode().split("---\n")[-1])})
+    PrincipalAlias.objects.create(tenant=kb.tenant, alias="user:zhangsan",
+                                  principal="user:carol@example.com")
+    dan = Person("dan", {"user": "dan@example.com"}, frozenset({"ibex"}))
+    carol = Person("carol", {"user": "carol@example.com", "groups": ["sre"]},
+                   frozenset({"ibex"}))
+    eve = Person("eve", {"user": "eve@example.com", "groups": ["sre"]}, frozenset())
+    with yuque_server(book) as running:
+        source = make_source(kb.dataset, kind="yuque", location=running.book_url,
+                             secret_env="KB_SOURCE_SECRET_ACME_BOOK")
+        assert sync(source).status == "succeeded"
+        probe = Probe(acting_key(make_key), {"ibex": Document.objects.get(source=source)})
+
+        def asked(*people: Person) -> None:
+            for person in people:
+                for _ in range(10):
+                    found = probe.rest(person, "lookup_knowledge", {"query": question("ibex")})
+                    assert ("ibex" in person.reads) == any(
+                        "ibex" in e["title"] for e in found["evidence"]), (person.label, found)
+
+        asked(dan, carol, eve, Person("nobody", None, frozenset()))
+        running.members = ["dan@example.com"]  # zhangsan (carol) leaves the team
+        assert sync(source).detail["changed"] == 1
+        asked(dan, replace(carol, reads=frozenset()), eve)
+        running.public = 2  # open to the whole space
+        assert sync(source).detail["changed"] == 1
+        everyone = frozenset({"ibex"})
+        asked(dan, replace(carol, reads=everyone), replace(eve, reads=everyone))
+    assert probe.calls == 100
 
 
 def test_a_commands_key_may_act_for_people_when_it_says_so(

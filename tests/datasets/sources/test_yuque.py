@@ -107,6 +107,58 @@ def test_failures_delete_nothing(kb: Any, store: Any, book: Book,
     assert job.status == Job.Status.SUCCEEDED and sync_counts(job) == (0, 0, 199, 1, 0)
 
 
+def test_who_reads_a_private_book_is_its_team_and_follows_it(kb: Any, store: Any,
+                                                               settings: Any,
+                                                               monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    settings.KB_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
+    monkeypatch.setenv(VARIABLE, TOKEN)
+    team = [f"member-{n}" for n in range(150)]
+    site = Book(namespace="sre/runbooks", token=TOKEN, public=0, members=["Alice", "bob"],
+                docs={1: YuqueDoc("重启", "## 步骤\n\n重启服务。"),
+                      2: YuqueDoc("值班", "## 步骤\n\n值班表。", public=0)})
+    with yuque_server(site) as running:
+        source = _source(kb, running)
+
+        def readers() -> dict[str, list[str]]:
+            return {d.title: d.readers for d in Document.objects.filter(source=source,
+                                                                        deleted=False)}
+
+        assert sync(source).status == Job.Status.SUCCEEDED
+        # A private book: its team's members, asked once a sync (one answer of 2).
+        assert readers() == {"重启": ["user:alice", "user:bob"], "值班": ["user:alice", "user:bob"]}
+        assert sum("/api/v2/groups/sre/users" in hit for hit, _ in running.hits) == 1
+        # Bob leaves the team: one sync, and neither document is his.
+        running.members = ["alice"]
+        job = sync(source)
+        assert sync_counts(job) == (0, 2, 0, 0, 0), job.log
+        assert set(map(tuple, readers().values())) == {("user:alice",)}
+        # Open to the space: the book restricts no one, but for its private document; the
+        # members are asked for it alone.
+        running.public = 2
+        sync(source)
+        assert readers() == {"重启": [], "值班": ["user:alice"]}
+        # More members than a document names (over two answers), or one Yuque gives no login:
+        # no agent reads what is private.
+        for members in (team, ["alice", ""]):
+            running.members = members
+            sync(source)
+            assert readers() == {"重启": [], "值班": ["none:"]}
+        # The members unreadable, or the book not saying whom it is open to: the sync fails and
+        # no one's readers change.
+        running.public, running.members = 0, ["alice"]
+        running.faults["/api/v2/groups/"] = [403]
+        job = sync(source)
+        assert job.error.startswith("Yuque answered 403 when asked for the members of the team "
+                                    "sre") and readers()["重启"] == []
+        running.public = 3
+        assert "does not say who owns the book" in sync(source).error
+        # A person's private book: the person alone.
+        running.public, running.owner_type = 0, "User"
+        sync(source)
+        assert set(map(tuple, readers().values())) == {("user:sre",)}
+
+
 def test_a_book_url_is_checked_when_saved(kb: Any) -> None:
     for location in ("https://www.yuque.com/sre", "https://www.yuque.com/sre/runbooks/doc-1",
                      "https://www.yuque.com/api/v2"):

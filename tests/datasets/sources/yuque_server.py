@@ -3,8 +3,11 @@ it (www.yuque.com/yuque/developer, API v2): `GET /api/v2/repos/{namespace}` (the
 `/repos/{namespace}/toc` (its table of contents: TITLE and DOC entries with `uuid` and
 `parent_uuid`), `/repos/{namespace}/docs?offset=…&limit=…` (`data`, at most 100 a request, no
 body) and `/repos/{namespace}/docs/{slug or id}` (`data` with `body` — markdown — and
-`body_html`). It asks for `X-Auth-Token` and answers 401 to another, 404 for what it does not
-hold, the statuses queued in `faults` first (a 429), and lists no document of `unlisted`."""
+`body_html`), and `/groups/{login}/users?offset=…` (the owning team's members, 100 an answer,
+each with its `user`). The book and each document say whom they are open to (`public`: 0
+private, 1 the internet, 2 the space) and the book its owner (`user`). It asks for
+`X-Auth-Token` and answers 401 to another, 404 for what it does not hold, the statuses queued in
+`faults` first (a 429), and lists no document of `unlisted`."""
 
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ class YuqueDoc:
     updated: str = "2026-11-01T08:00:00.000Z"
     format: str = "markdown"
     status: int = 1  # 0: a draft never published
+    public: int = 1
 
 
 @dataclass
@@ -39,6 +43,9 @@ class Book:
     faults: dict[str, list[int]] = field(default_factory=dict)
     unlisted: set[int] = field(default_factory=set)
     url: str = ""  # the site
+    public: int = 1
+    owner_type: str = "Group"  # the namespace's first part is a team ("Group") or a person
+    members: list[str] = field(default_factory=list)  # the team's members' logins
 
     @property
     def book_url(self) -> str:
@@ -52,6 +59,7 @@ class Book:
 @contextmanager
 def yuque_server(book: Book) -> Iterator[Book]:
     api = f"/api/v2/repos/{book.namespace}"
+    owner = book.namespace.split("/")[0]
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: Any) -> None:
@@ -74,9 +82,18 @@ def yuque_server(book: Book) -> Iterator[Book]:
                     return self.answer(status, {"message": "too many requests"})
             if self.headers.get("X-Auth-Token") != book.token:
                 return self.answer(401, {"message": "Unauthorized"})
+            query = {k: v[0] for k, v in parse_qs(parts.query).items()}
             if parts.path == api:
-                return self.answer(200, {"data": {"id": 1, "namespace": book.namespace,
-                                                  "type": "Book", "name": "Runbooks"}})
+                return self.answer(200, {"data": {
+                    "id": 1, "namespace": book.namespace, "type": "Book", "name": "Runbooks",
+                    "public": book.public, "user_id": 7,
+                    "user": {"id": 7, "type": book.owner_type, "login": owner}}})
+            if parts.path == f"/api/v2/groups/{owner}/users" and book.owner_type == "Group":
+                offset = int(query.get("offset", "0"))
+                return self.answer(200, {"data": [
+                    {"id": 900 + i, "group_id": 7, "user_id": 100 + i, "role": 1,
+                     "user": {"id": 100 + i, "type": "User", "login": login}}
+                    for i, login in enumerate(book.members)][offset:offset + 100]})
             if parts.path == f"{api}/toc":
                 toc = [{"type": "TITLE", "title": title, "uuid": uuid, "parent_uuid": parent or "",
                         "doc_id": None} for uuid, (title, parent) in book.titles.items()]
@@ -85,13 +102,12 @@ def yuque_server(book: Book) -> Iterator[Book]:
                         for i, d in book.docs.items()]
                 return self.answer(200, {"data": toc})
             if parts.path == f"{api}/docs":
-                query = {k: v[0] for k, v in parse_qs(parts.query).items()}
                 offset, limit = int(query.get("offset", "0")), min(int(query.get("limit",
                                                                                  "100")), 100)
                 listed = [i for i in sorted(book.docs) if i not in book.unlisted]
                 data = [{"id": i, "slug": f"doc-{i}", "title": book.docs[i].title,
                          "format": book.docs[i].format, "status": book.docs[i].status,
-                         "updated_at": book.docs[i].updated,
+                         "public": book.docs[i].public, "updated_at": book.docs[i].updated,
                          "content_updated_at": book.docs[i].updated}
                         for i in listed[offset:offset + limit]]
                 return self.answer(200, {"data": data, "meta": {"total": len(listed)}})
