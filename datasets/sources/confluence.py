@@ -241,7 +241,7 @@ class ConfluenceReader:
             return []
         if not self.space_id:
             raise SyncFailed("Confluence's answer for the space gives it no id")
-        return readers_named(self._viewers()) or [NOBODY]
+        return readers_named(self._viewers(), restricts=True)
 
     def _viewers(self) -> Iterator[str]:
         """The principals the space's permission assignments let `read` it, page after page

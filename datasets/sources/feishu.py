@@ -406,7 +406,7 @@ def _named(members: Iterable[Mapping[str, Any]]) -> list[str]:
     """A private space's members, or a Drive document's owner and collaborators, as readers
     (readers_named, which reads the listing no further than it needs): apps left out; none
     left, or one of no kind a reader can say: NOBODY."""
-    return readers_named(_member_names(members)) or [NOBODY]
+    return readers_named(_member_names(members), restricts=True)
 
 
 def _member_names(members: Iterable[Mapping[str, Any]]) -> Iterator[str]:

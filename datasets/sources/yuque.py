@@ -7,9 +7,10 @@ sheets, boards) as the HTML Yuque renders of them.
 Who may read them, as far as Yuque's OpenAPI tells: a book (or a document) open to the
 internet or to the whole space restricts nothing beyond the source's readers; a private one is
 read by the members of the team that owns the book (`/api/v2/groups/<login>/users`, asked at
-every sync: someone who leaves the team reads it no more from the next one), or by the person
-who owns it. The API lists no book's own members or collaborators, so a book kept to some of
-its team is read by the whole team here: the source's readers narrow it (docs/operations.md).
+every sync that lists something private: someone who leaves the team reads it no more from the
+next one), or by the person who owns it. The API lists no book's own members or
+collaborators, so a book kept to some of its team is read by the whole team here: the source's
+readers narrow it (docs/operations.md).
 
 Every request goes through kbplatform/outbound.py, with the token the source's variable holds
 in `X-Auth-Token` (none: a public book). Yuque's rate limit (429) and server errors are asked
@@ -65,7 +66,18 @@ class YuqueDoc:
     markdown: bool
     version: str  # "<id>:<content_updated_at>"
     url: str
-    private: bool  # the document itself is private (`public` 0), whatever its book is
+    private: bool  # the document itself is not open (_open), whatever its book is
+
+
+def _open(public: Any) -> bool:
+    """Whether a book's or document's `public` opens it to more than its owners."""
+    return type(public) is int and public in OPEN
+
+
+def _user_name(user: Any) -> str:
+    """A Yuque user as a reader: `user:<id>`, NOBODY when Yuque gives no id."""
+    found = user.get("id") if isinstance(user, dict) else None
+    return f"{USER}{found}" if type(found) is int else NOBODY
 
 
 def book_of(location: str) -> tuple[str, str] | None:
@@ -96,15 +108,13 @@ class YuqueReader:
         self.headers = {"User-Agent": AGENT, "Accept": "application/json"}
         self.http = outbound.client(
             max_response_bytes=max(self.max_bytes * BODY_OVERHEAD, MAX_LISTING_BYTES))
-        self.team, self.owner = False, ""  # the book's owner: a team's or a person's login
-        self.private_readers: list[str] | None = None  # who reads what is private (_owners)
 
     def items(self, known: Mapping[str, str]) -> Iterator[Item]:
         if not self.namespace:
             raise SyncFailed(book_refusal(self.source.location) or "")
         if self.source.secret_env:
             self.headers["X-Auth-Token"] = header_secret(self.source, "token")
-        private = self._book_readable()
+        book = self._book()
         listed = self._listing()
         # As a Confluence space's: a document gone from the offset listing but still in the
         # book means the listing moved under a change.
@@ -113,30 +123,27 @@ class YuqueReader:
             self._current, "document")
         docs = [doc for doc in listed if self.globs(doc.path)]
         self.expected = len(docs)
-        for doc in docs:
-            readers = self._owners() if private or doc.private else []
+        private = [not _open(book["public"]) or doc.private for doc in docs]
+        # Worked out before any document is synced: a sync that cannot tell changes nothing.
+        owners = self._owners(book) if any(private) else []
+        for doc, closed in zip(docs, private, strict=True):
             yield listed_item(doc.path, doc.version, 0, known=known, longest=self.longest,
                               max_bytes=self.max_bytes, read=partial(self._body, doc),
-                              url=doc.url, readers=readers)
+                              url=doc.url, readers=owners if closed else [])
 
-    def _book_readable(self) -> bool:
-        """Whether the book is private: it is there and the token may read it (a book it may
-        no longer see must not read as an emptied one), and Yuque says who owns it and whom
-        it is open to."""
+    def _book(self) -> dict[str, Any]:
+        """The book as Yuque gives it, saying whom it is open to (`public`): it is there and
+        the token may read it (a book it may no longer see must not read as an emptied
+        one)."""
         answer = self._get(self.api, MAX_LISTING_BYTES)
         if answer.status == 200:
-            book = api_json(answer, "Yuque")
-            data = book.get("data") if isinstance(book, dict) else None
-            data = data if isinstance(data, dict) else {}
-            owner, public = data.get("user"), data.get("public")
-            owner = owner if isinstance(owner, dict) else {}
-            kind, login = owner.get("type"), owner.get("login")
-            if type(public) is not int or public not in (PRIVATE, *OPEN) or \
-                    kind not in ("Group", "User") or not isinstance(login, str) or not login:
-                raise SyncFailed("Yuque's answer does not say who owns the book and whom it is "
-                                 "open to")
-            self.team, self.owner = kind == "Group", login
-            return public == PRIVATE
+            reply = api_json(answer, "Yuque")
+            book = reply.get("data") if isinstance(reply, dict) else None
+            public = book.get("public") if isinstance(book, dict) else None
+            if not isinstance(book, dict) or type(public) is not int or \
+                    public not in (PRIVATE, *OPEN):
+                raise SyncFailed("Yuque's answer does not say whom the book is open to")
+            return book
         named = f"the token in {self.source.secret_env}" if self.source.secret_env else ""
         if answer.status == 401:
             raise SyncFailed(f"Yuque refused {named}" if named else
@@ -147,18 +154,22 @@ class YuqueReader:
                              f"visible{reader}")
         raise SyncFailed(f"Yuque answered {answer.status}")
 
-    def _owners(self) -> list[str]:
-        """Who reads a private book or document: the owning team's members (`user:<login>`;
-        over MAX_READERS, or one without a login: NOBODY), or the owning person; asked once a
-        sync. SyncFailed when the team's members cannot be read: who reads stays as it was."""
-        if self.private_readers is None:
-            names = self._members(self.owner) if self.team else [USER + self.owner]
-            self.private_readers = readers_named(names) or [NOBODY]
-        return self.private_readers
+    def _owners(self, book: Mapping[str, Any]) -> list[str]:
+        """Who reads what is private in `book`: the owning team's members, or the owning
+        person (`user:<id>`: a login can be changed and taken again, an id cannot); over
+        MAX_READERS, or one Yuque gives no id: NOBODY. SyncFailed when Yuque does not say who
+        owns the book or the team's members cannot be read."""
+        owner = book.get("user")
+        kind, login = (owner.get("type"), owner.get("login")) if isinstance(owner, dict) else \
+            (None, None)
+        if kind not in ("Group", "User") or not isinstance(login, str) or not login:
+            raise SyncFailed("Yuque's answer does not say who owns the book")
+        members = self._members(login) if kind == "Group" else [owner]
+        return readers_named(map(_user_name, members), restricts=True)
 
-    def _members(self, team: str) -> Iterator[str]:
-        """The team's members, one answer at a time (readers_named reads no further than the
-        one that decides)."""
+    def _members(self, team: str) -> Iterator[Any]:
+        """The team's members as Yuque lists them, one answer at a time (readers_named reads
+        no further than the one that decides)."""
         seen: set[str] = set()
         offset = 0
         while True:
@@ -167,25 +178,21 @@ class YuqueReader:
                                MAX_LISTING_BYTES)
             if answer.status != 200:
                 raise SyncFailed(f"Yuque answered {answer.status} when asked for the members of "
-                                 f"the team {team}, who read its private book: the token must "
-                                 "be one of them")
+                                 f"the team {team}, who read its private documents: the token "
+                                 "must be one that may list them")
             reply = api_json(answer, "Yuque")
             data = reply.get("data") if isinstance(reply, dict) else None
             if not isinstance(data, list):
                 raise SyncFailed("Yuque's answer is not a list of a team's members")
-            new = 0
-            for member in data:
-                user = member.get("user") if isinstance(member, dict) else None
-                login = user.get("login") if isinstance(user, dict) else None
-                name = USER + login if isinstance(login, str) and login else NOBODY
-                new += name not in seen
-                seen.add(name)
-                yield name
-            offset += len(data)
-            if len(data) < MEMBERS_PAGE:
-                return
-            if not new:
+            users = [m.get("user") if isinstance(m, dict) else None for m in data]
+            names = [_user_name(user) for user in users]
+            if data and seen.issuperset(names):
                 raise SyncFailed("Yuque's list of a team's members goes on without new members")
+            seen.update(names)
+            yield from users
+            offset += len(data)
+            if len(data) < MEMBERS_PAGE:  # Yuque's page is fixed: a shorter one is the last
+                return
 
     def _listing(self) -> list[YuqueDoc]:
         """Every published document of the book, named by its place in the book's table of
@@ -263,7 +270,7 @@ class YuqueReader:
                                  title=str(doc.get("title") or ""), markdown=markdown,
                                  version=f"{doc_id}:{changed}",
                                  url=f"{self.site}/{self.namespace}/{quote(slug)}",
-                                 private=doc.get("public") == PRIVATE))
+                                 private=not _open(doc.get("public"))))
         return docs
 
     def _current(self, doc_id: str) -> bool:

@@ -57,12 +57,14 @@ def readers_checked(values: Iterable[str]) -> list[str]:
     return readers
 
 
-def readers_named(names: Iterable[str]) -> list[str]:
+def readers_named(names: Iterable[str], *, restricts: bool = False) -> list[str]:
     """The readers a source names (a page's restrictions, a space's members), each as
     principal() writes it: a name that is no principal is left out; when none is left of
     some, more than MAX_READERS are, or one is NOBODY (someone the source names in a way
-    readers cannot say), NOBODY (never every caller). No name is read past the one that
-    decides it: a listing `names` reads lazily asks for no page more."""
+    readers cannot say), NOBODY (never every caller). `restricts`: the names are the only
+    ones who may read (a private space's members), so no name at all is NOBODY too. No name
+    is read past the one that decides it: a listing `names` reads lazily asks for no page
+    more."""
     given, readers = 0, set()
     for name in names:
         if name == NOBODY:
@@ -74,7 +76,7 @@ def readers_named(names: Iterable[str]) -> list[str]:
             continue
         if len(readers) > MAX_READERS:
             return [NOBODY]
-    if given and not readers:
+    if (given or restricts) and not readers:
         return [NOBODY]
     return sorted(readers)
 

@@ -415,16 +415,16 @@ def test_a_pages_restrictions_at_the_source_hold_from_the_sync_that_reads_them(
 def test_a_private_yuque_books_team_holds_from_the_sync_that_reads_it(
         kb: Kb, store: Any, settings: Any, monkeypatch: pytest.MonkeyPatch,
         make_key: MakeKey) -> None:
-    """A private Yuque book read by its team's members (by login: an alias maps one), then one
-    of them leaving the team at the source, then the book opened to the whole space: each
-    holds for every lookup from the sync that reads it."""
+    """A private Yuque book read by its team's members (by id: aliases map them), then one of
+    them leaving the team at the source, then the book opened to the whole space: each holds
+    for every lookup from the sync that reads it."""
     settings.KB_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
     monkeypatch.setenv("KB_SOURCE_SECRET_ACME_BOOK", "yuque-token")
     book = Book(namespace="sre/runbooks", token="yuque-token", public=0,
-                members=["zhangsan", "dan@example.com"],
+                members=[101, 102],
                 docs={1: YuqueDoc("ibex", runbook("ibex").decode().split("---\n")[-1])})
-    PrincipalAlias.objects.create(tenant=kb.tenant, alias="user:zhangsan",
-                                  principal="user:carol@example.com")
+    for alias, person in (("user:101", "carol@example.com"), ("user:102", "dan@example.com")):
+        PrincipalAlias.objects.create(tenant=kb.tenant, alias=alias, principal=f"user:{person}")
     dan = Person("dan", {"user": "dan@example.com"}, frozenset({"ibex"}))
     carol = Person("carol", {"user": "carol@example.com", "groups": ["sre"]},
                    frozenset({"ibex"}))
@@ -443,14 +443,15 @@ def test_a_private_yuque_books_team_holds_from_the_sync_that_reads_it(
                         "ibex" in e["title"] for e in found["evidence"]), (person.label, found)
 
         asked(dan, carol, eve, Person("nobody", None, frozenset()))
-        running.members = ["dan@example.com"]  # zhangsan (carol) leaves the team
+        running.members = [102]  # 101 (carol) leaves the team
         assert sync(source).detail["changed"] == 1
         asked(dan, replace(carol, reads=frozenset()), eve)
         running.public = 2  # open to the whole space
         assert sync(source).detail["changed"] == 1
         everyone = frozenset({"ibex"})
-        asked(dan, replace(carol, reads=everyone), replace(eve, reads=everyone))
-    assert probe.calls == 100
+        asked(dan, replace(carol, reads=everyone), replace(eve, reads=everyone),
+              Person("nobody", None, everyone))
+    assert probe.calls == 110
 
 
 def test_a_commands_key_may_act_for_people_when_it_says_so(

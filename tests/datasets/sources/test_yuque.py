@@ -113,10 +113,10 @@ def test_who_reads_a_private_book_is_its_team_and_follows_it(kb: Any, store: Any
                                                                ) -> None:
     settings.KB_OUTBOUND_ALLOWED_HOSTS = ["127.0.0.1"]
     monkeypatch.setenv(VARIABLE, TOKEN)
-    team = [f"member-{n}" for n in range(150)]
-    site = Book(namespace="sre/runbooks", token=TOKEN, public=0, members=["Alice", "bob"],
+    site = Book(namespace="sre/runbooks", token=TOKEN, public=0, members=[101, 102],
                 docs={1: YuqueDoc("重启", "## 步骤\n\n重启服务。"),
-                      2: YuqueDoc("值班", "## 步骤\n\n值班表。", public=0)})
+                      2: YuqueDoc("值班", "## 步骤\n\n值班表。", public=0),
+                      3: YuqueDoc("交接", "## 步骤\n\n交接清单。", public=None)})
     with yuque_server(site) as running:
         source = _source(kb, running)
 
@@ -124,39 +124,57 @@ def test_who_reads_a_private_book_is_its_team_and_follows_it(kb: Any, store: Any
             return {d.title: d.readers for d in Document.objects.filter(source=source,
                                                                         deleted=False)}
 
+        def members_asked() -> int:
+            asked = sum("/api/v2/groups/sre/users" in hit for hit, _ in running.hits)
+            running.hits.clear()
+            return asked
+
         assert sync(source).status == Job.Status.SUCCEEDED
-        # A private book: its team's members, asked once a sync (one answer of 2).
-        assert readers() == {"重启": ["user:alice", "user:bob"], "值班": ["user:alice", "user:bob"]}
-        assert sum("/api/v2/groups/sre/users" in hit for hit, _ in running.hits) == 1
-        # Bob leaves the team: one sync, and neither document is his.
-        running.members = ["alice"]
+        # A private book: its team's members by id, asked once a sync (one answer of 2).
+        both = ["user:101", "user:102"]
+        assert readers() == {"重启": both, "值班": both, "交接": both}
+        assert members_asked() == 1
+        # 102 leaves the team: one sync, and no document is theirs.
+        running.members = [101]
         job = sync(source)
-        assert sync_counts(job) == (0, 2, 0, 0, 0), job.log
-        assert set(map(tuple, readers().values())) == {("user:alice",)}
-        # Open to the space: the book restricts no one, but for its private document; the
-        # members are asked for it alone.
+        assert sync_counts(job) == (0, 3, 0, 0, 0), job.log
+        assert set(map(tuple, readers().values())) == {("user:101",)}
+        # Open to the space: the book restricts no one, but for its documents that are not
+        # open themselves (private, or not saying).
         running.public = 2
         sync(source)
-        assert readers() == {"重启": [], "值班": ["user:alice"]}
-        # More members than a document names (over two answers), or one Yuque gives no login:
-        # no agent reads what is private.
-        for members in (team, ["alice", ""]):
+        assert readers() == {"重启": [], "值班": ["user:101"], "交接": ["user:101"]}
+        # More members than a document names (the 101st on the second answer: two asked of
+        # three), or one Yuque gives no id: no agent reads what is private.
+        members_asked()
+        for members, asked in ((list(range(1000, 1250)), 2), ([101, None], 1)):
             running.members = members
             sync(source)
-            assert readers() == {"重启": [], "值班": ["none:"]}
-        # The members unreadable, or the book not saying whom it is open to: the sync fails and
-        # no one's readers change.
-        running.public, running.members = 0, ["alice"]
-        running.faults["/api/v2/groups/"] = [403]
-        job = sync(source)
-        assert job.error.startswith("Yuque answered 403 when asked for the members of the team "
-                                    "sre") and readers()["重启"] == []
-        running.public = 3
-        assert "does not say who owns the book" in sync(source).error
-        # A person's private book: the person alone.
+            assert readers() == {"重启": [], "值班": ["none:"], "交接": ["none:"]}
+            assert members_asked() == asked
+        # The members unreadable (the first answer, a later one), their listing not moving
+        # on, the book not saying whom it is open to (or who owns it, when something is
+        # private): the sync fails before any document, and no one's readers change.
+        running.public, running.members = 1, list(range(1000, 1150))
+        running.docs[1].updated = "2026-12-02T08:00:00.000Z"  # not read while it fails
+        for fault in ("users?offset=0", "users?offset=100"):
+            running.faults[fault] = [403]
+            job = sync(source)
+            assert job.error.startswith("Yuque answered 403 when asked for the members of the "
+                                        "team sre"), job.error
+            assert readers() == {"重启": [], "值班": ["none:"], "交接": ["none:"]}
+            assert Document.objects.get(source=source, title="重启").source_version == \
+                "1:2026-11-01T08:00:00.000Z"
+        running.pages_members = False
+        assert "goes on without new members" in sync(source).error
+        for public in (3, True, None):
+            running.public = public
+            assert sync(source).error == "Yuque's answer does not say whom the book is open to"
+        assert readers() == {"重启": [], "值班": ["none:"], "交接": ["none:"]}
+        # A person's private book: the person alone, by id.
         running.public, running.owner_type = 0, "User"
         sync(source)
-        assert set(map(tuple, readers().values())) == {("user:sre",)}
+        assert set(map(tuple, readers().values())) == {("user:7",)}
 
 
 def test_a_book_url_is_checked_when_saved(kb: Any) -> None:

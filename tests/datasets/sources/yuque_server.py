@@ -29,7 +29,7 @@ class YuqueDoc:
     updated: str = "2026-11-01T08:00:00.000Z"
     format: str = "markdown"
     status: int = 1  # 0: a draft never published
-    public: int = 1
+    public: Any = 1  # None: the listing does not say
 
 
 @dataclass
@@ -43,9 +43,10 @@ class Book:
     faults: dict[str, list[int]] = field(default_factory=dict)
     unlisted: set[int] = field(default_factory=set)
     url: str = ""  # the site
-    public: int = 1
-    owner_type: str = "Group"  # the namespace's first part is a team ("Group") or a person
-    members: list[str] = field(default_factory=list)  # the team's members' logins
+    public: Any = 1
+    owner_type: str = "Group"  # the namespace's first part is a team ("Group") or a person (7)
+    members: list[int | None] = field(default_factory=list)  # the team's members' ids
+    pages_members: bool = True  # False: the members' listing ignores its offset
 
     @property
     def book_url(self) -> str:
@@ -89,11 +90,11 @@ def yuque_server(book: Book) -> Iterator[Book]:
                     "public": book.public, "user_id": 7,
                     "user": {"id": 7, "type": book.owner_type, "login": owner}}})
             if parts.path == f"/api/v2/groups/{owner}/users" and book.owner_type == "Group":
-                offset = int(query.get("offset", "0"))
+                offset = int(query.get("offset", "0")) if book.pages_members else 0
                 return self.answer(200, {"data": [
-                    {"id": 900 + i, "group_id": 7, "user_id": 100 + i, "role": 1,
-                     "user": {"id": 100 + i, "type": "User", "login": login}}
-                    for i, login in enumerate(book.members)][offset:offset + 100]})
+                    {"id": 900 + n, "group_id": 7, "role": 1, "user": {
+                        "type": "User", "login": f"u{n}", **({"id": user} if user else {})}}
+                    for n, user in enumerate(book.members)][offset:offset + 100]})
             if parts.path == f"{api}/toc":
                 toc = [{"type": "TITLE", "title": title, "uuid": uuid, "parent_uuid": parent or "",
                         "doc_id": None} for uuid, (title, parent) in book.titles.items()]
@@ -105,11 +106,11 @@ def yuque_server(book: Book) -> Iterator[Book]:
                 offset, limit = int(query.get("offset", "0")), min(int(query.get("limit",
                                                                                  "100")), 100)
                 listed = [i for i in sorted(book.docs) if i not in book.unlisted]
-                data = [{"id": i, "slug": f"doc-{i}", "title": book.docs[i].title,
-                         "format": book.docs[i].format, "status": book.docs[i].status,
-                         "public": book.docs[i].public, "updated_at": book.docs[i].updated,
-                         "content_updated_at": book.docs[i].updated}
-                        for i in listed[offset:offset + limit]]
+                data = [{"id": i, "slug": f"doc-{i}", "title": d.title, "format": d.format,
+                         "status": d.status, "updated_at": d.updated,
+                         "content_updated_at": d.updated,
+                         **({"public": d.public} if d.public is not None else {})}
+                        for i, d in ((i, book.docs[i]) for i in listed[offset:offset + limit])]
                 return self.answer(200, {"data": data, "meta": {"total": len(listed)}})
             if parts.path.startswith(f"{api}/docs/"):
                 key = parts.path.rsplit("/", 1)[1].removeprefix("doc-")
