@@ -173,17 +173,11 @@ class YuqueReader:
         seen: set[str] = set()
         offset = 0
         while True:
-            self.deadline.check()
-            answer = self._get(f"{self.site}/api/v2/groups/{quote(team)}/users?offset={offset}",
-                               MAX_LISTING_BYTES)
-            if answer.status != 200:
-                raise SyncFailed(f"Yuque answered {answer.status} when asked for the members of "
-                                 f"the team {team}, who read its private documents: the token "
-                                 "must be one that may list them")
-            reply = api_json(answer, "Yuque")
-            data = reply.get("data") if isinstance(reply, dict) else None
-            if not isinstance(data, list):
-                raise SyncFailed("Yuque's answer is not a list of a team's members")
+            _, data = self._data(
+                f"{self.site}/api/v2/groups/{quote(team)}/users?offset={offset}",
+                f"when asked for the members of the team {team}, who read its private "
+                "documents: the token must be one that may list them",
+                "a list of a team's members")
             users = [m.get("user") if isinstance(m, dict) else None for m in data]
             names = [_user_name(user) for user in users]
             if data and seen.issuperset(names):
@@ -201,15 +195,8 @@ class YuqueReader:
         found: dict[str, dict[str, Any]] = {}
         offset = 0
         while True:
-            self.deadline.check()
-            answer = self._get(f"{self.api}/docs?offset={offset}&limit={PAGE_LIMIT}",
-                               MAX_LISTING_BYTES)
-            if answer.status != 200:
-                raise SyncFailed(f"Yuque answered {answer.status} to the book's listing")
-            listing = api_json(answer, "Yuque")
-            data = listing.get("data") if isinstance(listing, dict) else None
-            if not isinstance(data, list):
-                raise SyncFailed("Yuque's answer is not a listing of documents")
+            listing, data = self._data(f"{self.api}/docs?offset={offset}&limit={PAGE_LIMIT}",
+                                       "to the book's listing", "a listing of documents")
             new = 0
             for doc in data:
                 if not isinstance(doc, dict) or "id" not in doc or "slug" not in doc:
@@ -230,13 +217,8 @@ class YuqueReader:
 
     def _toc(self) -> dict[str, list[str]]:
         """Each document's id → the titles of the table of contents' entries above it."""
-        answer = self._get(f"{self.api}/toc", MAX_LISTING_BYTES)
-        if answer.status != 200:
-            raise SyncFailed(f"Yuque answered {answer.status} to the book's table of contents")
-        data = api_json(answer, "Yuque")
-        nodes = data.get("data") if isinstance(data, dict) else None
-        if not isinstance(nodes, list):
-            raise SyncFailed("Yuque's answer is not a table of contents")
+        _, nodes = self._data(f"{self.api}/toc", "to the book's table of contents",
+                              "a table of contents")
         by_uuid = {str(n.get("uuid")): n for n in nodes if isinstance(n, dict)}
         above: dict[str, list[str]] = {}
         for node in by_uuid.values():
@@ -272,6 +254,19 @@ class YuqueReader:
                                  url=f"{self.site}/{self.namespace}/{quote(slug)}",
                                  private=not _open(doc.get("public"))))
         return docs
+
+    def _data(self, url: str, asked: str, what: str) -> tuple[dict[str, Any], list[Any]]:
+        """The answer to `url` and its `data` list; SyncFailed saying what was `asked` for when
+        Yuque refuses it, and `what` it should be when it is no list."""
+        self.deadline.check()
+        answer = self._get(url, MAX_LISTING_BYTES)
+        if answer.status != 200:
+            raise SyncFailed(f"Yuque answered {answer.status} {asked}")
+        reply = api_json(answer, "Yuque")
+        data = reply.get("data") if isinstance(reply, dict) else None
+        if not isinstance(data, list):
+            raise SyncFailed(f"Yuque's answer is not {what}")
+        return reply, data
 
     def _current(self, doc_id: str) -> bool:
         answer = self._get(f"{self.api}/docs/{quote(doc_id)}", MAX_LISTING_BYTES)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import pytest
@@ -133,6 +134,15 @@ class Probe:
         assert status in (200, 404), (person.label, status, body)
         assert not self.leaked(person, body), (person.label, body)
         return body
+
+
+def ask_for_ibex(probe: Probe, *people: Person) -> None:
+    """Ten lookups of the ibex runbook for each person: served to its readers alone."""
+    for person in people:
+        for _ in range(10):
+            found = probe.rest(person, "lookup_knowledge", {"query": question("ibex")})
+            assert ("ibex" in person.reads) == any(
+                "ibex" in e["title"] for e in found["evidence"]), (person.label, found)
 
 
 @pytest.fixture
@@ -390,12 +400,7 @@ def test_a_pages_restrictions_at_the_source_hold_from_the_sync_that_reads_them(
         assert sync(source).status == "succeeded"
         probe = Probe(acting_key(make_key), {"ibex": Document.objects.get(title="ibex")})
 
-        def asked(*people: Person) -> None:
-            for person in people:
-                for _ in range(10):
-                    found = probe.rest(person, "lookup_knowledge", {"query": question("ibex")})
-                    assert ("ibex" in person.reads) == any(
-                        "ibex" in e["title"] for e in found["evidence"]), (person.label, found)
+        asked = partial(ask_for_ibex, probe)
 
         asked(sre, ops, carol)
         page.groups = ["ops"]  # moved between groups at the source
@@ -435,12 +440,7 @@ def test_a_private_yuque_books_team_holds_from_the_sync_that_reads_it(
         assert sync(source).status == "succeeded"
         probe = Probe(acting_key(make_key), {"ibex": Document.objects.get(source=source)})
 
-        def asked(*people: Person) -> None:
-            for person in people:
-                for _ in range(10):
-                    found = probe.rest(person, "lookup_knowledge", {"query": question("ibex")})
-                    assert ("ibex" in person.reads) == any(
-                        "ibex" in e["title"] for e in found["evidence"]), (person.label, found)
+        asked = partial(ask_for_ibex, probe)
 
         asked(dan, carol, eve, Person("nobody", None, frozenset()))
         running.members = [102]  # 101 (carol) leaves the team
