@@ -16,8 +16,12 @@ from datasets.ingestion.language import text_language
 from datasets.models import Document
 from evaluation.question_sets import KINDS, Question
 from evaluation.suites import translation_outcome
+from retrieval.chat import translation_model_for
+from retrieval.lookup.graph.translate import QueryTranslator, direction_for
 from retrieval.lookup.project import RagToolResult
 from retrieval.lookup.service import lookup_knowledge
+from retrieval.ragconfig.config import MODE_OVERRIDES, RagConfigConverter
+from retrieval.ragconfig.selectors import rag_config_for
 from retrieval.types import SearchFilters, SearchMode
 
 
@@ -157,6 +161,41 @@ def hit_test_run(*, questions: Iterable[Question], ask: Ask,
     """Ask every question (`ask` returns the agent-facing answer) and score the answers;
     `languages` (a runbook's source → its language) splits them by direction."""
     return HitReport(tuple(Outcome.of(q, ask(q.query), languages or {}) for q in questions))
+
+
+def translation_alone_asker(filters: SearchFilters, *, mode: SearchMode | None = None,
+                            overrides: dict[str, Any] | None = None,
+                            translations: Counter[str] | None = None) -> Ask:
+    """`lookup_asker` of each question's translation in place of the question (`translate_query`
+    off): how far the bridge to the other language reaches, apart from the lookup's choice
+    between a question and its translation (docs/benchmarks.md, "Which search finds a crossed
+    question's runbook"). The model and its budget are those the lookups serve with, `mode`
+    and `overrides` over the config; a question not translated (the datasets hold no other
+    language, no model, a failure) is asked as itself. `translations` counts the questions
+    that asked the model, by outcome."""
+    settings = rag_config_for(tenant_id=filters.tenant_id,
+                              dataset_ids=filters.dataset_ids).settings
+    given = {**(MODE_OVERRIDES[mode] if mode is not None else {}), **(overrides or {})}
+    if given:
+        settings = RagConfigConverter.to_settings(given, base=settings)
+    translator = QueryTranslator(
+        model=translation_model_for(RagConfigConverter.to_dict(settings)),
+        tenant_id=filters.tenant_id)
+    languages = frozenset(runbook_languages(filters).values())
+    ask = lookup_asker(filters, mode=mode, overrides={**(overrides or {}),
+                                                      "translate_query": False})
+
+    def asked(query: str) -> dict[str, Any]:
+        direction = direction_for(query, languages)
+        if direction is None:
+            return ask(query)
+        translation = translator.translate(query, direction,
+                                           timeout_s=settings.translation_budget_ms / 1000)
+        if translations is not None:
+            translations[translation.outcome.value] += 1
+        return ask(translation.text or query)
+
+    return asked
 
 
 def runbook_languages(filters: SearchFilters) -> dict[str, str]:

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from datasets.ingestion.importer import document_files
-from evaluation.hit_test import HitReport, hit_test_run
+from evaluation.hit_test import HitReport, hit_test_run, translation_alone_asker
 from evaluation.question_sets import (
     MAX_BYTES,
     MAX_QUESTIONS,
@@ -26,8 +26,9 @@ from evaluation.question_sets import (
     questions_load,
 )
 from retrieval.lookup.graph.translate import CACHE
+from retrieval.management.scope import command_filters
 from tests.datasets.builders import api_client, lookup
-from tests.retrieval.chat_server import asks_to_translate, chat_server
+from tests.retrieval.chat_server import TRANSLATIONS, asks_to_translate, chat_server
 from tests.retrieval.conftest import Imported, MakeKey, import_runbooks
 
 QUESTIONS = settings.KB_KNOWLEDGE_DIR / "eval" / "questions.jsonl"
@@ -189,6 +190,36 @@ def test_the_command_says_how_many_questions_asked_a_model_for_their_translation
     text = _hit_test("--questions", str(questions), "--tenant", "acme").splitlines()
     assert served["translations"] == {"translated": 1}
     assert [asks_to_translate(r) for r in server.requests] == [True]
+    assert text[1] == "translation: 1 no model"
+
+
+@pytest.mark.embedded
+def test_the_translation_alone_is_asked_in_place_of_the_question(
+        acme: Imported, tmp_path: Path, settings: Any) -> None:
+    """`--translation-alone`: the model translates each question whose runbooks' language is
+    another, and the lookup (not asking the model itself) searches the translation alone; a
+    question in the runbooks' language, or with no model, is asked as itself."""
+    chinese = "消费组的积压一直在涨，消息处理不过来"  # the translator knows it
+    english = "nginx 502 bad gateway connection refused while connecting to upstream"
+    questions = _write(tmp_path / "q.jsonl", [_q("z1", chinese, "kafka.md"),
+                                              _q("e1", english, "nginx.md")])
+    CACHE.clear()
+    with chat_server() as server:
+        settings.KB_CHAT_BASE_URL, settings.KB_LOCAL_MODEL_URL = "", server.url
+        served = json.loads(_hit_test("--questions", str(questions), "--tenant", "acme",
+                                      "--json", "--translation-alone"))
+        # The lookup searched the translation, as the agent-facing answer says.
+        ask = translation_alone_asker(command_filters(tenant_slug="acme", dataset_names=[],
+                                                      narrowed=""))
+        assert [ask(q)["query"] for q in (chinese, english)] == [TRANSLATIONS[chinese], english]
+    CACHE.clear()
+    assert served["translations"] == {"translated": 1}
+    assert served["on_topic"]["first"] == 2, served["misses"]
+    # One request: the second asking of the same question was answered by the cache.
+    assert [asks_to_translate(r) for r in server.requests] == [True]
+    settings.KB_LOCAL_MODEL_URL = ""
+    text = _hit_test("--questions", str(questions), "--tenant", "acme",
+                     "--translation-alone").splitlines()
     assert text[1] == "translation: 1 no model"
 
 

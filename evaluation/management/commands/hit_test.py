@@ -6,7 +6,12 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 
-from evaluation.hit_test import hit_test_run, lookup_asker, runbook_languages
+from evaluation.hit_test import (
+    hit_test_run,
+    lookup_asker,
+    runbook_languages,
+    translation_alone_asker,
+)
 from evaluation.management.overrides import add_override_arguments, parsed_overrides
 from evaluation.question_sets import QuestionSetError, questions_load, questions_of_split
 from evaluation.suites import translations_line
@@ -26,6 +31,10 @@ class Command(StoreCommand):
         parser.add_argument("--dataset", action="append", default=[])
         parser.add_argument("--split", choices=["held-out", "fit", "all"], default="held-out")
         parser.add_argument("--json", action="store_true", help="print one JSON object")
+        parser.add_argument("--translation-alone", action="store_true",
+                            help="ask each question's translation (the model the lookups "
+                                 "serve with) in place of the question, with translate_query "
+                                 "off: how far the bridge to the other language reaches")
         add_filters_argument(parser)
         add_override_arguments(parser, mode_default=None,
                                mode_help="the retrievers and how they run (default: the "
@@ -43,7 +52,8 @@ class Command(StoreCommand):
                                   narrowed=options["filters"])
         overrides = parsed_overrides(options["set"])
         translations: Counter[str] = Counter()
-        report = hit_test_run(questions=questions, ask=lookup_asker(
+        asker = translation_alone_asker if options["translation_alone"] else lookup_asker
+        report = hit_test_run(questions=questions, ask=asker(
             filters, mode=options["mode"], overrides=overrides, translations=translations),
             languages=runbook_languages(filters))
         if options["json"]:
