@@ -17,6 +17,7 @@ from evaluation.question_sets import QuestionSetError, questions_load, questions
 from evaluation.suites import translations_line
 from retrieval.management.scope import add_filters_argument, command_filters
 from retrieval.management.store import StoreCommand
+from retrieval.ragconfig.config import RagConfigError
 
 
 class Command(StoreCommand):
@@ -53,9 +54,12 @@ class Command(StoreCommand):
         overrides = parsed_overrides(options["set"])
         translations: Counter[str] = Counter()
         asker = translation_alone_asker if options["translation_alone"] else lookup_asker
-        report = hit_test_run(questions=questions, ask=asker(
-            filters, mode=options["mode"], overrides=overrides, translations=translations),
-            languages=runbook_languages(filters))
+        try:
+            ask = asker(filters, mode=options["mode"], overrides=overrides,
+                        translations=translations)
+        except RagConfigError as exc:
+            raise CommandError(f"the tenant's RagConfig: {exc}") from exc
+        report = hit_test_run(questions=questions, ask=ask, languages=runbook_languages(filters))
         if options["json"]:
             self.stdout.write(json.dumps({"split": options["split"], **report.as_json(),
                                           "translations": dict(sorted(translations.items()))},
