@@ -19,9 +19,8 @@ from evaluation.suites import translation_outcome
 from retrieval.chat import translation_model_for
 from retrieval.lookup.graph.translate import QueryTranslator, direction_for
 from retrieval.lookup.project import RagToolResult
-from retrieval.lookup.service import lookup_knowledge
-from retrieval.ragconfig.config import MODE_OVERRIDES, RagConfigConverter
-from retrieval.ragconfig.selectors import rag_config_for
+from retrieval.lookup.service import lookup_knowledge, lookup_settings
+from retrieval.ragconfig.config import RagConfigConverter
 from retrieval.types import SearchFilters, SearchMode
 
 
@@ -169,28 +168,24 @@ def translation_alone_asker(filters: SearchFilters, *, mode: SearchMode | None =
     """`lookup_asker` of each question's translation in place of the question (`translate_query`
     off): how far the bridge to the other language reaches, apart from the lookup's choice
     between a question and its translation (docs/benchmarks.md, "Which search finds a crossed
-    question's runbook"). The model and its budget are those the lookups serve with, `mode`
-    and `overrides` over the config; a question not translated (the datasets hold no other
-    language, no model, a failure) is asked as itself. `translations` counts the questions
-    that asked the model, by outcome."""
-    settings = rag_config_for(tenant_id=filters.tenant_id,
-                              dataset_ids=filters.dataset_ids).settings
-    given = {**(MODE_OVERRIDES[mode] if mode is not None else {}), **(overrides or {})}
-    if given:
-        settings = RagConfigConverter.to_settings(given, base=settings)
+    question's runbook"). The model, its budget (within half the call's time) and the
+    documents' languages are those a lookup serves with, `mode` and `overrides` over the
+    config (RagConfigError when they do not hold); a question not translated (the documents
+    hold no other language, no model, a failure) is asked as itself. `translations` counts
+    the questions that asked the model, by outcome."""
+    served = lookup_settings(filters, mode=mode, overrides=overrides)
     translator = QueryTranslator(
-        model=translation_model_for(RagConfigConverter.to_dict(settings)),
+        model=translation_model_for(RagConfigConverter.to_dict(served.settings)),
         tenant_id=filters.tenant_id)
-    languages = frozenset(runbook_languages(filters).values())
+    budget_ms = min(served.settings.translation_budget_ms, served.settings.timeout_millis // 2)
     ask = lookup_asker(filters, mode=mode, overrides={**(overrides or {}),
                                                       "translate_query": False})
 
     def asked(query: str) -> dict[str, Any]:
-        direction = direction_for(query, languages)
+        direction = direction_for(query, served.languages)
         if direction is None:
             return ask(query)
-        translation = translator.translate(query, direction,
-                                           timeout_s=settings.translation_budget_ms / 1000)
+        translation = translator.translate(query, direction, timeout_s=budget_ms / 1000)
         if translations is not None:
             translations[translation.outcome.value] += 1
         return ask(translation.text or query)

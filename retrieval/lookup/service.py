@@ -158,6 +158,28 @@ def _overridden(settings: RagSettings, overrides: dict[str, Any], tenant_id: int
     return settings
 
 
+@dataclass(frozen=True)
+class ServedWith:
+    """What a lookup of some filters would serve with (lookup_settings)."""
+
+    settings: RagSettings
+    languages: frozenset[str]  # of the documents its caller may read
+
+
+def lookup_settings(filters: SearchFilters, *, mode: SearchMode | None = None,
+                    overrides: dict[str, Any] | None = None) -> ServedWith:
+    """The settings a lookup of `filters` serves with (`mode` and `overrides` over the config,
+    held to a stored config's rules) and the languages of the documents it may read, as the
+    lookup itself works them out: evaluation asks the translation model as a lookup would
+    (evaluation/hit_test.py). RagConfigError when the config or an override does not hold."""
+    try:
+        setup = _setup(filters, overrides, mode, None, "")
+    except _Unavailable as exc:
+        raise RagConfigError({"config": str(exc.__cause__ or exc)}) from exc
+    return ServedWith(setup.settings, setup.view.languages(filters.access)
+                      if setup.view is not None else frozenset())
+
+
 def configured_filters(filters: SearchFilters, settings: RagSettings) -> SearchFilters:
     """The config's kb_scope (the datasets in it) and metadata_filters (compared inside the
     Milvus query) narrow the key's scope; nothing here can widen it."""

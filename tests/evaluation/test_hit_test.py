@@ -206,8 +206,10 @@ def test_the_translation_alone_is_asked_in_place_of_the_question(
     CACHE.clear()
     with chat_server() as server:
         settings.KB_CHAT_BASE_URL, settings.KB_LOCAL_MODEL_URL = "", server.url
+        # translate_query off: only the flag's own asking reaches the model.
         served = json.loads(_hit_test("--questions", str(questions), "--tenant", "acme",
-                                      "--json", "--translation-alone"))
+                                      "--json", "--translation-alone",
+                                      "--set", "translate_query=false"))
         # The lookup searched the translation, as the agent-facing answer says.
         ask = translation_alone_asker(command_filters(tenant_slug="acme", dataset_names=[],
                                                       narrowed=""))
@@ -221,6 +223,9 @@ def test_the_translation_alone_is_asked_in_place_of_the_question(
     text = _hit_test("--questions", str(questions), "--tenant", "acme",
                      "--translation-alone").splitlines()
     assert text[1] == "translation: 1 no model"
+    with pytest.raises(CommandError, match="translation_budget_ms"):
+        _hit_test("--questions", str(questions), "--tenant", "acme", "--translation-alone",
+                  "--set", "translation_budget_ms=5")
 
 
 @pytest.mark.parametrize(("content", "message"), [
