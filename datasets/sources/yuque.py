@@ -123,13 +123,13 @@ class YuqueReader:
             self._current, "document")
         docs = [doc for doc in listed if self.globs(doc.path)]
         self.expected = len(docs)
-        private = [not _open(book["public"]) or doc.private for doc in docs]
+        closed = not _open(book["public"])
         # Worked out before any document is synced: a sync that cannot tell changes nothing.
-        owners = self._owners(book) if any(private) else []
-        for doc, closed in zip(docs, private, strict=True):
+        owners = self._owners(book) if closed or any(doc.private for doc in docs) else []
+        for doc in docs:
             yield listed_item(doc.path, doc.version, 0, known=known, longest=self.longest,
                               max_bytes=self.max_bytes, read=partial(self._body, doc),
-                              url=doc.url, readers=owners if closed else [])
+                              url=doc.url, readers=owners if closed or doc.private else [])
 
     def _book(self) -> dict[str, Any]:
         """The book as Yuque gives it, saying whom it is open to (`public`): it is there and
