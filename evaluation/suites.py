@@ -244,7 +244,8 @@ def evaluation_overrides(depth: int, given: dict[str, object] | None) -> dict[st
     What the caller sets (`evaluate --set`) wins, so that every field can be measured."""
     return {"max_results": depth, "retrieve_k": depth, "return_n": depth,
             "max_chunks_per_document": 1, "reference_threshold": 0.0,
-            "precise_threshold": 0.0, **(given or {})}
+            "precise_threshold": 0.0, "model_reference_threshold": 0.0,
+            "model_precise_threshold": 0.0, **(given or {})}
 
 
 def document_scores(ranking: list[str], relevant: dict[str, int]) -> dict[str, float]:

@@ -4,7 +4,8 @@ Seed 000 §6.2 / §7: the order is the store's order (the fused order for hybrid
 changed here; L0 overlap only explains a hit (`hit_reasons`). Thresholds look at the gate
 quality, which prefers the absolute dense L2 distance over the rank, because a rank says
 nothing about whether the best hit is any good, and at the query's own words in the chunk's
-text (`_judged`).
+text (`_judged`); or, when the config asks for it, at the embedder's relevance model's
+probability (`_modelled`, relevance.py).
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from typing import Any
 from audit.types import DropReason
 from datasets.documents.evidence import ANCHOR_DIGITS, EvidenceKey
 from datasets.documents.links import stored_lines
+from datasets.ingestion.language import text_language
 from datasets.ingestion.locations import Location
 from retrieval.analysis import contains_term, normalize_text
 from retrieval.lexical import QueryTerms, query_terms, vocabulary_terms
+from retrieval.lookup import relevance
+from retrieval.lookup.relevance import RelevanceModel
 from retrieval.types import (
     RRF_K,
     PostProcessed,
@@ -145,7 +149,8 @@ class KnowledgeEvidencePostProcessor:
     """Search hits of one round → at most `return_n` relevant chunks, in the store's order."""
 
     def __init__(self, return_n: int, max_chunks_per_document: int, reference_threshold: float,
-                 precise_threshold: float, *, max_l2_distance: float = 2.0) -> None:
+                 precise_threshold: float, *, max_l2_distance: float = 2.0,
+                 model: RelevanceModel | None = None) -> None:
         if return_n < 1 or max_chunks_per_document < 1:
             raise ValueError("return_n and max_chunks_per_document must be at least 1")
         if not 0.0 <= reference_threshold <= precise_threshold <= 1.0:
@@ -155,6 +160,16 @@ class KnowledgeEvidencePostProcessor:
         self.reference_threshold = reference_threshold
         self.precise_threshold = precise_threshold
         self.normalizer = RetrievalScoreNormalizer(max_l2_distance)
+        # None: the gate reads each chunk's calibrated distance and words (`_judged`);
+        # a model: its probability is the quality and the support (relevance.py).
+        self.model = model
+
+    @property
+    def judge(self) -> str:
+        """What the gate reads, as the trace names it."""
+        if self.precise_threshold == 0:
+            return "no"
+        return "DISTANCE" if self.model is None else f"MODEL ({self.model.embedder})"
 
     def process(self, hits: Sequence[SearchHit], mode: SearchMode, hints: QueryHints,
                 query: str = "", prior: Callable[[str], float] | None = None
@@ -166,22 +181,25 @@ class KnowledgeEvidencePostProcessor:
         the answer's relevance level, are those of their places in the store's order."""
         ordered = sorted(hits, key=lambda h: h.rank)  # stable: ties keep the store's order
         terms = query_terms(query)
-        judged: list[tuple[ScoredChunk, float]] = []
         hit_of: dict[str, SearchHit] = {}
-        seen: set[str] = set()
+        places: list[int] = []
         dropped: list[tuple[str, str]] = []
         for position, hit in enumerate(ordered, start=1):
             key = evidence_key_of(hit)
-            if key in seen:  # the first (best-ranked) occurrence wins
+            if key in hit_of:  # the first (best-ranked) occurrence wins
                 dropped.append((key, DropReason.DUPLICATE))
                 continue
-            seen.add(key)
-            quality = self.normalizer.gate_quality(hit, mode=mode, rank=position,
-                                                   n=len(ordered))
-            quality, support = self._judged(hit, quality, terms, distance_known=(
-                hit.dense_l2 is not None or mode == "dense"))
-            judged.append((self._scored(hit, key, quality, mode), support))
             hit_of[key] = hit
+            places.append(position)
+        unique = list(hit_of.items())
+        verdicts = self._modelled(unique, mode, query, terms)
+        if verdicts is None:
+            verdicts = [self._judged(hit, self.normalizer.gate_quality(
+                hit, mode=mode, rank=position, n=len(ordered)), terms, distance_known=(
+                hit.dense_l2 is not None or mode == "dense"))
+                for (_, hit), position in zip(unique, places, strict=True)]
+        judged = [(self._scored(hit, key, quality, mode), support)
+                  for (key, hit), (quality, support) in zip(unique, verdicts, strict=True)]
 
         if prior is not None:
             weighted = sorted(enumerate(judged, 1), key=lambda pair: -prior(pair[1][0].doc_id)
@@ -236,6 +254,35 @@ class KnowledgeEvidencePostProcessor:
             kept.append(replace(chunk, hit_reasons=_hit_reasons(hit_of[key], hints, terms)))
         return PostProcessed(chunks=tuple(kept), relevance_level=level, top_quality=top_quality,
                              dropped=tuple(dropped), vocabulary=vocabulary)
+
+    def _modelled(self, unique: Sequence[tuple[str, SearchHit]], mode: SearchMode,
+                  query: str, terms: QueryTerms) -> list[tuple[float, float]] | None:
+        """(quality, support) of each candidate by the relevance model: its probability for
+        the first PLACES, 0 for the rest; None when the model does not judge (none, or the
+        gate off). The signals are also what `fit_relevance` records, model or not."""
+        judging = self.model is not None and self.precise_threshold > 0
+        if not (judging or relevance.recording_active()):
+            return None
+        candidates = [relevance.CandidateText(
+            document=_text(hit.metadata, "docId").strip() or key, text=searchable_text(hit),
+            headings=f"{_text(hit.metadata, 'title')} {_text(hit.metadata, 'breadcrumb')}",
+            language=text_language(hit.content),
+            dense_quality=self._dense_quality(hit, mode), bm25_match=bool(hit.bm25_match))
+            for key, hit in unique[:relevance.PLACES]]
+        signals = relevance.pool_signals(query, terms, candidates)
+        relevance.record([(_text(hit.metadata, "source"), s)
+                          for (_, hit), s in zip(unique, signals, strict=False)])
+        if not judging:
+            return None
+        assert self.model is not None
+        verdicts = [(p, p) for p in map(self.model.probability, signals)]
+        return verdicts + [(0.0, 0.0)] * (len(unique) - len(verdicts))
+
+    def _dense_quality(self, hit: SearchHit, mode: SearchMode) -> float:
+        """The calibrated distance, 0 when the hit's distance is not known."""
+        if hit.dense_l2 is not None:
+            return self.normalizer.dense_quality(hit.dense_l2)
+        return self.normalizer.dense_quality(hit.score) if mode == "dense" else 0.0
 
     def _judged(self, hit: SearchHit, quality: float, terms: QueryTerms, *,
                 distance_known: bool) -> tuple[float, float]:

@@ -31,6 +31,7 @@ from retrieval.lookup.graph.run import (
 from retrieval.lookup.graph.translate import QueryTranslator
 from retrieval.lookup.pack import KnowledgeContextPacker
 from retrieval.lookup.post_process import KnowledgeEvidencePostProcessor
+from retrieval.lookup.relevance import model_for
 from retrieval.lookup.synonyms import NO_SYNONYMS, Synonyms
 from retrieval.lookup.transform import L0Index
 from retrieval.ragconfig.config import RagConfigConverter
@@ -89,12 +90,16 @@ class LookupKnowledgeTool:
     def run(self, request: LookupRequest) -> LookupResult:
         assert self.search is not None
         s = self.settings
-        calibrated = self.search.embedder.max_l2_distance
+        embedder = self.search.embedder
+        model = model_for(embedder.name) if s.relevance_gate == "MODEL" else None
+        reference, precise = ((s.model_reference_threshold, s.model_precise_threshold)
+                              if model is not None else (s.reference_threshold,
+                                                         s.precise_threshold))
         parts = GraphParts(
             registry=REGISTRY, search=self.search,
             post=KnowledgeEvidencePostProcessor(
-                s.return_n, s.max_chunks_per_document, s.reference_threshold,
-                s.precise_threshold, max_l2_distance=s.max_l2_distance or calibrated),
+                s.return_n, s.max_chunks_per_document, reference, precise,
+                max_l2_distance=s.max_l2_distance or embedder.max_l2_distance, model=model),
             packer=KnowledgeContextPacker(s.max_context_chars, s.max_excerpt_chars),
             l0_index=self.l0_index, live_documents=self.live_documents,
             weights={"VECTOR": s.dense_weight, "BM25": s.bm25_weight}, rrf_k=s.rrf_k,

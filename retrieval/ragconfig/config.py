@@ -259,6 +259,9 @@ def _cross_field_errors(s: RagSettings) -> dict[str, str]:
     if s.reference_threshold > s.precise_threshold:
         errors["reference_threshold"] = (
             f"must not exceed precise_threshold ({s.precise_threshold})")
+    if s.model_reference_threshold > s.model_precise_threshold:
+        errors["model_reference_threshold"] = (
+            f"must not exceed model_precise_threshold ({s.model_precise_threshold})")
     if s.retrieve_k < s.return_n:
         errors["retrieve_k"] = f"must be at least return_n ({s.return_n})"
     if s.dense_weight == 0 and s.bm25_weight == 0:

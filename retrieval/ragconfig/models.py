@@ -102,7 +102,10 @@ class RagConfig(models.Model):
     recency_half_life_days = models.PositiveIntegerField(**_setting("recency_half_life_days"))
     reference_threshold = models.FloatField(**_setting("reference_threshold"))
     precise_threshold = models.FloatField(**_setting("precise_threshold"))
+    model_reference_threshold = models.FloatField(**_setting("model_reference_threshold"))
+    model_precise_threshold = models.FloatField(**_setting("model_precise_threshold"))
     max_l2_distance = models.FloatField(null=True, blank=True, **_setting("max_l2_distance"))
+    relevance_gate = models.CharField(max_length=10, **_setting("relevance_gate"))
     kb_scope = models.CharField(max_length=cfg.KB_SCOPE_MAX_CHARS, blank=True,
                                 **_setting("kb_scope"))
     max_context_chars = models.PositiveIntegerField(**_setting("max_context_chars"))
@@ -139,6 +142,8 @@ class RagConfig(models.Model):
                    "max_chunks_per_document must be positive"),
             _check(Q(reference_threshold__gte=0, reference_threshold__lte=1,
                      precise_threshold__gte=0, precise_threshold__lte=1,
+                     model_reference_threshold__gte=0, model_reference_threshold__lte=1,
+                     model_precise_threshold__gte=0, model_precise_threshold__lte=1,
                      min_score__gte=0, min_score__lte=1,
                      quality_threshold__gte=0, quality_threshold__lte=1),
                    "thresholds_in_unit_range", "thresholds must lie between 0 and 1"),
@@ -153,6 +158,9 @@ class RagConfig(models.Model):
                    "translation_budget_ms must lie between 100 and 60000"),
             _check(Q(reference_threshold__lte=F("precise_threshold")), "reference_lte_precise",
                    "reference_threshold must not exceed precise_threshold"),
+            _check(Q(model_reference_threshold__lte=F("model_precise_threshold")),
+                   "model_reference_lte_precise",
+                   "model_reference_threshold must not exceed model_precise_threshold"),
             _check(Q(max_l2_distance__isnull=True)
                    | Q(max_l2_distance__gt=0, max_l2_distance__lte=4), "max_l2_in_range",
                    "max_l2_distance must be in (0, 4]"),

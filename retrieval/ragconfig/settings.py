@@ -30,6 +30,7 @@ AGGREGATION_STRATEGIES = ("MERGE", "RANK", "DEDUPLICATE")
 NEIGHBOUR_EXPANSIONS = ("NONE", "ADJACENT", "SECTION")
 FUSION_METHODS = ("RRF", "CONVEX", "ADAPTIVE")
 AGENTIC_GRAPHS = ("FULL", "SIMPLIFIED")
+RELEVANCE_GATES = ("DISTANCE", "MODEL")
 
 
 @dataclass(frozen=True)
@@ -252,13 +253,24 @@ class RagSettings:
              "does not crowd out the others.")
     reference_threshold: float = knob(
         0.35, bounds=(0.0, 1.0),
-        help="The quality (0–1) a chunk needs to be returned at all. When no chunk "
-             "reaches it the answer is EMPTY.")
+        help="The DISTANCE gate: the quality (0–1) a chunk needs to be returned at all. "
+             "When no chunk reaches it the answer is EMPTY.")
     precise_threshold: float = knob(
         0.6, bounds=(0.0, 1.0),
-        help="The quality (0–1) at which the best chunk makes the answer PRECISE rather "
-             "than REFERENCE. A search narrowed to a category by the L0 hint that is not "
-             "PRECISE is also run without the category; the more relevant one serves.")
+        help="The DISTANCE gate: the quality (0–1) at which the best chunk makes the answer "
+             "PRECISE rather than REFERENCE. A search narrowed to a category by the L0 hint "
+             "that is not PRECISE is also run without the category; the more relevant one "
+             "serves.")
+    # Chosen on the fit halves of the runbook sets, cross-validated, both embedders
+    # (docs/benchmarks.md, "The relevance model").
+    model_reference_threshold: float = knob(
+        0.35, bounds=(0.0, 1.0),
+        help="The MODEL gate: the probability a chunk needs to be returned at all. When no "
+             "chunk reaches it the answer is EMPTY.")
+    model_precise_threshold: float = knob(
+        0.5, bounds=(0.0, 1.0),
+        help="The MODEL gate: the probability at which the best chunk makes the answer "
+             "PRECISE rather than REFERENCE.")
     # The squared L2 at which dense quality reaches 0 (unit vectors: L2 lies in [0, 4]).
     # None: the embedder's own calibration (embedders.py), measured on docs/benchmarks.md's
     # in-domain and off-topic questions, so the thresholds mean the same for every model.
@@ -266,6 +278,19 @@ class RagSettings:
         None, bounds=(0.0, 4.0),
         help="Empty: the embedder's calibration (recommended). Otherwise the vector "
              "distance (squared L2, up to 4) at which a chunk's quality falls to 0.")
+    # DISTANCE by default: the model gained on the near-domain off-topic questions and lost
+    # right answers on the paraphrased held-out half (docs/benchmarks.md, "The relevance
+    # model").
+    relevance_gate: str = knob(
+        "DISTANCE", choices=RELEVANCE_GATES,
+        help="What a chunk's quality is: DISTANCE, its calibrated vector distance, "
+             "discounted for the question's words it lacks; MODEL, the probability the "
+             "embedder's relevance model gives it from every signal the lookup has (distance, "
+             "words and identifiers in it and its headings, BM25's match, its place, its "
+             "document's share of the first ten candidates, its language), the first ten "
+             "candidates only, against the model_… thresholds; the probability is then the quality "
+             "a score_threshold and the quality assessment read. An embedder without a "
+             "fitted model reads the distance.")
     kb_scope: str = knob(
         "",
         help="Empty: every dataset. Set: only datasets whose kb_scope is this value; "

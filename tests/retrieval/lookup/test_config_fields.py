@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from audit.models import ToolInvocation
 from datasets.documents.services import document_set_activation
 from datasets.models import Dataset
+from retrieval.index.embedders import get_embedder
 from retrieval.lookup.graph.translate import CACHE
 from retrieval.ragconfig.services import rag_config_update
 from retrieval.ragconfig.settings import SETTING_NAMES
@@ -299,6 +301,48 @@ def test_thresholds_and_the_distance_scale_decide_relevance(tool: Tool) -> None:
     tool.configure(reference_threshold=0.35, precise_threshold=0.6)
     body, _ = tool.ask(max_l2_distance=0.01)  # every chunk is "far": quality 0
     assert body["evidence_status"] == "EMPTY"
+
+
+def gate_notes(trace: dict[str, Any]) -> list[str]:
+    return [s["note"] for s in trace["stages"] if s["stage"] == "post_process"]
+
+
+@pytest.mark.django_db
+@proves("relevance_gate", "model_reference_threshold", "model_precise_threshold")
+def test_the_relevance_model_judges_with_its_own_thresholds(
+        tool: Tool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """MODEL: the embedder's relevance model (retrieval/lookup/relevance.py) judges, against
+    the model_… thresholds; the trace's post_process stage names it."""
+    from retrieval.lookup import relevance
+
+    embedder = get_embedder().name
+    assert relevance.model_for(embedder) is not None, "each offline embedder has a model"
+    body, trace = tool.ask(relevance_gate="MODEL")
+    assert body["relevance_level"] == "PRECISE" and "kafka" in tool.stems(body)
+    assert gate_notes(trace) and all(n.startswith(f"MODEL ({embedder}) gate")
+                                     for n in gate_notes(trace))
+    off_topic, _ = tool.ask("how do I bake sourdough bread")
+    assert off_topic["evidence_status"] == "EMPTY"
+    body, _ = tool.ask(model_precise_threshold=1.0)
+    assert (body["evidence_status"], body["relevance_level"]) == ("READY", "REFERENCE")
+    body, _ = tool.ask(model_reference_threshold=1.0)
+    assert body["evidence_status"] == "EMPTY"
+    # The distance's thresholds do not reach the model, nor the model's the distance.
+    tool.configure(model_reference_threshold=0.35, model_precise_threshold=0.5)
+    body, _ = tool.ask(reference_threshold=1.0, precise_threshold=1.0)
+    assert body["relevance_level"] == "PRECISE"
+    body, trace = tool.ask(relevance_gate="DISTANCE")
+    assert body["evidence_status"] == "EMPTY"
+    assert all(n.startswith("DISTANCE gate") for n in gate_notes(trace))
+    # An embedder with no fitted model reads the distance, with the distance's thresholds.
+    monkeypatch.setattr(relevance, "MODELS_DIR", tmp_path)
+    relevance.model_for.cache_clear()
+    try:
+        body, trace = tool.ask(relevance_gate="MODEL")
+        assert body["evidence_status"] == "EMPTY"  # reference_threshold 1.0 holds
+        assert all(n.startswith("DISTANCE gate") for n in gate_notes(trace))
+    finally:
+        relevance.model_for.cache_clear()
 
 
 @pytest.mark.django_db

@@ -181,6 +181,8 @@ def test_every_field_error_is_reported_at_once() -> None:
 @pytest.mark.parametrize("values, field", [
     ({"enable_correction": True}, "enable_correction"),
     ({"reference_threshold": 0.7, "precise_threshold": 0.6}, "reference_threshold"),
+    ({"model_reference_threshold": 0.7, "model_precise_threshold": 0.6},
+     "model_reference_threshold"),
     ({"retrieve_k": 4, "return_n": 5}, "retrieve_k"),
     ({"enable_rerank": True, "rerank_top_n": 30, "retrieve_k": 20}, "rerank_top_n"),
     ({"max_excerpt_chars": 7000, "max_context_chars": 6000}, "max_excerpt_chars"),

@@ -1,0 +1,71 @@
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+
+from evaluation.hit_test import lookup_asker
+from evaluation.question_sets import QuestionSetError, questions_load, questions_of_split
+from retrieval.index.versions import IndexNotReady, serving_index
+from retrieval.lookup.relevance import ChunkSignals, fit, model_path, recording
+from retrieval.management.scope import add_filters_argument, command_filters
+from retrieval.management.store import StoreCommand
+from retrieval.ragconfig.config import RagConfigError
+
+
+class Command(StoreCommand):
+    help = ("Fit the embedder's relevance model (retrieval/lookup/relevance.py) on the `fit` "
+            "halves of question sets: each question is asked through lookup_knowledge with "
+            "the distance gate, and every candidate the gate judged is a row, relevant when "
+            "it is the question's runbook (an off-topic question's candidates never are).")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--tenant", required=True)
+        parser.add_argument("--dataset", action="append", default=[])
+        parser.add_argument("--questions", type=Path, action="append", required=True,
+                            help="a question set (JSON lines with split); repeat for more")
+        parser.add_argument("--out", type=Path, default=None,
+                            help="where to write the model (default: the embedder's file "
+                                 "beside retrieval/lookup/relevance.py)")
+        add_filters_argument(parser)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            sets = {path: questions_of_split(questions_load(path), "fit")
+                    for path in options["questions"]}
+        except QuestionSetError as exc:
+            raise CommandError(str(exc)) from exc
+        if not any(sets.values()):
+            raise CommandError("no question of the fit split: a held-out half is never fitted on")
+        filters = command_filters(tenant_slug=options["tenant"], dataset_names=options["dataset"],
+                                  narrowed=options["filters"])
+        try:
+            ask = lookup_asker(filters, overrides={"relevance_gate": "DISTANCE"})
+        except RagConfigError as exc:
+            raise CommandError(f"the tenant's RagConfig: {exc}") from exc
+        rows: list[tuple[ChunkSignals, bool]] = []
+        for questions in sets.values():
+            for question in questions:
+                with recording() as pools:
+                    answer = ask(question.query)
+                if answer["evidence_status"] == "UNAVAILABLE":
+                    raise CommandError(f"{question.id}: the lookup answered UNAVAILABLE")
+                rows += [(signals, source == question.expect)
+                         for pool in pools for source, signals in pool]
+        try:  # the embedder the lookups were served with: the distances are its
+            embedder = serving_index().embedder.name
+        except IndexNotReady as exc:
+            raise CommandError(f"nothing is indexed: {exc}") from exc
+        try:
+            model = fit(embedder, rows, {
+                "questions": {str(path): len(qs) for path, qs in sets.items()},
+                "split": "fit", "tenant": options["tenant"]})
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        out = options["out"] or model_path(embedder)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(model.as_json(), encoding="utf-8")
+        self.stdout.write(f"{embedder}: {model.fitted_on['candidates']} candidates "
+                          f"({model.fitted_on['relevant']} relevant) → {out}")
+        for name, weight in zip(model.features, model.weights, strict=True):
+            self.stdout.write(f"  {name:<24} {weight:+.3f}")
+        self.stdout.write(f"  {'(bias)':<24} {model.bias:+.3f}")
