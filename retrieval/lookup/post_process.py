@@ -168,8 +168,10 @@ class KnowledgeEvidencePostProcessor:
     def judge(self) -> str:
         """What the gate reads, as the trace names it."""
         if self.precise_threshold == 0:
-            return "no"
-        return "DISTANCE" if self.model is None else f"MODEL ({self.model.embedder})"
+            return "no gate"
+        if self.model is None:
+            return "DISTANCE gate"
+        return f"MODEL ({self.model.embedder}) gate, fit {self.model.fingerprint()}"
 
     def process(self, hits: Sequence[SearchHit], mode: SearchMode, hints: QueryHints,
                 query: str = "", prior: Callable[[str], float] | None = None

@@ -15,6 +15,7 @@ sets (never a held-out half). Its probability is the chunk's quality under the c
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterator, Sequence
@@ -65,6 +66,18 @@ class ChunkSignals:
 FEATURES = tuple(f.name for f in fields(ChunkSignals))  # a model file names them in this order
 
 
+@dataclass(frozen=True)
+class CandidateText:
+    """A candidate as the signals read it."""
+
+    document: str  # its document (the evidence key when it names none)
+    text: str  # its title, breadcrumb and content through normalize_text
+    headings: str  # its title and breadcrumb
+    language: str  # text_language of its content
+    dense_quality: float
+    bm25_match: bool
+
+
 def pool_signals(question: str, terms: QueryTerms, candidates: Sequence[CandidateText]
                  ) -> list[ChunkSignals]:
     """The signals of the first PLACES candidates (in the store's order)."""
@@ -93,18 +106,6 @@ def pool_signals(question: str, terms: QueryTerms, candidates: Sequence[Candidat
 
 
 @dataclass(frozen=True)
-class CandidateText:
-    """A candidate as the signals read it."""
-
-    document: str  # its document (the evidence key when it names none)
-    text: str  # its title, breadcrumb and content through normalize_text
-    headings: str  # its title and breadcrumb
-    language: str  # text_language of its content
-    dense_quality: float
-    bm25_match: bool
-
-
-@dataclass(frozen=True)
 class RelevanceModel:
     """A logistic regression over standardised signals."""
 
@@ -123,6 +124,10 @@ class RelevanceModel:
 
     def as_json(self) -> str:
         return json.dumps(asdict(self), indent=2, ensure_ascii=False) + "\n"
+
+    def fingerprint(self) -> str:
+        """Which fit this is, as the trace names it: the start of its file's sha256."""
+        return hashlib.sha256(self.as_json().encode()).hexdigest()[:8]
 
     @classmethod
     def of_json(cls, text: str) -> RelevanceModel:

@@ -427,7 +427,7 @@ class GraphExecutor:
             result = post.process(served, _gate_mode(plan), hints, query,
                                   prior=recency.weight if recency is not None else None)
         clock.record("post_process", result,
-                     note=f"{post.judge} gate, top_quality={result.top_quality:.4f}")
+                     note=f"{post.judge}, top_quality={result.top_quality:.4f}")
         return result
 
     def _guard(self, hits: list[SearchHit], filters: SearchFilters) -> list[SearchHit]:
