@@ -171,7 +171,7 @@ class KnowledgeEvidencePostProcessor:
             return "no gate"
         if self.model is None:
             return "DISTANCE gate"
-        return f"MODEL ({self.model.embedder}) gate, fit {self.model.fingerprint()}"
+        return f"MODEL ({self.model.embedder}) gate, fit {self.model.fingerprint}"
 
     def process(self, hits: Sequence[SearchHit], mode: SearchMode, hints: QueryHints,
                 query: str = "", prior: Callable[[str], float] | None = None

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, fields
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -125,8 +125,10 @@ class RelevanceModel:
     def as_json(self) -> str:
         return json.dumps(asdict(self), indent=2, ensure_ascii=False) + "\n"
 
+    @cached_property
     def fingerprint(self) -> str:
-        """Which fit this is, as the trace names it: the start of its file's sha256."""
+        """Which fit this is, as the trace names it: the start of its file's sha256 (worked
+        out once: every post-processing round of a lookup names it)."""
         return hashlib.sha256(self.as_json().encode()).hexdigest()[:8]
 
     @classmethod

@@ -320,7 +320,7 @@ def test_the_relevance_model_judges_with_its_own_thresholds(
     assert model is not None, "each offline embedder has a model"
     body, trace = tool.ask(relevance_gate="MODEL")
     assert body["relevance_level"] == "PRECISE" and "kafka" in tool.stems(body)
-    judged_by = f"MODEL ({embedder}) gate, fit {model.fingerprint()},"
+    judged_by = f"MODEL ({embedder}) gate, fit {model.fingerprint},"
     assert gate_notes(trace) and all(n.startswith(judged_by) for n in gate_notes(trace))
     off_topic, _ = tool.ask("how do I bake sourdough bread")
     assert off_topic["evidence_status"] == "EMPTY"
