@@ -229,6 +229,10 @@ class PostProcessed:
     # The query's words that the best candidates' text contains, kept or not (an EMPTY answer's
     # too): what a lookup was about in the knowledge base's own words (audit/gaps.py).
     vocabulary: tuple[str, ...] = ()
+    # The relevance model's rating of the answer (the highest probability it gives a
+    # candidate of the first kept chunk's document, among the first ten), when a lookup
+    # chooses between a question's search and its translation's; None when not rated.
+    rating: float | None = None
 
 
 @dataclass(frozen=True)

@@ -150,7 +150,8 @@ class KnowledgeEvidencePostProcessor:
 
     def __init__(self, return_n: int, max_chunks_per_document: int, reference_threshold: float,
                  precise_threshold: float, *, max_l2_distance: float = 2.0,
-                 model: RelevanceModel | None = None) -> None:
+                 model: RelevanceModel | None = None,
+                 rater: RelevanceModel | None = None) -> None:
         if return_n < 1 or max_chunks_per_document < 1:
             raise ValueError("return_n and max_chunks_per_document must be at least 1")
         if not 0.0 <= reference_threshold <= precise_threshold <= 1.0:
@@ -163,6 +164,10 @@ class KnowledgeEvidencePostProcessor:
         # None: the gate reads each chunk's calibrated distance and words (`_judged`);
         # a model: its probability is the quality and the support (relevance.py).
         self.model = model
+        # The model that rates each answer (`PostProcessed.rating`), whatever the gate: the
+        # lookup's choice between a question's search and its translation's
+        # (judge_translation); None: answers are not rated.
+        self.rater = rater
 
     @property
     def judge(self) -> str:
@@ -194,7 +199,8 @@ class KnowledgeEvidencePostProcessor:
             hit_of[key] = hit
             places.append(position)
         unique = list(hit_of.items())
-        verdicts = self._modelled(unique, mode, query, terms)
+        signals = self._signals(unique, mode, query, terms)
+        verdicts = self._modelled(signals, len(unique))
         if verdicts is None:
             verdicts = [self._judged(hit, self.normalizer.gate_quality(
                 hit, mode=mode, rank=position, n=len(ordered)), terms, distance_known=(
@@ -220,7 +226,8 @@ class KnowledgeEvidencePostProcessor:
             # Nothing relevant: the answer is EMPTY, not the least bad junk.
             dropped += [(chunk.evidence_key, _below(chunk, support)) for chunk, support in judged]
             return PostProcessed(chunks=(), relevance_level=level, top_quality=top_quality,
-                                 dropped=tuple(dropped), vocabulary=vocabulary)
+                                 dropped=tuple(dropped), vocabulary=vocabulary,
+                                 rating=self._rating(signals, ()))
 
         kept: list[ScoredChunk] = []
         per_document: dict[str, int] = {}
@@ -255,15 +262,18 @@ class KnowledgeEvidencePostProcessor:
             # Explained here, for the few kept: the reasons read the chunk's whole text.
             kept.append(replace(chunk, hit_reasons=_hit_reasons(hit_of[key], hints, terms)))
         return PostProcessed(chunks=tuple(kept), relevance_level=level, top_quality=top_quality,
-                             dropped=tuple(dropped), vocabulary=vocabulary)
+                             dropped=tuple(dropped), vocabulary=vocabulary,
+                             rating=self._rating(signals, kept))
 
-    def _modelled(self, unique: Sequence[tuple[str, SearchHit]], mode: SearchMode,
-                  query: str, terms: QueryTerms) -> list[tuple[float, float]] | None:
-        """(quality, support) of each candidate by the relevance model: its probability for
-        the first PLACES, 0 for the rest; None when the model does not judge (none, or the
-        gate off). The signals are also what `fit_relevance` records, model or not."""
-        judging = self.model is not None and self.precise_threshold > 0
-        if not (judging or relevance.recording_active()):
+    def _judging(self) -> bool:
+        return self.model is not None and self.precise_threshold > 0
+
+    def _signals(self, unique: Sequence[tuple[str, SearchHit]], mode: SearchMode, query: str,
+                 terms: QueryTerms) -> list[tuple[str, relevance.ChunkSignals]] | None:
+        """The relevance signals of the first PLACES candidates, each with its document, when
+        a model judges or rates them or `fit_relevance` records them (it records them here);
+        else None."""
+        if not (self._judging() or self.rater is not None or relevance.recording_active()):
             return None
         candidates = [relevance.CandidateText(
             document=_text(hit.metadata, "docId").strip() or key, text=searchable_text(hit),
@@ -274,11 +284,30 @@ class KnowledgeEvidencePostProcessor:
         signals = relevance.pool_signals(query, terms, candidates)
         relevance.record([(_text(hit.metadata, "source"), s)
                           for (_, hit), s in zip(unique, signals, strict=False)])
-        if not judging:
+        return [(c.document, s) for c, s in zip(candidates, signals, strict=True)]
+
+    def _modelled(self, signals: list[tuple[str, relevance.ChunkSignals]] | None,
+                  candidates: int) -> list[tuple[float, float]] | None:
+        """(quality, support) of each candidate by the relevance model: its probability for
+        the first PLACES, 0 for the rest; None when the model does not judge (none, or the
+        gate off)."""
+        if not self._judging() or signals is None:
             return None
         assert self.model is not None
-        verdicts = [(p, p) for p in map(self.model.probability, signals)]
-        return verdicts + [(0.0, 0.0)] * (len(unique) - len(verdicts))
+        verdicts = [(p, p) for p in (self.model.probability(s) for _, s in signals)]
+        return verdicts + [(0.0, 0.0)] * (candidates - len(verdicts))
+
+    def _rating(self, signals: list[tuple[str, relevance.ChunkSignals]] | None,
+                kept: Sequence[ScoredChunk]) -> float | None:
+        """The rater's highest probability for a judged candidate of the first kept chunk's
+        document (0 when none of them was judged, or nothing was kept); None: no rater."""
+        if self.rater is None or signals is None:
+            return None
+        if not kept:
+            return 0.0
+        first = kept[0].doc_id or kept[0].evidence_key
+        return max((self.rater.probability(s) for document, s in signals if document == first),
+                   default=0.0)
 
     def _dense_quality(self, hit: SearchHit, mode: SearchMode) -> float:
         """The calibrated distance, 0 when the hit's distance is not known."""

@@ -256,6 +256,8 @@ def _cross_field_errors(s: RagSettings) -> dict[str, str]:
     errors: dict[str, str] = {}
     if s.enable_correction and not s.enable_quality_assessment:
         errors["enable_correction"] = "requires enable_quality_assessment"
+    if s.judge_translation and not s.translate_query:
+        errors["judge_translation"] = "requires translate_query"
     if s.reference_threshold > s.precise_threshold:
         errors["reference_threshold"] = (
             f"must not exceed precise_threshold ({s.precise_threshold})")

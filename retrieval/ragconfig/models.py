@@ -63,6 +63,7 @@ class RagConfig(models.Model):
     bilingual_bm25 = models.BooleanField(**_setting("bilingual_bm25"))
     translate_query = models.BooleanField(**_setting("translate_query"))
     translation_budget_ms = models.PositiveIntegerField(**_setting("translation_budget_ms"))
+    judge_translation = models.BooleanField(**_setting("judge_translation"))
     enabled_retrievers = models.JSONField(
         **_setting("enabled_retrievers", default=_default_retrievers))
     retrieval_execution_mode = models.CharField(

@@ -188,7 +188,12 @@ class GraphExecutor:
         translation blurs a precise question); a PRECISE answer never waits for a model.
         Where no searched document is in the question's language there is no runbook of its
         own for a translation to draw it away from: it is searched together from the start,
-        once (docs/benchmarks.md, "Translation: the question and its translation")."""
+        once (docs/benchmarks.md, "Translation: the question and its translation").
+
+        With judge_translation every such question is translated, PRECISE or not, and the
+        translation is also searched alone, in the question's place: its answer serves when
+        it is no less relevant a level and the relevance model rates it higher (`_judged`;
+        docs/benchmarks.md, "Which search serves: the relevance model chooses")."""
         suffix = f"[{attempt}]" if attempt else ""
         queries = self._queries(plan, query, hints, clock, deadline, suffix)
         vectors = self._vectors(plan, queries, clock)
@@ -200,22 +205,55 @@ class GraphExecutor:
                                 deadline, name)
 
         alone = None
+        judged = plan.judge_translation and self.parts.post.rater is not None
+        if plan.judge_translation and not judged:
+            clock.record("judge_translation" + suffix, note=(
+                "the embedder has no fitted relevance model: the question is translated "
+                "below PRECISE only, its translation not searched alone"))
         if not searched_together_first(self._direction, self.parts.languages):
             alone = search(vectors, bm25, suffix)
-            if alone[0].relevance_level is RelevanceLevel.PRECISE:
+            if alone[0].relevance_level is RelevanceLevel.PRECISE and not judged:
                 return alone
         translation = self._translate(question, clock, deadline)
         if not translation:
             return alone if alone is not None else search(vectors, bm25, suffix)
         # The queries' own vectors and terms, each with the translation's (translate.py).
         other = self._vectors(plan, (translation,), clock)[translation]
-        together = search({q: _with(v, other) for q, v in vectors.items()},
-                          {q: (*bm25.get(q, ()), *bm25_with(translation)) for q in queries},
-                          suffix + "[translated]")
-        if alone is not None and \
-                LEVELS[together[0].relevance_level] < LEVELS[alone[0].relevance_level]:
-            return alone
-        return together
+        if alone is not None and alone[0].relevance_level is RelevanceLevel.PRECISE:
+            served = alone
+        else:
+            together = search({q: _with(v, other) for q, v in vectors.items()},
+                              {q: (*bm25.get(q, ()), *bm25_with(translation)) for q in queries},
+                              suffix + "[translated]")
+            served = alone if alone is not None and LEVELS[together[0].relevance_level] < \
+                LEVELS[alone[0].relevance_level] else together
+        if not judged or alone is None:
+            return served
+        return self._judged(plan, served, translation, other, filters, hints, clock, deadline,
+                            suffix)
+
+    def _judged(self, plan: RetrievalGraph, served: tuple[PostProcessed, SearchFilters,
+                                                            RetryDecision],
+                translation: str, vector: list[float] | None, filters: SearchFilters,
+                hints: QueryHints, clock: Clock, deadline: Deadline,
+                suffix: str) -> tuple[PostProcessed, SearchFilters, RetryDecision]:
+        """The translation searched alone, as if it were the question (its own words judged
+        in the chunks), and its answer served in place of `served` when it is no less
+        relevant a level and the relevance model rates it higher: chosen on the fit halves
+        of the runbook sets over the question's own answer, the translation's, and the
+        model's rating with and without the level (docs/benchmarks.md)."""
+        bm25 = self._bm25_terms(plan, (translation,), clock, suffix + "[translation]")
+        alone = self._rounds(plan, translation, (translation,), {translation: vector}, bm25,
+                             filters, hints, clock, deadline, suffix + "[translation]")
+        mine, theirs = served[0], alone[0]
+        chosen = (theirs.rating or 0.0) > (mine.rating or 0.0) and \
+            LEVELS[theirs.relevance_level] >= LEVELS[mine.relevance_level]
+        clock.record("judge_translation" + suffix, note=(
+            f"the relevance model rated the translation's answer {theirs.rating or 0.0:.3f} "
+            f"({theirs.relevance_level}), the question's {mine.rating or 0.0:.3f} "
+            f"({mine.relevance_level}): served the "
+            + ("translation's" if chosen else "question's")))
+        return alone if chosen else served
 
     def _rounds(self, plan: RetrievalGraph, query: str, queries: Sequence[str],
                 vectors: dict[str, list[float] | None], bm25: dict[str, tuple[str, ...]],

@@ -30,6 +30,9 @@ class RetrievalGraph:
     bilingual: bool  # BM25 also searches the question's words in the other language
     # translate_query: the most a translation of the question may take; None: off
     translation_budget_ms: int | None
+    # judge_translation: the translation is also searched alone, and the relevance model
+    # chooses between its answer and the question's (executor.py `_attempt`)
+    judge_translation: bool
     execution: str  # SIMPLE | PARALLEL | SEQUENTIAL | HYBRID
     retrievers: tuple[RetrieverStep, ...]
     per_retriever: int  # max_results: what each retriever fetches
@@ -50,6 +53,7 @@ class RetrievalGraph:
         return {
             "transform": self.transform, "bilingual": self.bilingual,
             "translation_budget_ms": self.translation_budget_ms,
+            "judge_translation": self.judge_translation,
             "execution": self.execution,
             "retrievers": [{"name": r.name, **dict(r.arguments)} for r in self.retrievers],
             "per_retriever": self.per_retriever, "min_score": self.min_score,
@@ -123,6 +127,7 @@ def build_graph(settings: RagSettings, registry: RetrieverRegistry) -> Retrieval
         bilingual=settings.bilingual_bm25,
         translation_budget_ms=settings.translation_budget_ms if settings.translate_query
         else None,
+        judge_translation=settings.translate_query and settings.judge_translation,
         execution=settings.retrieval_execution_mode,
         retrievers=steps,
         per_retriever=settings.max_results,

@@ -3,6 +3,7 @@ endpoint on real Milvus, reading the answer and the audit trace an operator read
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -160,6 +161,95 @@ def test_translate_query_searches_a_chinese_question_with_its_english_translatio
         body, trace = tool.ask("磁盘满了怎么办", translate_query=True, translation_budget_ms=200)
         assert time.monotonic() - started < 2.0 and body["evidence_status"] != "UNAVAILABLE"
         assert "did not answer within 0.20 s" in stage(trace, "translate")["note"]
+    CACHE.clear()
+
+
+REDIS_EN = b"""---
+title: Redis memory full
+category: cache
+---
+# Redis memory full
+
+## OOM command not allowed
+
+Writes fail with `OOM command not allowed when used memory > 'maxmemory'`: raise maxmemory or
+set an eviction policy such as allkeys-lru, then check which keys grew.
+"""
+DISK_ZH = """---
+title: 磁盘满了
+category: storage
+---
+# 磁盘满了
+
+## 清理空间
+
+磁盘满了以后写入会失败：先用 df -h 找到满的分区，再用 du 找到占用最大的目录。
+""".encode()
+JUDGED = re.compile(r"the relevance model rated the translation's answer (\d\.\d{3}) \((\w+)\), "
+                    r"the question's (\d\.\d{3}) \((\w+)\): served the (translation|question)'s")
+
+
+@pytest.mark.django_db
+@proves("judge_translation")
+def test_judge_translation_searches_the_translation_alone_and_the_model_chooses(
+        kb: Any, ingest: Any, settings: Any, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    """In a corpus of both languages every question is translated, a PRECISE one too, its
+    translation searched alone as well, and the answer the relevance model rates higher (at
+    no lower a level) serves; the trace gives both ratings."""
+    from retrieval.lookup import relevance
+
+    redis = ingest(kb.dataset, "redis.md", REDIS_EN)
+    ingest(kb.dataset, "disk.md", DISK_ZH)
+
+    def ask(query: str, **values: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        if values:
+            rag_config_update(config=None, tenant=kb.tenant, values=values, changed_by="test")
+        session = f"s-{uuid.uuid4().hex}"
+        response = lookup(kb.tool, query, session_id=session)
+        assert response.status_code == 200, response.content
+        return response.json(), last_trace(kb.admin, session)
+
+    def judged(trace: dict[str, Any]) -> re.Match[str]:
+        found = JUDGED.fullmatch(stage(trace, "judge_translation")["note"])
+        assert found, stage(trace, "judge_translation")["note"]
+        searches = [s["stage"] for s in trace["stages"] if s["stage"].startswith("retrieve")]
+        assert any(n.endswith("[translation]") for n in searches), searches
+        return found
+
+    precise = "redis writes fail with OOM command not allowed"
+    CACHE.clear()
+    with chat_server() as model:
+        settings.KB_CHAT_BASE_URL, settings.KB_LOCAL_MODEL_URL = "", model.url
+        body, trace = ask(precise)
+        assert body["relevance_level"] == "PRECISE" and model.requests == []
+        assert not [s for s in trace["stages"] if s["stage"].startswith("judge_translation")]
+
+        body, trace = ask(precise, judge_translation=True)
+        assert len(model.requests) == 1  # PRECISE, and still translated
+        ratings = judged(trace)
+        assert body["evidence"][0]["document_id"].startswith(f"{redis.doc_id}#")
+        body, trace = ask("缓存的内存满了，写入失败怎么办")
+        ratings = judged(trace)
+        # What served is what the note says: the translation's search has the English runbook.
+        levels = ["NONE", "REFERENCE", "PRECISE"]
+        chosen = float(ratings[1]) > float(ratings[3]) and \
+            levels.index(ratings[2]) >= levels.index(ratings[4])
+        assert ratings[5] == ("translation" if chosen else "question")
+        # The translation's own search finds the English runbook, and serves.
+        assert ratings[5] == "translation", ratings[0]
+        assert body["evidence"][0]["document_id"].startswith(f"{redis.doc_id}#")
+
+        # An embedder without a fitted model: translated below PRECISE only, as without it.
+        monkeypatch.setattr(relevance, "MODELS_DIR", tmp_path)
+        relevance.model_for.cache_clear()
+        try:
+            _, trace = ask("redis writes fail with OOM command not allowed, what now")
+        finally:
+            relevance.model_for.cache_clear()
+        assert stage(trace, "judge_translation")["note"].startswith(
+            "the embedder has no fitted relevance model")
+        assert "translate" not in trace["timings"]
     CACHE.clear()
 
 

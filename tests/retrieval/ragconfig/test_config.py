@@ -180,6 +180,7 @@ def test_every_field_error_is_reported_at_once() -> None:
 
 @pytest.mark.parametrize("values, field", [
     ({"enable_correction": True}, "enable_correction"),
+    ({"judge_translation": True, "translate_query": False}, "judge_translation"),
     ({"reference_threshold": 0.7, "precise_threshold": 0.6}, "reference_threshold"),
     ({"model_reference_threshold": 0.7, "model_precise_threshold": 0.6},
      "model_reference_threshold"),
