@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any, Literal, Protocol
 
@@ -229,10 +229,28 @@ class PostProcessed:
     # The query's words that the best candidates' text contains, kept or not (an EMPTY answer's
     # too): what a lookup was about in the knowledge base's own words (audit/gaps.py).
     vocabulary: tuple[str, ...] = ()
-    # The relevance model's rating of the answer (the highest probability it gives a
-    # candidate of the first kept chunk's document, among the first ten), when a lookup
-    # chooses between a question's search and its translation's; None when not rated.
-    rating: float | None = None
+    # The relevance model's rating of each document among the first ten candidates (the
+    # highest probability it gives one of its chunks there), when a lookup chooses between a
+    # question's search and its translation's (judge_translation); None when not rated.
+    ratings: Mapping[str, float] | None = None
+
+    def rating(self) -> float:
+        """The rating of the answer: its first chunk's document's (0 when EMPTY or not rated
+        among the first ten)."""
+        if not (self.ratings and self.chunks):
+            return 0.0
+        first = self.chunks[0]
+        return self.ratings.get(first.doc_id or first.evidence_key, 0.0)
+
+    def rated_with(self, other: PostProcessed) -> PostProcessed:
+        """This answer, its ratings merged with another search's of the same question (each
+        document's higher): an answer is rated by everything its search saw."""
+        if self.ratings is None or other.ratings is None:
+            return self
+        merged = dict(other.ratings)
+        for document, rating in self.ratings.items():
+            merged[document] = max(rating, merged.get(document, 0.0))
+        return replace(self, ratings=merged)
 
 
 @dataclass(frozen=True)

@@ -164,7 +164,7 @@ class KnowledgeEvidencePostProcessor:
         # None: the gate reads each chunk's calibrated distance and words (`_judged`);
         # a model: its probability is the quality and the support (relevance.py).
         self.model = model
-        # The model that rates each answer (`PostProcessed.rating`), whatever the gate: the
+        # The model that rates each answer (`PostProcessed.ratings`), whatever the gate: the
         # lookup's choice between a question's search and its translation's
         # (judge_translation); None: answers are not rated.
         self.rater = rater
@@ -227,7 +227,7 @@ class KnowledgeEvidencePostProcessor:
             dropped += [(chunk.evidence_key, _below(chunk, support)) for chunk, support in judged]
             return PostProcessed(chunks=(), relevance_level=level, top_quality=top_quality,
                                  dropped=tuple(dropped), vocabulary=vocabulary,
-                                 rating=self._rating(signals, ()))
+                                 ratings=self._ratings(signals))
 
         kept: list[ScoredChunk] = []
         per_document: dict[str, int] = {}
@@ -263,7 +263,7 @@ class KnowledgeEvidencePostProcessor:
             kept.append(replace(chunk, hit_reasons=_hit_reasons(hit_of[key], hints, terms)))
         return PostProcessed(chunks=tuple(kept), relevance_level=level, top_quality=top_quality,
                              dropped=tuple(dropped), vocabulary=vocabulary,
-                             rating=self._rating(signals, kept))
+                             ratings=self._ratings(signals))
 
     def _judging(self) -> bool:
         return self.model is not None and self.precise_threshold > 0
@@ -297,17 +297,15 @@ class KnowledgeEvidencePostProcessor:
         verdicts = [(p, p) for p in (self.model.probability(s) for _, s in signals)]
         return verdicts + [(0.0, 0.0)] * (candidates - len(verdicts))
 
-    def _rating(self, signals: list[tuple[str, relevance.ChunkSignals]] | None,
-                kept: Sequence[ScoredChunk]) -> float | None:
-        """The rater's highest probability for a judged candidate of the first kept chunk's
-        document (0 when none of them was judged, or nothing was kept); None: no rater."""
+    def _ratings(self, signals: list[tuple[str, relevance.ChunkSignals]] | None
+                 ) -> dict[str, float] | None:
+        """Each judged document's highest probability by the rater; None: no rater."""
         if self.rater is None or signals is None:
             return None
-        if not kept:
-            return 0.0
-        first = kept[0].doc_id or kept[0].evidence_key
-        return max((self.rater.probability(s) for document, s in signals if document == first),
-                   default=0.0)
+        ratings: dict[str, float] = {}
+        for document, chunk in signals:
+            ratings[document] = max(self.rater.probability(chunk), ratings.get(document, 0.0))
+        return ratings
 
     def _dense_quality(self, hit: SearchHit, mode: SearchMode) -> float:
         """The calibrated distance, 0 when the hit's distance is not known."""

@@ -9,6 +9,7 @@ from functools import partial
 from django.utils import timezone
 
 from datasets.documents.validity import Validity
+from datasets.ingestion.language import Language
 from retrieval.analysis import normalize_text
 from retrieval.chat import ChatModel
 from retrieval.index.search import VectorSearchService
@@ -47,6 +48,9 @@ from retrieval.types import (
 )
 
 EMPTY_PACK = ContextPack(items=(), total_chars=0, truncated=False)
+# Where the searched documents hold both, a lookup may choose between a question's answer and
+# its translation's (judge_translation): only then are answers rated.
+BOTH_LANGUAGES = frozenset(language.value for language in Language)
 # A lookup's topic for the knowledge gaps page (audit/gaps.py): a few short terms per call.
 TOPIC_TERMS = 5
 TOPIC_TERM_CHARS = 64
@@ -100,7 +104,8 @@ class LookupKnowledgeTool:
             post=KnowledgeEvidencePostProcessor(
                 s.return_n, s.max_chunks_per_document, reference, precise,
                 max_l2_distance=s.max_l2_distance or embedder.max_l2_distance, model=model,
-                rater=model_for(embedder.name) if self.graph.judge_translation else None),
+                rater=model_for(embedder.name) if self.graph.judge_translation
+                and BOTH_LANGUAGES <= self.languages else None),
             packer=KnowledgeContextPacker(s.max_context_chars, s.max_excerpt_chars),
             l0_index=self.l0_index, live_documents=self.live_documents,
             weights={"VECTOR": s.dense_weight, "BM25": s.bm25_weight}, rrf_k=s.rrf_k,

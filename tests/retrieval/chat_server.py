@@ -34,7 +34,8 @@ TRANSLATIONS = {
         "The consumer group's backlog keeps growing and the messages cannot be processed "
         "in time",
     "缓存的内存满了，写入失败怎么办": "The cache's memory is full and writes fail: what to do",
-    "redis writes fail with OOM command not allowed": "redis 写入失败，提示 OOM command not allowed",
+    "redis writes fail with OOM command not allowed":
+        "redis 写入失败，提示 OOM command not allowed",
 }
 
 

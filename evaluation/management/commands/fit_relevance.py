@@ -39,7 +39,9 @@ class Command(StoreCommand):
         filters = command_filters(tenant_slug=options["tenant"], dataset_names=options["dataset"],
                                   narrowed=options["filters"])
         try:
-            ask = lookup_asker(filters, overrides={"relevance_gate": "DISTANCE"})
+            # The pools the distance gate judges as the default rule searches them.
+            ask = lookup_asker(filters, overrides={"relevance_gate": "DISTANCE",
+                                                   "judge_translation": False})
         except RagConfigError as exc:
             raise CommandError(f"the tenant's RagConfig: {exc}") from exc
         rows: list[tuple[ChunkSignals, bool]] = []

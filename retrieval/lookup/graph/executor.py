@@ -1,11 +1,11 @@
 """The executor: runs a retrieval-only graph for one query within one deadline.
 
 transform → (attempt: retrieve per execution mode → aggregate → guard → rerank → gate; below
-PRECISE, translate and retrieve again with the translation → quality) × correction →
-neighbours → pack. A stage that fails or overruns falls back to the plain hybrid search when
-the graph allows it; a backend that is down (Milvus, the embedder, the database) is never
-hidden behind a fallback: the caller answers UNAVAILABLE. The translation never fails a
-lookup: without one, the question is searched alone.
+PRECISE (always, with judge_translation), translate and retrieve again with the translation →
+quality) × correction → neighbours → pack. A stage that fails or overruns falls back to the
+plain hybrid search when the graph allows it; a backend that is down (Milvus, the embedder, the
+database) is never hidden behind a fallback: the caller answers UNAVAILABLE. The translation
+never fails a lookup: without one, the question is searched alone.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from retrieval.lookup.graph.run import (
     GraphOutcome,
     GraphParts,
     GraphRun,
+    GraphTimeout,
     StageFailed,
     StageUnavailable,
     await_runs,
@@ -56,6 +57,10 @@ from retrieval.types import (
 )
 
 LEVELS = {RelevanceLevel.NONE: 0, RelevanceLevel.REFERENCE: 1, RelevanceLevel.PRECISE: 2}
+
+
+def _less_relevant(one: PostProcessed, other: PostProcessed) -> bool:
+    return LEVELS[one.relevance_level] < LEVELS[other.relevance_level]
 
 
 class GraphExecutor:
@@ -185,15 +190,18 @@ class GraphExecutor:
         PRECISE, together with the question's translation (when the searched documents hold
         the other language): the more relevant answer serves, the translated one at a tie.
         Searched together always, a question in its runbook's own language lost (a
-        translation blurs a precise question); a PRECISE answer never waits for a model.
+        translation blurs a precise question); a PRECISE answer waits for no model (unless
+        judge_translation, below).
         Where no searched document is in the question's language there is no runbook of its
         own for a translation to draw it away from: it is searched together from the start,
         once (docs/benchmarks.md, "Translation: the question and its translation").
 
-        With judge_translation every such question is translated, PRECISE or not, and the
-        translation is also searched alone, in the question's place: its answer serves when
-        it is no less relevant a level and the relevance model rates it higher (`_judged`;
-        docs/benchmarks.md, "Which search serves: the relevance model chooses")."""
+        With judge_translation (and a relevance model for the embedder) every such question
+        is translated, PRECISE or not, and the translation is also searched alone, in the
+        question's place: its answer serves when it is no less relevant a level and the
+        relevance model rates it higher (`_judged`; docs/benchmarks.md, "Which search serves:
+        the relevance model chooses"). Not for a correction's better query: the translation
+        is the question's."""
         suffix = f"[{attempt}]" if attempt else ""
         queries = self._queries(plan, query, hints, clock, deadline, suffix)
         vectors = self._vectors(plan, queries, clock)
@@ -205,14 +213,16 @@ class GraphExecutor:
                                 deadline, name)
 
         alone = None
-        judged = plan.judge_translation and self.parts.post.rater is not None
-        if plan.judge_translation and not judged:
-            clock.record("judge_translation" + suffix, note=(
-                "the embedder has no fitted relevance model: the question is translated "
-                "below PRECISE only, its translation not searched alone"))
+        # Both languages searched (the question's own search first), the question itself.
+        judging = (plan.judge_translation and query == question
+                   and not searched_together_first(self._direction, self.parts.languages))
+        rated = judging and self.parts.post.rater is not None
+        if judging and not rated and self._direction is not None and not suffix:
+            clock.record("judge_translation", note=(
+                "the embedder has no fitted relevance model: as without judge_translation"))
         if not searched_together_first(self._direction, self.parts.languages):
             alone = search(vectors, bm25, suffix)
-            if alone[0].relevance_level is RelevanceLevel.PRECISE and not judged:
+            if alone[0].relevance_level is RelevanceLevel.PRECISE and not rated:
                 return alone
         translation = self._translate(question, clock, deadline)
         if not translation:
@@ -220,14 +230,18 @@ class GraphExecutor:
         # The queries' own vectors and terms, each with the translation's (translate.py).
         other = self._vectors(plan, (translation,), clock)[translation]
         if alone is not None and alone[0].relevance_level is RelevanceLevel.PRECISE:
-            served = alone
+            served = alone  # rated: a PRECISE answer is still judged against the translation's
         else:
             together = search({q: _with(v, other) for q, v in vectors.items()},
                               {q: (*bm25.get(q, ()), *bm25_with(translation)) for q in queries},
                               suffix + "[translated]")
-            served = alone if alone is not None and LEVELS[together[0].relevance_level] < \
-                LEVELS[alone[0].relevance_level] else together
-        if not judged or alone is None:
+            served = together
+            if alone is not None:
+                served, unserved = ((alone, together) if _less_relevant(together[0], alone[0])
+                                    else (together, alone))
+                # Rated by all the question's searches saw (as chosen on the fit halves).
+                served = (served[0].rated_with(unserved[0]), served[1], served[2])
+        if not rated:
             return served
         return self._judged(plan, served, translation, other, filters, hints, clock, deadline,
                             suffix)
@@ -239,21 +253,26 @@ class GraphExecutor:
                 suffix: str) -> tuple[PostProcessed, SearchFilters, RetryDecision]:
         """The translation searched alone, as if it were the question (its own words judged
         in the chunks), and its answer served in place of `served` when it is no less
-        relevant a level and the relevance model rates it higher: chosen on the fit halves
-        of the runbook sets over the question's own answer, the translation's, and the
-        model's rating with and without the level (docs/benchmarks.md)."""
-        bm25 = self._bm25_terms(plan, (translation,), clock, suffix + "[translation]")
-        alone = self._rounds(plan, translation, (translation,), {translation: vector}, bm25,
-                             filters, hints, clock, deadline, suffix + "[translation]")
-        mine, theirs = served[0], alone[0]
-        chosen = (theirs.rating or 0.0) > (mine.rating or 0.0) and \
-            LEVELS[theirs.relevance_level] >= LEVELS[mine.relevance_level]
-        clock.record("judge_translation" + suffix, note=(
-            f"the relevance model rated the translation's answer {theirs.rating or 0.0:.3f} "
-            f"({theirs.relevance_level}), the question's {mine.rating or 0.0:.3f} "
-            f"({mine.relevance_level}): served the "
+        relevant a level and the relevance model rates it higher (chosen on the fit halves
+        of the runbook sets, docs/benchmarks.md). Past the deadline, `served` serves."""
+        stage = "judge_translation" + suffix
+        try:
+            bm25 = self._bm25_terms(plan, (translation,), clock, suffix + "[translation]")
+            translated = self._rounds(plan, translation, (translation,),
+                                      {translation: vector}, bm25, filters, hints, clock,
+                                      deadline, suffix + "[translation]")
+        except GraphTimeout as exc:
+            clock.record(stage, note=f"the translation's own search ran out of time ({exc}): "
+                                     "served the question's")
+            return served
+        mine, theirs = served[0].rating(), translated[0].rating()
+        chosen = theirs > mine and not _less_relevant(translated[0], served[0])
+        clock.record(stage, note=(
+            f"the relevance model rated the translation's answer {theirs:.3f} "
+            f"({translated[0].relevance_level}), the question's {mine:.3f} "
+            f"({served[0].relevance_level}): served the "
             + ("translation's" if chosen else "question's")))
-        return alone if chosen else served
+        return translated if chosen else served
 
     def _rounds(self, plan: RetrievalGraph, query: str, queries: Sequence[str],
                 vectors: dict[str, list[float] | None], bm25: dict[str, tuple[str, ...]],
@@ -280,13 +299,14 @@ class GraphExecutor:
         unfiltered = self._round(plan, query, queries, vectors, bm25, filters, hints, clock,
                                  deadline, "retrieve_unfiltered" + suffix)
         kept = (filtered.relevance_level is not RelevanceLevel.NONE
-                and LEVELS[filtered.relevance_level] >= LEVELS[unfiltered.relevance_level])
+                and not _less_relevant(filtered, unfiltered))
         reason = (f"the category-filtered search was {filtered.relevance_level}, without the "
                   f"category {unfiltered.relevance_level}: served "
                   f"{'the category' if kept else 'the whole scope'}")
         if kept:
-            return filtered, narrowed, RetryDecision(ran=True, reason=reason)
-        return unfiltered, filters, RetryDecision(ran=True, reason=reason)
+            return filtered.rated_with(unfiltered), narrowed, RetryDecision(ran=True,
+                                                                           reason=reason)
+        return unfiltered.rated_with(filtered), filters, RetryDecision(ran=True, reason=reason)
 
     def _queries(self, plan: RetrievalGraph, query: str, hints: QueryHints, clock: Clock,
                  deadline: Deadline, suffix: str) -> tuple[str, ...]:

@@ -151,5 +151,5 @@ def fallback_graph(graph: RetrievalGraph) -> RetrievalGraph:
     """The plain hybrid search the graph falls back to: one retriever, nothing optional."""
     return replace(graph, transform=None, execution="SIMPLE",
                    retrievers=(graph.plain_hybrid,), rerank_top_n=None, assess=False,
-                   max_attempts=1, neighbours=None,
+                   max_attempts=1, neighbours=None, judge_translation=False,
                    fallback=False)

@@ -210,46 +210,54 @@ def test_judge_translation_searches_the_translation_alone_and_the_model_chooses(
         assert response.status_code == 200, response.content
         return response.json(), last_trace(kb.admin, session)
 
-    def judged(trace: dict[str, Any]) -> re.Match[str]:
+    def judged(body: dict[str, Any], trace: dict[str, Any]) -> str:
+        """Which answer served, by the note; the evidence is that search's."""
         found = JUDGED.fullmatch(stage(trace, "judge_translation")["note"])
         assert found, stage(trace, "judge_translation")["note"]
-        searches = [s["stage"] for s in trace["stages"] if s["stage"].startswith("retrieve")]
-        assert any(n.endswith("[translation]") for n in searches), searches
-        return found
+        names = [s["stage"] for s in trace["stages"]]
+        own = names.index(next(n for n in names if n.endswith("[translation]")))
+        kept = [s["candidates"] for s in trace["stages"] if s["stage"] == "post_process"]
+        # The last gate before the translation's own search, and the translation's.
+        question = [s["candidates"] for s in trace["stages"][:own]
+                    if s["stage"] == "post_process"][-1]
+        translation = kept[-1]
+        served = question if found[5] == "question" else translation
+        assert [e["document_id"] for e in body["evidence"]][:1] == \
+            [c["evidence_key"] for c in served][:1]
+        return found[5]
 
     precise = "redis writes fail with OOM command not allowed"
+    crossed = "缓存的内存满了，写入失败怎么办"
     CACHE.clear()
     with chat_server() as model:
         settings.KB_CHAT_BASE_URL, settings.KB_LOCAL_MODEL_URL = "", model.url
         body, trace = ask(precise)
         assert body["relevance_level"] == "PRECISE" and model.requests == []
         assert not [s for s in trace["stages"] if s["stage"].startswith("judge_translation")]
+        plain, _ = ask(crossed)
 
+        asked = len(model.requests)
         body, trace = ask(precise, judge_translation=True)
-        assert len(model.requests) == 1  # PRECISE, and still translated
-        ratings = judged(trace)
+        assert len(model.requests) == asked + 1  # PRECISE, and still translated
+        judged(body, trace)
         assert body["evidence"][0]["document_id"].startswith(f"{redis.doc_id}#")
-        body, trace = ask("缓存的内存满了，写入失败怎么办")
-        ratings = judged(trace)
-        # What served is what the note says: the translation's search has the English runbook.
-        levels = ["NONE", "REFERENCE", "PRECISE"]
-        chosen = float(ratings[1]) > float(ratings[3]) and \
-            levels.index(ratings[2]) >= levels.index(ratings[4])
-        assert ratings[5] == ("translation" if chosen else "question")
-        # The translation's own search finds the English runbook, and serves.
-        assert ratings[5] == "translation", ratings[0]
-        assert body["evidence"][0]["document_id"].startswith(f"{redis.doc_id}#")
+        body, trace = ask(crossed)
+        judged(body, trace)
 
-        # An embedder without a fitted model: translated below PRECISE only, as without it.
+        # An embedder without a fitted model: as without the setting, and the trace says so.
         monkeypatch.setattr(relevance, "MODELS_DIR", tmp_path)
         relevance.model_for.cache_clear()
         try:
-            _, trace = ask("redis writes fail with OOM command not allowed, what now")
+            unjudged, trace = ask(crossed)
+            assert stage(trace, "judge_translation")["note"].startswith(
+                "the embedder has no fitted relevance model")
+            assert evidence_ids(unjudged) == evidence_ids(plain)
+            _, trace = ask(precise)
+            assert "translate" not in trace["timings"]
+            assert stage(trace, "judge_translation")["note"].startswith(
+                "the embedder has no fitted relevance model")
         finally:
             relevance.model_for.cache_clear()
-        assert stage(trace, "judge_translation")["note"].startswith(
-            "the embedder has no fitted relevance model")
-        assert "translate" not in trace["timings"]
     CACHE.clear()
 
 

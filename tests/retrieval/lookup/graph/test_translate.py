@@ -28,7 +28,7 @@ from retrieval.lookup.graph.translate import (
 )
 from tests.retrieval.chat_server import TRANSLATIONS, ChatServer, asks_to_translate, chat_server
 from tests.retrieval.conftest import Imported, MakeKey, last_trace, lookup, ready
-from tests.retrieval.lookup.test_config_fields import KAFKA_ZH, Tool, stage
+from tests.retrieval.lookup.test_config_fields import DISK_ZH, KAFKA_ZH, REDIS_EN, Tool, stage
 
 ZH_EN = Direction("zh", "en")
 
@@ -297,37 +297,14 @@ def test_the_budget_and_the_deadline_bound_the_wait(tool: Tool, local_model: Cha
                         translated(trace)["reason"])
 
 
-EN_RUNBOOK = b"""---
-title: Redis memory full
-category: cache
----
-# Redis memory full
-
-## OOM command not allowed
-
-Writes fail with `OOM command not allowed when used memory > 'maxmemory'`: raise maxmemory or
-set an eviction policy such as allkeys-lru, then check which keys grew.
-"""
-ZH_RUNBOOK = """---
-title: 磁盘满了
-category: storage
----
-# 磁盘满了
-
-## 清理空间
-
-磁盘满了以后写入会失败：先用 df -h 找到满的分区，再用 du 找到占用最大的目录。
-""".encode()
-
-
 @pytest.mark.django_db
 def test_a_question_its_own_search_answers_precisely_waits_for_no_model(
         kb: Any, ingest: Any, local_model: ChatServer) -> None:
     """In a corpus of both languages every question could be translated; a translation blurs
     a precise question (same-language questions lost with it, docs/benchmarks.md), so only a
     search below PRECISE asks the model, and the more relevant answer serves."""
-    redis = ingest(kb.dataset, "redis.md", EN_RUNBOOK)
-    ingest(kb.dataset, "disk.md", ZH_RUNBOOK)
+    redis = ingest(kb.dataset, "redis.md", REDIS_EN)
+    ingest(kb.dataset, "disk.md", DISK_ZH)
     sid = "precise-alone"
     body = ready(lookup(kb.tool, "redis writes fail with OOM command not allowed",
                         session_id=sid))
@@ -355,7 +332,7 @@ def test_where_no_document_is_in_the_questions_language_it_is_searched_once_with
     away from: the question is translated first and searched once, together with it, however
     precisely it would have been answered alone; a question in the corpus's language asks no
     model."""
-    ingest(kb.dataset, "redis.md", EN_RUNBOOK)
+    ingest(kb.dataset, "redis.md", REDIS_EN)
     sid = "crossed-only"
     lookup(kb.tool, "缓存的内存满了，写入失败怎么办", session_id=sid)
     assert [asks_to_translate(r) for r in local_model.requests] == [True]
