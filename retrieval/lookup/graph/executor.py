@@ -213,14 +213,14 @@ class GraphExecutor:
                                 deadline, name)
 
         alone = None
+        together_first = searched_together_first(self._direction, self.parts.languages)
         # Both languages searched (the question's own search first), the question itself.
-        judging = (plan.judge_translation and query == question
-                   and not searched_together_first(self._direction, self.parts.languages))
+        judging = plan.judge_translation and query == question and not together_first
         rated = judging and self.parts.post.rater is not None
         if judging and not rated and self._direction is not None and not suffix:
             clock.record("judge_translation", note=(
                 "the embedder has no fitted relevance model: as without judge_translation"))
-        if not searched_together_first(self._direction, self.parts.languages):
+        if not together_first:
             alone = search(vectors, bm25, suffix)
             if alone[0].relevance_level is RelevanceLevel.PRECISE and not rated:
                 return alone
