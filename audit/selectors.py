@@ -10,7 +10,7 @@ from typing import Any
 from django.db.models import Count, Max, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
-from audit.models import InvocationDataset, Outcome, ServedEvidence, ToolInvocation
+from audit.models import InvocationDataset, Outcome, Rating, ServedEvidence, ToolInvocation
 from datasets.models import Document
 
 TRACE_LIMIT = 1000  # a session longer than this shows its latest calls
@@ -133,6 +133,47 @@ def served_config(*, tenant_id: int, tool_call_id: str = "", session_id: str = "
         else rows.filter(session_id=session_id)
     found = rows.order_by("-pk").values_list("config_id", "config_version").first()
     return (found[0], found[1]) if found is not None else None
+
+
+CONFIRMED_QUESTIONS = 500  # the latest questions a calibration reads at most
+
+
+@dataclass(frozen=True)
+class ConfirmedQuestion:
+    """A caller's question whose evidence its agent confirmed."""
+
+    query: str
+    documents: tuple[int, ...]  # the documents (doc ids) whose evidence was confirmed
+    dataset_ids: tuple[int, ...]  # the datasets its call searched
+
+
+def confirmed_questions(*, tenant_id: int, config_id: int,
+                        limit: int = CONFIRMED_QUESTIONS) -> list[ConfirmedQuestion]:
+    """The latest questions the config served whose evidence an agent confirmed — cited it
+    (the evidence guard, or the call's own answer) or rated it helpful, and rated none of it
+    not helpful — each with the documents confirmed: only where the tenant keeps its callers'
+    questions, until their retention ends. Newest first, one per question text."""
+    rows = (ServedEvidence.objects
+            .filter(tenant_id=tenant_id, config_id=config_id, invocation__query_kept=True)
+            .filter(Q(cited=True) | Q(rating=Rating.HELPFUL))
+            .exclude(invocation__query_text="")
+            .exclude(invocation__served__rating=Rating.NOT_HELPFUL)
+            .order_by("-invocation__created_at", "-invocation_id", "rank")
+            .values_list("invocation_id", "invocation__query_text", "document_id",
+                         "invocation__dataset_ids"))
+    questions: dict[str, ConfirmedQuestion] = {}
+    seen: set[int] = set()
+    for invocation, query, document, datasets in rows[:limit * 20].iterator():
+        known = questions.get(query)
+        if known is None:
+            if len(questions) == limit:
+                break
+            questions[query] = ConfirmedQuestion(query, (document,), tuple(datasets))
+            seen.add(invocation)
+        elif invocation in seen and document not in known.documents:
+            questions[query] = ConfirmedQuestion(query, (*known.documents, document),
+                                                 known.dataset_ids)
+    return list(questions.values())
 
 
 STALE_SHOWN = 500  # documents the stale evidence page lists at most

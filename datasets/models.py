@@ -486,6 +486,7 @@ class Job(models.Model):
         EVALUATE = "evaluate"
         SYNC_SOURCE = "sync_source"
         GATE = "gate"  # a held RagConfig change checked by the tenant's regression gate
+        CALIBRATE = "calibrate"  # a config's relevance gate refitted on the gate sets
 
     class Status(models.TextChoices):
         QUEUED = "queued"

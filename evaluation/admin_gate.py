@@ -19,7 +19,8 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from datasets.admin.display import job_progress
-from datasets.admin.scope import ReadOnlyAdmin, TenantScopedAdmin, tenant_filter
+from datasets.admin.scope import ReadOnlyAdmin, TenantScopedAdmin, scoped, tenant_filter
+from evaluation.calibration import PRECISION, CalibrationError, calibration_start
 from evaluation.display import runs_compared
 from evaluation.gate import question_set_loosening
 from evaluation.models import GATE_METRICS, QuestionSet
@@ -38,7 +39,7 @@ from retrieval.ragconfig.drafts import (
     rag_config_draft_override,
     rag_config_draft_recheck,
 )
-from retrieval.ragconfig.models import RagConfigDraft
+from retrieval.ragconfig.models import RagConfig, RagConfigDraft
 
 DIFF_ROWS = 50
 # Every change of a config asks its gate sets twice: their questions together are bounded as
@@ -177,6 +178,28 @@ class QuestionSetAdmin(TenantScopedAdmin[QuestionSet]):
                                  for metric, (label, _) in GATE_METRICS.items()))
 
 
+class CalibrateForm(forms.Form):
+    config = forms.ModelChoiceField(
+        queryset=RagConfig.objects.none(), label="Config",
+        help_text="Its relevance gate's two thresholds are refitted on the gate question sets "
+                  "that cover it; the better pair, if any, is proposed as a change the "
+                  "regression gate checks before it serves.")
+    precision = forms.FloatField(
+        initial=PRECISION, min_value=0.05, max_value=1.0,
+        help_text="The share of PRECISE answers that must be right.")
+    gate_sets_only = forms.BooleanField(
+        required=False, label="Gate sets only",
+        help_text="Leave out the questions whose evidence agents confirmed (read only where "
+                  "the tenant keeps its callers' questions).")
+
+    def __init__(self, data: Any = None, *, request: HttpRequest) -> None:
+        super().__init__(data)
+        field = self.fields["config"]
+        assert isinstance(field, forms.ModelChoiceField)
+        field.queryset = scoped(RagConfig.objects.select_related("tenant", "dataset"), request,
+                                "tenant").order_by("tenant__slug", "dataset__name")
+
+
 class OverrideForm(forms.Form):
     reason = forms.CharField(max_length=MAX_REASON_CHARS, strip=True,
                              help_text="Goes to the config's history with the new version.")
@@ -191,7 +214,9 @@ class RagConfigDraftAdmin(ReadOnlyAdmin, TenantScopedAdmin[RagConfigDraft]):
 
     def get_urls(self) -> list[Any]:
         view = self.admin_site.admin_view
-        return [path("<path:object_id>/progress/", view(self.progress),
+        return [path("calibrate/", view(self.calibrate),
+                     name="retrieval_ragconfigdraft_calibrate"),
+                path("<path:object_id>/progress/", view(self.progress),
                      name="retrieval_ragconfigdraft_progress"),
                 path("<path:object_id>/decide/", view(self.decide),
                      name="retrieval_ragconfigdraft_decide"),
@@ -229,6 +254,38 @@ class RagConfigDraftAdmin(ReadOnlyAdmin, TenantScopedAdmin[RagConfigDraft]):
             context.update(progress=job_progress(draft.job), progress_url=reverse(
                 "admin:retrieval_ragconfigdraft_progress", args=[draft.pk]))
         return TemplateResponse(request, "admin/retrieval/ragconfigdraft/draft.html", context)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+                        ) -> HttpResponse:
+        may_calibrate = request.user.has_perm("retrieval.change_ragconfig")
+        return super().changelist_view(request, {**(extra_context or {}),
+                                                 "may_calibrate": may_calibrate})
+
+    def calibrate(self, request: HttpRequest) -> HttpResponse:
+        """GET: the form; POST: the calibration of a config's relevance gate, as a job whose
+        page follows it (users who may change RAG configs; configs of their tenants)."""
+        if not request.user.has_perm("retrieval.change_ragconfig"):
+            raise PermissionDenied
+        form = CalibrateForm(request.POST if request.method == "POST" else None,
+                             request=request)
+        if form.is_valid():
+            try:
+                job = calibration_start(config=form.cleaned_data["config"],
+                                        precision=form.cleaned_data["precision"],
+                                        gate_sets_only=form.cleaned_data["gate_sets_only"],
+                                        by=request.user.get_username())
+            except CalibrationError as exc:
+                form.add_error("config", str(exc))
+            else:
+                messages.success(request, f"The calibration runs as job {job.pk}; a better "
+                                          "pair of thresholds comes back as a held change.")
+                if request.user.has_perm("datasets.view_job"):
+                    return redirect("admin:datasets_job_change", job.pk)
+                return redirect("admin:retrieval_ragconfigdraft_changelist")
+        context = {**self.admin_site.each_context(request), "opts": self.opts,
+                   "title": "Calibrate the relevance gate", "form": form}
+        return TemplateResponse(request, "admin/retrieval/ragconfigdraft/calibrate.html",
+                                context)
 
     def progress(self, request: HttpRequest, object_id: str) -> JsonResponse:
         draft = self._draft(request, object_id)

@@ -94,15 +94,22 @@ class SetVerdict:
         return f"{self.rule.name}: {failed or 'passed'} ({figures})"
 
 
+def rule_dataset_ids(rule: GateRule, tenant_id: int) -> list[int]:
+    """The datasets a rule's questions search: its dataset, or every activated one of the
+    tenant."""
+    if rule.dataset_id:
+        return [rule.dataset_id]
+    return list(Dataset.objects.filter(tenant_id=tenant_id, activated=True)
+                .values_list("pk", flat=True))
+
+
 def _run(*, rule: GateRule, tenant_id: int, scope: str, version: int | None,
          settings: dict[str, Any], created_by: str) -> EvaluationRun:
     return EvaluationRun.objects.create(
         tenant_id=tenant_id, kind=EvaluationRun.Kind.BATCH,
         name=f"gate: {rule.name}", config_scope=scope, config_version=version,
         settings=settings, questions=rule.questions, created_by=created_by,
-        dataset_ids=[rule.dataset_id] if rule.dataset_id else list(
-            Dataset.objects.filter(tenant_id=tenant_id, activated=True)
-            .values_list("pk", flat=True)))
+        dataset_ids=rule_dataset_ids(rule, tenant_id))
 
 
 def _shifted(progress: Callable[[int], None] | None, offset: int

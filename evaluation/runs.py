@@ -177,17 +177,52 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def _ranking(result: LookupResult, expected: Sequence[str]) -> list[str]:
+def handed_out(result: LookupResult, expected: Sequence[str]) -> list[str]:
     """The documents handed out, best first, each named as the set names it: by its source
     path, or by its document id when that is what the set expects."""
     ranking: list[str] = []
     # As the agent sees it (RagToolResult): only READY hands out evidence.
-    handed_out = result.pack.items if result.evidence_status is EvidenceStatus.READY else ()
-    for item in handed_out:
+    items = result.pack.items if result.evidence_status is EvidenceStatus.READY else ()
+    for item in items:
         name = item.chunk.doc_id if item.chunk.doc_id in expected else item.chunk.source
         if name not in ranking:
             ranking.append(name)
     return ranking
+
+
+@dataclass(frozen=True)
+class Answered:
+    """One batch question's answer as a batch's metrics read it."""
+
+    ranking: list[str]
+    hit: bool  # an expected document handed out; off-topic: EMPTY
+    reciprocal_rank: float  # off-topic: 1 when EMPTY
+    ndcg: float  # off-topic: 1 when EMPTY
+    scores: dict[str, float] | None  # on-topic: document_scores; off-topic: None
+
+    @classmethod
+    def of(cls, question: BatchQuestion, result: LookupResult) -> Answered:
+        ranking = handed_out(result, question.expected)
+        if not question.expected:
+            empty = result.evidence_status == EvidenceStatus.EMPTY
+            return cls(ranking, empty, float(empty), float(empty), None)
+        scores = document_scores(ranking, dict.fromkeys(question.expected, 1))
+        return cls(ranking, any(name in question.expected for name in ranking),
+                   scores["mrr@10"], scores["ndcg@10"],
+                   {**scores, "first": float(bool(ranking) and ranking[0] in question.expected)})
+
+
+def batch_metrics(answers: Sequence[Answered]) -> dict[str, float]:
+    """A batch's metrics: the hit rate over every question; right first, MRR@10, nDCG@10 and
+    recall@10 over the on-topic ones; off-topic EMPTY over the off-topic ones, if any."""
+    on_topic = [a.scores for a in answers if a.scores is not None]
+    off_topic = [float(a.hit) for a in answers if a.scores is None]
+    metrics = {"hit_rate": sum(a.hit for a in answers) / max(len(answers), 1),
+               **{name: _mean([s[name] for s in on_topic])
+                  for name in ("first", "mrr@10", "ndcg@10", "recall@10")}}
+    if off_topic:
+        metrics["off_topic_empty"] = _mean(off_topic)
+    return metrics
 
 
 def run_batch(run: EvaluationRun, job: Job | None,
@@ -201,9 +236,7 @@ def run_batch(run: EvaluationRun, job: Job | None,
     except IndexNotReady:
         collection, embedder = "", ""  # nothing indexed yet: every answer is EMPTY
     recorder = _Recorder(run, job, len(questions), progress)
-    on_topic: list[dict[str, float]] = []
-    off_topic_empty: list[float] = []
-    first: list[float] = []
+    answers: list[Answered] = []
     for question in questions:
         started = time.perf_counter()
         result = lookup_knowledge(filters=replace(filters, call=question.narrowed),
@@ -211,28 +244,13 @@ def run_batch(run: EvaluationRun, job: Job | None,
         latency = (time.perf_counter() - started) * 1000
         if result.evidence_status == "UNAVAILABLE":
             raise RunUnavailable(f"question {question.id}: {result.error}")
-        ranking = _ranking(result, question.expected)
-        if question.expected:
-            scores = document_scores(ranking, dict.fromkeys(question.expected, 1))
-            on_topic.append(scores)
-            hit = any(name in question.expected for name in ranking)
-            rr, ndcg = scores["mrr@10"], scores["ndcg@10"]
-            first.append(float(bool(ranking) and ranking[0] in question.expected))
-        else:
-            hit = result.evidence_status == "EMPTY"
-            rr = ndcg = float(hit)
-            off_topic_empty.append(float(hit))
+        answer = Answered.of(question, result)
+        answers.append(answer)
         recorder.add(query_id=question.id, query=question.query, expected=question.expected,
-                     ranking=ranking, result=result, hit=hit, reciprocal_rank=rr, ndcg=ndcg,
+                     ranking=answer.ranking, result=result, hit=answer.hit,
+                     reciprocal_rank=answer.reciprocal_rank, ndcg=answer.ndcg,
                      latency_ms=latency)
-    metrics = {"hit_rate": recorder.hits / max(len(questions), 1),
-               "first": _mean(first),
-               "mrr@10": _mean([s["mrr@10"] for s in on_topic]),
-               "ndcg@10": _mean([s["ndcg@10"] for s in on_topic]),
-               "recall@10": _mean([s["recall@10"] for s in on_topic])}
-    if off_topic_empty:
-        metrics["off_topic_empty"] = _mean(off_topic_empty)
-    recorder.finish(metrics, collection=collection, embedder=embedder)
+    recorder.finish(batch_metrics(answers), collection=collection, embedder=embedder)
 
 
 def _run_suite(run: EvaluationRun, job: Job) -> None:

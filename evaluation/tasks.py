@@ -7,6 +7,7 @@ from celery import shared_task
 
 from datasets.jobs.progress import job_claim, job_fail, job_update
 from datasets.models import Job
+from evaluation.calibration import CalibrationError, calibration_execute
 from evaluation.gate import gate_check_execute
 from evaluation.models import EvaluationRun
 from evaluation.runs import RunUnavailable, evaluation_run_execute
@@ -57,3 +58,21 @@ def gate_task(job_id: int, draft_id: int) -> None:
         rag_config_draft_decide(draft_id=draft_id, passed=False,
                                 verdict=f"the gate could not run: {public}")
         job_fail(job, exc, public=public)
+
+
+@shared_task(acks_late=True)
+def calibrate_task(job_id: int, config_id: int) -> None:
+    """The relevance gate of one config calibrated on its gate sets (evaluation/calibration.py);
+    a better pair is proposed through the gate."""
+    job = job_claim(job_id)
+    if job is None:
+        return
+    try:
+        calibration_execute(job=job, config_id=config_id)
+    except CalibrationError as exc:
+        job_fail(job, exc, public=str(exc))
+    except RunUnavailable as exc:
+        job_fail(job, exc, public="a lookup answered UNAVAILABLE: a platform service failed; "
+                                  "start the calibration again once it is back")
+    except Exception as exc:
+        job_fail(job, exc)

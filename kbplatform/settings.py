@@ -214,6 +214,7 @@ KB_INDEXING_QUEUE = "indexing"
 # the indexing (an exact name wins over the patterns).
 CELERY_TASK_ROUTES = {"evaluation.tasks.evaluation_task": {"queue": "celery"},
                       "evaluation.tasks.gate_task": {"queue": "celery"},
+                      "evaluation.tasks.calibrate_task": {"queue": "celery"},
                       "datasets.tasks.*": {"queue": KB_INDEXING_QUEUE},
                       "retrieval.tasks.*": {"queue": KB_INDEXING_QUEUE}}
 # A running evaluation writes its progress at least this often; a run silent for longer lost

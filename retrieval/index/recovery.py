@@ -81,7 +81,9 @@ SILENT = {Job.Kind.EVALUATE: ("its worker stopped during the run; start the run 
           Job.Kind.SYNC_SOURCE: ("its worker stopped during the sync; sync again",
                                  "failed: its worker stopped during the sync"),
           Job.Kind.GATE: ("its worker stopped during the gate; check the held change again",
-                          "failed: its worker stopped during the gate")}
+                          "failed: its worker stopped during the gate"),
+          Job.Kind.CALIBRATE: ("its worker stopped during the calibration; start it again",
+                               "failed: its worker stopped during the calibration")}
 
 
 def _lost_runs() -> None:

@@ -149,6 +149,19 @@ def model_path(embedder: str) -> Path:
     return MODELS_DIR / f"{embedder.replace('/', '-')}.json"
 
 
+# The settings each gate reads its thresholds from: (reference, precise).
+THRESHOLDS = {"DISTANCE": ("reference_threshold", "precise_threshold"),
+              "MODEL": ("model_reference_threshold", "model_precise_threshold")}
+
+
+def gate_in_force(relevance_gate: str, embedder: str
+                  ) -> tuple[RelevanceModel | None, tuple[str, str]]:
+    """The model that judges under a config's `relevance_gate` (None: the distance does, as
+    for an embedder without a fitted model) and the names of the thresholds it reads."""
+    model = model_for(embedder) if relevance_gate == "MODEL" else None
+    return model, THRESHOLDS["DISTANCE" if model is None else "MODEL"]
+
+
 @cache
 def model_for(embedder: str) -> RelevanceModel | None:
     """The embedder's fitted model, None when none was fitted for it (the gate then reads

@@ -24,6 +24,24 @@ def _unchecked(message: str) -> CommandError:
     return CommandError(message, returncode=2)
 
 
+def config_named(tenant_slug: str, dataset_name: str | None) -> RagConfig:
+    """The config of (tenant, dataset) as a command names it; exit code 2 when there is none."""
+    tenant = Tenant.objects.filter(slug=tenant_slug).first()
+    if tenant is None:
+        raise _unchecked(f"no tenant {tenant_slug!r}")
+    dataset = None
+    if dataset_name is not None:
+        dataset = Dataset.objects.filter(tenant=tenant, name=dataset_name).first()
+        if dataset is None:
+            raise _unchecked(f"tenant {tenant_slug} has no dataset {dataset_name!r}")
+    config = (RagConfig.objects.select_related("tenant", "dataset")
+              .filter(tenant=tenant, dataset=dataset).first())
+    if config is None:
+        raise _unchecked(f"{tenant_slug}/{dataset_name or 'default'} has no config yet: "
+                         "create it (as the config that serves) before gating a change")
+    return config
+
+
 class Command(StoreCommand):
     help = ("Run the tenant's gate question sets against a change of a config (--set "
             "FIELD=VALUE over the config as it serves, or --config-version N of its history), as a "
@@ -43,7 +61,7 @@ class Command(StoreCommand):
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        config = self._config(options["tenant"], options["dataset"])
+        config = config_named(options["tenant"], options["dataset"])
         candidate = self._candidate(config, options["set"], options["config_version"])
         rules = [GateRule.of(s) for s in gate_sets(tenant_id=config.tenant_id,
                                                     dataset_id=config.dataset_id)]
@@ -66,23 +84,6 @@ class Command(StoreCommand):
         if failed:
             raise CommandError(f"regression on {', '.join(failed)}", returncode=1)
         self.stdout.write(f"passed: {config.scope_label} may take the change")
-
-    @staticmethod
-    def _config(tenant_slug: str, dataset_name: str | None) -> RagConfig:
-        tenant = Tenant.objects.filter(slug=tenant_slug).first()
-        if tenant is None:
-            raise _unchecked(f"no tenant {tenant_slug!r}")
-        dataset = None
-        if dataset_name is not None:
-            dataset = Dataset.objects.filter(tenant=tenant, name=dataset_name).first()
-            if dataset is None:
-                raise _unchecked(f"tenant {tenant_slug} has no dataset {dataset_name!r}")
-        config = (RagConfig.objects.select_related("tenant", "dataset")
-                  .filter(tenant=tenant, dataset=dataset).first())
-        if config is None:
-            raise _unchecked(f"{tenant_slug}/{dataset_name or 'default'} has no config yet: "
-                             "create it (as the config that serves) before gating a change")
-        return config
 
     @staticmethod
     def _candidate(config: RagConfig, items: list[str], version: int | None) -> dict[str, Any]:
