@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from typing import Any
 
-from django.db.models import Count, Max, OuterRef, Q, Subquery, Sum
+from django.db.models import Count, Exists, Max, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
 from audit.models import InvocationDataset, Outcome, Rating, ServedEvidence, ToolInvocation
-from datasets.models import Document
+from audit.privacy import raw_queries
+from datasets.models import Document, Tenant
 
 TRACE_LIMIT = 1000  # a session longer than this shows its latest calls
 
@@ -136,6 +137,9 @@ def served_config(*, tenant_id: int, tool_call_id: str = "", session_id: str = "
 
 
 CONFIRMED_QUESTIONS = 500  # the latest questions a calibration reads at most
+# Served rows read for them at most: a question asked again, or with several documents
+# confirmed, takes more than one.
+CONFIRMED_ROWS = 20 * CONFIRMED_QUESTIONS
 
 
 @dataclass(frozen=True)
@@ -147,33 +151,37 @@ class ConfirmedQuestion:
     dataset_ids: tuple[int, ...]  # the datasets its call searched
 
 
-def confirmed_questions(*, tenant_id: int, config_id: int,
+def confirmed_questions(*, tenant: Tenant, config_id: int,
                         limit: int = CONFIRMED_QUESTIONS) -> list[ConfirmedQuestion]:
     """The latest questions the config served whose evidence an agent confirmed — cited it
-    (the evidence guard, or the call's own answer) or rated it helpful, and rated none of it
-    not helpful — each with the documents confirmed: only where the tenant keeps its callers'
-    questions, until their retention ends. Newest first, one per question text."""
+    (the evidence guard, or the call's own answer) or rated it helpful, and rated none of
+    that call's evidence not helpful — each with the documents confirmed: only where the
+    tenant keeps its callers' questions, and none past its retention. Newest first, one per
+    question text, from the latest CONFIRMED_ROWS served rows."""
+    rule = raw_queries(tenant)
+    if not rule.kept:
+        return []
     rows = (ServedEvidence.objects
-            .filter(tenant_id=tenant_id, config_id=config_id, invocation__query_kept=True)
+            .filter(tenant=tenant, config_id=config_id, invocation__query_kept=True,
+                    invocation__created_at__gte=timezone.now() - timedelta(days=rule.days))
             .filter(Q(cited=True) | Q(rating=Rating.HELPFUL))
             .exclude(invocation__query_text="")
-            .exclude(invocation__served__rating=Rating.NOT_HELPFUL)
+            .exclude(Exists(ServedEvidence.objects.filter(invocation_id=OuterRef("invocation_id"),
+                                                          rating=Rating.NOT_HELPFUL)))
             .order_by("-invocation__created_at", "-invocation_id", "rank")
             .values_list("invocation_id", "invocation__query_text", "document_id",
                          "invocation__dataset_ids"))
-    questions: dict[str, ConfirmedQuestion] = {}
-    seen: set[int] = set()
-    for invocation, query, document, datasets in rows[:limit * 20].iterator():
-        known = questions.get(query)
-        if known is None:
-            if len(questions) == limit:
+    found: dict[str, tuple[int, list[int], list[int]]] = {}  # query → its newest call's
+    for invocation, query, document, datasets in rows[:CONFIRMED_ROWS].iterator():
+        if query not in found:
+            if len(found) == limit:
                 break
-            questions[query] = ConfirmedQuestion(query, (document,), tuple(datasets))
-            seen.add(invocation)
-        elif invocation in seen and document not in known.documents:
-            questions[query] = ConfirmedQuestion(query, (*known.documents, document),
-                                                 known.dataset_ids)
-    return list(questions.values())
+            found[query] = (invocation, [], datasets)
+        call, documents, _ = found[query]
+        if call == invocation and document not in documents:
+            documents.append(document)
+    return [ConfirmedQuestion(query, tuple(documents), tuple(datasets))
+            for query, (_, documents, datasets) in found.items()]
 
 
 STALE_SHOWN = 500  # documents the stale evidence page lists at most

@@ -20,7 +20,12 @@ from django.utils.html import format_html, format_html_join
 
 from datasets.admin.display import job_progress
 from datasets.admin.scope import ReadOnlyAdmin, TenantScopedAdmin, scoped, tenant_filter
-from evaluation.calibration import PRECISION, CalibrationError, calibration_start
+from evaluation.calibration import (
+    PRECISION,
+    PRECISION_RANGE,
+    CalibrationError,
+    calibration_start,
+)
 from evaluation.display import runs_compared
 from evaluation.gate import question_set_loosening
 from evaluation.models import GATE_METRICS, QuestionSet
@@ -185,7 +190,7 @@ class CalibrateForm(forms.Form):
                   "that cover it; the better pair, if any, is proposed as a change the "
                   "regression gate checks before it serves.")
     precision = forms.FloatField(
-        initial=PRECISION, min_value=0.05, max_value=1.0,
+        initial=PRECISION, min_value=PRECISION_RANGE[0], max_value=PRECISION_RANGE[1],
         help_text="The share of PRECISE answers that must be right.")
     gate_sets_only = forms.BooleanField(
         required=False, label="Gate sets only",

@@ -5,17 +5,18 @@ evidence its agents confirmed (audit/selectors.py `confirmed_questions`) — and
 change the regression gate checks before it serves.
 
 Every setting of the config stays; each pair of thresholds tried is measured by the real
-lookups of every gate question (translations are cached in the process, so only the first pass
-pays for them): first the reference threshold over REFERENCE_GRID at the serving precise
-threshold, then the precise threshold over PRECISE_GRID at the reference chosen. A pair the
-regression gate would hold (a gate set's metric dropping beyond its tolerance from what serves)
-is never chosen: more off-topic questions left EMPTY do not buy away right answers. A pair scores
-by its correct answers (the right document first; EMPTY for an off-topic question), then by
-whether its PRECISE answers are right at least `precision` of the time, then by how many right
-PRECISE answers it gives, then by how little it moves from what serves. The serving pair is
-kept unless another answers MIN_GAIN more questions correctly, or as many while its PRECISE
-answers reach `precision` where the serving pair's do not: a threshold moved for one question
-of a few dozen says more of the question than of the tenant.
+lookups of every question (a translation is cached in the process, so only the first pass waits
+for it; a config that asks a chat model to rewrite or judge asks it on every pass): first the
+reference threshold over REFERENCE_GRID at the serving precise threshold, then the precise
+threshold over PRECISE_GRID at the reference chosen. A pair the regression gate would hold (a
+gate set's metric dropping beyond its tolerance from what serves) is never chosen: more
+off-topic questions left EMPTY do not buy away right answers. A pair scores by its correct
+answers (the right document first; EMPTY for an off-topic question), then by whether its
+PRECISE answers are right at least `precision` of the time, then by how many right PRECISE
+answers it gives, then by how little it moves from what serves. The serving pair is kept unless
+another answers MIN_GAIN more questions correctly, or as many while its PRECISE answers reach
+`precision` where the serving pair's do not: a threshold moved for one question of a few dozen
+says more of the question than of the tenant.
 """
 
 from __future__ import annotations
@@ -26,24 +27,26 @@ from typing import Any
 
 from django.db import transaction
 
+from audit.privacy import raw_queries
 from audit.selectors import ConfirmedQuestion, confirmed_questions
-from datasets.jobs.progress import JOB_ID, job_create, job_update
-from datasets.models import Job
+from datasets.jobs.progress import GOING, JOB_ID, job_create, job_update
+from datasets.models import Job, Tenant
 from datasets.tenancy.permissions import PLATFORM
-from evaluation.gate import SLACK, gate_sets, rule_dataset_ids
-from evaluation.models import GATE_METRICS, GateRule
+from evaluation.gate import beyond_tolerance, gate_sets, metric_drops, rule_dataset_ids
+from evaluation.models import GateRule
 from evaluation.question_sets import BatchQuestion
 from evaluation.runs import Answered, RunUnavailable, batch_metrics
 from retrieval.index.versions import IndexNotReady, serving_index
-from retrieval.lookup.relevance import gate_in_force
+from retrieval.lookup.relevance import THRESHOLDS, gate_in_force
 from retrieval.lookup.service import lookup_knowledge
 from retrieval.ragconfig.drafts import rag_config_propose
-from retrieval.ragconfig.models import RagConfig, RagConfigDraft
+from retrieval.ragconfig.models import DRAFT_HELD, RagConfig, RagConfigDraft
 from retrieval.types import EvidenceStatus, RelevanceLevel, SearchFilters
 
 REFERENCE_GRID = tuple(round(0.05 * i, 2) for i in range(2, 15))  # 0.10 … 0.70
 PRECISE_GRID = tuple(round(0.05 * i, 2) for i in range(6, 19))  # 0.30 … 0.90
 PRECISION = 0.9
+PRECISION_RANGE = (0.5, 1.0)  # what an operator may ask of the PRECISE answers
 MIN_GAIN = 2
 MIN_ON_TOPIC = 10
 MIN_OFF_TOPIC = 5
@@ -85,6 +88,7 @@ class Score:
 class Calibration:
     """What the gate questions say of the config's thresholds."""
 
+    version: int  # the config's version measured
     gate: str  # DISTANCE or MODEL: the gate the config's lookups are judged by
     fields: tuple[str, str]  # the settings of its reference and precise thresholds
     on_topic: int  # of them, `confirmed` from the evidence agents confirmed
@@ -106,31 +110,28 @@ class Calibration:
         return dict(zip(self.fields, (self.chosen.reference, self.chosen.precise), strict=True))
 
     def summary(self) -> str:
-        reference, precise = self.fields
-        before, after = self.serving, self.chosen
-        figures = (f"{before.correct} → {after.correct} of {self.on_topic + self.off_topic} "
-                   f"answered correctly (right first {before.right_first} → "
-                   f"{after.right_first}, off-topic EMPTY {before.off_topic_empty} → "
-                   f"{after.off_topic_empty})")
+        """The outcome in words (a held change's note: at most 200 characters)."""
+        (reference, precise), before, after = self.fields, self.serving, self.chosen
+        asked = self.on_topic + self.off_topic
         if not self.changed:
             return (f"{reference} {before.reference:g}, {precise} {before.precise:g} kept: no "
-                    f"pair tried did better on the gate sets ({before.correct} of "
-                    f"{self.on_topic + self.off_topic} answered correctly)")
-        return (f"calibrated on the gate sets: {reference} {before.reference:g} → "
-                f"{after.reference:g}, {precise} {before.precise:g} → {after.precise:g}; "
-                f"{figures}")
+                    f"pair did better ({before.correct} of {asked} answered correctly)")
+        return (f"calibrated: {reference} {before.reference:g} → {after.reference:g}, "
+                f"{precise} {before.precise:g} → {after.precise:g}; {before.correct} → "
+                f"{after.correct} of {asked} correct (right first {before.right_first} → "
+                f"{after.right_first})")
 
 
 def _within_the_gate(score: Score, serving: Score, rules: Sequence[GateRule]) -> bool:
-    """Whether no gate set's metric drops from `serving` to `score` beyond its tolerance: a
-    pair the regression gate would hold is never proposed."""
-    return all(before[m] - after[m] <= float(rule.tolerances[m]) + SLACK
-               for rule, before, after in zip(rules, serving.sets, score.sets, strict=True)
-               for m in GATE_METRICS if m in before and m in after)
+    """Whether no gate set's metric drops from `serving` to `score` beyond its tolerance, as
+    the gate reckons it: a pair the regression gate would hold is never proposed."""
+    return not any(beyond_tolerance(metric_drops(before, after), rule.tolerances)
+                   for rule, before, after in zip(rules, serving.sets, score.sets, strict=True))
 
 
 def _meets(score: Score, precision: float) -> bool:
-    return score.precision is None or score.precision >= precision
+    """Its PRECISE answers are right at least `precision` of the time (none: they are not)."""
+    return score.precision is not None and score.precision >= precision
 
 
 def _rank(score: Score, precision: float, serving: Score) -> tuple[float, ...]:
@@ -148,7 +149,8 @@ class _Asked:
 def _questions(rules: Sequence[GateRule], confirmed: Sequence[ConfirmedQuestion],
                tenant_id: int) -> Iterator[_Asked]:
     """Each question with what its lookup searches: a gate set's, its rule's datasets; a
-    confirmed one, its call's."""
+    confirmed one, the datasets its call searched (not the call's own filters, nor the person
+    it was made for: as a gate set's questions, it searches as the platform)."""
     for n, rule in enumerate(rules):
         filters = SearchFilters(tenant_id=tenant_id, access=PLATFORM,
                                 dataset_ids=tuple(rule_dataset_ids(rule, tenant_id)))
@@ -167,9 +169,9 @@ def calibrate(*, config: RagConfig, rules: Sequence[GateRule],
               progress: Callable[[int, int], None] | None = None) -> Calibration:
     """The thresholds of `config`'s gate that answer best its gate questions and the questions
     whose evidence its agents `confirmed` (on-topic, expecting the documents confirmed, each
-    searching what its call searched; see the module); `progress(done, total)` counts the
-    lookups. Raises CalibrationError when they are
-    too few of either kind, RunUnavailable when a lookup answers UNAVAILABLE."""
+    searching the datasets its call searched; see the module); `progress(done, total)` counts the
+    lookups. Raises CalibrationError when they are too few of either kind, RunUnavailable when
+    a lookup answers UNAVAILABLE."""
     asked = list(_questions(rules, confirmed, config.tenant_id))
     on_topic = sum(1 for a in asked if a.question.expected)
     off_topic = len(asked) - on_topic
@@ -184,7 +186,8 @@ def calibrate(*, config: RagConfig, rules: Sequence[GateRule],
         embedder = serving_index().embedder.name
     except IndexNotReady as exc:
         raise CalibrationError(f"nothing to calibrate on: {exc}") from exc
-    model, fields = gate_in_force(settings["relevance_gate"], embedder)
+    gate, _ = gate_in_force(settings["relevance_gate"], embedder)
+    fields = THRESHOLDS[gate]
     total = len(asked) * (1 + len(REFERENCE_GRID) + len(PRECISE_GRID))
     measured: dict[tuple[float, float], Score] = {}
 
@@ -210,9 +213,8 @@ def calibrate(*, config: RagConfig, rules: Sequence[GateRule],
     gained = best.correct >= serving.correct + MIN_GAIN or (
         best.correct >= serving.correct and _meets(best, precision)
         and not _meets(serving, precision))
-    return Calibration(gate="DISTANCE" if model is None else "MODEL", fields=fields,
-                       on_topic=on_topic, off_topic=off_topic, confirmed=len(confirmed),
-                       precision=precision,
+    return Calibration(version=config.version, gate=gate, fields=fields, on_topic=on_topic,
+                       off_topic=off_topic, confirmed=len(confirmed), precision=precision,
                        serving=serving, chosen=best if gained else serving,
                        tried=tuple(measured.values()))
 
@@ -225,7 +227,9 @@ def _measure(asked: Sequence[_Asked], sets: int, settings: dict[str, Any],
         result = lookup_knowledge(filters=one.filters, query=one.question.query,
                                   overrides=settings)
         if result.evidence_status == EvidenceStatus.UNAVAILABLE:
-            raise RunUnavailable(f"question {one.question.id}: {result.error}")
+            # A confirmed question's id only: an error may quote the question it failed on.
+            failed = f": {result.error}" if one.gate_set is not None else ""
+            raise RunUnavailable(f"question {one.question.id}{failed}")
         answer = Answered.of(one.question, result)
         answers.append((one, answer))
         if result.relevance_level is RelevanceLevel.PRECISE:
@@ -236,12 +240,13 @@ def _measure(asked: Sequence[_Asked], sets: int, settings: dict[str, Any],
     on_topic = [a for _, a in answers if a.scores is not None]
     return Score(
         reference=pair[0], precise=pair[1],
-        right_first=sum(bool(a.scores["first"]) for a in on_topic if a.scores),
+        right_first=sum(bool(a.scores and a.scores["first"]) for a in on_topic),
         off_topic_empty=sum(a.hit for _, a in answers if a.scores is None),
         on_topic_empty=sum(not a.ranking for a in on_topic),
         precise_answers=precise, precise_right=precise_right,
         sets=tuple(batch_metrics([a for one, a in answers if one.gate_set == n])
                    for n in range(sets)))
+
 
 def covering_rules(config: RagConfig) -> list[GateRule]:
     """The gate sets covering `config`, as rules as they stand now (unsaved)."""
@@ -249,18 +254,29 @@ def covering_rules(config: RagConfig) -> list[GateRule]:
                                               dataset_id=config.dataset_id)]
 
 
-def calibration_questions(config: RagConfig) -> list[ConfirmedQuestion]:
-    """The questions whose evidence agents confirmed, of the lookups `config` served."""
-    return confirmed_questions(tenant_id=config.tenant_id, config_id=config.pk)
-
-
 def calibration_hold(*, config: RagConfig, calibration: Calibration, by: str
                      ) -> RagConfigDraft | None:
     """The chosen thresholds proposed as a change of `config` through the gate: the held
-    change (its check queued), or None when nothing better was found."""
+    change (its check queued), or None when nothing better was found. Raises CalibrationError,
+    proposing nothing, when the config moved to another version since it was measured, when
+    another change of it is held (this one would supersede it), or when no gate set covers it
+    any more (the change would serve unchecked)."""
     if not calibration.changed:
         return None
-    return rag_config_propose(config=config, tenant=config.tenant, dataset=config.dataset,
+    current = RagConfig.objects.select_related("tenant", "dataset").get(pk=config.pk)
+    if current.version != calibration.version:
+        raise CalibrationError(f"{current.scope_label} moved from version "
+                               f"{calibration.version} to {current.version} while it was "
+                               "calibrated: calibrate it again")
+    held = current.drafts.filter(status__in=DRAFT_HELD).exclude(
+        kind=RagConfigDraft.Kind.EXPERIMENT).first()
+    if held is not None:
+        raise CalibrationError(f"a change of {current.scope_label} is held already (held "
+                               f"change {held.pk}): decide it, then calibrate again")
+    if not covering_rules(current):
+        raise CalibrationError(f"no gate question set covers {current.scope_label} any more, "
+                               "so the change would serve unchecked")
+    return rag_config_propose(config=current, tenant=current.tenant, dataset=current.dataset,
                               values=calibration.values, changed_by=by,
                               note=calibration.summary()).draft
 
@@ -268,21 +284,32 @@ def calibration_hold(*, config: RagConfig, calibration: Calibration, by: str
 def calibration_start(*, config: RagConfig, precision: float, gate_sets_only: bool,
                       by: str) -> Job:
     """The calibration of `config` as a job (kind `calibrate`), which proposes its change
-    through the gate when it ends. Raises CalibrationError when no gate set covers the config:
-    its change would serve unchecked."""
+    through the gate when it ends. One calibration per tenant at a time (each asks its
+    questions up to 27 times). Raises CalibrationError when another one of the tenant is
+    queued or running, or when no gate set covers the config (its change would serve
+    unchecked)."""
     rules = covering_rules(config)
     if not rules:
         raise CalibrationError(f"no gate question set covers {config.scope_label}, so a "
                                "change would serve unchecked: name one first")
+    confirmed = not gate_sets_only and raw_queries(config.tenant).kept
     with transaction.atomic():  # the task is sent once its job says what it is queued for
+        Tenant.objects.select_for_update().only("pk").get(pk=config.tenant_id)
+        going = Job.objects.filter(kind=Job.Kind.CALIBRATE, tenant_id=config.tenant_id,
+                                   status__in=GOING).first()
+        if going is not None:
+            raise CalibrationError(f"a calibration of {config.tenant.slug} is queued or "
+                                   f"running already (job {going.pk})")
         job = job_create(kind=Job.Kind.CALIBRATE, task=CALIBRATE_TASK,
                          args=(JOB_ID, config.pk), tenant_id=config.tenant_id,
                          dataset=config.dataset,
-                         detail={"config": config.scope_label, "precision": precision,
-                                 "gate_sets_only": gate_sets_only, "by": by})
-        job_update(job, log=f"queued: the relevance gate of {config.scope_label} calibrated "
-                            f"on {len(rules)} gate set(s)"
-                            + ("" if gate_sets_only else " and the evidence agents confirmed"))
+                         detail={"config": config.scope_label, "version": config.version,
+                                 "precision": precision, "gate_sets_only": gate_sets_only,
+                                 "by": by})
+        job_update(job, log=f"queued: the relevance gate of {config.scope_label}, version "
+                            f"{config.version}, calibrated on {len(rules)} gate set(s)"
+                            + (" and the questions whose evidence agents confirmed"
+                               if confirmed else ""))
     return job
 
 
@@ -294,7 +321,8 @@ def calibration_execute(*, job: Job, config_id: int) -> RagConfigDraft | None:
     rules = covering_rules(config)
     if not rules:
         raise CalibrationError(f"no gate question set covers {config.scope_label} any more")
-    confirmed = [] if job.detail.get("gate_sets_only") else calibration_questions(config)
+    confirmed = [] if job.detail.get("gate_sets_only") else confirmed_questions(
+        tenant=config.tenant, config_id=config.pk)
 
     def progress(done: int, total: int) -> None:  # at most `total`: the grids end early
         if done % PROGRESS_EVERY == 0 or job.total != total:
@@ -303,17 +331,16 @@ def calibration_execute(*, job: Job, config_id: int) -> RagConfigDraft | None:
     calibration = calibrate(config=config, rules=rules, confirmed=confirmed,
                             precision=float(job.detail.get("precision", PRECISION)),
                             progress=progress)
-    job_update(job, log=f"{calibration.on_topic} on-topic ({calibration.confirmed} from "
-                        f"confirmed evidence) and {calibration.off_topic} off-topic questions, "
-                        f"{len(calibration.tried)} pairs of thresholds tried under the "
-                        f"{calibration.gate} gate")
+    job_update(job, done=job.total, detail={
+        "values": calibration.values, "serving": calibration.serving.as_dict(),
+        "chosen": calibration.chosen.as_dict()},
+        log=f"{calibration.on_topic} on-topic ({calibration.confirmed} from confirmed "
+            f"evidence) and {calibration.off_topic} off-topic questions, "
+            f"{len(calibration.tried)} pairs of thresholds tried under the {calibration.gate} "
+            f"gate: {calibration.summary()}")
     draft = calibration_hold(config=config, calibration=calibration,
                              by=str(job.detail.get("by", "calibration")))
-    held = (f"; held as change {draft.pk}: the regression gate checks it before it serves"
-            if draft is not None else "")
-    job_update(job, status=Job.Status.SUCCEEDED, done=job.total,
-               detail={"draft": draft.pk if draft else None, "values": calibration.values,
-                       "serving": calibration.serving.as_dict(),
-                       "chosen": calibration.chosen.as_dict()},
-               log=calibration.summary() + held)
+    job_update(job, status=Job.Status.SUCCEEDED, detail={"draft": draft.pk if draft else None},
+               log=f"held as change {draft.pk}: the regression gate checks it before it serves"
+               if draft is not None else "nothing proposed: the serving thresholds stay")
     return draft

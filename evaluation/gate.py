@@ -13,7 +13,7 @@ the change, this floor judges it. `manage.py gate_config` runs the same measurem
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +63,18 @@ def question_set_loosening(*, stored: QuestionSet, changed: QuestionSet) -> list
     return reasons
 
 
+def metric_drops(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """Each gate metric's drop from `before` to `after`, of the figures as a run stores them
+    (to the fourth decimal)."""
+    return {m: round(round(before[m], 4) - round(after[m], 4), 4) for m in GATE_METRICS
+            if m in before and m in after}
+
+
+def beyond_tolerance(drops: Mapping[str, float], tolerances: Mapping[str, float]) -> list[str]:
+    """The metrics whose drop exceeds its tolerance."""
+    return [m for m, drop in drops.items() if drop > float(tolerances[m]) + SLACK]
+
+
 @dataclass(frozen=True)
 class SetVerdict:
     """One set measured: both runs, each metric's drop, and whether every drop is tolerated."""
@@ -79,7 +91,7 @@ class SetVerdict:
     @property
     def failed(self) -> list[str]:
         """The metrics that dropped beyond their tolerance."""
-        return [m for m, drop in self.drops.items() if drop > self.tolerances[m] + SLACK]
+        return beyond_tolerance(self.drops, self.tolerances)
 
     @property
     def passed(self) -> bool:
@@ -140,9 +152,7 @@ def gate_measure(*, config: RagConfig, candidate: dict[str, Any], candidate_labe
             run.refresh_from_db()
             runs.append(run)
         base, cand = runs
-        drops = {m: round(base.metrics[m] - cand.metrics[m], 4) for m in GATE_METRICS
-                 if m in base.metrics and m in cand.metrics}
-        verdicts.append(SetVerdict(rule, base, cand, drops))
+        verdicts.append(SetVerdict(rule, base, cand, metric_drops(base.metrics, cand.metrics)))
     return verdicts
 
 

@@ -177,7 +177,7 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def handed_out(result: LookupResult, expected: Sequence[str]) -> list[str]:
+def _ranking(result: LookupResult, expected: Sequence[str]) -> list[str]:
     """The documents handed out, best first, each named as the set names it: by its source
     path, or by its document id when that is what the set expects."""
     ranking: list[str] = []
@@ -202,7 +202,7 @@ class Answered:
 
     @classmethod
     def of(cls, question: BatchQuestion, result: LookupResult) -> Answered:
-        ranking = handed_out(result, question.expected)
+        ranking = _ranking(result, question.expected)
         if not question.expected:
             empty = result.evidence_status == EvidenceStatus.EMPTY
             return cls(ranking, empty, float(empty), float(empty), None)

@@ -154,12 +154,12 @@ THRESHOLDS = {"DISTANCE": ("reference_threshold", "precise_threshold"),
               "MODEL": ("model_reference_threshold", "model_precise_threshold")}
 
 
-def gate_in_force(relevance_gate: str, embedder: str
-                  ) -> tuple[RelevanceModel | None, tuple[str, str]]:
-    """The model that judges under a config's `relevance_gate` (None: the distance does, as
-    for an embedder without a fitted model) and the names of the thresholds it reads."""
+def gate_in_force(relevance_gate: str, embedder: str) -> tuple[str, RelevanceModel | None]:
+    """The gate that judges under a config's `relevance_gate` — DISTANCE or MODEL, a key of
+    THRESHOLDS — and its model (None: the distance judges, as for an embedder without a
+    fitted model)."""
     model = model_for(embedder) if relevance_gate == "MODEL" else None
-    return model, THRESHOLDS["DISTANCE" if model is None else "MODEL"]
+    return ("DISTANCE" if model is None else "MODEL"), model
 
 
 @cache

@@ -32,7 +32,7 @@ from retrieval.lookup.graph.run import (
 from retrieval.lookup.graph.translate import QueryTranslator
 from retrieval.lookup.pack import KnowledgeContextPacker
 from retrieval.lookup.post_process import KnowledgeEvidencePostProcessor
-from retrieval.lookup.relevance import gate_in_force, model_for
+from retrieval.lookup.relevance import THRESHOLDS, gate_in_force, model_for
 from retrieval.lookup.synonyms import NO_SYNONYMS, Synonyms
 from retrieval.lookup.transform import L0Index
 from retrieval.ragconfig.config import RagConfigConverter
@@ -95,8 +95,8 @@ class LookupKnowledgeTool:
         assert self.search is not None
         s = self.settings
         embedder = self.search.embedder
-        model, thresholds = gate_in_force(s.relevance_gate, embedder.name)
-        reference, precise = (float(getattr(s, name)) for name in thresholds)
+        gate, model = gate_in_force(s.relevance_gate, embedder.name)
+        reference, precise = (float(getattr(s, name)) for name in THRESHOLDS[gate])
         parts = GraphParts(
             registry=REGISTRY, search=self.search,
             post=KnowledgeEvidencePostProcessor(

@@ -8,17 +8,20 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
+from audit.selectors import confirmed_questions
 from evaluation.calibration import (
     PRECISION,
+    PRECISION_RANGE,
+    Calibration,
     CalibrationError,
     calibrate,
     calibration_hold,
-    calibration_questions,
     covering_rules,
 )
-from evaluation.management.commands.gate_config import config_named
+from evaluation.management.configs import config_named
 from evaluation.runs import RunUnavailable
 from retrieval.management.store import StoreCommand
+from retrieval.ragconfig.models import RagConfig
 
 PROPOSED_BY = "calibrate_gate"
 
@@ -46,15 +49,17 @@ class Command(StoreCommand):
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if not 0 < options["precision"] <= 1:
-            raise CommandError("--precision lies in (0, 1]", returncode=2)
+        low, high = PRECISION_RANGE
+        if not low <= options["precision"] <= high:
+            raise CommandError(f"--precision lies between {low:g} and {high:g}", returncode=2)
         config = config_named(options["tenant"], options["dataset"])
         rules = covering_rules(config)
         if options["hold"] and not rules:
             raise CommandError(f"no gate question set covers {config.scope_label}, so a change "
                                "would serve unchecked: name one under Evaluation › Question "
                                "sets before --hold", returncode=2)
-        confirmed = [] if options["gate_sets_only"] else calibration_questions(config)
+        confirmed = [] if options["gate_sets_only"] else confirmed_questions(
+            tenant=config.tenant, config_id=config.pk)
         try:
             calibration = calibrate(
                 config=config, rules=rules, confirmed=confirmed, precision=options["precision"],
@@ -63,8 +68,12 @@ class Command(StoreCommand):
         except (CalibrationError, RunUnavailable) as exc:
             raise CommandError(str(exc), returncode=2) from exc
         self.stderr.write("")
-        held = calibration_hold(config=config, calibration=calibration,
-                                by=PROPOSED_BY) if options["hold"] else None
+        held, refused = None, ""
+        if options["hold"]:
+            try:
+                held = calibration_hold(config=config, calibration=calibration, by=PROPOSED_BY)
+            except CalibrationError as exc:
+                refused = f"nothing proposed: {exc}"
         if options["json"]:
             self.stdout.write(json.dumps({
                 "config": config.scope_label, "version": config.version,
@@ -76,8 +85,19 @@ class Command(StoreCommand):
                 "serving": calibration.serving.as_dict(),
                 "chosen": calibration.chosen.as_dict(),
                 "tried": [s.as_dict() for s in calibration.tried],
-                "held": held.pk if held else None}, indent=2))
-            return
+                "held": held.pk if held else None, "refused": refused}, indent=2))
+        else:
+            self._table(config, calibration)
+            if held is not None:
+                self.stdout.write(f"held as change {held.pk} of {config.scope_label}: the "
+                                  f"regression gate checks it (job {held.job_id}) before it "
+                                  "serves")
+            elif options["hold"] and not refused:
+                self.stdout.write("nothing proposed: the serving thresholds stay")
+        if refused:
+            raise CommandError(refused, returncode=2)
+
+    def _table(self, config: RagConfig, calibration: Calibration) -> None:
         reference, precise = calibration.fields
         self.stdout.write(f"{config.scope_label}, version {config.version}: the "
                           f"{calibration.gate} gate, {calibration.on_topic} on-topic and "
@@ -94,8 +114,3 @@ class Command(StoreCommand):
                               f"{score.off_topic_empty:>10} {score.on_topic_empty:>9} "
                               f"{right:>14}{mark}")
         self.stdout.write(calibration.summary())
-        if held is not None:
-            self.stdout.write(f"held as change {held.pk} of {config.scope_label}: the "
-                              f"regression gate checks it (job {held.job_id}) before it serves")
-        elif options["hold"]:
-            self.stdout.write("nothing proposed: the serving thresholds stay")

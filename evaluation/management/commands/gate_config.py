@@ -6,11 +6,12 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from datasets.models import Dataset, Tenant
+from evaluation.calibration import covering_rules
 from evaluation.display import runs_compared
-from evaluation.gate import SetVerdict, gate_measure, gate_sets
+from evaluation.gate import SetVerdict, gate_measure
+from evaluation.management.configs import config_named
 from evaluation.management.overrides import parsed_overrides
-from evaluation.models import GATE_METRICS, GateRule
+from evaluation.models import GATE_METRICS
 from evaluation.runs import RunUnavailable
 from retrieval.management.store import StoreCommand
 from retrieval.ragconfig.config import RagConfigConverter, RagConfigError
@@ -22,24 +23,6 @@ DIFF_ROWS = 200
 
 def _unchecked(message: str) -> CommandError:
     return CommandError(message, returncode=2)
-
-
-def config_named(tenant_slug: str, dataset_name: str | None) -> RagConfig:
-    """The config of (tenant, dataset) as a command names it; exit code 2 when there is none."""
-    tenant = Tenant.objects.filter(slug=tenant_slug).first()
-    if tenant is None:
-        raise _unchecked(f"no tenant {tenant_slug!r}")
-    dataset = None
-    if dataset_name is not None:
-        dataset = Dataset.objects.filter(tenant=tenant, name=dataset_name).first()
-        if dataset is None:
-            raise _unchecked(f"tenant {tenant_slug} has no dataset {dataset_name!r}")
-    config = (RagConfig.objects.select_related("tenant", "dataset")
-              .filter(tenant=tenant, dataset=dataset).first())
-    if config is None:
-        raise _unchecked(f"{tenant_slug}/{dataset_name or 'default'} has no config yet: "
-                         "create it (as the config that serves) before gating a change")
-    return config
 
 
 class Command(StoreCommand):
@@ -63,8 +46,7 @@ class Command(StoreCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         config = config_named(options["tenant"], options["dataset"])
         candidate = self._candidate(config, options["set"], options["config_version"])
-        rules = [GateRule.of(s) for s in gate_sets(tenant_id=config.tenant_id,
-                                                    dataset_id=config.dataset_id)]
+        rules = covering_rules(config)
         if not rules:
             raise _unchecked(f"no gate question set covers {config.scope_label}: name one "
                              "under Evaluation › Question sets")
