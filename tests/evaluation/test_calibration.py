@@ -37,6 +37,7 @@ from retrieval.models import RagConfig, RagConfigDraft
 from retrieval.ragconfig.drafts import rag_config_propose
 from retrieval.ragconfig.selectors import rag_config_for
 from retrieval.ragconfig.services import rag_config_update
+from tests.conftest import wait_until
 from tests.evaluation.test_gate import staff
 from tests.retrieval.conftest import Imported, MakeKey, client_for, evidence_ids, lookup, ready
 
@@ -292,3 +293,34 @@ def test_one_calibration_at_a_time_and_none_proposed_over_a_moved_or_held_config
     with pytest.raises(CalibrationError, match=f"held already \\(held change {held.pk}\\)"):
         calibration_hold(config=config, calibration=replace(calibration, version=2), by="ops")
     assert list(RagConfigDraft.objects.all()) == [held]
+
+
+@pytest.mark.integration  # the real worker runs the calibration, then the gate
+@pytest.mark.django_db(transaction=True)
+def test_the_calibration_runs_on_the_worker_and_its_change_through_the_gate(
+        celery_worker: Any, acme: Imported) -> None:
+    config = default_config(acme, reference_threshold=0.0, precise_threshold=0.6)
+    gate_set(acme, ON_TOPIC + OFF_TOPIC)
+    job = calibration_start(config=config, precision=0.9, gate_sets_only=True, by="ops")
+    wait_until(lambda: Job.objects.get(pk=job.pk).status in ("succeeded", "failed"),
+               timeout=300, what="the calibration's job")
+    job.refresh_from_db()
+    assert job.status == Job.Status.SUCCEEDED, job.log
+    draft = RagConfigDraft.objects.get(pk=job.detail["draft"])
+    wait_until(lambda: RagConfigDraft.objects.get(pk=draft.pk).status == "applied",
+               timeout=120, what="the gate of the calibrated change")
+    assert RagConfig.objects.get(pk=config.pk).reference_threshold > 0
+
+
+def test_a_calibration_whose_worker_died_fails(acme: Imported, settings: Any) -> None:
+    from retrieval.index.recovery import recover
+
+    config = default_config(acme)
+    gate_set(acme, ON_TOPIC + OFF_TOPIC)
+    job = calibration_start(config=config, precision=0.9, gate_sets_only=True, by="ops")
+    silent = timezone.now() - timedelta(seconds=settings.KB_EVALUATION_STALE_SECONDS + 1)
+    Job.objects.filter(pk=job.pk).update(status=Job.Status.RUNNING, updated_at=silent)
+    recover()
+    job.refresh_from_db()
+    assert job.status == Job.Status.FAILED and "during the calibration" in job.error
+    calibration_start(config=config, precision=0.9, gate_sets_only=True, by="ops")  # again
