@@ -32,7 +32,12 @@ from audit.selectors import ConfirmedQuestion, confirmed_questions
 from datasets.jobs.progress import GOING, JOB_ID, job_create, job_update
 from datasets.models import Job, Tenant
 from datasets.tenancy.permissions import PLATFORM
-from evaluation.gate import beyond_tolerance, gate_sets, metric_drops, rule_dataset_ids
+from evaluation.gate import (
+    beyond_tolerance,
+    covering_rules,
+    metric_drops,
+    rule_dataset_ids,
+)
 from evaluation.models import GateRule
 from evaluation.question_sets import BatchQuestion
 from evaluation.runs import Answered, RunUnavailable, batch_metrics
@@ -248,10 +253,15 @@ def _measure(asked: Sequence[_Asked], sets: int, settings: dict[str, Any],
                    for n in range(sets)))
 
 
-def covering_rules(config: RagConfig) -> list[GateRule]:
-    """The gate sets covering `config`, as rules as they stand now (unsaved)."""
-    return [GateRule.of(s) for s in gate_sets(tenant_id=config.tenant_id,
-                                              dataset_id=config.dataset_id)]
+def guarded_rules(config: RagConfig) -> list[GateRule]:
+    """The gate sets covering `config`; CalibrationError when none does: a calibrated change
+    would serve unchecked."""
+    rules = covering_rules(config)
+    if not rules:
+        raise CalibrationError(f"no gate question set covers {config.scope_label}, so a "
+                               "calibrated change would serve unchecked: name one under "
+                               "Evaluation › Question sets first")
+    return rules
 
 
 def calibration_hold(*, config: RagConfig, calibration: Calibration, by: str
@@ -273,9 +283,7 @@ def calibration_hold(*, config: RagConfig, calibration: Calibration, by: str
     if held is not None:
         raise CalibrationError(f"a change of {current.scope_label} is held already (held "
                                f"change {held.pk}): decide it, then calibrate again")
-    if not covering_rules(current):
-        raise CalibrationError(f"no gate question set covers {current.scope_label} any more, "
-                               "so the change would serve unchecked")
+    guarded_rules(current)
     return rag_config_propose(config=current, tenant=current.tenant, dataset=current.dataset,
                               values=calibration.values, changed_by=by,
                               note=calibration.summary()).draft
@@ -288,10 +296,7 @@ def calibration_start(*, config: RagConfig, precision: float, gate_sets_only: bo
     questions up to 27 times). Raises CalibrationError when another one of the tenant is
     queued or running, or when no gate set covers the config (its change would serve
     unchecked)."""
-    rules = covering_rules(config)
-    if not rules:
-        raise CalibrationError(f"no gate question set covers {config.scope_label}, so a "
-                               "change would serve unchecked: name one first")
+    rules = guarded_rules(config)
     confirmed = not gate_sets_only and raw_queries(config.tenant).kept
     with transaction.atomic():  # the task is sent once its job says what it is queued for
         Tenant.objects.select_for_update().only("pk").get(pk=config.tenant_id)
@@ -318,9 +323,7 @@ def calibration_execute(*, job: Job, config_id: int) -> RagConfigDraft | None:
     config = RagConfig.objects.select_related("tenant", "dataset").filter(pk=config_id).first()
     if config is None:
         raise CalibrationError("the config was deleted before its calibration ran")
-    rules = covering_rules(config)
-    if not rules:
-        raise CalibrationError(f"no gate question set covers {config.scope_label} any more")
+    rules = guarded_rules(config)
     confirmed = [] if job.detail.get("gate_sets_only") else confirmed_questions(
         tenant=config.tenant, config_id=config.pk)
 

@@ -156,6 +156,13 @@ def gate_measure(*, config: RagConfig, candidate: dict[str, Any], candidate_labe
     return verdicts
 
 
+def covering_rules(config: RagConfig, draft: RagConfigDraft | None = None) -> list[GateRule]:
+    """The gate sets covering `config`, as rules as they stand now (unsaved; a held change's
+    when `draft` is given)."""
+    return [GateRule.of(s, draft) for s in gate_sets(tenant_id=config.tenant_id,
+                                                     dataset_id=config.dataset_id)]
+
+
 class EvaluationGate:
     """retrieval's ConfigGate: the tenant's gate question sets, measured as a job."""
 
@@ -167,9 +174,7 @@ class EvaluationGate:
         at its first check and kept for every later one."""
         config = draft.config
         if not draft.gate_rules.exists():
-            GateRule.objects.bulk_create(
-                GateRule.of(s, draft)
-                for s in gate_sets(tenant_id=config.tenant_id, dataset_id=config.dataset_id))
+            GateRule.objects.bulk_create(covering_rules(config, draft))
         total = 2 * sum(len(q) for q in draft.gate_rules.values_list("questions", flat=True))
         job = job_create(kind=Job.Kind.GATE, task=GATE_TASK, args=(JOB_ID, draft.pk),
                          tenant_id=config.tenant_id, dataset=config.dataset, total=total,

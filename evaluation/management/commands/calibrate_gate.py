@@ -16,8 +16,9 @@ from evaluation.calibration import (
     CalibrationError,
     calibrate,
     calibration_hold,
-    covering_rules,
+    guarded_rules,
 )
+from evaluation.gate import covering_rules
 from evaluation.management.configs import config_named
 from evaluation.runs import RunUnavailable
 from retrieval.management.store import StoreCommand
@@ -53,11 +54,10 @@ class Command(StoreCommand):
         if not low <= options["precision"] <= high:
             raise CommandError(f"--precision lies between {low:g} and {high:g}", returncode=2)
         config = config_named(options["tenant"], options["dataset"])
-        rules = covering_rules(config)
-        if options["hold"] and not rules:
-            raise CommandError(f"no gate question set covers {config.scope_label}, so a change "
-                               "would serve unchecked: name one under Evaluation › Question "
-                               "sets before --hold", returncode=2)
+        try:
+            rules = guarded_rules(config) if options["hold"] else covering_rules(config)
+        except CalibrationError as exc:
+            raise CommandError(str(exc), returncode=2) from exc
         confirmed = [] if options["gate_sets_only"] else confirmed_questions(
             tenant=config.tenant, config_id=config.pk)
         try:

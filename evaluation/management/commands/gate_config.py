@@ -6,9 +6,8 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from evaluation.calibration import covering_rules
 from evaluation.display import runs_compared
-from evaluation.gate import SetVerdict, gate_measure
+from evaluation.gate import SetVerdict, covering_rules, gate_measure
 from evaluation.management.configs import config_named
 from evaluation.management.overrides import parsed_overrides
 from evaluation.models import GATE_METRICS
