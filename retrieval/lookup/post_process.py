@@ -151,7 +151,8 @@ class KnowledgeEvidencePostProcessor:
     def __init__(self, return_n: int, max_chunks_per_document: int, reference_threshold: float,
                  precise_threshold: float, *, max_l2_distance: float = 2.0,
                  model: RelevanceModel | None = None,
-                 rater: RelevanceModel | None = None) -> None:
+                 rater: RelevanceModel | None = None,
+                 orderer: RelevanceModel | None = None) -> None:
         if return_n < 1 or max_chunks_per_document < 1:
             raise ValueError("return_n and max_chunks_per_document must be at least 1")
         if not 0.0 <= reference_threshold <= precise_threshold <= 1.0:
@@ -168,15 +169,19 @@ class KnowledgeEvidencePostProcessor:
         # lookup's choice between a question's search and its translation's
         # (judge_translation); None: answers are not rated.
         self.rater = rater
+        # The model that orders the first PLACES candidates (relevance_order); None: they
+        # keep the store's order.
+        self.orderer = orderer
 
     @property
     def judge(self) -> str:
-        """What the gate reads, as the trace names it."""
-        if self.precise_threshold == 0:
-            return "no gate"
-        if self.model is None:
-            return "DISTANCE gate"
-        return f"MODEL ({self.model.embedder}) gate, fit {self.model.fingerprint}"
+        """What the gate reads (and what orders the candidates), as the trace names it."""
+        gate = ("no gate" if self.precise_threshold == 0 else "DISTANCE gate"
+                if self.model is None else
+                f"MODEL ({self.model.embedder}) gate, fit {self.model.fingerprint}")
+        if self.orderer is None:
+            return gate
+        return f"{gate}; ordered by the relevance model, fit {self.orderer.fingerprint}"
 
     def process(self, hits: Sequence[SearchHit], mode: SearchMode, hints: QueryHints,
                 query: str = "", prior: Callable[[str], float] | None = None
@@ -208,7 +213,8 @@ class KnowledgeEvidencePostProcessor:
                 for (_, hit), position in zip(unique, places, strict=True)]
         judged = [(self._scored(hit, key, quality, mode), support)
                   for (key, hit), (quality, support) in zip(unique, verdicts, strict=True)]
-
+        if self.orderer is not None and signals is not None:
+            judged = self._model_ordered(judged, signals)
         if prior is not None:
             weighted = sorted(enumerate(judged, 1), key=lambda pair: -prior(pair[1][0].doc_id)
                               / (RRF_K + pair[0]))
@@ -273,7 +279,8 @@ class KnowledgeEvidencePostProcessor:
         """The relevance signals of the first PLACES candidates, each with its document, when
         a model judges or rates them or `fit_relevance` records them (it records them here);
         else None."""
-        if not (self._judging() or self.rater is not None or relevance.recording_active()):
+        if not (self._judging() or self.rater is not None or self.orderer is not None
+                or relevance.recording_active()):
             return None
         candidates = [relevance.CandidateText(
             document=_text(hit.metadata, "docId").strip() or key, text=searchable_text(hit),
@@ -296,6 +303,20 @@ class KnowledgeEvidencePostProcessor:
         assert self.model is not None
         verdicts = [(p, p) for p in (self.model.probability(s) for _, s in signals)]
         return verdicts + [(0.0, 0.0)] * (candidates - len(verdicts))
+
+    def _model_ordered(self, judged: list[tuple[ScoredChunk, float]],
+                       signals: list[tuple[str, relevance.ChunkSignals]]
+                       ) -> list[tuple[ScoredChunk, float]]:
+        """The first PLACES candidates by the orderer's probability — each document by its
+        best chunk's, its chunks by theirs (ties keep the store's order) — then the rest."""
+        assert self.orderer is not None
+        probabilities = [self.orderer.probability(s) for _, s in signals]
+        best: dict[str, float] = {}
+        for (document, _), p in zip(signals, probabilities, strict=True):
+            best[document] = max(p, best.get(document, 0.0))
+        order = sorted(range(len(signals)), key=lambda i: (
+            -best[signals[i][0]], -probabilities[i], i))
+        return [judged[i] for i in order] + judged[len(signals):]
 
     def _ratings(self, signals: list[tuple[str, relevance.ChunkSignals]] | None
                  ) -> dict[str, float] | None:

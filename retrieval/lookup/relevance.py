@@ -197,6 +197,54 @@ def fit(embedder: str, rows: Sequence[tuple[ChunkSignals, bool]],
         fitted_on={**fitted_on, "candidates": len(rows), "relevant": int(y.sum())})
 
 
+@dataclass(frozen=True)
+class Reliability:
+    """Whether a model's probability means what it says, on labelled candidates it was not
+    fitted on: of the candidates it gives about p, about p should be relevant."""
+
+    candidates: int
+    relevant: int
+    brier: float  # the mean squared error of the probability
+    log_loss: float
+    auc: float  # the chance a relevant candidate gets more than an irrelevant one
+    calibration_error: float  # |mean probability − share relevant| of each bin, by its size
+    bins: tuple[tuple[float, float, float, int], ...]  # (from, mean probability, share, size)
+
+
+def reliability(model: RelevanceModel, rows: Sequence[tuple[ChunkSignals, bool]],
+                bins: int = 10) -> Reliability:
+    """The model's probabilities of `rows` against their labels, in `bins` equal bins."""
+    if not rows:
+        raise ValueError("no candidate to check the model on")
+    p = np.array([model.probability(s) for s, _ in rows])
+    y = np.array([label for _, label in rows], dtype=np.float64)
+    clipped = np.clip(p, 1e-12, 1 - 1e-12)
+    table = []
+    error = 0.0
+    index = np.minimum((p * bins).astype(int), bins - 1)
+    for b in range(bins):
+        inside = index == b
+        if inside.any():
+            mean, share = float(p[inside].mean()), float(y[inside].mean())
+            table.append((b / bins, round(mean, 4), round(share, 4), int(inside.sum())))
+            error += inside.sum() / len(p) * abs(mean - share)
+    return Reliability(
+        candidates=len(rows), relevant=int(y.sum()),
+        brier=round(float(((p - y) ** 2).mean()), 4),
+        log_loss=round(float(-(y * np.log(clipped) + (1 - y) * np.log(1 - clipped)).mean()), 4),
+        auc=round(_auc(p, y), 4), calibration_error=round(error, 4), bins=tuple(table))
+
+
+def _auc(p: np.ndarray, y: np.ndarray) -> float:
+    """The Mann-Whitney statistic, ties counting half (nan with one class only)."""
+    positives, negatives = p[y == 1], p[y == 0]
+    if not len(positives) or not len(negatives):
+        return float("nan")
+    above = (positives[:, None] > negatives[None, :]).sum()
+    ties = (positives[:, None] == negatives[None, :]).sum()
+    return float((above + ties / 2) / (len(positives) * len(negatives)))
+
+
 # What `fit_relevance` records of each post-processing a lookup runs: the candidates' sources
 # and signals. Unset (None) outside it: a lookup records nothing.
 _recording: ContextVar[list[list[tuple[str, ChunkSignals]]] | None] = ContextVar(

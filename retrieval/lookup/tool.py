@@ -103,7 +103,8 @@ class LookupKnowledgeTool:
                 s.return_n, s.max_chunks_per_document, reference, precise,
                 max_l2_distance=s.max_l2_distance or embedder.max_l2_distance, model=model,
                 rater=model_for(embedder.name) if self.graph.judge_translation
-                and BOTH_LANGUAGES <= self.languages else None),
+                and BOTH_LANGUAGES <= self.languages else None,
+                orderer=model_for(embedder.name) if s.relevance_order else None),
             packer=KnowledgeContextPacker(s.max_context_chars, s.max_excerpt_chars),
             l0_index=self.l0_index, live_documents=self.live_documents,
             weights={"VECTOR": s.dense_weight, "BM25": s.bm25_weight}, rrf_k=s.rrf_k,

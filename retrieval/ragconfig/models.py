@@ -107,6 +107,7 @@ class RagConfig(models.Model):
     model_precise_threshold = models.FloatField(**_setting("model_precise_threshold"))
     max_l2_distance = models.FloatField(null=True, blank=True, **_setting("max_l2_distance"))
     relevance_gate = models.CharField(max_length=10, **_setting("relevance_gate"))
+    relevance_order = models.BooleanField(**_setting("relevance_order"))
     kb_scope = models.CharField(max_length=cfg.KB_SCOPE_MAX_CHARS, blank=True,
                                 **_setting("kb_scope"))
     max_context_chars = models.PositiveIntegerField(**_setting("max_context_chars"))

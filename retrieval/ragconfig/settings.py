@@ -304,6 +304,15 @@ class RagSettings:
              "candidates only, against the model_… thresholds; the probability is then the quality "
              "a score_threshold and the quality assessment read. An embedder without a "
              "fitted model reads the distance.")
+    # Off by default: measured against the store's order on every suite, both embedders
+    # (docs/benchmarks.md, "The relevance model orders the pool").
+    relevance_order: bool = knob(
+        False,
+        help="Order the first ten candidates by the embedder's relevance model: each "
+             "document by the highest probability the model gives one of its chunks, its "
+             "chunks by theirs; the rest keep the search's order. What the gate keeps, and "
+             "the answer's relevance level, are as relevance_gate judges. An embedder "
+             "without a fitted model keeps the search's order.")
     kb_scope: str = knob(
         "",
         help="Empty: every dataset. Set: only datasets whose kb_scope is this value; "

@@ -66,3 +66,40 @@ def test_a_held_out_half_is_never_fitted_on(acme: Imported, tmp_path: Path) -> N
         call_command("fit_relevance", "--tenant", "acme", "--questions", str(only_off_topic),
                      "--out", str(tmp_path / "model.json"))
     assert not (tmp_path / "model.json").exists()
+
+
+@pytest.mark.embedded
+def test_check_scores_the_model_on_the_held_out_halves_and_writes_nothing(
+        acme: Imported, tmp_path: Path) -> None:
+    questions = _write(tmp_path / "q.jsonl", [
+        ("f1", "nginx 502 bad gateway connection refused while connecting to upstream",
+         "nginx.md", "fit"),
+        ("f2", "Kafka consumer group lag keeps growing on every partition", "kafka.md", "fit"),
+        ("f3", "how do I bake sourdough bread", None, "fit"),
+        ("h1", "upstream refused the connection and nginx answers 502", "nginx.md", "held-out"),
+        ("h2", "the best hiking trails near the lake", None, "held-out")])
+    model = tmp_path / "model.json"
+    call_command("fit_relevance", "--tenant", "acme", "--questions", str(questions),
+                 "--out", str(model), stdout=io.StringIO())
+    fitted = model.read_bytes()
+    out = io.StringIO()
+
+    call_command("fit_relevance", "--tenant", "acme", "--questions", str(questions), "--check",
+                 "--json", "--out", str(model), stdout=out)
+
+    report = json.loads(out.getvalue())
+    assert report["model"] == str(model)
+    assert report["fit"] == RelevanceModel.of_json(fitted.decode()).fingerprint
+    # The two held-out questions' pools, nginx's chunks the relevant ones.
+    assert report["candidates"] >= 4 and 1 <= report["relevant"] < report["candidates"]
+    assert sum(size for *_, size in report["bins"]) == report["candidates"]
+    assert 0 <= report["calibration_error"] <= 1 and 0 <= report["brier"] <= 1
+    assert model.read_bytes() == fitted
+
+    fit_only = _write(tmp_path / "f.jsonl", [("f1", "sourdough", None, "fit")])
+    with pytest.raises(CommandError, match="no question of the held-out split"):
+        call_command("fit_relevance", "--tenant", "acme", "--questions", str(fit_only),
+                     "--check", "--out", str(model))
+    with pytest.raises(CommandError, match="missing.json"):
+        call_command("fit_relevance", "--tenant", "acme", "--questions", str(questions),
+                     "--check", "--out", str(tmp_path / "missing.json"))

@@ -1,3 +1,4 @@
+import json
 from pathlib import Path
 from typing import Any
 
@@ -6,7 +7,14 @@ from django.core.management.base import CommandError, CommandParser
 from evaluation.hit_test import lookup_asker
 from evaluation.question_sets import QuestionSetError, questions_load, questions_of_split
 from retrieval.index.versions import IndexNotReady, serving_index
-from retrieval.lookup.relevance import ChunkSignals, fit, model_path, recording
+from retrieval.lookup.relevance import (
+    ChunkSignals,
+    RelevanceModel,
+    fit,
+    model_path,
+    recording,
+    reliability,
+)
 from retrieval.management.scope import add_filters_argument, command_filters
 from retrieval.management.store import StoreCommand
 from retrieval.ragconfig.config import RagConfigError
@@ -16,7 +24,9 @@ class Command(StoreCommand):
     help = ("Fit the embedder's relevance model (retrieval/lookup/relevance.py) on the `fit` "
             "halves of question sets: each question is asked through lookup_knowledge with "
             "the distance gate, and every candidate the gate judged is a row, relevant when "
-            "it is the question's runbook (an off-topic question's candidates never are).")
+            "it is the question's runbook (an off-topic question's candidates never are). "
+            "--check asks the held-out halves instead and says how well the model's "
+            "probability means what it says there.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--tenant", required=True)
@@ -24,24 +34,33 @@ class Command(StoreCommand):
         parser.add_argument("--questions", type=Path, action="append", required=True,
                             help="a question set (JSON lines with split); repeat for more")
         parser.add_argument("--out", type=Path, default=None,
-                            help="where to write the model (default: the embedder's file "
-                                 "beside retrieval/lookup/relevance.py)")
+                            help="the model's file: where a fit writes it, what --check reads "
+                                 "(default: the embedder's file beside "
+                                 "retrieval/lookup/relevance.py)")
+        parser.add_argument("--check", action="store_true",
+                            help="fit nothing: the model's reliability on the held-out halves")
+        parser.add_argument("--json", action="store_true", help="--check: one JSON object")
         add_filters_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        split = "held-out" if options["check"] else "fit"
         try:
-            sets = {path: questions_of_split(questions_load(path), "fit")
+            sets = {path: questions_of_split(questions_load(path), split)
                     for path in options["questions"]}
         except QuestionSetError as exc:
             raise CommandError(str(exc)) from exc
         if not any(sets.values()):
-            raise CommandError("no question of the fit split: a held-out half is never fitted on")
+            raise CommandError("no question of the held-out split to check the model on"
+                               if options["check"] else
+                               "no question of the fit split: a held-out half is never "
+                               "fitted on")
         filters = command_filters(tenant_slug=options["tenant"], dataset_names=options["dataset"],
                                   narrowed=options["filters"])
         try:
             # The pools the distance gate judges as the default rule searches them.
             ask = lookup_asker(filters, overrides={"relevance_gate": "DISTANCE",
-                                                   "judge_translation": False})
+                                                   "judge_translation": False,
+                                                   "relevance_order": False})
         except RagConfigError as exc:
             raise CommandError(f"the tenant's RagConfig: {exc}") from exc
         rows: list[tuple[ChunkSignals, bool]] = []
@@ -57,17 +76,40 @@ class Command(StoreCommand):
             embedder = serving_index().embedder.name
         except IndexNotReady as exc:
             raise CommandError(f"nothing is indexed: {exc}") from exc
+        path = options["out"] or model_path(embedder)
+        if options["check"]:
+            self._check(path, rows, options["json"])
+            return
         try:
             model = fit(embedder, rows, {
                 "questions": {str(path): len(qs) for path, qs in sets.items()},
                 "split": "fit", "tenant": options["tenant"]})
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
-        out = options["out"] or model_path(embedder)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(model.as_json(), encoding="utf-8")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(model.as_json(), encoding="utf-8")
         self.stdout.write(f"{embedder}: {model.fitted_on['candidates']} candidates "
-                          f"({model.fitted_on['relevant']} relevant) → {out}")
+                          f"({model.fitted_on['relevant']} relevant) → {path}")
         for name, weight in zip(model.features, model.weights, strict=True):
             self.stdout.write(f"  {name:<24} {weight:+.3f}")
         self.stdout.write(f"  {'(bias)':<24} {model.bias:+.3f}")
+
+    def _check(self, path: Path, rows: list[tuple[ChunkSignals, bool]], as_json: bool) -> None:
+        try:
+            model = RelevanceModel.of_json(path.read_text(encoding="utf-8"))
+            report = reliability(model, rows)
+        except (OSError, ValueError, KeyError) as exc:
+            raise CommandError(f"{path}: {exc}") from exc
+        if as_json:
+            self.stdout.write(json.dumps({"model": str(path), "fit": model.fingerprint,
+                                          **vars(report)}))
+            return
+        self.stdout.write(f"{model.embedder} (fit {model.fingerprint}) on the held-out halves: "
+                          f"{report.candidates} candidates ({report.relevant} relevant)")
+        self.stdout.write(f"  Brier {report.brier:.4f}  log loss {report.log_loss:.4f}  "
+                          f"AUC {report.auc:.4f}  calibration error "
+                          f"{report.calibration_error:.4f}")
+        self.stdout.write("  probability   mean   relevant   candidates")
+        for low, mean, share, size in report.bins:
+            self.stdout.write(f"  {low:.1f}–{low + 0.1:.1f}     {mean:.3f}   {share:.3f}   "
+                              f"{size:>10}")

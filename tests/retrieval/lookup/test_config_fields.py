@@ -446,6 +446,36 @@ def test_the_relevance_model_judges_with_its_own_thresholds(
 
 
 @pytest.mark.django_db
+@proves("relevance_order")
+def test_the_relevance_model_orders_the_candidates_when_asked(
+        tool: Tool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """How it orders them: tests/retrieval/lookup/test_relevance.py; here, that the field
+    reaches the lookup, whichever gate judges, and the trace says so."""
+    from retrieval.lookup import relevance
+
+    model = relevance.model_for(get_embedder().name)
+    assert model is not None, "each offline embedder has a model"
+    ordered = f"; ordered by the relevance model, fit {model.fingerprint},"
+    body, trace = tool.ask(relevance_order=True)
+    assert body["relevance_level"] == "PRECISE" and tool.stems(body)[0] == "kafka"
+    assert gate_notes(trace) and all(
+        n.startswith("DISTANCE gate" + ordered) for n in gate_notes(trace))
+    _, trace = tool.ask(relevance_gate="MODEL")
+    assert all(ordered in n for n in gate_notes(trace))
+    _, trace = tool.ask(relevance_order=False)
+    assert gate_notes(trace) and not any("ordered" in n for n in gate_notes(trace))
+    # An embedder with no fitted model keeps the search's order.
+    monkeypatch.setattr(relevance, "MODELS_DIR", tmp_path)
+    relevance.model_for.cache_clear()
+    try:
+        body, trace = tool.ask(relevance_order=True)
+        assert tool.stems(body)[0] == "kafka"
+        assert not any("ordered" in n for n in gate_notes(trace))
+    finally:
+        relevance.model_for.cache_clear()
+
+
+@pytest.mark.django_db
 @proves("max_context_chars", "max_excerpt_chars")
 def test_packing_limits_bound_the_excerpts(tool: Tool) -> None:
     body, _ = tool.ask(max_excerpt_chars=200, max_chunks_per_document=5)

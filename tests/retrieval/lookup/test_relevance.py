@@ -21,6 +21,7 @@ from retrieval.lookup.relevance import (
     model_for,
     model_path,
     recording,
+    reliability,
 )
 from retrieval.types import QueryHints, RelevanceLevel, SearchHit
 from tests.retrieval.lookup.test_post_process import hit
@@ -146,3 +147,55 @@ def test_recording_gives_each_pool_the_gate_judged_with_its_sources() -> None:
     assert first.document_share_quality == 0.0  # two documents, one candidate each
     assert first.inverse_place == 1.0 and second.inverse_place == 0.5
     assert query_terms("redis memory 0x5d09").identifiers == ("0x5d09",)
+
+
+def test_the_model_orders_the_first_ten_documents_by_their_best_chunk() -> None:
+    model = fit("e", rows(600), {})
+    question = "redis memory eviction"
+    hits = [runbook_hit(1, "nginx", 0.9, "nginx gzip settings"),
+            runbook_hit(2, "redis", 1.0, "maxmemory and the eviction policy"),
+            runbook_hit(3, "nginx", 0.95, "nginx worker processes"),
+            runbook_hit(4, "redis", 0.5, "redis memory eviction, step by step")]
+    hits += [runbook_hit(rank, f"d{rank}", 1.9, "unrelated text") for rank in range(5, 13)]
+
+    def served(orderer: RelevanceModel | None, ref: float = 0.0,
+               precise: float = 0.0) -> list[str]:
+        post = KnowledgeEvidencePostProcessor(20, 5, ref, precise, max_l2_distance=2.0,
+                                              orderer=orderer)
+        return [c.evidence_key for c in post.process(hits, "hybrid", QueryHints(),
+                                                     question).chunks]
+
+    # Redis's best chunk (4th in the search) leads, its other chunk after it, then nginx's;
+    # past the tenth the search's order stands.
+    assert served(model)[:4] == ["redis#chunk-4", "redis#chunk-2", "nginx#chunk-1",
+                                 "nginx#chunk-3"]
+    assert served(model)[10:] == ["d11#chunk-11", "d12#chunk-12"]
+    assert served(None)[:4] == ["nginx#chunk-1", "redis#chunk-2", "nginx#chunk-3",
+                                "redis#chunk-4"]
+    post = KnowledgeEvidencePostProcessor(5, 2, 0.35, 0.6, max_l2_distance=2.0, orderer=model)
+    gated = post.process(hits, "hybrid", QueryHints(), question)
+    plain = KnowledgeEvidencePostProcessor(5, 2, 0.35, 0.6, max_l2_distance=2.0).process(
+        hits, "hybrid", QueryHints(), question)
+    # The gate judges as before: the same chunks kept, at the same level, in the model's order.
+    assert gated.relevance_level is plain.relevance_level
+    assert sorted(c.evidence_key for c in gated.chunks) == sorted(
+        c.evidence_key for c in plain.chunks)
+    assert gated.chunks[0].evidence_key == "redis#chunk-4"
+    assert post.judge == f"DISTANCE gate; ordered by the relevance model, fit {model.fingerprint}"
+
+
+def test_reliability_says_whether_the_probability_means_what_it_says() -> None:
+    model = fit("e", rows(2000, seed=1), {})
+    held_out = rows(1000, seed=2)  # drawn alike: the fit's probabilities hold there
+
+    report = reliability(model, held_out)
+
+    assert report.candidates == 1000 and report.relevant == sum(r for _, r in held_out)
+    assert report.calibration_error < 0.05 and report.auc > 0.9
+    assert sum(size for *_, size in report.bins) == 1000
+    # Every candidate's label flipped: the same probabilities now say the opposite.
+    flipped = reliability(model, [(s, not r) for s, r in held_out])
+    assert flipped.calibration_error > 0.5 and flipped.auc < 0.1
+    assert flipped.brier > report.brier and flipped.log_loss > report.log_loss
+    with pytest.raises(ValueError, match="no candidate"):
+        reliability(model, [])
