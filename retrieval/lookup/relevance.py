@@ -9,8 +9,9 @@ document holds and whether it is in the question's language: a logistic regressi
 embedder (the distance means something else in each), its coefficients a JSON file beside
 this module, fitted by `manage.py fit_relevance` from the `fit` halves of labelled question
 sets (never a held-out half). Its probability is the chunk's quality under the config's
-`relevance_gate` MODEL, against `model_reference_threshold` and `model_precise_threshold`
-(docs/benchmarks.md, "The relevance model").
+`relevance_gate` MODEL, against `model_reference_threshold` and `model_precise_threshold`,
+and orders the first ten candidates under `relevance_order` (docs/benchmarks.md, "The
+relevance model"; `fit_relevance --check`: what its probability means on held-out halves).
 """
 
 from __future__ import annotations
