@@ -457,7 +457,7 @@ def test_the_relevance_model_orders_the_candidates_when_asked(
     assert model is not None, "each offline embedder has a model"
     ordered = f"; ordered by the relevance model, fit {model.fingerprint},"
     body, trace = tool.ask(relevance_order=True)
-    assert body["relevance_level"] == "PRECISE" and tool.stems(body)[0] == "kafka"
+    assert body["evidence_status"] == "READY" and tool.stems(body)[0] == "kafka"
     assert gate_notes(trace) and all(
         n.startswith("DISTANCE gate" + ordered) for n in gate_notes(trace))
     _, trace = tool.ask(relevance_gate="MODEL")
