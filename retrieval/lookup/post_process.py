@@ -1,7 +1,8 @@
 """Post-processing: one quality scale across modes, chunk identity, dedup, limits, relevance.
 
-Seed 000 §6.2 / §7: the order is the store's order (the fused order for hybrid) and is never
-changed here; L0 overlap only explains a hit (`hit_reasons`). Thresholds look at the gate
+Seed 000 §6.2 / §7: the order is the store's order (the fused order for hybrid), changed here
+only by what a config asks for (the relevance model's order of the first ten, the recency
+prior); L0 overlap only explains a hit (`hit_reasons`). Thresholds look at the gate
 quality, which prefers the absolute dense L2 distance over the rank, because a rank says
 nothing about whether the best hit is any good, and at the query's own words in the chunk's
 text (`_judged`); or, when the config asks for it, at the embedder's relevance model's
@@ -139,6 +140,41 @@ def _hit_reasons(hit: SearchHit, hints: QueryHints, terms: QueryTerms) -> tuple[
     return tuple(reasons)
 
 
+class _Probabilities:
+    """The probabilities each model gives the judged candidates (`signals`: their documents
+    and signals; None when no model reads them), each model's worked out once a round."""
+
+    def __init__(self, signals: list[tuple[str, relevance.ChunkSignals]] | None) -> None:
+        self.signals = signals
+        self._of: dict[int, list[float]] = {}
+
+    def of(self, model: RelevanceModel) -> list[float]:
+        assert self.signals is not None
+        if id(model) not in self._of:
+            self._of[id(model)] = [model.probability(s) for _, s in self.signals]
+        return self._of[id(model)]
+
+    def best(self, model: RelevanceModel) -> dict[str, float]:
+        """Each document's highest probability among its candidates."""
+        assert self.signals is not None
+        best: dict[str, float] = {}
+        for (document, _), p in zip(self.signals, self.of(model), strict=True):
+            best[document] = max(p, best.get(document, 0.0))
+        return best
+
+    def best_first(self, model: RelevanceModel) -> list[int]:
+        """The candidates' indexes, each document by its best probability (at a tie, the
+        one first in the search), its candidates by theirs, ties in the search's order."""
+        assert self.signals is not None
+        documents = [document for document, _ in self.signals]
+        best, probabilities = self.best(model), self.of(model)
+        first: dict[str, int] = {}
+        for i, document in enumerate(documents):
+            first.setdefault(document, i)
+        return sorted(range(len(documents)), key=lambda i: (
+            -best[documents[i]], first[documents[i]], -probabilities[i], i))
+
+
 def _below(chunk: ScoredChunk, support: float) -> str:
     """A dropped chunk's reason in the audit's compact form: below:quality[/support]."""
     lexical = f"/{support:.3f}" if support != chunk.quality else ""
@@ -146,7 +182,8 @@ def _below(chunk: ScoredChunk, support: float) -> str:
 
 
 class KnowledgeEvidencePostProcessor:
-    """Search hits of one round → at most `return_n` relevant chunks, in the store's order."""
+    """Search hits of one round → at most `return_n` relevant chunks, in the store's order
+    (or the relevance model's, or the recency prior's, where the config asks)."""
 
     def __init__(self, return_n: int, max_chunks_per_document: int, reference_threshold: float,
                  precise_threshold: float, *, max_l2_distance: float = 2.0,
@@ -176,21 +213,27 @@ class KnowledgeEvidencePostProcessor:
     @property
     def judge(self) -> str:
         """What the gate reads (and what orders the candidates), as the trace names it."""
-        gate = ("no gate" if self.precise_threshold == 0 else "DISTANCE gate"
-                if self.model is None else
-                f"MODEL ({self.model.embedder}) gate, fit {self.model.fingerprint}")
+        if self.precise_threshold == 0:
+            gate = "no gate"
+        elif self.model is None:
+            gate = "DISTANCE gate"
+        else:
+            gate = f"MODEL ({self.model.embedder}) gate, fit {self.model.fingerprint}"
         if self.orderer is None:
             return gate
-        return f"{gate}; ordered by the relevance model, fit {self.orderer.fingerprint}"
+        return (f"{gate}; ordered by the relevance model ({self.orderer.embedder}), "
+                f"fit {self.orderer.fingerprint}")
 
     def process(self, hits: Sequence[SearchHit], mode: SearchMode, hints: QueryHints,
                 query: str = "", prior: Callable[[str], float] | None = None
                 ) -> PostProcessed:
         """The gate reads each chunk's quality and its lexical support (see `_judged`);
         `query` is the caller's question, whose own words the chunks' text is checked for.
-        `prior` (the recency prior: a document id → its weight, 0.5-1) orders the judged
-        chunks by weight / (RRF_K + place) before the limits pick: their qualities, and so
-        the answer's relevance level, are those of their places in the store's order."""
+        The orderer (relevance_order) orders the first PLACES judged chunks by its
+        probability, then `prior` (the recency prior: a document id → its weight, 0.5-1)
+        orders them by weight / (RRF_K + place), before the limits pick: each chunk's quality
+        and verdict, and so the answer's relevance level, stay the gate's; which of the
+        passing chunks fill return_n and the per-document limit follows the new order."""
         ordered = sorted(hits, key=lambda h: h.rank)  # stable: ties keep the store's order
         terms = query_terms(query)
         hit_of: dict[str, SearchHit] = {}
@@ -205,7 +248,8 @@ class KnowledgeEvidencePostProcessor:
             places.append(position)
         unique = list(hit_of.items())
         signals = self._signals(unique, mode, query, terms)
-        verdicts = self._modelled(signals, len(unique))
+        probabilities = _Probabilities(signals)
+        verdicts = self._modelled(probabilities, len(unique))
         if verdicts is None:
             verdicts = [self._judged(hit, self.normalizer.gate_quality(
                 hit, mode=mode, rank=position, n=len(ordered)), terms, distance_known=(
@@ -214,7 +258,8 @@ class KnowledgeEvidencePostProcessor:
         judged = [(self._scored(hit, key, quality, mode), support)
                   for (key, hit), (quality, support) in zip(unique, verdicts, strict=True)]
         if self.orderer is not None and signals is not None:
-            judged = self._model_ordered(judged, signals)
+            order = probabilities.best_first(self.orderer)  # the first PLACES; the rest stay
+            judged = [judged[i] for i in order] + judged[len(order):]
         if prior is not None:
             weighted = sorted(enumerate(judged, 1), key=lambda pair: -prior(pair[1][0].doc_id)
                               / (RRF_K + pair[0]))
@@ -233,7 +278,7 @@ class KnowledgeEvidencePostProcessor:
             dropped += [(chunk.evidence_key, _below(chunk, support)) for chunk, support in judged]
             return PostProcessed(chunks=(), relevance_level=level, top_quality=top_quality,
                                  dropped=tuple(dropped), vocabulary=vocabulary,
-                                 ratings=self._ratings(signals))
+                                 ratings=self._ratings(probabilities))
 
         kept: list[ScoredChunk] = []
         per_document: dict[str, int] = {}
@@ -269,7 +314,7 @@ class KnowledgeEvidencePostProcessor:
             kept.append(replace(chunk, hit_reasons=_hit_reasons(hit_of[key], hints, terms)))
         return PostProcessed(chunks=tuple(kept), relevance_level=level, top_quality=top_quality,
                              dropped=tuple(dropped), vocabulary=vocabulary,
-                             ratings=self._ratings(signals))
+                             ratings=self._ratings(probabilities))
 
     def _judging(self) -> bool:
         return self.model is not None and self.precise_threshold > 0
@@ -293,40 +338,22 @@ class KnowledgeEvidencePostProcessor:
                           for (_, hit), s in zip(unique, signals, strict=False)])
         return [(c.document, s) for c, s in zip(candidates, signals, strict=True)]
 
-    def _modelled(self, signals: list[tuple[str, relevance.ChunkSignals]] | None,
+    def _modelled(self, probabilities: _Probabilities,
                   candidates: int) -> list[tuple[float, float]] | None:
         """(quality, support) of each candidate by the relevance model: its probability for
         the first PLACES, 0 for the rest; None when the model does not judge (none, or the
         gate off)."""
-        if not self._judging() or signals is None:
+        if not self._judging() or probabilities.signals is None:
             return None
         assert self.model is not None
-        verdicts = [(p, p) for p in (self.model.probability(s) for _, s in signals)]
+        verdicts = [(p, p) for p in probabilities.of(self.model)]
         return verdicts + [(0.0, 0.0)] * (candidates - len(verdicts))
 
-    def _model_ordered(self, judged: list[tuple[ScoredChunk, float]],
-                       signals: list[tuple[str, relevance.ChunkSignals]]
-                       ) -> list[tuple[ScoredChunk, float]]:
-        """The first PLACES candidates by the orderer's probability — each document by its
-        best chunk's, its chunks by theirs (ties keep the store's order) — then the rest."""
-        assert self.orderer is not None
-        probabilities = [self.orderer.probability(s) for _, s in signals]
-        best: dict[str, float] = {}
-        for (document, _), p in zip(signals, probabilities, strict=True):
-            best[document] = max(p, best.get(document, 0.0))
-        order = sorted(range(len(signals)), key=lambda i: (
-            -best[signals[i][0]], -probabilities[i], i))
-        return [judged[i] for i in order] + judged[len(signals):]
-
-    def _ratings(self, signals: list[tuple[str, relevance.ChunkSignals]] | None
-                 ) -> dict[str, float] | None:
+    def _ratings(self, probabilities: _Probabilities) -> dict[str, float] | None:
         """Each judged document's highest probability by the rater; None: no rater."""
-        if self.rater is None or signals is None:
+        if self.rater is None or probabilities.signals is None:
             return None
-        ratings: dict[str, float] = {}
-        for document, chunk in signals:
-            ratings[document] = max(self.rater.probability(chunk), ratings.get(document, 0.0))
-        return ratings
+        return probabilities.best(self.rater)
 
     def _dense_quality(self, hit: SearchHit, mode: SearchMode) -> float:
         """The calibrated distance, 0 when the hit's distance is not known."""

@@ -198,6 +198,10 @@ def fit(embedder: str, rows: Sequence[tuple[ChunkSignals, bool]],
         fitted_on={**fitted_on, "candidates": len(rows), "relevant": int(y.sum())})
 
 
+# The probability bins a reliability report compares: [0, 0.1), [0.1, 0.2) … [0.9, 1].
+RELIABILITY_BINS = 10
+
+
 @dataclass(frozen=True)
 class Reliability:
     """Whether a model's probability means what it says, on labelled candidates it was not
@@ -207,43 +211,52 @@ class Reliability:
     relevant: int
     brier: float  # the mean squared error of the probability
     log_loss: float
-    auc: float  # the chance a relevant candidate gets more than an irrelevant one
+    auc: float | None  # the chance a relevant candidate gets more than an irrelevant one
     calibration_error: float  # |mean probability − share relevant| of each bin, by its size
     bins: tuple[tuple[float, float, float, int], ...]  # (from, mean probability, share, size)
 
 
-def reliability(model: RelevanceModel, rows: Sequence[tuple[ChunkSignals, bool]],
-                bins: int = 10) -> Reliability:
-    """The model's probabilities of `rows` against their labels, in `bins` equal bins."""
-    if not rows:
+def reliability(model: RelevanceModel, rows: Sequence[tuple[ChunkSignals, bool]]
+                ) -> Reliability:
+    """The model's probabilities of `rows` against their labels."""
+    return reliability_of([model.probability(s) for s, _ in rows], [label for _, label in rows])
+
+
+def reliability_of(probabilities: Sequence[float], labels: Sequence[bool]) -> Reliability:
+    """Probabilities against labels, in RELIABILITY_BINS equal bins (1.0 in the last)."""
+    if not probabilities:
         raise ValueError("no candidate to check the model on")
-    p = np.array([model.probability(s) for s, _ in rows])
-    y = np.array([label for _, label in rows], dtype=np.float64)
-    clipped = np.clip(p, 1e-12, 1 - 1e-12)
+    p = np.array(probabilities, dtype=np.float64)
+    y = np.array(labels, dtype=np.float64)
+    clipped = np.clip(p, 1e-12, 1 - 1e-12)  # a probability of exactly 0 or 1 has a finite loss
+    index = np.minimum((p * RELIABILITY_BINS).astype(int), RELIABILITY_BINS - 1)
     table = []
     error = 0.0
-    index = np.minimum((p * bins).astype(int), bins - 1)
-    for b in range(bins):
+    for b in range(RELIABILITY_BINS):
         inside = index == b
         if inside.any():
             mean, share = float(p[inside].mean()), float(y[inside].mean())
-            table.append((b / bins, round(mean, 4), round(share, 4), int(inside.sum())))
+            table.append((b / RELIABILITY_BINS, round(mean, 4), round(share, 4),
+                          int(inside.sum())))
             error += inside.sum() / len(p) * abs(mean - share)
     return Reliability(
-        candidates=len(rows), relevant=int(y.sum()),
+        candidates=len(p), relevant=int(y.sum()),
         brier=round(float(((p - y) ** 2).mean()), 4),
         log_loss=round(float(-(y * np.log(clipped) + (1 - y) * np.log(1 - clipped)).mean()), 4),
-        auc=round(_auc(p, y), 4), calibration_error=round(error, 4), bins=tuple(table))
+        auc=_auc(p, y), calibration_error=round(error, 4), bins=tuple(table))
 
 
-def _auc(p: np.ndarray, y: np.ndarray) -> float:
-    """The Mann-Whitney statistic, ties counting half (nan with one class only)."""
-    positives, negatives = p[y == 1], p[y == 0]
-    if not len(positives) or not len(negatives):
-        return float("nan")
-    above = (positives[:, None] > negatives[None, :]).sum()
-    ties = (positives[:, None] == negatives[None, :]).sum()
-    return float((above + ties / 2) / (len(positives) * len(negatives)))
+def _auc(p: np.ndarray, y: np.ndarray) -> float | None:
+    """The Mann-Whitney statistic from the probabilities' ranks, ties counting half; None
+    with one kind of candidate only."""
+    relevant = int(y.sum())
+    irrelevant = len(y) - relevant
+    if not relevant or not irrelevant:
+        return None
+    _, inverse, counts = np.unique(p, return_inverse=True, return_counts=True)
+    ranks = (np.cumsum(counts) - (counts - 1) / 2)[inverse]  # 1-based, ties their mean
+    above = ranks[y == 1].sum() - relevant * (relevant + 1) / 2
+    return round(float(above / (relevant * irrelevant)), 4)
 
 
 # What `fit_relevance` records of each post-processing a lookup runs: the candidates' sources

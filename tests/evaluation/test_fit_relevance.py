@@ -93,8 +93,16 @@ def test_check_scores_the_model_on_the_held_out_halves_and_writes_nothing(
     # The two held-out questions' pools, nginx's chunks the relevant ones.
     assert report["candidates"] >= 4 and 1 <= report["relevant"] < report["candidates"]
     assert sum(size for *_, size in report["bins"]) == report["candidates"]
-    assert 0 <= report["calibration_error"] <= 1 and 0 <= report["brier"] <= 1
+    assert 0 <= report["calibration_error"] <= 1 and 0 <= report["auc"] <= 1
     assert model.read_bytes() == fitted
+    # The held-out questions alone give the same rows: the fit half is not read.
+    held_out = _write(tmp_path / "h.jsonl", [
+        ("h1", "upstream refused the connection and nginx answers 502", "nginx.md", "held-out"),
+        ("h2", "the best hiking trails near the lake", None, "held-out")])
+    out = io.StringIO()
+    call_command("fit_relevance", "--tenant", "acme", "--questions", str(held_out), "--check",
+                 "--json", "--out", str(model), stdout=out)
+    assert json.loads(out.getvalue()) == report | {"model": str(model)}
 
     fit_only = _write(tmp_path / "f.jsonl", [("f1", "sourdough", None, "fit")])
     with pytest.raises(CommandError, match="no question of the held-out split"):
@@ -103,3 +111,12 @@ def test_check_scores_the_model_on_the_held_out_halves_and_writes_nothing(
     with pytest.raises(CommandError, match="missing.json"):
         call_command("fit_relevance", "--tenant", "acme", "--questions", str(questions),
                      "--check", "--out", str(tmp_path / "missing.json"))
+    other = tmp_path / "other.json"
+    other.write_text(RelevanceModel.of_json(fitted.decode()).as_json().replace(
+        f'"embedder": "{get_embedder().name}"', '"embedder": "someone/else"'), encoding="utf-8")
+    with pytest.raises(CommandError, match="someone/else's model"):
+        call_command("fit_relevance", "--tenant", "acme", "--questions", str(questions),
+                     "--check", "--out", str(other))
+    with pytest.raises(CommandError, match="--json goes with --check"):
+        call_command("fit_relevance", "--tenant", "acme", "--questions", str(questions),
+                     "--json", "--out", str(model))

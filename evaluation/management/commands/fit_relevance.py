@@ -8,6 +8,7 @@ from evaluation.hit_test import lookup_asker
 from evaluation.question_sets import QuestionSetError, questions_load, questions_of_split
 from retrieval.index.versions import IndexNotReady, serving_index
 from retrieval.lookup.relevance import (
+    RELIABILITY_BINS,
     ChunkSignals,
     RelevanceModel,
     fit,
@@ -43,6 +44,8 @@ class Command(StoreCommand):
         add_filters_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["json"] and not options["check"]:
+            raise CommandError("--json goes with --check")
         split = "held-out" if options["check"] else "fit"
         try:
             sets = {path: questions_of_split(questions_load(path), split)
@@ -54,6 +57,12 @@ class Command(StoreCommand):
                                if options["check"] else
                                "no question of the fit split: a held-out half is never "
                                "fitted on")
+        try:  # the embedder the lookups are served with: the distances are its
+            embedder = serving_index().embedder.name
+        except IndexNotReady as exc:
+            raise CommandError(f"nothing is indexed: {exc}") from exc
+        path = options["out"] or model_path(embedder)
+        checked = self._model(path, embedder) if options["check"] else None
         filters = command_filters(tenant_slug=options["tenant"], dataset_names=options["dataset"],
                                   narrowed=options["filters"])
         try:
@@ -72,13 +81,8 @@ class Command(StoreCommand):
                     raise CommandError(f"{question.id}: the lookup answered UNAVAILABLE")
                 rows += [(signals, source == question.expect)
                          for pool in pools for source, signals in pool]
-        try:  # the embedder the lookups were served with: the distances are its
-            embedder = serving_index().embedder.name
-        except IndexNotReady as exc:
-            raise CommandError(f"nothing is indexed: {exc}") from exc
-        path = options["out"] or model_path(embedder)
-        if options["check"]:
-            self._check(path, rows, options["json"])
+        if checked is not None:
+            self._check(path, checked, rows, options["json"])
             return
         try:
             model = fit(embedder, rows, {
@@ -94,22 +98,35 @@ class Command(StoreCommand):
             self.stdout.write(f"  {name:<24} {weight:+.3f}")
         self.stdout.write(f"  {'(bias)':<24} {model.bias:+.3f}")
 
-    def _check(self, path: Path, rows: list[tuple[ChunkSignals, bool]], as_json: bool) -> None:
+    @staticmethod
+    def _model(path: Path, embedder: str) -> RelevanceModel:
+        """The model --check reads: one fitted for the embedder that serves."""
         try:
             model = RelevanceModel.of_json(path.read_text(encoding="utf-8"))
-            report = reliability(model, rows)
         except (OSError, ValueError, KeyError) as exc:
             raise CommandError(f"{path}: {exc}") from exc
+        if model.embedder != embedder:
+            raise CommandError(f"{path} is {model.embedder}'s model; {embedder} serves: its "
+                               "distances mean something else")
+        return model
+
+    def _check(self, path: Path, model: RelevanceModel, rows: list[tuple[ChunkSignals, bool]],
+               as_json: bool) -> None:
+        try:
+            report = reliability(model, rows)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
         if as_json:
             self.stdout.write(json.dumps({"model": str(path), "fit": model.fingerprint,
                                           **vars(report)}))
             return
         self.stdout.write(f"{model.embedder} (fit {model.fingerprint}) on the held-out halves: "
                           f"{report.candidates} candidates ({report.relevant} relevant)")
+        auc = "-" if report.auc is None else f"{report.auc:.4f}"
         self.stdout.write(f"  Brier {report.brier:.4f}  log loss {report.log_loss:.4f}  "
-                          f"AUC {report.auc:.4f}  calibration error "
-                          f"{report.calibration_error:.4f}")
-        self.stdout.write("  probability   mean   relevant   candidates")
+                          f"AUC {auc}  calibration error {report.calibration_error:.4f}")
+        self.stdout.write(f"  {'probability':<11}  {'mean':>6}  {'relevant':>8}  "
+                          f"{'candidates':>10}")
         for low, mean, share, size in report.bins:
-            self.stdout.write(f"  {low:.1f}–{low + 0.1:.1f}     {mean:.3f}   {share:.3f}   "
-                              f"{size:>10}")
+            span = f"{low:.1f}–{low + 1 / RELIABILITY_BINS:.1f}"
+            self.stdout.write(f"  {span:<11}  {mean:>6.3f}  {share:>8.3f}  {size:>10}")

@@ -455,13 +455,14 @@ def test_the_relevance_model_orders_the_candidates_when_asked(
 
     model = relevance.model_for(get_embedder().name)
     assert model is not None, "each offline embedder has a model"
-    ordered = f"; ordered by the relevance model, fit {model.fingerprint},"
+    ordered = f"; ordered by the relevance model ({model.embedder}), fit {model.fingerprint},"
     body, trace = tool.ask(relevance_order=True)
     assert body["evidence_status"] == "READY" and tool.stems(body)[0] == "kafka"
     assert gate_notes(trace) and all(
         n.startswith("DISTANCE gate" + ordered) for n in gate_notes(trace))
-    _, trace = tool.ask(relevance_gate="MODEL")
-    assert all(ordered in n for n in gate_notes(trace))
+    body, trace = tool.ask(relevance_gate="MODEL")
+    assert body["evidence_status"] == "READY"
+    assert gate_notes(trace) and all(ordered in n for n in gate_notes(trace))
     _, trace = tool.ask(relevance_order=False)
     assert gate_notes(trace) and not any("ordered" in n for n in gate_notes(trace))
     # An embedder with no fitted model keeps the search's order.

@@ -22,6 +22,7 @@ from retrieval.lookup.relevance import (
     model_path,
     recording,
     reliability,
+    reliability_of,
 )
 from retrieval.types import QueryHints, RelevanceLevel, SearchHit
 from tests.retrieval.lookup.test_post_process import hit
@@ -153,35 +154,43 @@ def test_the_model_orders_the_first_ten_documents_by_their_best_chunk() -> None:
     model = fit("e", rows(600), {})
     question = "redis memory eviction"
     hits = [runbook_hit(1, "nginx", 0.9, "nginx gzip settings"),
-            runbook_hit(2, "redis", 1.0, "maxmemory and the eviction policy"),
+            runbook_hit(2, "redis", 1.6, "the cluster's shards"),  # far: the model's last
             runbook_hit(3, "nginx", 0.95, "nginx worker processes"),
-            runbook_hit(4, "redis", 0.5, "redis memory eviction, step by step")]
-    hits += [runbook_hit(rank, f"d{rank}", 1.9, "unrelated text") for rank in range(5, 13)]
+            runbook_hit(4, "redis", 0.5, "redis memory eviction, step by step"),
+            # Every word of the question, far: the model rates it second, the distance
+            # gate drops it.
+            runbook_hit(5, "kafka", 1.5, "redis memory eviction in the consumer's cache")]
+    hits += [runbook_hit(rank, f"d{rank}", 1.9, "unrelated text") for rank in range(6, 13)]
 
-    def served(orderer: RelevanceModel | None, ref: float = 0.0,
+    def served(orderer: RelevanceModel | None, return_n: int = 20, ref: float = 0.0,
                precise: float = 0.0) -> list[str]:
-        post = KnowledgeEvidencePostProcessor(20, 5, ref, precise, max_l2_distance=2.0,
+        post = KnowledgeEvidencePostProcessor(return_n, 5, ref, precise, max_l2_distance=2.0,
                                               orderer=orderer)
         return [c.evidence_key for c in post.process(hits, "hybrid", QueryHints(),
                                                      question).chunks]
 
-    # Redis's best chunk (4th in the search) leads, its other chunk after it, then nginx's;
-    # past the tenth the search's order stands.
-    assert served(model)[:4] == ["redis#chunk-4", "redis#chunk-2", "nginx#chunk-1",
-                                 "nginx#chunk-3"]
+    # Redis's best chunk (4th in the search) leads and brings its far chunk with it, ahead
+    # of kafka's and nginx's better ones; past the tenth the search's order stands.
+    assert served(model)[:5] == ["redis#chunk-4", "redis#chunk-2", "kafka#chunk-5",
+                                 "nginx#chunk-1", "nginx#chunk-3"]
     assert served(model)[10:] == ["d11#chunk-11", "d12#chunk-12"]
-    assert served(None)[:4] == ["nginx#chunk-1", "redis#chunk-2", "nginx#chunk-3",
-                                "redis#chunk-4"]
+    assert served(None)[:5] == [f"{d}#chunk-{n}" for n, d in enumerate(
+        ["nginx", "redis", "nginx", "redis", "kafka"], 1)]
+    # The distance gate judges each chunk as before — kafka's dropped, the level the same —
+    # and which passing chunks fill return_n follows the model's order.
     post = KnowledgeEvidencePostProcessor(5, 2, 0.35, 0.6, max_l2_distance=2.0, orderer=model)
     gated = post.process(hits, "hybrid", QueryHints(), question)
     plain = KnowledgeEvidencePostProcessor(5, 2, 0.35, 0.6, max_l2_distance=2.0).process(
         hits, "hybrid", QueryHints(), question)
-    # The gate judges as before: the same chunks kept, at the same level, in the model's order.
+    assert [c.evidence_key for c in gated.chunks] == ["redis#chunk-4", "nginx#chunk-1",
+                                                      "nginx#chunk-3"]
     assert gated.relevance_level is plain.relevance_level
-    assert sorted(c.evidence_key for c in gated.chunks) == sorted(
-        c.evidence_key for c in plain.chunks)
-    assert gated.chunks[0].evidence_key == "redis#chunk-4"
-    assert post.judge == f"DISTANCE gate; ordered by the relevance model, fit {model.fingerprint}"
+    assert sorted(gated.dropped) == sorted(plain.dropped)
+    assert ("kafka#chunk-5", "below:0.250") in gated.dropped
+    assert served(model, 1, 0.35, 0.6) == ["redis#chunk-4"]
+    assert served(None, 1, 0.35, 0.6) == ["nginx#chunk-1"]
+    assert post.judge == ("DISTANCE gate; ordered by the relevance model (e), "
+                          f"fit {model.fingerprint}")
 
 
 def test_reliability_says_whether_the_probability_means_what_it_says() -> None:
@@ -191,11 +200,23 @@ def test_reliability_says_whether_the_probability_means_what_it_says() -> None:
     report = reliability(model, held_out)
 
     assert report.candidates == 1000 and report.relevant == sum(r for _, r in held_out)
-    assert report.calibration_error < 0.05 and report.auc > 0.9
+    assert report.calibration_error < 0.05 and report.auc is not None and report.auc > 0.9
     assert sum(size for *_, size in report.bins) == 1000
     # Every candidate's label flipped: the same probabilities now say the opposite.
     flipped = reliability(model, [(s, not r) for s, r in held_out])
-    assert flipped.calibration_error > 0.5 and flipped.auc < 0.1
+    assert flipped.calibration_error > 0.5 and flipped.auc is not None and flipped.auc < 0.1
     assert flipped.brier > report.brier and flipped.log_loss > report.log_loss
+
+
+def test_reliability_of_probabilities_at_the_edges() -> None:
+    report = reliability_of([1.0, 0.0, 0.5, 0.5], [True, False, True, False])
+
+    # 1.0 in the last bin; the two halves tie, counting half of a pair.
+    assert report.bins == ((0.0, 0.0, 0.0, 1), (0.5, 0.5, 0.5, 2), (0.9, 1.0, 1.0, 1))
+    assert report.auc == 0.875 and report.calibration_error == 0.0
+    assert report.brier == 0.125 and report.log_loss == pytest.approx(0.3466, abs=1e-4)
+    wrong = reliability_of([1.0, 0.0], [False, True])  # sure and wrong: a finite loss
+    assert wrong.brier == 1.0 and 27 < wrong.log_loss < 28 and wrong.auc == 0.0
+    assert reliability_of([0.2, 0.3], [False, False]).auc is None  # no relevant one
     with pytest.raises(ValueError, match="no candidate"):
-        reliability(model, [])
+        reliability_of([], [])
