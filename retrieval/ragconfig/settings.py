@@ -311,9 +311,10 @@ class RagSettings:
         False,
         help="Order the first ten candidates by the embedder's relevance model: each "
              "document by the highest probability the model gives one of its chunks, its "
-             "chunks by theirs; the rest keep the search's order. What the gate keeps, and "
-             "the answer's relevance level, are as relevance_gate judges. An embedder "
-             "without a fitted model keeps the search's order.")
+             "chunks by theirs; the rest keep the search's order. Each chunk's verdict, and "
+             "the answer's relevance level, are relevance_gate's; which of the passing "
+             "chunks fill return_n follows this order. An embedder without a fitted model "
+             "keeps the search's order.")
     kb_scope: str = knob(
         "",
         help="Empty: every dataset. Set: only datasets whose kb_scope is this value; "
